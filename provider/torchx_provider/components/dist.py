@@ -1,0 +1,138 @@
+"""Distributed training components.
+
+``ddp`` launches PyTorch's ``torchrun`` on every node: ``j="NxM"`` means N nodes (replicas)
+with M worker processes each. Nodes rendezvous (c10d) on the host of role 0 / replica 0,
+whose name the backend puts in the variable named by ``${rank0_env}``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from torchx_provider.errors import InvalidAppError
+from torchx_provider.specs.api import AppDef, RetryPolicy, Role, macros, resource
+from torchx_provider.specs.mounts import parse_mounts
+from torchx_provider.specs.names import normalize_rfc1123_name
+
+#: TorchX's published image, which has torch and torchrun.
+DEFAULT_DDP_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"
+#: The rendezvous port on the rank-0 host.
+DEFAULT_RDZV_PORT = 29500
+
+__all__ = ["ddp", "parse_j"]
+
+_J = re.compile(r"^(?:(\d+)(?::(\d+))?x)?(\d+)$")
+
+
+def parse_j(j: str) -> tuple[int, int, int]:
+    """Parse ``j`` into (min_nodes, max_nodes, procs_per_node).
+
+    ``"2x4"`` -> (2, 2, 4); ``"1:4x8"`` -> (1, 4, 8) (elastic); ``"4"`` -> (1, 1, 4).
+    """
+    m = _J.match(j.strip())
+    if not m:
+        raise InvalidAppError(
+            f"j={j!r} is not NODESxPROCS (e.g. '2x4'), MIN:MAXxPROCS (e.g. '1:4x8') or PROCS",
+            "j",
+        )
+    first, second, procs = m.groups()
+    if first is None:
+        min_nodes = max_nodes = 1
+    elif second is None:
+        min_nodes = max_nodes = int(first)
+    else:
+        min_nodes, max_nodes = int(first), int(second)
+    nprocs = int(procs)
+    if min_nodes < 1 or max_nodes < min_nodes or nprocs < 1:
+        raise InvalidAppError(
+            f"j={j!r}: need 1 <= min nodes <= max nodes and at least 1 process per node", "j"
+        )
+    return min_nodes, max_nodes, nprocs
+
+
+def ddp(
+    *script_args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = DEFAULT_DDP_IMAGE,
+    name: str = "ddp",
+    h: str | None = None,
+    cpu: float = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    rdzv_port: int = DEFAULT_RDZV_PORT,
+    rdzv_backend: str = "c10d",
+    mounts: list[str] | None = None,
+    debug: bool = False,
+) -> AppDef:
+    """Distributed data parallel training with ``torchrun``.
+
+    Args:
+        script_args: arguments passed to the script or module.
+        script: the training script (a path inside the image); or
+        m: a module to run with ``python -m`` semantics (exactly one of script/m).
+        image: an image with torch installed.
+        name: app name (and role name, made Kubernetes-safe).
+        h: a named resource (overrides cpu/gpu/memMB).
+        cpu, gpu, memMB: resources per node.
+        j: ``NODESxPROCS`` (e.g. ``2x4``), ``MIN:MAXxPROCS`` for elastic runs, or ``PROCS``.
+        env: environment variables.
+        max_retries: how many times the app is restarted after a failure (the whole
+            application restarts: torchrun cannot re-join a single replaced node reliably).
+        rdzv_port: the c10d rendezvous port on the rank-0 host.
+        rdzv_backend: torchrun's rendezvous backend.
+        mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
+        debug: turn on NCCL/torch distributed debug logging.
+    """
+    if (script is None) == (m is None):
+        raise InvalidAppError("give exactly one of script= or m=", "app_args")
+    min_nodes, max_nodes, nproc = parse_j(j)
+    role_name = normalize_rfc1123_name(name)
+    if max_nodes == 1:
+        endpoint = f"localhost:{rdzv_port}"
+    else:
+        # ${rank0_env} becomes the variable's name; $$ keeps the shell's $ for the expansion.
+        endpoint = f"$${{{macros.rank0_env}:=localhost}}:{rdzv_port}"
+    cmd = [
+        "torchrun",
+        "--rdzv_backend", rdzv_backend,
+        "--rdzv_endpoint", endpoint,
+        "--rdzv_id", macros.app_id,
+        "--nnodes", f"{min_nodes}:{max_nodes}" if min_nodes != max_nodes else str(max_nodes),
+        "--nproc_per_node", str(nproc),
+        "--tee", "3",
+        "--role", "",
+    ]
+    if m is not None:
+        cmd += ["-m", m]
+    else:
+        cmd += [str(script)]
+    cmd += list(script_args)
+    # The endpoint must reach the shell unquoted so that it expands the variable.
+    command = " ".join(a if a is endpoint else shlex.quote(a) for a in cmd)
+    role_env = {"LOGLEVEL": "INFO", **(env or {})}
+    if debug:
+        role_env.update({"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    return AppDef(
+        name=name,
+        roles=[
+            Role(
+                name=role_name,
+                image=image,
+                entrypoint="sh",
+                args=["-c", command],
+                num_replicas=max_nodes,
+                min_replicas=min_nodes if min_nodes != max_nodes else None,
+                max_retries=max_retries,
+                retry_policy=RetryPolicy.APPLICATION,
+                resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                port_map={"c10d": rdzv_port},
+                env=role_env,
+                mounts=parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )

@@ -1,0 +1,76 @@
+"""Every exception the provider raises on purpose.
+
+The tree::
+
+    TorchXProviderError                 base: catch this to catch everything of ours
+    ├── InvalidAppError (ValueError)     the AppDef is wrong: a field, a macro, a mount, a role
+    ├── InvalidOptionError (ValueError)  a run option (cfg) is unknown, ill-typed or missing
+    ├── BackendUnavailableError          the engine / API server cannot be reached or refused us
+    ├── UnknownAppError (LookupError)    no app with that id/handle exists on the backend
+    └── SubmissionError                  the backend rejected what we sent (quota, schema, ...)
+
+Every message names the field or object at fault and says what to do about it; a reader of an
+Airflow task log should never need the traceback to know the fix. Backend client exceptions
+(kubernetes ApiException, docker APIError, ...) are translated into this tree at exactly one
+place per backend and chained with ``raise ... from e`` so the original stays inspectable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TorchXProviderError(Exception):
+    """Base class of every error raised by airflow-provider-torchx."""
+
+
+class InvalidAppError(TorchXProviderError, ValueError):
+    """The AppDef (or a Role, Resource, mount or macro in it) is invalid.
+
+    ``field`` is a dotted path to the offending value, e.g. ``roles[1].num_replicas``.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class InvalidOptionError(TorchXProviderError, ValueError):
+    """A run option (the ``cfg`` of a scheduler) is unknown, ill-typed or missing."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        self.option = option
+        super().__init__(message)
+
+
+class BackendUnavailableError(TorchXProviderError):
+    """The backend (Docker engine, Kubernetes API server) cannot be reached or refused access.
+
+    ``status`` carries the HTTP status when there was one (401, 403, 503, ...).
+    """
+
+    def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message)
+
+
+class UnknownAppError(TorchXProviderError, LookupError):
+    """No app with the given id exists on the backend (it was never submitted or was deleted)."""
+
+    def __init__(self, app_id: str, message: str | None = None) -> None:
+        self.app_id = app_id
+        super().__init__(
+            message
+            or f"app {app_id!r} does not exist on the backend: check the app id/handle, "
+            "or it may have been deleted"
+        )
+
+
+class SubmissionError(TorchXProviderError):
+    """The backend rejected the request (schema, quota, admission webhook, resources...)."""
+
+    def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message)

@@ -1,0 +1,32 @@
+"""Schedulers: one module per backend, all behind the TorchX-compatible :class:`Scheduler`.
+
+* ``local_docker`` -- :mod:`torchx_provider.schedulers.docker_scheduler`
+* ``kubernetes`` (Volcano) -- :mod:`torchx_provider.schedulers.volcano_scheduler`
+* ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.mcad_scheduler`
+
+Importing this package imports no client library.
+"""
+
+from torchx_provider.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    get_default_scheduler_name,
+    get_scheduler_factories,
+    split_lines,
+)
+from torchx_provider.schedulers.registry import create_scheduler
+
+__all__ = [
+    "DescribeAppResponse",
+    "ListAppResponse",
+    "Scheduler",
+    "Stream",
+    "create_scheduler",
+    "filter_regex",
+    "get_default_scheduler_name",
+    "get_scheduler_factories",
+    "split_lines",
+]

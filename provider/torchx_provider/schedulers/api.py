@@ -1,0 +1,202 @@
+"""The Scheduler contract every backend implements (TorchX's, so TorchX code ports over).
+
+A scheduler is used in two steps::
+
+    info = scheduler.submit_dryrun(app, cfg)   # pure: validate, translate, nothing sent
+    app_id = scheduler.schedule(info)          # I/O: create the job
+
+and then followed with :meth:`Scheduler.describe`, :meth:`Scheduler.log_iter` and
+:meth:`Scheduler.cancel`. ``submit_dryrun`` does all the checking -- options through
+:class:`~torchx_provider.specs.runopts`, the app through
+:meth:`~torchx_provider.specs.AppDef.validate`, then the backend's own rules -- so that bad
+input fails before any server is contacted.
+
+Backends implement the underscored hooks; the public methods here hold the decisions that are
+the same for every backend (validation order, idempotent cancel, regex filtering).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from torchx_provider.specs.api import NONE, AppDef, AppDryRunInfo, AppState, Role, RoleStatus
+from torchx_provider.specs.names import make_app_handle
+from torchx_provider.specs.runopts import CfgVal, runopts
+
+T = TypeVar("T")
+
+
+class Stream:
+    """Which output stream(s) :meth:`Scheduler.log_iter` reads."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+@dataclass
+class DescribeAppResponse:
+    """What a backend says about one app.
+
+    ``roles`` are rebuilt from what the backend stored when the app was created (labels,
+    annotations), not guessed from object names; ``roles_statuses`` lists every replica with
+    its state, exit code, hostname and restart count where the backend knows them.
+    """
+
+    app_id: str = "<NOT_SET>"
+    state: AppState = AppState.UNSUBMITTED
+    num_restarts: int = -1
+    msg: str = NONE
+    structured_error_msg: str = NONE
+    ui_url: str | None = None
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
+
+
+@dataclass
+class ListAppResponse:
+    """One app found by :meth:`Scheduler.list`."""
+
+    app_id: str
+    state: AppState
+    app_handle: str = "<NOT_SET>"
+    name: str = ""
+    created: datetime | None = None
+
+
+class Scheduler(abc.ABC, Generic[T]):
+    """Base of every backend. ``T`` is the backend's request type (what the dry run holds)."""
+
+    def __init__(self, backend: str, session_name: str = "") -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    # -- submission ------------------------------------------------------------------------------
+    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> str:
+        """Dry run then schedule; returns the app id."""
+        return self.schedule(self.submit_dryrun(app, cfg))
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None
+    ) -> AppDryRunInfo[T]:
+        """Check ``cfg`` and ``app`` and translate them; nothing is sent anywhere."""
+        resolved = self.run_opts().resolve(cfg)
+        app.validate()
+        self._validate(app, resolved)
+        info = self._submit_dryrun(app, resolved)
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
+        info._app = app
+        info._cfg = resolved
+        info._scheduler = self.backend
+        return info
+
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Backend-specific checks of ``app`` (e.g. unsupported features); default none."""
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]:
+        """Translate a valid app and resolved options into the backend's request."""
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
+        """Create the app on the backend from a dry run; return its app id."""
+
+    # -- following -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's state and replicas, or ``None`` when no such app exists."""
+
+    @abc.abstractmethod
+    def list(self) -> list[ListAppResponse]:
+        """Every app of this provider that the backend knows (in the configured scope)."""
+
+    def exists(self, app_id: str) -> bool:
+        """Whether the backend knows ``app_id``."""
+        return self.describe(app_id) is not None
+
+    def cancel(self, app_id: str) -> None:
+        """Stop the app; calling it again, or on a finished or unknown app, does nothing."""
+        if self.exists(app_id):
+            self._cancel_existing(app_id)
+
+    @abc.abstractmethod
+    def _cancel_existing(self, app_id: str) -> None:
+        """Stop an app that exists (it may already be finished)."""
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: str | None = None,
+    ) -> Iterable[str]:
+        """Lines of replica ``k`` of ``role_name``, each ending with ``\\n``.
+
+        ``since``/``until`` bound the lines by time, ``regex`` keeps matching lines,
+        ``should_tail`` follows until the replica ends, ``streams`` is one of
+        :class:`Stream` (default: both streams, combined).
+        """
+        raise NotImplementedError(f"{self.backend} does not support log_iter")
+
+    # -- options and lifecycle --------------------------------------------------------------------
+    def run_opts(self) -> runopts:
+        """The options this backend accepts, with types, defaults and help."""
+        return self._run_opts()
+
+    @abc.abstractmethod
+    def _run_opts(self) -> runopts:
+        """Declare the backend's options."""
+
+    def app_handle(self, app_id: str) -> str:
+        """``{backend}://{session}/{app_id}``."""
+        return make_app_handle(self.backend, self.session_name, app_id)
+
+    def close(self) -> None:
+        """Release clients and connections. Safe to call more than once."""
+
+    def __enter__(self) -> Scheduler[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:
+    """Keep the lines that match ``regex`` (``re.search``); all lines when it is ``None``."""
+    if regex is None:
+        yield from lines
+        return
+    pattern = re.compile(regex)
+    for line in lines:
+        if pattern.search(line):
+            yield line
+
+
+def split_lines(text: str) -> list[str]:
+    """Split text into lines that keep their ``\\n`` (the last one gets one if missing)."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return [ln if ln.endswith("\n") else ln + "\n" for ln in lines]
+
+
+def get_scheduler_factories() -> dict[str, Any]:
+    """Backend name -> ``create_scheduler(session_name, **kwargs)`` for every backend."""
+    from torchx_provider.schedulers.registry import scheduler_factories
+
+    return scheduler_factories()
+
+
+def get_default_scheduler_name() -> str:
+    """The backend used when none is named (``local_docker``, as in TorchX)."""
+    return "local_docker"

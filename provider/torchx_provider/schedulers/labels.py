@@ -1,0 +1,139 @@
+"""The labels and annotations every backend puts on what it creates.
+
+Kubernetes objects and Docker containers carry the same keys, so that ``describe``, ``list``
+and reattach work the same way everywhere:
+
+* TorchX's ``torchx.pytorch.org/*`` keys (app name, role name, role index, replica id,
+  version), which existing TorchX tooling already selects on;
+* ``app.kubernetes.io/*`` recommended labels;
+* Airflow's task-instance keys, used to find a still-running job of a retried task instead of
+  submitting a second one. Label values are limited to 63 characters from a small alphabet,
+  so long or unusual values (run ids such as ``manual__2024-05-01T10:00:00+00:00``) are
+  stored in labels as a readable prefix plus a hash, and in full in annotations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torchx_provider.specs.names import short_hash
+from torchx_provider.version import __version__
+
+LABEL_VERSION = "torchx.pytorch.org/version"
+LABEL_APP_NAME = "torchx.pytorch.org/app-name"
+LABEL_ROLE_INDEX = "torchx.pytorch.org/role-index"
+LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
+#: The provider's own marker: everything we create has it (``list`` selects on it).
+LABEL_APP_ID = "torchx.pytorch.org/app-id"
+
+LABEL_KUBE_APP_NAME = "app.kubernetes.io/name"
+LABEL_KUBE_INSTANCE = "app.kubernetes.io/instance"
+LABEL_KUBE_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_KUBE_COMPONENT = "app.kubernetes.io/component"
+MANAGED_BY = "airflow-provider-torchx"
+
+LABEL_DAG_ID = "airflow.apache.org/dag-id"
+LABEL_TASK_ID = "airflow.apache.org/task-id"
+LABEL_RUN_ID = "airflow.apache.org/run-id"
+LABEL_MAP_INDEX = "airflow.apache.org/map-index"
+LABEL_TRY_NUMBER = "airflow.apache.org/try-number"
+
+#: Annotation holding the role (JSON, as ``specs.role_to_dict``) a replica was created from.
+ANNOTATION_ROLE = "torchx.pytorch.org/role"
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def label_value(value: str) -> str:
+    """``value`` as a valid label value: unchanged if it is one, else a prefix plus a hash.
+
+    >>> label_value("my_dag")
+    'my_dag'
+    >>> label_value("manual__2024-05-01T10:00:00+00:00")
+    'manual__2024-05-01T10_00_00_00_00-c1e7a6'
+    """
+    if len(value) <= 63 and _LABEL_VALUE.match(value):
+        return value
+    suffix = short_hash(value)
+    cleaned = _BAD.sub("_", value)[: 63 - len(suffix) - 1]
+    cleaned = cleaned.strip("-_.")
+    return f"{cleaned}-{suffix}" if cleaned else suffix
+
+
+@dataclass(frozen=True)
+class TaskInstanceKey:
+    """Which Airflow task instance (and which try) submitted a job."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def labels(self, with_try: bool = True) -> dict[str, str]:
+        """Label form (values shortened/hashed as needed); ``with_try`` adds the try number."""
+        out = {
+            LABEL_DAG_ID: label_value(self.dag_id),
+            LABEL_TASK_ID: label_value(self.task_id),
+            LABEL_RUN_ID: label_value(self.run_id),
+            LABEL_MAP_INDEX: str(self.map_index),
+        }
+        if with_try:
+            out[LABEL_TRY_NUMBER] = str(self.try_number)
+        return out
+
+    def annotations(self) -> dict[str, str]:
+        """Annotation form: the full values."""
+        return {
+            LABEL_DAG_ID: self.dag_id,
+            LABEL_TASK_ID: self.task_id,
+            LABEL_RUN_ID: self.run_id,
+            LABEL_MAP_INDEX: str(self.map_index),
+            LABEL_TRY_NUMBER: str(self.try_number),
+        }
+
+    def selector(self) -> str:
+        """A label selector matching every try of this task instance."""
+        return ",".join(f"{k}={v}" for k, v in self.labels(with_try=False).items())
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str]) -> TaskInstanceKey | None:
+        """Read the key back from annotations (``None`` if the object has none)."""
+        if LABEL_DAG_ID not in annotations:
+            return None
+        return cls(
+            dag_id=annotations[LABEL_DAG_ID],
+            task_id=annotations.get(LABEL_TASK_ID, ""),
+            run_id=annotations.get(LABEL_RUN_ID, ""),
+            map_index=int(annotations.get(LABEL_MAP_INDEX, "-1")),
+            try_number=int(annotations.get(LABEL_TRY_NUMBER, "1")),
+        )
+
+
+def object_labels(app_name: str, app_id: str) -> dict[str, str]:
+    """Labels for an app-level object (a Volcano Job, an AppWrapper)."""
+    return {
+        LABEL_VERSION: label_value(__version__),
+        LABEL_APP_NAME: label_value(app_name),
+        LABEL_APP_ID: label_value(app_id),
+        LABEL_KUBE_APP_NAME: label_value(app_name),
+        LABEL_KUBE_INSTANCE: label_value(app_id),
+        LABEL_KUBE_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def replica_labels(
+    app_name: str, app_id: str, role_name: str, role_index: int, replica_id: int
+) -> dict[str, str]:
+    """Labels for one replica (a pod, a container)."""
+    return {
+        **object_labels(app_name, app_id),
+        LABEL_ROLE_NAME: label_value(role_name),
+        LABEL_ROLE_INDEX: str(role_index),
+        LABEL_REPLICA_ID: str(replica_id),
+        LABEL_KUBE_COMPONENT: label_value(role_name),
+    }

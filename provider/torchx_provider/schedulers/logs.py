@@ -1,0 +1,171 @@
+"""Log lines and log cursors: the one piece of log logic every reader shares.
+
+Docker and Kubernetes both return log lines prefixed with an RFC 3339 timestamp when asked
+(``timestamps=True``). A :class:`LogCursor` remembers, per replica, the timestamp of the last
+line emitted and how many lines carried exactly that timestamp. A reader that resumes (the
+trigger after a triggerer restart, a retried task) asks the backend for lines *since* that
+timestamp and lets :func:`advance` drop the ones it already emitted. Backends round ``since``
+down (Kubernetes' ``sinceTime`` has one-second precision), which is fine: anything before the
+cursor is dropped here too. No line is lost; a line is repeated only if the backend gives two
+lines the same timestamp and then changes their order, which neither engine does.
+
+The sync readers (``Scheduler.log_iter``) and the async ones (the trigger) both feed raw
+chunks through :class:`LineDecoder` and lines through :func:`advance`, so the logic exists once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+_TS = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?"
+    r"(?P<tz>Z|[+-]\d{2}:\d{2}) ?"
+)
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp with any number of fractional digits (to UTC, µs).
+
+    >>> parse_timestamp("2024-05-01T10:00:00.123456789Z").isoformat()
+    '2024-05-01T10:00:00.123456+00:00'
+    """
+    m = _TS.match(value.strip() + (" " if not value.endswith(" ") else ""))
+    if not m:
+        raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
+    return _from_match(m)
+
+
+def _from_match(m: re.Match[str]) -> datetime:
+    frac = (m["frac"] or "").ljust(6, "0")[:6]
+    tz = "+00:00" if m["tz"] == "Z" else m["tz"]
+    dt = datetime.fromisoformat(f"{m['date']}T{m['time']}.{frac}{tz}")
+    return dt.astimezone(timezone.utc)
+
+
+def format_timestamp(value: datetime) -> str:
+    """UTC RFC 3339 with microseconds, e.g. ``2024-05-01T10:00:00.123456Z``."""
+    if value.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class TimestampedLine:
+    """One log line (ending with ``\\n``) and when the backend recorded it."""
+
+    timestamp: datetime | None
+    text: str
+
+
+def split_timestamp(raw: str) -> TimestampedLine:
+    """Split ``"<RFC 3339> text"`` into its parts; a line without a timestamp keeps ``None``."""
+    m = _TS.match(raw)
+    text = raw if m is None else raw[m.end():]
+    if not text.endswith("\n"):
+        text += "\n"
+    return TimestampedLine(None if m is None else _from_match(m), text)
+
+
+class LineDecoder:
+    """Turn a stream of byte/str chunks into complete lines.
+
+    A chunk may end in the middle of a line (or of a UTF-8 character); the rest is kept until
+    the next chunk or :meth:`flush`. ``\\r\\n`` and ``\\r`` end lines too.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._pending = b""
+
+    def decode(self, chunk: bytes | str) -> list[str]:
+        """The complete lines (each with ``\\n``) that ``chunk`` finishes."""
+        if isinstance(chunk, bytes):
+            data = self._pending + chunk
+            try:
+                text = data.decode("utf-8")
+                self._pending = b""
+            except UnicodeDecodeError as e:
+                if e.reason == "unexpected end of data":
+                    text = data[: e.start].decode("utf-8")
+                    self._pending = data[e.start:]
+                else:
+                    text = data.decode("utf-8", errors="replace")
+                    self._pending = b""
+        else:
+            text = chunk
+        self._buffer += text
+        if not self._buffer:
+            return []
+        parts = self._buffer.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._buffer = parts.pop()
+        return [p + "\n" for p in parts]
+
+    def flush(self) -> list[str]:
+        """Whatever is left, as a last line (when the stream ended without ``\\n``)."""
+        rest = self._buffer + self._pending.decode("utf-8", errors="replace")
+        self._buffer, self._pending = "", b""
+        return [rest + "\n"] if rest else []
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """Where a reader is in one replica's log.
+
+    ``since`` is the timestamp of the last line emitted (``None``: nothing emitted yet) and
+    ``seen_at_since`` how many emitted lines carried exactly that timestamp.
+    """
+
+    since: datetime | None = None
+    seen_at_since: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (for trigger kwargs and events)."""
+        return {
+            "since": format_timestamp(self.since) if self.since else None,
+            "seen_at_since": self.seen_at_since,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> LogCursor:
+        if not data:
+            return cls()
+        since = data.get("since")
+        return cls(parse_timestamp(since) if since else None, int(data.get("seen_at_since", 0)))
+
+
+def advance(
+    cursor: LogCursor, lines: Iterable[TimestampedLine]
+) -> tuple[list[TimestampedLine], LogCursor]:
+    """Drop the lines ``cursor`` has already emitted; return the new ones and the new cursor.
+
+    ``lines`` must be in backend order (non-decreasing timestamps), starting at or before
+    ``cursor.since``. Lines without a timestamp are always emitted and do not move the cursor.
+    """
+    new: list[TimestampedLine] = []
+    since, seen = cursor.since, cursor.seen_at_since
+    skip_at_since = seen
+    for line in lines:
+        ts = line.timestamp
+        if ts is None:
+            new.append(line)
+            continue
+        if cursor.since is not None and ts < cursor.since:
+            continue
+        if cursor.since is not None and ts == cursor.since and skip_at_since > 0:
+            skip_at_since -= 1
+            continue
+        new.append(line)
+        if since is not None and ts == since:
+            seen += 1
+        else:
+            since, seen = ts, 1
+    return new, LogCursor(since, seen)
+
+
+def prefix_line(role: str, replica_id: int, text: str) -> str:
+    """The form lines take in the Airflow task log: ``[role/replica] text`` (no newline)."""
+    return f"[{role}/{replica_id}] {text.rstrip(chr(10))}"

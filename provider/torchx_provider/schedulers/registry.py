@@ -1,0 +1,43 @@
+"""Backend names and how to create them, imported lazily (clients load only when used)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from torchx_provider.errors import InvalidOptionError
+
+#: backend name -> "module:function" creating it as ``fn(session_name, **client_kwargs)``.
+SCHEDULER_MODULES: dict[str, str] = {
+    "local_docker": "torchx_provider.schedulers.docker_scheduler:create_scheduler",
+    "kubernetes": "torchx_provider.schedulers.volcano_scheduler:create_scheduler",
+    "kubernetes_mcad": "torchx_provider.schedulers.mcad_scheduler:create_scheduler",
+}
+
+
+def _load(path: str) -> Callable[..., Any]:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def scheduler_factories() -> dict[str, Callable[..., Any]]:
+    """Backend name -> factory; a factory imports its backend only when called."""
+
+    def lazy(path: str) -> Callable[..., Any]:
+        def create(session_name: str = "", **kwargs: Any) -> Any:
+            return _load(path)(session_name, **kwargs)
+
+        return create
+
+    return {name: lazy(path) for name, path in SCHEDULER_MODULES.items()}
+
+
+def create_scheduler(backend: str, session_name: str = "", **kwargs: Any) -> Any:
+    """Create the scheduler called ``backend``; an unknown name lists the valid ones."""
+    if backend not in SCHEDULER_MODULES:
+        raise InvalidOptionError(
+            f"unknown scheduler {backend!r}; use one of {sorted(SCHEDULER_MODULES)}",
+            option="scheduler",
+        )
+    return _load(SCHEDULER_MODULES[backend])(session_name, **kwargs)

@@ -1,0 +1,95 @@
+"""The app model, API-compatible with ``torchx.specs``.
+
+Import from here, as TorchX users import from ``torchx.specs``::
+
+    from torchx_provider import specs
+    app = specs.AppDef("hello", roles=[specs.Role("echo", image="busybox", entrypoint="echo")])
+"""
+
+from torchx_provider.specs.api import (
+    NAMED_RESOURCES,
+    NONE,
+    NULL_RESOURCE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    DeviceMount,
+    Mount,
+    ReplicaState,
+    ReplicaStatus,
+    Resource,
+    RetryPolicy,
+    Role,
+    RoleStatus,
+    VolumeMount,
+    get_named_resource,
+    is_terminal,
+    macros,
+    resource,
+)
+from torchx_provider.specs.mounts import parse_mounts
+from torchx_provider.specs.names import (
+    ParsedAppHandle,
+    is_rfc1123_name,
+    make_app_handle,
+    make_unique,
+    normalize_rfc1123_name,
+    parse_app_handle,
+    random_id,
+)
+from torchx_provider.specs.runopts import CfgVal, runopt, runopts
+from torchx_provider.specs.serialization import (
+    from_dict,
+    from_torchx,
+    load_app,
+    load_file,
+    to_dict,
+    to_yaml,
+)
+from torchx_provider.specs.validation import validate_app, validate_role
+
+named_resources = NAMED_RESOURCES
+
+__all__ = [
+    "NAMED_RESOURCES",
+    "NONE",
+    "NULL_RESOURCE",
+    "AppDef",
+    "AppDryRunInfo",
+    "AppState",
+    "BindMount",
+    "CfgVal",
+    "DeviceMount",
+    "Mount",
+    "ParsedAppHandle",
+    "ReplicaState",
+    "ReplicaStatus",
+    "Resource",
+    "RetryPolicy",
+    "Role",
+    "RoleStatus",
+    "VolumeMount",
+    "from_dict",
+    "from_torchx",
+    "get_named_resource",
+    "is_rfc1123_name",
+    "is_terminal",
+    "load_app",
+    "load_file",
+    "macros",
+    "make_app_handle",
+    "make_unique",
+    "named_resources",
+    "normalize_rfc1123_name",
+    "parse_app_handle",
+    "parse_mounts",
+    "random_id",
+    "resource",
+    "runopt",
+    "runopts",
+    "to_dict",
+    "to_yaml",
+    "validate_app",
+    "validate_role",
+]

@@ -1,0 +1,113 @@
+"""Names and handles: unique app ids, Kubernetes-safe names, ``scheduler://session/app_id``.
+
+Controllers derive names from the names we give them (Volcano makes pods
+``{job}-{task}-{index}``, Services take the job's name), so every object name the provider
+creates goes through :func:`normalize_rfc1123_name`: RFC 1123 labels of at most 63
+characters that never end in ``-``. When a name must be shortened, a short hash of the full
+name is kept at the end so that two long names that share a prefix do not collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import string
+from dataclasses import dataclass
+
+from torchx_provider.errors import InvalidAppError
+
+MAX_NAME_LEN = 63
+_ALPHABET = string.ascii_lowercase + string.digits
+_INVALID = re.compile(r"[^a-z0-9-]+")
+_DASHES = re.compile(r"-{2,}")
+
+
+def random_id(length: int = 8) -> str:
+    """A random id of lowercase letters and digits that starts with a letter.
+
+    >>> len(random_id(5))
+    5
+    """
+    if length < 1:
+        raise ValueError("length must be >= 1")
+    first = secrets.choice(string.ascii_lowercase)
+    return first + "".join(secrets.choice(_ALPHABET) for _ in range(length - 1))
+
+
+def make_unique(name: str, string_length: int = 8) -> str:
+    """``name`` plus a random suffix, e.g. ``trainer-k3x9q2ab``: a fresh id for each submit."""
+    return f"{name}-{random_id(string_length)}"
+
+
+def short_hash(value: str, length: int = 6) -> str:
+    """A short stable hex digest of ``value`` (used to keep shortened names distinct)."""
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def normalize_rfc1123_name(name: str, max_len: int = MAX_NAME_LEN) -> str:
+    """Turn ``name`` into a valid RFC 1123 label of at most ``max_len`` characters.
+
+    Lowercases, turns every run of invalid characters into one ``-``, strips dashes at both
+    ends; if the result is too long it is cut and ``-<hash>`` of the original is appended.
+
+    >>> normalize_rfc1123_name("My_Role.v2")
+    'my-role-v2'
+    >>> len(normalize_rfc1123_name("x" * 100))
+    63
+    """
+    if max_len < 8:
+        raise ValueError("max_len must leave room for a hash suffix (>= 8)")
+    norm = _DASHES.sub("-", _INVALID.sub("-", name.lower())).strip("-")
+    if not norm:
+        norm = "x" + short_hash(name)
+    elif not norm[0].isalpha():
+        # Service names (RFC 1035) must start with a letter; keep one rule for every object.
+        norm = "x" + norm
+    if len(norm) <= max_len:
+        return norm
+    suffix = short_hash(name)
+    head = norm[: max_len - len(suffix) - 1].rstrip("-")
+    return f"{head}-{suffix}"
+
+
+def is_rfc1123_name(name: str, max_len: int = MAX_NAME_LEN) -> bool:
+    """Whether ``name`` is already a valid name of at most ``max_len`` characters."""
+    return bool(re.fullmatch(r"[a-z]([a-z0-9-]*[a-z0-9])?", name)) and len(name) <= max_len
+
+
+# ---------------------------------------------------------------------------------------------
+# App handles
+
+
+@dataclass(frozen=True)
+class ParsedAppHandle:
+    """The parts of ``{scheduler_backend}://{session_name}/{app_id}``."""
+
+    scheduler_backend: str
+    session_name: str
+    app_id: str
+
+
+_HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
+
+
+def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
+    """Format an app handle.
+
+    >>> make_app_handle("kubernetes", "", "default:echo-x1")
+    'kubernetes:///default:echo-x1'
+    """
+    return f"{scheduler_backend}://{session_name}/{app_id}"
+
+
+def parse_app_handle(app_handle: str) -> ParsedAppHandle:
+    """Split an app handle into its parts; an :class:`InvalidAppError` shows the form."""
+    m = _HANDLE.match(app_handle.strip())
+    if not m:
+        raise InvalidAppError(
+            f"{app_handle!r} is not an app handle; expected "
+            "{scheduler}://{session}/{app_id}, e.g. local_docker:///echo-k3x9q2ab",
+            field="app_handle",
+        )
+    return ParsedAppHandle(m["scheduler"], m["session"], m["app_id"])

@@ -1,0 +1,299 @@
+"""AppDefs to and from plain data: dicts, YAML/JSON files and ``torchx.specs`` objects.
+
+The dict form is what DAG authors write in YAML and what Airflow renders in the UI::
+
+    name: hello
+    roles:
+      - name: echo
+        image: busybox
+        entrypoint: echo
+        args: ["hello from ${replica_id}"]
+        num_replicas: 2
+        resource: cpu.small          # a named resource, or {cpu: 1, gpu: 0, memMB: 512}
+        mounts: ["type=bind,src=/data,dst=/data,readonly"]   # or dicts with a "type"
+
+``from_dict(to_dict(app)) == app`` for every valid app. Unknown keys are an error that lists
+the valid ones (a typo such as ``num_replica`` must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchx_provider.errors import InvalidAppError
+from torchx_provider.specs.api import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Resource,
+    RetryPolicy,
+    Role,
+    VolumeMount,
+    get_named_resource,
+)
+from torchx_provider.specs.mounts import parse_mounts
+
+_ROLE_FIELDS = tuple(f.name for f in dataclasses.fields(Role))
+_APP_FIELDS = tuple(f.name for f in dataclasses.fields(AppDef))
+_RESOURCE_FIELDS = tuple(f.name for f in dataclasses.fields(Resource))
+
+
+# ---------------------------------------------------------------------------------------------
+# to plain data
+
+
+def mount_to_dict(mount: BindMount | VolumeMount | DeviceMount) -> dict[str, Any]:
+    """A mount as a dict with a ``type`` key (``bind``, ``volume`` or ``device``)."""
+    kind = {BindMount: "bind", VolumeMount: "volume", DeviceMount: "device"}[type(mount)]
+    return {"type": kind, **dataclasses.asdict(mount)}
+
+
+def role_to_dict(role: Role) -> dict[str, Any]:
+    """A role as JSON-compatible data."""
+    return {
+        "name": role.name,
+        "image": role.image,
+        "entrypoint": role.entrypoint,
+        "args": list(role.args),
+        "env": dict(role.env),
+        "num_replicas": role.num_replicas,
+        "min_replicas": role.min_replicas,
+        "max_retries": role.max_retries,
+        "retry_policy": role.retry_policy.value,
+        "resource": dataclasses.asdict(role.resource),
+        "port_map": dict(role.port_map),
+        "metadata": json.loads(json.dumps(role.metadata, default=str)),
+        "mounts": [mount_to_dict(m) for m in role.mounts],
+        "workspace": role.workspace,
+    }
+
+
+def to_dict(app: AppDef) -> dict[str, Any]:
+    """An app as JSON-compatible data (``from_dict`` reads it back unchanged)."""
+    return {
+        "name": app.name,
+        "roles": [role_to_dict(r) for r in app.roles],
+        "metadata": dict(app.metadata),
+    }
+
+
+def to_yaml(app: AppDef) -> str:
+    """An app as YAML text."""
+    import yaml
+
+    return yaml.safe_dump(to_dict(app), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# from plain data
+
+
+def _unknown_keys(data: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise InvalidAppError(
+            f"unknown key(s) {unknown}; valid keys are {list(valid)}", where
+        )
+
+
+def _resource_from(data: Any, where: str) -> Resource:
+    if data is None:
+        return Resource(cpu=-1, gpu=-1, memMB=-1)
+    if isinstance(data, Resource):
+        return data
+    if isinstance(data, str):
+        try:
+            return get_named_resource(data)
+        except InvalidAppError as e:
+            raise InvalidAppError(str(e).split(": ", 1)[-1], where) from None
+    if not isinstance(data, Mapping):
+        raise InvalidAppError(
+            "must be a named resource (e.g. 'cpu.small') or a mapping with cpu, gpu, memMB",
+            where,
+        )
+    _unknown_keys(data, _RESOURCE_FIELDS, where)
+    return Resource(
+        cpu=data.get("cpu", -1),
+        gpu=data.get("gpu", -1),
+        memMB=data.get("memMB", -1),
+        capabilities=dict(data.get("capabilities") or {}),
+        devices=dict(data.get("devices") or {}),
+    )
+
+
+def _mount_from(data: Any, where: str) -> list[BindMount | VolumeMount | DeviceMount]:
+    if isinstance(data, (BindMount, VolumeMount, DeviceMount)):
+        return [data]
+    if isinstance(data, str):
+        return parse_mounts(data)
+    if not isinstance(data, Mapping) or "type" not in data:
+        raise InvalidAppError(
+            "a mount is a string like 'type=bind,src=/a,dst=/b' or a mapping with a 'type' key",
+            where,
+        )
+    fields = {k: v for k, v in data.items() if k != "type"}
+    cls = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}.get(
+        str(data["type"]).lower()
+    )
+    if cls is None:
+        raise InvalidAppError(
+            f"unknown mount type {data['type']!r}; use bind, volume or device", where
+        )
+    valid = tuple(f.name for f in dataclasses.fields(cls))
+    _unknown_keys(fields, valid, where)
+    try:
+        return [cls(**fields)]
+    except TypeError as e:
+        raise InvalidAppError(f"{e}; a {data['type']} mount needs {list(valid)}", where) from None
+
+
+def _retry_policy_from(value: Any, where: str) -> RetryPolicy:
+    if isinstance(value, RetryPolicy):
+        return value
+    name = getattr(value, "value", value)
+    try:
+        return RetryPolicy(str(name).upper())
+    except ValueError:
+        raise InvalidAppError(
+            f"unknown retry policy {value!r}; use one of {[p.value for p in RetryPolicy]}",
+            where,
+        ) from None
+
+
+def role_from_dict(data: Mapping[str, Any], where: str = "role") -> Role:
+    """A Role from plain data; an :class:`InvalidAppError` names the bad key."""
+    if not isinstance(data, Mapping):
+        raise InvalidAppError("a role must be a mapping", where)
+    _unknown_keys(data, _ROLE_FIELDS, where)
+    if "name" not in data:
+        raise InvalidAppError("every role needs a name", f"{where}.name")
+    kwargs: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+    kwargs["resource"] = _resource_from(data.get("resource"), f"{where}.resource")
+    if "retry_policy" in kwargs:
+        kwargs["retry_policy"] = _retry_policy_from(
+            kwargs["retry_policy"], f"{where}.retry_policy"
+        )
+    mounts: list[BindMount | VolumeMount | DeviceMount] = []
+    for i, m in enumerate(data.get("mounts") or []):
+        mounts.extend(_mount_from(m, f"{where}.mounts[{i}]"))
+    kwargs["mounts"] = mounts
+    for key in ("args",):
+        if key in kwargs:
+            kwargs[key] = list(kwargs[key])
+    for key in ("env", "port_map", "metadata"):
+        if key in kwargs:
+            kwargs[key] = dict(kwargs[key])
+    return Role(**kwargs)
+
+
+def from_dict(data: Mapping[str, Any]) -> AppDef:
+    """An AppDef from plain data (the inverse of :func:`to_dict`); validates the result."""
+    if not isinstance(data, Mapping):
+        raise InvalidAppError(
+            f"an app must be a mapping with 'name' and 'roles', got {type(data).__name__}", "app"
+        )
+    _unknown_keys(data, _APP_FIELDS, "app")
+    roles_data = data.get("roles") or []
+    if not isinstance(roles_data, list):
+        raise InvalidAppError("roles must be a list of role mappings", "roles")
+    app = AppDef(
+        name=data.get("name") or "",
+        roles=[role_from_dict(r, f"roles[{i}]") for i, r in enumerate(roles_data)],
+        metadata=dict(data.get("metadata") or {}),
+    )
+    return app.validate()
+
+
+def load_file(path: str | os.PathLike[str]) -> AppDef:
+    """An AppDef from a ``.yaml``/``.yml``/``.json`` file."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InvalidAppError(f"cannot read app file {str(p)!r}: {e.strerror}", "app") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise InvalidAppError(f"app file {str(p)!r} is not valid YAML/JSON: {e}", "app") from None
+    return from_dict(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# from torchx.specs objects (duck-typed: torchx is never imported)
+
+
+def _mount_from_torchx(m: Any) -> BindMount | VolumeMount | DeviceMount:
+    kind = type(m).__name__
+    if kind == "BindMount":
+        return BindMount(m.src_path, m.dst_path, bool(getattr(m, "read_only", False)))
+    if kind == "VolumeMount":
+        return VolumeMount(m.src, m.dst_path, bool(getattr(m, "read_only", False)))
+    if kind == "DeviceMount":
+        return DeviceMount(m.src_path, m.dst_path, getattr(m, "permissions", "rwm"))
+    raise InvalidAppError(f"unsupported torchx mount {m!r}", "mounts")
+
+
+def from_torchx(obj: Any) -> AppDef:
+    """Convert a ``torchx.specs.AppDef`` (or anything shaped like one) into our AppDef."""
+    roles = []
+    for i, r in enumerate(obj.roles):
+        res = getattr(r, "resource", None)
+        resource = (
+            Resource(
+                cpu=res.cpu,
+                gpu=res.gpu,
+                memMB=res.memMB,
+                capabilities=dict(getattr(res, "capabilities", {}) or {}),
+                devices=dict(getattr(res, "devices", {}) or {}),
+            )
+            if res is not None
+            else Resource(cpu=-1, gpu=-1, memMB=-1)
+        )
+        roles.append(
+            Role(
+                name=r.name,
+                image=r.image,
+                entrypoint=r.entrypoint,
+                args=list(r.args),
+                env=dict(r.env),
+                num_replicas=r.num_replicas,
+                min_replicas=getattr(r, "min_replicas", None),
+                max_retries=getattr(r, "max_retries", 0),
+                retry_policy=_retry_policy_from(
+                    getattr(r, "retry_policy", "APPLICATION"), f"roles[{i}].retry_policy"
+                ),
+                resource=resource,
+                port_map=dict(getattr(r, "port_map", {}) or {}),
+                metadata=dict(getattr(r, "metadata", {}) or {}),
+                mounts=[_mount_from_torchx(m) for m in getattr(r, "mounts", []) or []],
+                workspace=getattr(r, "workspace", None) or None,
+            )
+        )
+    return AppDef(name=obj.name, roles=roles, metadata=dict(getattr(obj, "metadata", {}) or {}))
+
+
+def load_app(source: Any) -> AppDef:
+    """Whatever a user passes as an app, as a validated AppDef.
+
+    Accepts an :class:`AppDef`, a dict, a path to a YAML/JSON file, or a ``torchx.specs.AppDef``.
+    """
+    if isinstance(source, AppDef):
+        return source.validate()
+    if isinstance(source, Mapping):
+        return from_dict(source)
+    if isinstance(source, (str, os.PathLike)):
+        return load_file(source)
+    if hasattr(source, "roles") and hasattr(source, "name"):
+        return from_torchx(source).validate()
+    raise InvalidAppError(
+        f"cannot make an app out of a {type(source).__name__}; pass an AppDef, a dict, "
+        "a path to a YAML/JSON file or a torchx.specs.AppDef",
+        "app",
+    )
