@@ -99,13 +99,20 @@ def ddp(
         endpoint = f"$${{{macros.rank0_env}:=localhost}}:{rdzv_port}"
     cmd = [
         "torchrun",
-        "--rdzv_backend", rdzv_backend,
-        "--rdzv_endpoint", endpoint,
-        "--rdzv_id", macros.app_id,
-        "--nnodes", f"{min_nodes}:{max_nodes}" if min_nodes != max_nodes else str(max_nodes),
-        "--nproc_per_node", str(nproc),
-        "--tee", "3",
-        "--role", "",
+        "--rdzv_backend",
+        rdzv_backend,
+        "--rdzv_endpoint",
+        endpoint,
+        "--rdzv_id",
+        macros.app_id,
+        "--nnodes",
+        f"{min_nodes}:{max_nodes}" if min_nodes != max_nodes else str(max_nodes),
+        "--nproc_per_node",
+        str(nproc),
+        "--tee",
+        "3",
+        "--role",
+        "",
     ]
     if m is not None:
         cmd += ["-m", m]

@@ -64,7 +64,7 @@ class TimestampedLine:
 def split_timestamp(raw: str) -> TimestampedLine:
     """Split ``"<RFC 3339> text"`` into its parts; a line without a timestamp keeps ``None``."""
     m = _TS.match(raw)
-    text = raw if m is None else raw[m.end():]
+    text = raw if m is None else raw[m.end() :]
     if not text.endswith("\n"):
         text += "\n"
     return TimestampedLine(None if m is None else _from_match(m), text)
@@ -91,7 +91,7 @@ class LineDecoder:
             except UnicodeDecodeError as e:
                 if e.reason == "unexpected end of data":
                     text = data[: e.start].decode("utf-8")
-                    self._pending = data[e.start:]
+                    self._pending = data[e.start :]
                 else:
                     text = data.decode("utf-8", errors="replace")
                     self._pending = b""

@@ -83,9 +83,7 @@ def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | De
         kind = g["type"]
         where = f"mounts[{i}]"
         if kind not in _ALLOWED_KEYS:
-            raise InvalidAppError(
-                f"unknown mount type {kind!r}; use bind, volume or device", where
-            )
+            raise InvalidAppError(f"unknown mount type {kind!r}; use bind, volume or device", where)
         extra = set(g) - {"type"} - _ALLOWED_KEYS[kind]
         if extra:
             raise InvalidAppError(
@@ -95,8 +93,11 @@ def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | De
             raise InvalidAppError(f"type={kind} needs src=...; {_SYNTAX_HELP}", where)
         if kind == "device":
             mounts.append(
-                DeviceMount(src_path=g["src"], dst_path=g.get("dst", g["src"]),
-                            permissions=g.get("perm", "rwm"))
+                DeviceMount(
+                    src_path=g["src"],
+                    dst_path=g.get("dst", g["src"]),
+                    permissions=g.get("perm", "rwm"),
+                )
             )
             continue
         if "dst" not in g:

@@ -108,8 +108,10 @@ class runopts:
         return isinstance(obj, tp)
 
     def _valid_list(self) -> str:
-        return ", ".join(f"{k} ({o.type_name}{', required' if o.is_required else ''})"
-                         for k, o in self._opts.items())
+        return ", ".join(
+            f"{k} ({o.type_name}{', required' if o.is_required else ''})"
+            for k, o in self._opts.items()
+        )
 
     def resolve(self, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
         """Check ``cfg`` and fill in defaults; one :class:`InvalidOptionError` lists the fix.

@@ -96,9 +96,7 @@ def to_yaml(app: AppDef) -> str:
 def _unknown_keys(data: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(data) - set(valid))
     if unknown:
-        raise InvalidAppError(
-            f"unknown key(s) {unknown}; valid keys are {list(valid)}", where
-        )
+        raise InvalidAppError(f"unknown key(s) {unknown}; valid keys are {list(valid)}", where)
 
 
 def _resource_from(data: Any, where: str) -> Resource:
@@ -175,9 +173,7 @@ def role_from_dict(data: Mapping[str, Any], where: str = "role") -> Role:
     kwargs: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
     kwargs["resource"] = _resource_from(data.get("resource"), f"{where}.resource")
     if "retry_policy" in kwargs:
-        kwargs["retry_policy"] = _retry_policy_from(
-            kwargs["retry_policy"], f"{where}.retry_policy"
-        )
+        kwargs["retry_policy"] = _retry_policy_from(kwargs["retry_policy"], f"{where}.retry_policy")
     mounts: list[BindMount | VolumeMount | DeviceMount] = []
     for i, m in enumerate(data.get("mounts") or []):
         mounts.extend(_mount_from(m, f"{where}.mounts[{i}]"))

@@ -118,16 +118,20 @@ def validate_role(role: Role, where: str = "role") -> None:
         )
     if not isinstance(role.args, list) or not all(isinstance(a, str) for a in role.args):
         raise InvalidAppError("args must be a list of strings", f"{where}.args")
-    if isinstance(role.num_replicas, bool) or not isinstance(role.num_replicas, int) or (
-        role.num_replicas < 1
+    if (
+        isinstance(role.num_replicas, bool)
+        or not isinstance(role.num_replicas, int)
+        or (role.num_replicas < 1)
     ):
         raise InvalidAppError(
             f"num_replicas must be an integer >= 1, got {role.num_replicas!r}",
             f"{where}.num_replicas",
         )
     if role.min_replicas is not None:
-        if isinstance(role.min_replicas, bool) or not isinstance(role.min_replicas, int) or (
-            role.min_replicas < 0
+        if (
+            isinstance(role.min_replicas, bool)
+            or not isinstance(role.min_replicas, int)
+            or (role.min_replicas < 0)
         ):
             raise InvalidAppError(
                 f"min_replicas must be an integer >= 0 or None, got {role.min_replicas!r}",
@@ -139,8 +143,10 @@ def validate_role(role: Role, where: str = "role") -> None:
                 f"({role.num_replicas}); lower min_replicas or raise num_replicas",
                 f"{where}.min_replicas",
             )
-    if isinstance(role.max_retries, bool) or not isinstance(role.max_retries, int) or (
-        role.max_retries < 0
+    if (
+        isinstance(role.max_retries, bool)
+        or not isinstance(role.max_retries, int)
+        or (role.max_retries < 0)
     ):
         raise InvalidAppError(
             f"max_retries must be an integer >= 0, got {role.max_retries!r}",
