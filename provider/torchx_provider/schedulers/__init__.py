@@ -8,6 +8,7 @@ Importing this package imports no client library.
 """
 
 from torchx_provider.schedulers.api import (
+    AsyncSchedulerClient,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
@@ -17,13 +18,15 @@ from torchx_provider.schedulers.api import (
     get_scheduler_factories,
     split_lines,
 )
-from torchx_provider.schedulers.registry import create_scheduler
+from torchx_provider.schedulers.registry import create_async_client, create_scheduler
 
 __all__ = [
+    "AsyncSchedulerClient",
     "DescribeAppResponse",
     "ListAppResponse",
     "Scheduler",
     "Stream",
+    "create_async_client",
     "create_scheduler",
     "filter_regex",
     "get_default_scheduler_name",

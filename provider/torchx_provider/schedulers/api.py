@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from torchx_provider.schedulers.logs import LogCursor, TimestampedLine
 from torchx_provider.specs.api import NONE, AppDef, AppDryRunInfo, AppState, Role, RoleStatus
 from torchx_provider.specs.names import make_app_handle
 from torchx_provider.specs.runopts import CfgVal, runopts
@@ -169,6 +170,34 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncSchedulerClient(abc.ABC):
+    """The async twins of the calls a trigger needs: describe, read logs, cancel.
+
+    Built on the same pure core as the backend's :class:`Scheduler` (same state tables, same
+    log cursor logic); only the I/O differs. Every method is a coroutine that never blocks the
+    event loop. Created in the triggerer from plain, serializable client parameters (see the
+    backend module's ``create_async_client``).
+    """
+
+    @abc.abstractmethod
+    async def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """As :meth:`Scheduler.describe`."""
+
+    @abc.abstractmethod
+    async def read_logs(
+        self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+    ) -> tuple[list[TimestampedLine], LogCursor]:
+        """The lines of one replica written after ``cursor`` (not following: what is there
+        now), in order, and the advanced cursor. A replica without a log yet gives ``[]``."""
+
+    @abc.abstractmethod
+    async def cancel(self, app_id: str) -> None:
+        """As :meth:`Scheduler.cancel` (idempotent)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Safe to call more than once."""
 
 
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:

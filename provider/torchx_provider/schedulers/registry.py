@@ -15,6 +15,14 @@ SCHEDULER_MODULES: dict[str, str] = {
     "kubernetes_mcad": "torchx_provider.schedulers.mcad_scheduler:create_scheduler",
 }
 
+#: backend name -> "module:function" creating its :class:`AsyncSchedulerClient` (triggerer side)
+#: as ``fn(**client_kwargs)``; the kwargs are the same plain values the sync factory takes.
+ASYNC_CLIENT_MODULES: dict[str, str] = {
+    "local_docker": "torchx_provider.schedulers.docker_scheduler:create_async_client",
+    "kubernetes": "torchx_provider.schedulers.volcano_scheduler:create_async_client",
+    "kubernetes_mcad": "torchx_provider.schedulers.mcad_scheduler:create_async_client",
+}
+
 
 def _load(path: str) -> Callable[..., Any]:
     module, _, attr = path.partition(":")
@@ -41,3 +49,13 @@ def create_scheduler(backend: str, session_name: str = "", **kwargs: Any) -> Any
             option="scheduler",
         )
     return _load(SCHEDULER_MODULES[backend])(session_name, **kwargs)
+
+
+def create_async_client(backend: str, **kwargs: Any) -> Any:
+    """Create the async client (describe/logs/cancel) of ``backend``."""
+    if backend not in ASYNC_CLIENT_MODULES:
+        raise InvalidOptionError(
+            f"unknown scheduler {backend!r}; use one of {sorted(ASYNC_CLIENT_MODULES)}",
+            option="scheduler",
+        )
+    return _load(ASYNC_CLIENT_MODULES[backend])(**kwargs)
