@@ -27,10 +27,16 @@ class TorchXProviderError(Exception):
 class InvalidAppError(TorchXProviderError, ValueError):
     """The AppDef (or a Role, Resource, mount or macro in it) is invalid.
 
-    ``field`` is a dotted path to the offending value, e.g. ``roles[1].num_replicas``.
+    ``field`` is a dotted path to the offending value, e.g. ``roles[1].num_replicas``, and
+    ``message`` the text without it (for callers that re-raise under a longer path).
+
+    >>> e = InvalidAppError("must be >= 1", "roles[0].num_replicas")
+    >>> str(e), e.field, e.message
+    ('roles[0].num_replicas: must be >= 1', 'roles[0].num_replicas', 'must be >= 1')
     """
 
     def __init__(self, message: str, field: str | None = None) -> None:
+        self.message = message
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
 

@@ -11,7 +11,7 @@ and resolve it with :func:`get_component`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError
@@ -21,11 +21,15 @@ from torchx_provider.specs.api import AppDef
 def _registry() -> dict[str, Callable[..., AppDef]]:
     from torchx_provider.components import dist, utils
 
+    # A component is a public function that returns an AppDef; helpers such as
+    # dist.parse_j are public too but are not components.
     out: dict[str, Callable[..., AppDef]] = {}
     for module in (utils, dist):
         prefix = module.__name__.rsplit(".", 1)[-1]
         for name in module.__all__:
-            out[f"{prefix}.{name}"] = getattr(module, name)
+            fn = getattr(module, name)
+            if inspect.signature(fn).return_annotation in (AppDef, "AppDef"):
+                out[f"{prefix}.{name}"] = fn
     return out
 
 
@@ -46,19 +50,45 @@ def get_component(name: str) -> Callable[..., AppDef]:
         ) from None
 
 
-def run_component(name: str, args: dict[str, Any] | list[Any] | None = None) -> AppDef:
-    """Call component ``name`` with ``args`` (a dict of keyword arguments, or a list of
-    positional ones); bad arguments give an :class:`InvalidAppError` showing the signature."""
+def run_component(name: str, args: Mapping[str, Any] | list[Any] | None = None) -> AppDef:
+    """Call component ``name`` with ``args`` and validate the app it returns.
+
+    ``args`` is a dict of keyword arguments or a list of positional ones. Components that
+    take ``*args`` (``utils.sh``, ``utils.python``, ``dist.ddp``) get them from the dict key
+    named like that parameter, so an operator's ``app_args`` can stay one dict::
+
+        run_component("dist.ddp", {"script": "train.py", "j": "2x4",
+                                   "script_args": ["--epochs", "3"]})
+
+    Arguments that do not fit the signature give an :class:`InvalidAppError` (field
+    ``app_args``) that shows it; errors raised inside the component pass through unchanged.
+
+    >>> run_component("utils.sh", {"args": ["echo", "hi"]}).roles[0].args
+    ['-c', 'echo hi']
+    """
     fn = get_component(name)
+    sig = inspect.signature(fn)
+    positional: list[Any]
+    keywords: dict[str, Any]
+    if isinstance(args, Mapping):
+        keywords = dict(args)
+        positional = []
+        for param in sig.parameters.values():
+            if param.kind is inspect.Parameter.VAR_POSITIONAL and param.name in keywords:
+                value = keywords.pop(param.name)
+                positional = [value] if isinstance(value, str) else list(value)
+    else:
+        positional, keywords = list(args or []), {}
     try:
-        app = fn(**args) if isinstance(args, dict) else fn(*(args or []))
+        # Bind first: a TypeError from binding is the caller's mistake, while one raised
+        # inside the component is a bug that must not be reported as "bad arguments".
+        sig.bind(*positional, **keywords)
     except TypeError as e:
         raise InvalidAppError(
-            f"bad arguments for component {name!r}: {e}; its signature is "
-            f"{name}{inspect.signature(fn)}",
+            f"bad arguments for component {name!r}: {e}; its signature is {name}{sig}",
             "app_args",
         ) from None
-    return app.validate()
+    return fn(*positional, **keywords).validate()
 
 
 __all__ = ["get_component", "list_components", "run_component"]

@@ -114,6 +114,9 @@ def ddp(
         "--role",
         "",
     ]
+    if rdzv_backend == "static":
+        # The static backend does no rendezvous: each node must be told its rank.
+        cmd += ["--node_rank", macros.replica_id]
     if m is not None:
         cmd += ["-m", m]
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 
+from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import AppDef, Role, resource
 from torchx_provider.specs.mounts import parse_mounts
 
@@ -74,6 +75,10 @@ def sh(
         mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
         name: the app and role name.
     """
+    if not args:
+        raise InvalidAppError(
+            'sh needs a command, e.g. sh("echo", "hello") or sh("echo $$HOSTNAME")', "app_args"
+        )
     command = args[0] if len(args) == 1 else " ".join(shlex.quote(a) for a in args)
     return AppDef(
         name=name,
@@ -124,8 +129,6 @@ def python(
         env: environment variables.
         mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
     """
-    from torchx_provider.errors import InvalidAppError
-
     given = [x for x in (m, c, script) if x is not None]
     if len(given) != 1:
         raise InvalidAppError(

@@ -56,7 +56,7 @@ def label_value(value: str) -> str:
     >>> label_value("manual__2024-05-01T10:00:00+00:00")
     'manual__2024-05-01T10_00_00_00_00-c1e7a6'
     """
-    if len(value) <= 63 and _LABEL_VALUE.match(value):
+    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
         return value
     suffix = short_hash(value)
     cleaned = _BAD.sub("_", value)[: 63 - len(suffix) - 1]

@@ -33,8 +33,9 @@ def parse_timestamp(value: str) -> datetime:
     >>> parse_timestamp("2024-05-01T10:00:00.123456789Z").isoformat()
     '2024-05-01T10:00:00.123456+00:00'
     """
-    m = _TS.match(value.strip() + (" " if not value.endswith(" ") else ""))
-    if not m:
+    value = value.strip()
+    m = _TS.match(value)
+    if not m or m.end() != len(value):
         raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
     return _from_match(m)
 
@@ -100,13 +101,17 @@ class LineDecoder:
         self._buffer += text
         if not self._buffer:
             return []
+        # A trailing "\r" may be the first half of a "\r\n" split across chunks: keep it.
+        held = ""
+        if self._buffer.endswith("\r"):
+            self._buffer, held = self._buffer[:-1], "\r"
         parts = self._buffer.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        self._buffer = parts.pop()
+        self._buffer = parts.pop() + held
         return [p + "\n" for p in parts]
 
     def flush(self) -> list[str]:
         """Whatever is left, as a last line (when the stream ended without ``\\n``)."""
-        rest = self._buffer + self._pending.decode("utf-8", errors="replace")
+        rest = self._buffer.removesuffix("\r") + self._pending.decode("utf-8", errors="replace")
         self._buffer, self._pending = "", b""
         return [rest + "\n"] if rest else []
 

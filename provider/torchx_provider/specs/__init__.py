@@ -24,8 +24,10 @@ from torchx_provider.specs.api import (
     RoleStatus,
     VolumeMount,
     get_named_resource,
+    get_named_resources,
     is_terminal,
     macros,
+    named_resources,
     resource,
 )
 from torchx_provider.specs.mounts import parse_mounts
@@ -44,12 +46,12 @@ from torchx_provider.specs.serialization import (
     from_torchx,
     load_app,
     load_file,
+    role_from_dict,
+    role_to_dict,
     to_dict,
     to_yaml,
 )
 from torchx_provider.specs.validation import validate_app, validate_role
-
-named_resources = NAMED_RESOURCES
 
 __all__ = [
     "NAMED_RESOURCES",
@@ -73,6 +75,7 @@ __all__ = [
     "from_dict",
     "from_torchx",
     "get_named_resource",
+    "get_named_resources",
     "is_rfc1123_name",
     "is_terminal",
     "load_app",
@@ -86,6 +89,8 @@ __all__ = [
     "parse_mounts",
     "random_id",
     "resource",
+    "role_from_dict",
+    "role_to_dict",
     "runopt",
     "runopts",
     "to_dict",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import enum
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -83,33 +83,86 @@ NAMED_RESOURCES: dict[str, Callable[[], Resource]] = {
 }
 
 
+class _NamedResources(Mapping[str, Resource]):
+    """``named_resources["gpu.small"]``: a fresh :class:`Resource` per lookup (TorchX's API).
+
+    A read-only view of :data:`NAMED_RESOURCES` that calls the factory, so that callers who
+    change the returned Resource (``res.capabilities[...] = ...``) never change the next
+    caller's. Register sizes by adding factories to :data:`NAMED_RESOURCES`.
+
+    >>> named_resources["cpu.small"].memMB
+    2048
+    >>> "cpu.tiny" in named_resources
+    False
+    """
+
+    def __getitem__(self, name: str) -> Resource:
+        factory = NAMED_RESOURCES.get(name.lower()) if isinstance(name, str) else None
+        if factory is None:
+            raise KeyError(f"no named resource {name!r}; registered: {sorted(NAMED_RESOURCES)}")
+        return factory()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(NAMED_RESOURCES)
+
+    def __len__(self) -> int:
+        return len(NAMED_RESOURCES)
+
+
+#: TorchX's ``specs.named_resources``: maps a name to a new Resource of that size.
+named_resources: Mapping[str, Resource] = _NamedResources()
+
+#: What :func:`resource` uses for a number that is not given (TorchX's defaults).
+DEFAULT_CPU = 2
+DEFAULT_GPU = 0
+DEFAULT_MEM_MB = 1024
+
+
 def resource(
     cpu: float | None = None, gpu: int | None = None, memMB: int | None = None, h: str | None = None
 ) -> Resource:
     """Build a Resource from numbers or from a named resource ``h`` (which wins when given).
 
+    A number left out takes TorchX's default (2 CPUs, 0 GPUs, 1024 MiB), so components that
+    call ``resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h)`` behave as they do under TorchX.
+
     >>> resource(h="cpu.small").memMB
     2048
-    >>> resource(cpu=2).gpu
-    0
+    >>> resource(cpu=4)
+    Resource(cpu=4, gpu=0, memMB=1024, capabilities={}, devices={})
     """
     if h:
         return get_named_resource(h)
-    return Resource(cpu=cpu if cpu is not None else 1, gpu=gpu or 0, memMB=memMB or 1024)
+    return Resource(
+        cpu=cpu if cpu is not None else DEFAULT_CPU,
+        gpu=gpu if gpu is not None else DEFAULT_GPU,
+        memMB=memMB if memMB is not None else DEFAULT_MEM_MB,
+    )
 
 
 def get_named_resource(name: str) -> Resource:
-    """The named resource ``name``; an :class:`InvalidAppError` lists the valid names."""
+    """The named resource ``name`` (case-insensitive); an error lists the valid names.
+
+    Raises :class:`~torchx_provider.errors.InvalidAppError` (field ``resource``), because
+    a wrong name is a mistake in the app, found before anything is submitted.
+
+    >>> get_named_resource("GPU.small").gpu
+    1
+    """
     from torchx_provider.errors import InvalidAppError
 
     try:
-        return NAMED_RESOURCES[name.lower()]()
+        return named_resources[name]
     except KeyError:
         raise InvalidAppError(
             f"unknown named resource {name!r}; use one of {sorted(NAMED_RESOURCES)} "
             "or give cpu/gpu/memMB explicitly",
             field="resource",
         ) from None
+
+
+#: TorchX's name for :func:`get_named_resource`.
+get_named_resources = get_named_resource
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ _KEY_ALIASES = {
     "perm": "perm",
     "permissions": "perm",
     "readonly": "readonly",
+    "read_only": "readonly",
     "ro": "readonly",
     "type": "type",
 }
@@ -44,16 +45,35 @@ _SYNTAX_HELP = (
 
 
 def _tokens(opts: str | Iterable[str]) -> list[str]:
+    # TorchX's CLI hands over the comma-split pieces (["type=bind", "src=/a", ...]) while
+    # YAML authors write whole mounts ("type=bind,src=/a,dst=/b"): split both the same way.
     if isinstance(opts, str):
         opts = [opts]
     out: list[str] = []
-    for opt in opts:
+    for i, opt in enumerate(opts):
+        if not isinstance(opt, str):
+            raise InvalidAppError(
+                f"mount options must be strings, got {type(opt).__name__} {opt!r}; {_SYNTAX_HELP}",
+                f"mounts[{i}]",
+            )
         out.extend(t.strip() for t in opt.split(",") if t.strip())
     return out
 
 
 def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | DeviceMount]:
-    """Parse mount options; an :class:`InvalidAppError` names the bad token and the syntax."""
+    """Parse mount options; an :class:`InvalidAppError` names the bad token and the syntax.
+
+    ``opts`` is one string or a list of strings; the pieces are read in order and every
+    ``type=`` starts a new mount, so ``["type=bind", "src=/a", "dst=/b"]`` (TorchX's CLI
+    form) and ``["type=bind,src=/a,dst=/b"]`` give the same mount. ``readonly`` (also
+    ``ro``, ``read_only``) takes no value or a boolean; a device mount's ``dst`` defaults to
+    its ``src`` and its ``perm`` to ``rwm``.
+
+    >>> for m in parse_mounts("type=volume,src=ckpt,dst=/ckpt,type=device,src=/dev/fuse"):
+    ...     print(m)
+    VolumeMount(src='ckpt', dst_path='/ckpt', read_only=False)
+    DeviceMount(src_path='/dev/fuse', dst_path='/dev/fuse', permissions='rwm')
+    """
     groups: list[dict[str, str]] = []
     for token in _tokens(opts):
         key, sep, value = token.partition("=")
@@ -76,6 +96,13 @@ def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | De
             continue
         if not sep or not value.strip():
             raise InvalidAppError(f"mount option {token!r} needs a value; {_SYNTAX_HELP}", "mounts")
+        if norm in groups[-1]:
+            # Most likely a forgotten type=... between two mounts; never let one win silently.
+            raise InvalidAppError(
+                f"{norm}= is given twice in mounts[{len(groups) - 1}] ({token!r}); start each "
+                f"mount with type=...; {_SYNTAX_HELP}",
+                "mounts",
+            )
         groups[-1][norm] = value.strip()
 
     mounts: list[BindMount | VolumeMount | DeviceMount] = []
@@ -92,11 +119,16 @@ def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | De
         if "src" not in g:
             raise InvalidAppError(f"type={kind} needs src=...; {_SYNTAX_HELP}", where)
         if kind == "device":
+            perm = g.get("perm", "rwm")
+            if set(perm) - set("rwm"):
+                raise InvalidAppError(
+                    f"perm={perm!r}: device permissions use only the letters r, w and m", where
+                )
             mounts.append(
                 DeviceMount(
                     src_path=g["src"],
                     dst_path=g.get("dst", g["src"]),
-                    permissions=g.get("perm", "rwm"),
+                    permissions=perm,
                 )
             )
             continue

@@ -13,14 +13,13 @@ import hashlib
 import re
 import secrets
 import string
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from torchx_provider.errors import InvalidAppError
 
 MAX_NAME_LEN = 63
 _ALPHABET = string.ascii_lowercase + string.digits
 _INVALID = re.compile(r"[^a-z0-9-]+")
-_DASHES = re.compile(r"-{2,}")
 
 
 def random_id(length: int = 8) -> str:
@@ -36,35 +35,58 @@ def random_id(length: int = 8) -> str:
 
 
 def make_unique(name: str, string_length: int = 8) -> str:
-    """``name`` plus a random suffix, e.g. ``trainer-k3x9q2ab``: a fresh id for each submit."""
-    return f"{name}-{random_id(string_length)}"
+    """``name`` plus a random suffix, e.g. ``trainer-k3x9q2ab``: a fresh id for each submit.
+
+    ``string_length`` 0 means the default length (TorchX's ``make_unique(name, 0)``). The
+    result is not normalized: pass it through :func:`normalize_rfc1123_name` where a
+    Kubernetes name is needed.
+
+    >>> import re
+    >>> bool(re.fullmatch(r"trainer-[a-z][a-z0-9]{7}", make_unique("trainer")))
+    True
+    """
+    return f"{name}-{random_id(string_length or 8)}"
 
 
 def short_hash(value: str, length: int = 6) -> str:
-    """A short stable hex digest of ``value`` (used to keep shortened names distinct)."""
-    return hashlib.sha256(value.encode()).hexdigest()[:length]
+    """A short stable hex digest of ``value`` (used to keep shortened names distinct).
+
+    >>> short_hash("trainer")
+    '06ea17'
+    """
+    # surrogatepass: any Python str hashes, even one decoded with errors="surrogateescape".
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
 def normalize_rfc1123_name(name: str, max_len: int = MAX_NAME_LEN) -> str:
     """Turn ``name`` into a valid RFC 1123 label of at most ``max_len`` characters.
 
     Lowercases, turns every run of invalid characters into one ``-``, strips dashes at both
-    ends; if the result is too long it is cut and ``-<hash>`` of the original is appended.
+    ends and puts an ``x`` in front of a leading digit (Service names must start with a
+    letter; one rule for every object). Dashes already there are kept, so a valid name
+    comes back unchanged.
+
+    If the name is longer than ``max_len`` -- before or after those steps -- it is cut and
+    ``-<hash>`` of the *original* name is appended. Judging the original length matters:
+    ``"a" * 63 + "_"`` normalizes to ``"a" * 63``, which would collide with that valid name
+    if only the normalized length were checked. So two different names that share a long
+    prefix (the ones that get cut) never map to the same result.
 
     >>> normalize_rfc1123_name("My_Role.v2")
     'my-role-v2'
+    >>> normalize_rfc1123_name("0-trainer")
+    'x0-trainer'
     >>> len(normalize_rfc1123_name("x" * 100))
     63
     """
     if max_len < 8:
         raise ValueError("max_len must leave room for a hash suffix (>= 8)")
-    norm = _DASHES.sub("-", _INVALID.sub("-", name.lower())).strip("-")
+    norm = _INVALID.sub("-", name.lower()).strip("-")
     if not norm:
         norm = "x" + short_hash(name)
     elif not norm[0].isalpha():
-        # Service names (RFC 1035) must start with a letter; keep one rule for every object.
         norm = "x" + norm
-    if len(norm) <= max_len:
+    if len(norm) <= max_len and len(name) <= max_len:
         return norm
     suffix = short_hash(name)
     head = norm[: max_len - len(suffix) - 1].rstrip("-")
@@ -80,9 +102,12 @@ def is_rfc1123_name(name: str, max_len: int = MAX_NAME_LEN) -> bool:
 # App handles
 
 
-@dataclass(frozen=True)
-class ParsedAppHandle:
-    """The parts of ``{scheduler_backend}://{session_name}/{app_id}``."""
+class ParsedAppHandle(NamedTuple):
+    """The parts of ``{scheduler_backend}://{session_name}/{app_id}``.
+
+    A named tuple, as in TorchX, so both ``parsed.app_id`` and
+    ``scheduler, _, app_id = parse_app_handle(handle)`` work.
+    """
 
     scheduler_backend: str
     session_name: str
@@ -102,8 +127,16 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> s
 
 
 def parse_app_handle(app_handle: str) -> ParsedAppHandle:
-    """Split an app handle into its parts; an :class:`InvalidAppError` shows the form."""
-    m = _HANDLE.match(app_handle.strip())
+    """Split an app handle into its parts; an :class:`InvalidAppError` shows the form.
+
+    The session may be empty; the app id is everything after the third ``/`` (Kubernetes
+    ids look like ``namespace:name``).
+
+    >>> scheduler, session, app_id = parse_app_handle("volcano://airflow/default:ddp-k3x9")
+    >>> scheduler, session, app_id
+    ('volcano', 'airflow', 'default:ddp-k3x9')
+    """
+    m = _HANDLE.match(app_handle.strip()) if isinstance(app_handle, str) else None
     if not m:
         raise InvalidAppError(
             f"{app_handle!r} is not an app handle; expected "

@@ -14,6 +14,7 @@ way everywhere, before anything talks to a cluster.
 
 from __future__ import annotations
 
+import difflib
 import re
 import typing
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,14 @@ CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 _OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
+_DELIMS = re.compile(r"[,;]")
+
+
+def _pieces(cfg_str: str) -> list[tuple[str, str]]:
+    """``"a=1,b;c"`` -> ``[("", "a=1"), (",", "b"), (";", "c")]``: pieces with the delimiter
+    that came before each."""
+    parts = re.split(r"([,;])", cfg_str)
+    return [("", parts[0])] + [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
 
 
 def _type_name(tp: Any) -> str:
@@ -108,9 +117,24 @@ class runopts:
         return isinstance(obj, tp)
 
     def _valid_list(self) -> str:
-        return ", ".join(
-            f"{k} ({o.type_name}{', required' if o.is_required else ''})"
-            for k, o in self._opts.items()
+        return (
+            ", ".join(
+                f"{k} ({o.type_name}{', required' if o.is_required else ''})"
+                for k, o in self._opts.items()
+            )
+            or "(none: this scheduler takes no run options)"
+        )
+
+    def _unknown(self, keys: list[str]) -> InvalidOptionError:
+        hints = [
+            f"{m[0]!r} for {k!r}"
+            for k in keys
+            if (m := difflib.get_close_matches(k, list(self._opts), n=1))
+        ]
+        hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+        return InvalidOptionError(
+            f"unknown run option(s) {keys}{hint}; valid options are: {self._valid_list()}",
+            option=keys[0],
         )
 
     def resolve(self, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
@@ -120,12 +144,9 @@ class runopts:
         converted to the option's type; anything else must already be of that type.
         """
         cfg = dict(cfg or {})
-        unknown = sorted(k for k in cfg if k not in self._opts)
+        unknown = sorted(str(k) for k in cfg if k not in self._opts)
         if unknown:
-            raise InvalidOptionError(
-                f"unknown run option(s) {unknown}; valid options are: {self._valid_list()}",
-                option=unknown[0],
-            )
+            raise self._unknown(unknown)
         resolved: dict[str, CfgVal] = {}
         missing: list[str] = []
         for key, opt in self._opts.items():
@@ -139,6 +160,8 @@ class runopts:
                 value = self._parse_value(key, opt, value)
             elif not self.is_type(value, opt.opt_type):
                 value = self._coerce(key, opt, value)
+            elif opt.opt_type is float:
+                value = float(typing.cast(float, value))  # an int passed is_type
             resolved[key] = value
         if missing:
             raise InvalidOptionError(
@@ -168,18 +191,21 @@ class runopts:
         tp = opt.opt_type
         origin = typing.get_origin(tp)
         raw = raw.strip()
+        if raw in ('""', "''"):
+            raw = ""  # the CLI's way to write an empty value
         try:
+            if tp is str:
+                return raw
             if origin is list:
-                sep = ";" if ";" in raw else ","
-                return [v.strip() for v in raw.split(sep) if v.strip()]
+                return [v.strip() for v in _DELIMS.split(raw) if v.strip()]
             if origin is dict:
                 out: dict[str, str] = {}
-                for item in raw.replace(";", ",").split(","):
+                for item in _DELIMS.split(raw):
                     if not item.strip():
                         continue
                     k, sep_, v = item.partition(":")
-                    if not sep_:
-                        raise ValueError(f"{item!r} is not KEY:VALUE")
+                    if not sep_ or not k.strip():
+                        raise ValueError(f"{item.strip()!r} is not KEY:VALUE")
                     out[k.strip()] = v.strip()
                 return out
             if tp is bool:
@@ -203,13 +229,24 @@ class runopts:
 
     # -- the CLI string form ------------------------------------------------------------------
     def cfg_from_str(self, cfg_str: str) -> dict[str, CfgVal]:
-        """Parse TorchX's ``k=v,k2=v2`` form into typed values.
+        """Parse TorchX's ``k=v,k2=v2`` form into typed values (no defaults, no required check).
 
-        Lists are ``a;b`` (or ``a,b``: a comma-separated piece without ``=`` continues the
-        previous option), dicts are ``K:V,K2:V2``, bools ``true/false/1/0/yes/no``.
+        Pairs are separated by ``,`` or ``;``. A piece without ``key=`` continues the value of
+        the option before it, which is how lists (``a;b`` or ``a,b``) and dicts
+        (``K:V,K2:V2``) are written; bools are ``true/false/1/0/yes/no``; ``k=`` or ``k=""``
+        is an empty value. Surrounding spaces are dropped. Call :meth:`resolve` on the result
+        to add defaults and check required options.
+
+        >>> opts = runopts()
+        >>> opts.add("tags", list[str], "tags")
+        >>> opts.add("env", dict[str, str], "env")
+        >>> opts.add("debug", bool, "debug", default=False)
+        >>> opts.cfg_from_str("tags=a,b;debug=yes,env=A:1,B:2")
+        {'tags': ['a', 'b'], 'debug': True, 'env': {'A': '1', 'B': '2'}}
         """
         pieces: list[tuple[str, str]] = []
-        for piece in cfg_str.split(","):
+        # Keep each delimiter with the piece after it, so a continued str value keeps it.
+        for delim, piece in _pieces(cfg_str):
             if not piece.strip():
                 continue
             key, sep, value = piece.partition("=")
@@ -217,22 +254,16 @@ class runopts:
                 pieces.append((key.strip(), value))
             elif pieces:
                 k, v = pieces[-1]
-                pieces[-1] = (k, f"{v},{piece}")
+                pieces[-1] = (k, f"{v}{delim}{piece}")
             else:
                 raise InvalidOptionError(
                     f"cannot parse run options {cfg_str!r}: {piece!r} is not key=value. "
                     f"Valid options are: {self._valid_list()}"
                 )
-        cfg: dict[str, CfgVal] = {}
-        for key, value in pieces:
-            opt = self._opts.get(key)
-            if opt is None:
-                raise InvalidOptionError(
-                    f"unknown run option {key!r}; valid options are: {self._valid_list()}",
-                    option=key,
-                )
-            cfg[key] = value if opt.opt_type is str else self._parse_value(key, opt, value)
-        return cfg
+        unknown = [k for k, _ in pieces if k not in self._opts]
+        if unknown:
+            raise self._unknown(unknown)
+        return {key: self._parse_value(key, self._opts[key], value) for key, value in pieces}
 
     # -- help --------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -247,5 +278,6 @@ class runopts:
         rows = ["| option | type | default | description |", "|---|---|---|---|"]
         for key, opt in self._opts.items():
             default = "**required**" if opt.is_required else f"`{opt.default!r}`"
-            rows.append(f"| `{key}` | `{opt.type_name}` | {default} | {opt.help} |")
+            help_text = opt.help.replace("|", "\\|").replace("\n", " ")
+            rows.append(f"| `{key}` | `{opt.type_name}` | {default} | {help_text} |")
         return "\n".join(rows)

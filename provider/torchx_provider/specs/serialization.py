@@ -41,6 +41,7 @@ from torchx_provider.specs.mounts import parse_mounts
 _ROLE_FIELDS = tuple(f.name for f in dataclasses.fields(Role))
 _APP_FIELDS = tuple(f.name for f in dataclasses.fields(AppDef))
 _RESOURCE_FIELDS = tuple(f.name for f in dataclasses.fields(Resource))
+_TORCHX_MISSING = "<MISSING>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,9 +95,18 @@ def to_yaml(app: AppDef) -> str:
 
 
 def _unknown_keys(data: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(data) - set(valid))
+    unknown = sorted(map(str, set(data) - set(valid)))
     if unknown:
         raise InvalidAppError(f"unknown key(s) {unknown}; valid keys are {list(valid)}", where)
+
+
+def _mapping(value: Any, where: str, what: str) -> dict[Any, Any]:
+    # dict("abc") and dict([...]) would raise bare ValueErrors; name the field instead.
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidAppError(f"must be a mapping of {what}, got {type(value).__name__}", where)
+    return dict(value)
 
 
 def _resource_from(data: Any, where: str) -> Resource:
@@ -108,7 +118,7 @@ def _resource_from(data: Any, where: str) -> Resource:
         try:
             return get_named_resource(data)
         except InvalidAppError as e:
-            raise InvalidAppError(str(e).split(": ", 1)[-1], where) from None
+            raise InvalidAppError(e.message, where) from None
     if not isinstance(data, Mapping):
         raise InvalidAppError(
             "must be a named resource (e.g. 'cpu.small') or a mapping with cpu, gpu, memMB",
@@ -119,21 +129,16 @@ def _resource_from(data: Any, where: str) -> Resource:
         cpu=data.get("cpu", -1),
         gpu=data.get("gpu", -1),
         memMB=data.get("memMB", -1),
-        capabilities=dict(data.get("capabilities") or {}),
-        devices=dict(data.get("devices") or {}),
+        capabilities=_mapping(data.get("capabilities"), f"{where}.capabilities", "hints"),
+        devices=_mapping(data.get("devices"), f"{where}.devices", "device counts"),
     )
 
 
-def _mount_from(data: Any, where: str) -> list[BindMount | VolumeMount | DeviceMount]:
-    if isinstance(data, (BindMount, VolumeMount, DeviceMount)):
-        return [data]
-    if isinstance(data, str):
-        return parse_mounts(data)
-    if not isinstance(data, Mapping) or "type" not in data:
-        raise InvalidAppError(
-            "a mount is a string like 'type=bind,src=/a,dst=/b' or a mapping with a 'type' key",
-            where,
-        )
+def _mount_from_mapping(
+    data: Mapping[str, Any], where: str
+) -> BindMount | VolumeMount | DeviceMount:
+    if "type" not in data:
+        raise InvalidAppError("a mount mapping needs a 'type' key (bind, volume or device)", where)
     fields = {k: v for k, v in data.items() if k != "type"}
     cls = {"bind": BindMount, "volume": VolumeMount, "device": DeviceMount}.get(
         str(data["type"]).lower()
@@ -145,28 +150,89 @@ def _mount_from(data: Any, where: str) -> list[BindMount | VolumeMount | DeviceM
     valid = tuple(f.name for f in dataclasses.fields(cls))
     _unknown_keys(fields, valid, where)
     try:
-        return [cls(**fields)]
+        return cls(**fields)
     except TypeError as e:
         raise InvalidAppError(f"{e}; a {data['type']} mount needs {list(valid)}", where) from None
+
+
+def _mounts_from(data: Any, where: str) -> list[BindMount | VolumeMount | DeviceMount]:
+    """Mounts from a string, or a list mixing strings, mappings and mount objects.
+
+    Consecutive strings are parsed together, so TorchX's split form
+    ``["type=bind", "src=/a", "dst=/b"]`` reads as one mount.
+    """
+    if data is None:
+        return []
+    if isinstance(data, str):
+        data = [data]
+    if not isinstance(data, list):
+        raise InvalidAppError(
+            "must be a list of mounts ('type=bind,src=/a,dst=/b' strings or mappings)", where
+        )
+    mounts: list[BindMount | VolumeMount | DeviceMount] = []
+    strings: list[str] = []
+
+    def flush() -> None:
+        if strings:
+            try:
+                mounts.extend(parse_mounts(strings))
+            except InvalidAppError as e:
+                # parse_mounts counts mounts from 0 within this run of strings; keep its
+                # message and point at the list as a whole.
+                raise InvalidAppError(e.message, where) from None
+            strings.clear()
+
+    for i, item in enumerate(data):
+        if isinstance(item, str):
+            strings.append(item)
+            continue
+        flush()
+        if isinstance(item, (BindMount, VolumeMount, DeviceMount)):
+            mounts.append(item)
+        elif isinstance(item, Mapping):
+            mounts.append(_mount_from_mapping(item, f"{where}[{i}]"))
+        else:
+            raise InvalidAppError(
+                "a mount is a string like 'type=bind,src=/a,dst=/b' or a mapping with a "
+                f"'type' key, got {type(item).__name__}",
+                f"{where}[{i}]",
+            )
+    flush()
+    return mounts
 
 
 def _retry_policy_from(value: Any, where: str) -> RetryPolicy:
     if isinstance(value, RetryPolicy):
         return value
-    name = getattr(value, "value", value)
+    name = str(getattr(value, "value", value)).upper()
     try:
-        return RetryPolicy(str(name).upper())
+        return RetryPolicy(name)
     except ValueError:
+        hint = (
+            " (TorchX's experimental HOT_SPARE is not supported; REPLICA restarts only the "
+            "failed replica)"
+            if name == "HOT_SPARE"
+            else ""
+        )
         raise InvalidAppError(
-            f"unknown retry policy {value!r}; use one of {[p.value for p in RetryPolicy]}",
+            f"unknown retry policy {value!r}{hint}; use one of {[p.value for p in RetryPolicy]}",
             where,
         ) from None
 
 
 def role_from_dict(data: Mapping[str, Any], where: str = "role") -> Role:
-    """A Role from plain data; an :class:`InvalidAppError` names the bad key."""
+    """A Role from plain data (the inverse of :func:`role_to_dict`); not validated.
+
+    Checks only the shape (known keys, lists and mappings where they belong); call
+    :func:`~torchx_provider.specs.validate_role` or :meth:`AppDef.validate` for the rest.
+    ``resource`` may be a named resource; ``mounts`` may be strings or mappings.
+
+    >>> role_from_dict({"name": "echo", "image": "busybox", "entrypoint": "echo",
+    ...                 "resource": "cpu.nano", "mounts": ["type=bind,src=/a,dst=/b"]}).mounts
+    [BindMount(src_path='/a', dst_path='/b', read_only=False)]
+    """
     if not isinstance(data, Mapping):
-        raise InvalidAppError("a role must be a mapping", where)
+        raise InvalidAppError(f"a role must be a mapping, got {type(data).__name__}", where)
     _unknown_keys(data, _ROLE_FIELDS, where)
     if "name" not in data:
         raise InvalidAppError("every role needs a name", f"{where}.name")
@@ -174,16 +240,19 @@ def role_from_dict(data: Mapping[str, Any], where: str = "role") -> Role:
     kwargs["resource"] = _resource_from(data.get("resource"), f"{where}.resource")
     if "retry_policy" in kwargs:
         kwargs["retry_policy"] = _retry_policy_from(kwargs["retry_policy"], f"{where}.retry_policy")
-    mounts: list[BindMount | VolumeMount | DeviceMount] = []
-    for i, m in enumerate(data.get("mounts") or []):
-        mounts.extend(_mount_from(m, f"{where}.mounts[{i}]"))
-    kwargs["mounts"] = mounts
-    for key in ("args",):
+    kwargs["mounts"] = _mounts_from(data.get("mounts"), f"{where}.mounts")
+    if "args" in kwargs:
+        # list("--flag") would quietly become ["-", "-", "f", ...].
+        if not isinstance(kwargs["args"], (list, tuple)):
+            raise InvalidAppError(
+                f"must be a list of strings, got {type(kwargs['args']).__name__}; "
+                'write args: ["--flag", "value"]',
+                f"{where}.args",
+            )
+        kwargs["args"] = list(kwargs["args"])
+    for key, what in (("env", "NAME: value"), ("port_map", "name: port"), ("metadata", "settings")):
         if key in kwargs:
-            kwargs[key] = list(kwargs[key])
-    for key in ("env", "port_map", "metadata"):
-        if key in kwargs:
-            kwargs[key] = dict(kwargs[key])
+            kwargs[key] = _mapping(kwargs[key], f"{where}.{key}", what)
     return Role(**kwargs)
 
 
@@ -200,7 +269,7 @@ def from_dict(data: Mapping[str, Any]) -> AppDef:
     app = AppDef(
         name=data.get("name") or "",
         roles=[role_from_dict(r, f"roles[{i}]") for i, r in enumerate(roles_data)],
-        metadata=dict(data.get("metadata") or {}),
+        metadata=_mapping(data.get("metadata"), "metadata", "key: value strings"),
     )
     return app.validate()
 
@@ -225,7 +294,7 @@ def load_file(path: str | os.PathLike[str]) -> AppDef:
 # from torchx.specs objects (duck-typed: torchx is never imported)
 
 
-def _mount_from_torchx(m: Any) -> BindMount | VolumeMount | DeviceMount:
+def _mount_from_torchx(m: Any, where: str) -> BindMount | VolumeMount | DeviceMount:
     kind = type(m).__name__
     if kind == "BindMount":
         return BindMount(m.src_path, m.dst_path, bool(getattr(m, "read_only", False)))
@@ -233,44 +302,73 @@ def _mount_from_torchx(m: Any) -> BindMount | VolumeMount | DeviceMount:
         return VolumeMount(m.src, m.dst_path, bool(getattr(m, "read_only", False)))
     if kind == "DeviceMount":
         return DeviceMount(m.src_path, m.dst_path, getattr(m, "permissions", "rwm"))
-    raise InvalidAppError(f"unsupported torchx mount {m!r}", "mounts")
+    raise InvalidAppError(
+        f"unsupported mount {m!r}; use BindMount, VolumeMount or DeviceMount", where
+    )
+
+
+def _unset(value: Any) -> Any:
+    # torchx.specs.MISSING ("<MISSING>") is TorchX's placeholder for an entrypoint nobody
+    # set; turn it back into "" so that validate() reports the missing field.
+    return "" if value == _TORCHX_MISSING else value
+
+
+def _role_from_torchx(r: Any, where: str) -> Role:
+    res = getattr(r, "resource", None)
+    resource = (
+        Resource(
+            cpu=res.cpu,
+            gpu=res.gpu,
+            memMB=res.memMB,
+            capabilities=dict(getattr(res, "capabilities", {}) or {}),
+            devices=dict(getattr(res, "devices", {}) or {}),
+        )
+        if res is not None
+        else Resource(cpu=-1, gpu=-1, memMB=-1)
+    )
+    return Role(
+        name=r.name,
+        image=_unset(r.image),
+        entrypoint=_unset(r.entrypoint),
+        args=list(r.args),
+        env=dict(r.env),
+        num_replicas=r.num_replicas,
+        min_replicas=getattr(r, "min_replicas", None),
+        max_retries=getattr(r, "max_retries", 0),
+        retry_policy=_retry_policy_from(
+            getattr(r, "retry_policy", "APPLICATION"), f"{where}.retry_policy"
+        ),
+        resource=resource,
+        port_map=dict(getattr(r, "port_map", {}) or {}),
+        metadata=dict(getattr(r, "metadata", {}) or {}),
+        mounts=[
+            _mount_from_torchx(m, f"{where}.mounts[{j}]")
+            for j, m in enumerate(getattr(r, "mounts", []) or [])
+        ],
+        workspace=getattr(r, "workspace", None) or None,
+    )
 
 
 def from_torchx(obj: Any) -> AppDef:
-    """Convert a ``torchx.specs.AppDef`` (or anything shaped like one) into our AppDef."""
-    roles = []
-    for i, r in enumerate(obj.roles):
-        res = getattr(r, "resource", None)
-        resource = (
-            Resource(
-                cpu=res.cpu,
-                gpu=res.gpu,
-                memMB=res.memMB,
-                capabilities=dict(getattr(res, "capabilities", {}) or {}),
-                devices=dict(getattr(res, "devices", {}) or {}),
-            )
-            if res is not None
-            else Resource(cpu=-1, gpu=-1, memMB=-1)
-        )
-        roles.append(
-            Role(
-                name=r.name,
-                image=r.image,
-                entrypoint=r.entrypoint,
-                args=list(r.args),
-                env=dict(r.env),
-                num_replicas=r.num_replicas,
-                min_replicas=getattr(r, "min_replicas", None),
-                max_retries=getattr(r, "max_retries", 0),
-                retry_policy=_retry_policy_from(
-                    getattr(r, "retry_policy", "APPLICATION"), f"roles[{i}].retry_policy"
-                ),
-                resource=resource,
-                port_map=dict(getattr(r, "port_map", {}) or {}),
-                metadata=dict(getattr(r, "metadata", {}) or {}),
-                mounts=[_mount_from_torchx(m) for m in getattr(r, "mounts", []) or []],
-                workspace=getattr(r, "workspace", None) or None,
-            )
+    """Convert a ``torchx.specs.AppDef`` (or anything shaped like one) into our AppDef.
+
+    Duck-typed: torchx is never imported, so apps built by TorchX components elsewhere can be
+    handed over as objects. The result is not validated (:func:`load_app` validates it).
+    Attributes TorchX added or dropped across versions (``min_replicas``, ``mounts``,
+    ``workspace``...) are optional; a missing required one names the field.
+    """
+    roles: list[Role] = []
+    for i, r in enumerate(getattr(obj, "roles", None) or []):
+        try:
+            roles.append(_role_from_torchx(r, f"roles[{i}]"))
+        except (AttributeError, TypeError) as e:
+            raise InvalidAppError(
+                f"{type(r).__name__} does not look like a torchx.specs.Role ({e})",
+                f"roles[{i}]",
+            ) from None
+    if not hasattr(obj, "name"):
+        raise InvalidAppError(
+            f"{type(obj).__name__} does not look like a torchx.specs.AppDef (no name)", "name"
         )
     return AppDef(name=obj.name, roles=roles, metadata=dict(getattr(obj, "metadata", {}) or {}))
 

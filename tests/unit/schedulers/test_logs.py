@@ -1,0 +1,264 @@
+"""Log lines and cursors: resuming from a cursor emits every line exactly once, in order."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchx_provider.schedulers.logs import (
+    LineDecoder,
+    LogCursor,
+    TimestampedLine,
+    advance,
+    format_timestamp,
+    parse_timestamp,
+    prefix_line,
+    split_timestamp,
+)
+
+UTC = timezone.utc
+BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=UTC)
+PROPS = settings(max_examples=200, deadline=None)
+
+# -- timestamps --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01T10:00:00Z", BASE),
+        ("2024-05-01T10:00:00.5Z", BASE.replace(microsecond=500000)),
+        ("2024-05-01T10:00:00.123456789Z", BASE.replace(microsecond=123456)),
+        ("2024-05-01T12:00:00+02:00", BASE),
+        ("2024-05-01T05:30:00.000001-04:30", BASE.replace(microsecond=1)),
+        ("2024-05-01T10:00:00Z ", BASE),
+    ],
+)
+def test_parse_timestamp(text: str, expected: datetime) -> None:
+    parsed = parse_timestamp(text)
+    assert parsed == expected
+    assert parsed.tzinfo == UTC
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "2024-05-01 10:00:00Z", "2024-05-01T10:00:00"])
+def test_parse_timestamp_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="RFC 3339"):
+        parse_timestamp(text)
+
+
+def test_format_timestamp() -> None:
+    assert format_timestamp(BASE.replace(microsecond=42)) == "2024-05-01T10:00:00.000042Z"
+    plus2 = timezone(timedelta(hours=2))
+    assert format_timestamp(datetime(2024, 5, 1, 12, tzinfo=plus2)) == "2024-05-01T10:00:00.000000Z"
+    with pytest.raises(ValueError, match="timezone-aware"):
+        format_timestamp(datetime(2024, 5, 1))
+
+
+aware_datetimes = st.datetimes(
+    min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+)
+
+
+@PROPS
+@given(aware_datetimes)
+def test_timestamp_round_trip(value: datetime) -> None:
+    assert parse_timestamp(format_timestamp(value)) == value
+
+
+def test_split_timestamp() -> None:
+    line = split_timestamp("2024-05-01T10:00:00.000000001Z hello world\n")
+    assert line == TimestampedLine(BASE, "hello world\n")
+    assert split_timestamp("no timestamp") == TimestampedLine(None, "no timestamp\n")
+    assert split_timestamp("2024-05-01T10:00:00Z") == TimestampedLine(BASE, "\n")
+    assert split_timestamp("2024-05-01T10:00:00Z  indented").text == " indented\n"
+
+
+def test_prefix_line() -> None:
+    assert prefix_line("trainer", 3, "loss=0.1\n") == "[trainer/3] loss=0.1"
+    assert prefix_line("ps", 0, "") == "[ps/0] "
+
+
+# -- line decoding -----------------------------------------------------------------------------
+
+
+def test_line_decoder_basics() -> None:
+    d = LineDecoder()
+    assert d.decode(b"hel") == []
+    assert d.decode("lo\nwor") == ["hello\n"]
+    assert d.decode(b"ld\r\nx\ry\n") == ["world\n", "x\n", "y\n"]
+    assert d.decode(b"") == []
+    assert d.decode(b"tail") == []
+    assert d.flush() == ["tail\n"]
+    assert d.flush() == []
+
+
+def test_line_decoder_keeps_split_utf8_characters() -> None:
+    d = LineDecoder()
+    data = "héllo ✓\n".encode()
+    assert d.decode(data[:2]) == []  # ends in the middle of "é"
+    assert d.decode(data[2:8]) == []  # ends in the middle of "✓"
+    assert d.decode(data[8:]) == ["héllo ✓\n"]
+
+
+def test_line_decoder_replaces_invalid_bytes() -> None:
+    d = LineDecoder()
+    assert d.decode(b"a\xffb\n") == ["a\ufffdb\n"]
+
+
+def test_line_decoder_flushes_an_incomplete_character() -> None:
+    d = LineDecoder()
+    assert d.decode("é".encode()[:1]) == []
+    assert d.flush() == ["\ufffd\n"]
+
+
+def test_line_decoder_crlf_split_across_chunks() -> None:
+    d = LineDecoder()
+    lines = d.decode(b"a\r") + d.decode(b"\nb\n")
+    assert lines == ["a\n", "b\n"]
+
+
+line_text = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=20
+)
+
+
+@PROPS
+@given(st.lists(line_text, max_size=10), st.data())
+def test_line_decoder_is_independent_of_chunking(lines: list[str], data: st.DataObject) -> None:
+    payload = "".join(f"{line}\n" for line in lines).encode()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(payload)), max_size=8)))
+    d = LineDecoder()
+    out: list[str] = []
+    for start, end in zip([0, *cuts], [*cuts, len(payload)], strict=True):
+        out += d.decode(payload[start:end])
+    out += d.flush()
+    assert out == [f"{line}\n" for line in lines]
+
+
+# -- cursors -----------------------------------------------------------------------------------
+
+
+def _lines(*pairs: tuple[int, str]) -> list[TimestampedLine]:
+    return [TimestampedLine(BASE + timedelta(microseconds=us), f"{t}\n") for us, t in pairs]
+
+
+def test_cursor_defaults_and_dict_form() -> None:
+    assert LogCursor() == LogCursor(None, 0)
+    assert LogCursor().to_dict() == {"since": None, "seen_at_since": 0}
+    cursor = LogCursor(BASE.replace(microsecond=7), 2)
+    assert cursor.to_dict() == {"since": "2024-05-01T10:00:00.000007Z", "seen_at_since": 2}
+    assert LogCursor.from_dict(cursor.to_dict()) == cursor
+    assert LogCursor.from_dict(None) == LogCursor.from_dict({}) == LogCursor()
+
+
+def test_advance_from_the_start() -> None:
+    lines = _lines((0, "a"), (0, "b"), (5, "c"))
+    new, cursor = advance(LogCursor(), lines)
+    assert new == lines
+    assert cursor == LogCursor(BASE + timedelta(microseconds=5), 1)
+
+
+def test_advance_skips_what_was_emitted_including_equal_timestamps() -> None:
+    lines = _lines((0, "a"), (5, "b"), (5, "c"), (5, "d"), (9, "e"))
+    _, cursor = advance(LogCursor(), lines[:3])  # stopped after "c": two lines at t=5 emitted
+    assert cursor == LogCursor(BASE + timedelta(microseconds=5), 2)
+    new, cursor = advance(cursor, lines)  # the backend sends everything again
+    assert [line.text for line in new] == ["d\n", "e\n"]
+    assert cursor == LogCursor(BASE + timedelta(microseconds=9), 1)
+
+
+def test_advance_with_nothing_new() -> None:
+    lines = _lines((0, "a"))
+    _, cursor = advance(LogCursor(), lines)
+    assert advance(cursor, lines) == ([], cursor)
+    assert advance(cursor, []) == ([], cursor)
+
+
+def test_lines_without_timestamp_are_emitted_and_do_not_move_the_cursor() -> None:
+    plain = TimestampedLine(None, "plain\n")
+    new, cursor = advance(LogCursor(), [plain])
+    assert new == [plain] and cursor == LogCursor()
+    lines = _lines((3, "a"))
+    _, cursor = advance(LogCursor(), lines)
+    new, after = advance(cursor, [plain, *lines])
+    assert new == [plain] and after == cursor
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[TimestampedLine]:
+    """A replica's log: non-decreasing timestamps with many repeats, as raw backend lines.
+
+    Timestamps are nanoseconds apart at most a few seconds from each other, written the way
+    Kubernetes writes them (RFC 3339 with 9 digits): several lines share a microsecond (the
+    resolution we keep) and many share a second (the resolution of ``sinceTime``).
+    """
+    steps = draw(
+        st.lists(
+            st.one_of(st.just(0), st.integers(0, 999), st.integers(0, 2_000_000_000)), max_size=25
+        )
+    )
+    raw: list[str] = []
+    ns = 0
+    for i, step in enumerate(steps):
+        ns += step
+        when = BASE + timedelta(microseconds=ns // 1000)
+        stamp = when.strftime("%Y-%m-%dT%H:%M:%S") + f".{when.microsecond:06d}{ns % 1000:03d}Z"
+        raw.append(f"{stamp} line {i}: {draw(line_text)}\n")
+    return [split_timestamp(r) for r in raw]
+
+
+def _backend(
+    log: list[TimestampedLine], upto: int, since: datetime | None
+) -> list[TimestampedLine]:
+    """What a backend returns when asked for lines since ``since`` while ``upto`` exist.
+
+    Like Kubernetes' ``sinceTime``, ``since`` is rounded down to the second.
+    """
+    if since is None:
+        return log[:upto]
+    floor = since.replace(microsecond=0)
+    return [line for line in log[:upto] if line.timestamp is not None and line.timestamp >= floor]
+
+
+@PROPS
+@given(logs(), st.data())
+def test_resuming_emits_every_line_exactly_once_in_order(
+    log: list[TimestampedLine], data: st.DataObject
+) -> None:
+    # Read the log in arbitrary batches (as it grows, or as reads are cut short), resuming
+    # from the cursor each time; sometimes the cursor goes through its dict form, as it does
+    # when a trigger is serialized and resumed on another triggerer.
+    ends = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=8)))
+    cursor = LogCursor()
+    emitted: list[TimestampedLine] = []
+    for end in [*ends, len(log)]:
+        new, cursor = advance(cursor, _backend(log, end, cursor.since))
+        emitted += new
+        if data.draw(st.booleans()):
+            cursor = LogCursor.from_dict(cursor.to_dict())
+    assert emitted == log
+    # And a reader that starts again from the final cursor gets nothing twice.
+    assert advance(cursor, _backend(log, len(log), cursor.since))[0] == []
+
+
+@PROPS
+@given(st.lists(st.sampled_from([0, 0, 0, 1]), min_size=1, max_size=30), st.data())
+def test_resuming_inside_a_run_of_identical_timestamps(
+    steps: list[int], data: st.DataObject
+) -> None:
+    # Mostly one timestamp: the count in the cursor is all that tells the lines apart.
+    log: list[TimestampedLine] = []
+    us = 0
+    for i, step in enumerate(steps):
+        us += step
+        log.append(TimestampedLine(BASE + timedelta(microseconds=us), f"{i}\n"))
+    ends = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=6)))
+    cursor = LogCursor()
+    emitted: list[TimestampedLine] = []
+    for end in [*ends, len(log)]:
+        new, cursor = advance(cursor, _backend(log, end, cursor.since))
+        emitted += new
+    assert [line.text for line in emitted] == [line.text for line in log]
