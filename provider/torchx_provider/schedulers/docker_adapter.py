@@ -1,0 +1,502 @@
+"""The I/O of ``local_docker``: every docker SDK call, and nothing else.
+
+:class:`DockerEngine` is blocking (the docker SDK is). The sync
+:class:`~torchx_provider.schedulers.docker_scheduler.DockerScheduler` calls it directly; the
+async client runs the same methods in worker threads. Decisions -- what to create, what a
+container's state means, which log lines are new, when an app may be removed -- are the pure
+functions of :mod:`.docker_translation`, :mod:`.docker_state` and :mod:`.logs`.
+
+Calls on independent objects (inspecting the replicas of an app, starting them, stopping them)
+run concurrently on a small thread pool: submitting N replicas costs about as much as
+``docker run`` N times in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
+from functools import partial
+from typing import Any, TypeVar
+
+from torchx_provider.errors import SubmissionError, UnknownAppError
+from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.docker_client import DockerClientConfig, docker_call, make_client
+from torchx_provider.schedulers.docker_state import (
+    CANCELLED_SUFFIX,
+    ContainerInfo,
+    describe_app,
+    list_apps,
+    of_task_instance,
+    oldest_network,
+    ready_to_remove,
+    replica_state,
+)
+from torchx_provider.schedulers.docker_translation import (
+    DockerJob,
+    check_engine_resources,
+    in_bounds,
+    log_params,
+    spec_replica,
+    with_image,
+)
+from torchx_provider.schedulers.labels import (
+    LABEL_APP_ID,
+    LABEL_KUBE_MANAGED_BY,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_NAME,
+    MANAGED_BY,
+    TaskInstanceKey,
+    label_value,
+)
+from torchx_provider.schedulers.logs import (
+    LineDecoder,
+    LogCursor,
+    TimestampedLine,
+    advance,
+    split_timestamp,
+)
+from torchx_provider.schedulers.workspace import build_workspace_image, ensure_image
+from torchx_provider.specs.api import is_terminal
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
+STOP_TIMEOUT = 10
+_MANAGED = f"{LABEL_KUBE_MANAGED_BY}={MANAGED_BY}"
+
+
+class DockerEngine:
+    """One Docker engine, as ``local_docker`` uses it. Thread-safe; create it cheaply (the
+    client connects on first use)."""
+
+    def __init__(self, config: DockerClientConfig | None = None, client: Any = None) -> None:
+        self.config = config or DockerClientConfig()
+        self._client = client
+        # A client given by the caller is theirs: used for everything, never closed here.
+        self._own_client = client is None
+        self._stream_client: Any = None
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._limits: tuple[int, int] | None = None
+        # app id -> replicas whose log has been read to its end (see ``remove``).
+        self._drained: dict[str, set[tuple[str, int]]] = {}
+
+    # -- plumbing --------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The ``docker.DockerClient`` (made on first use)."""
+        with self._lock:
+            if self._client is None:
+                self._client = make_client(self.config)
+            return self._client
+
+    @property
+    def stream_client(self) -> Any:
+        """A client without a read timeout, for log streams that follow a quiet replica."""
+        if not self._own_client:
+            return self.client
+        version = self.client.api.api_version
+        with self._lock:
+            if self._stream_client is None:
+                self._stream_client = make_client(self.config, streaming=True, version=version)
+            return self._stream_client
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[Future[R]]:
+        """Run ``fn`` on every item concurrently; the futures, in order (one item: inline)."""
+        if len(items) <= 1:
+            futures: list[Future[R]] = []
+            for item in items:
+                f: Future[R] = Future()
+                try:
+                    f.set_result(fn(item))
+                except BaseException as e:  # delivered through the future
+                    f.set_exception(e)
+                futures.append(f)
+            return futures
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.config.max_pool_size, thread_name_prefix="torchx-docker"
+                )
+            pool = self._pool
+        return [pool.submit(fn, item) for item in items]
+
+    def close(self) -> None:
+        """Close the client's connections and the thread pool. Safe to call twice."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            clients = [self._client if self._own_client else None, self._stream_client]
+            self._stream_client = None
+            if self._own_client:
+                self._client = None
+        if pool is not None:
+            pool.shutdown(wait=False)
+        for client in clients:
+            if client is not None:
+                client.close()
+
+    # -- submitting ------------------------------------------------------------------------------
+    def engine_limits(self) -> tuple[int, int]:
+        """(CPUs, memory bytes) of the engine (asked once)."""
+        if self._limits is None:
+            with docker_call("reading the Docker engine's CPUs and memory"):
+                info = self.client.info()
+            self._limits = (int(info.get("NCPU") or 0), int(info.get("MemTotal") or 0))
+        return self._limits
+
+    def ensure_network(self, name: str) -> str:
+        """The id of the user-defined bridge network ``name``, created when missing.
+
+        Safe when several submits race: see :func:`.docker_state.oldest_network`.
+        """
+        api = self.client.api
+        with docker_call(f"looking up Docker network {name!r}"):
+            found = oldest_network(api.networks(names=[name]), name)
+        if found is not None:
+            return str(found["Id"])
+        created: str | None = None
+        try:
+            with docker_call(f"creating Docker network {name!r}"):
+                created = api.create_network(
+                    name,
+                    driver="bridge",
+                    check_duplicate=True,
+                    labels={LABEL_KUBE_MANAGED_BY: MANAGED_BY},
+                )["Id"]
+        except SubmissionError as e:
+            if e.status != 409:  # 409: someone else created it first
+                raise
+        with docker_call(f"looking up Docker network {name!r}"):
+            found = oldest_network(api.networks(names=[name]), name)
+        if found is None:
+            raise SubmissionError(f"Docker network {name!r} vanished right after its creation")
+        if created is not None and found["Id"] != created:
+            try:
+                with docker_call(f"removing duplicate Docker network {name!r}"):
+                    api.remove_network(created)
+            except SubmissionError as e:  # harmless: nothing is attached to it
+                log.debug("could not remove duplicate network %s: %s", created, e)
+        return str(found["Id"])
+
+    def run(self, job: DockerJob) -> str:
+        """Create and start every container of ``job``; return the app id.
+
+        Workspaces are built first. Then, concurrently: the engine's size is read, the images
+        are found (or pulled), the network is ensured. If any replica cannot be created or
+        started, the app's containers are removed and the first error is raised.
+        """
+        client = self.client
+        for ws in job.workspaces:
+            image = build_workspace_image(
+                ws.workspace,
+                ws.base_image,
+                image_repo=ws.image_repo,
+                client=client,
+                config=self.config,
+                quiet=job.quiet,
+                role=ws.role,
+                labels={LABEL_APP_ID: job.app_id},
+            )
+            job = with_image(job, ws.role, image)
+
+        images: dict[str, str] = {}
+        for spec in job.containers:
+            images.setdefault(spec["image"], spec_replica(spec)[0])
+        checks: list[Callable[[], Any]] = [
+            self.engine_limits,
+            partial(self.ensure_network, job.network),
+            *(
+                partial(
+                    ensure_image,
+                    client,
+                    img,
+                    quiet=job.quiet,
+                    role=role,
+                    auth_config=self.config.auth_config(img),
+                )
+                for img, role in images.items()
+            ),
+        ]
+        results = [f.result() for f in self._map(lambda check: check(), checks)]
+        ncpu, mem = results[0]
+        network_id = results[1]
+        check_engine_resources(job, ncpu, mem)
+
+        outcomes = self._map(lambda spec: self._create_and_start(spec, network_id), job.containers)
+        created: list[str] = []
+        errors: list[BaseException] = []
+        for f in outcomes:
+            container_id, error = f.result()
+            if container_id:
+                created.append(container_id)
+            if error is not None:
+                errors.append(error)
+        if errors:
+            self._remove_ids(created)
+            raise errors[0]
+        return job.app_id
+
+    def _create_and_start(
+        self, spec: dict[str, Any], network_id: str
+    ) -> tuple[str | None, BaseException | None]:
+        role, replica = spec_replica(spec)
+        what = f"replica {role}/{replica} ({spec['name']})"
+        kwargs = {**spec, "network": network_id}
+        try:
+            with docker_call(f"creating {what}"):
+                container = self.client.containers.create(**kwargs)
+        except Exception as e:  # reported once the others are cleaned up
+            return None, e
+        try:
+            with docker_call(f"starting {what}"):
+                container.start()
+        except Exception as e:  # likewise
+            return container.id, e
+        return container.id, None
+
+    def _remove_ids(self, ids: Sequence[str]) -> None:
+        def remove(container_id: str) -> None:
+            try:
+                with docker_call(f"removing container {container_id[:12]}"):
+                    self.client.api.remove_container(container_id, force=True)
+            except (SubmissionError, UnknownAppError) as e:
+                log.warning("could not remove container %s: %s", container_id[:12], e)
+
+        for f in self._map(remove, list(ids)):
+            f.result()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def summaries(
+        self, app_id: str | None = None, selector: Sequence[str] = ()
+    ) -> list[ContainerInfo]:
+        """The provider's containers (one list call), of one app or of all, matching the
+        ``key=value`` labels of ``selector``."""
+        labels = [_MANAGED, *selector]
+        if app_id is not None:
+            labels.append(f"{LABEL_APP_ID}={label_value(app_id)}")
+        with docker_call("listing containers"):
+            rows = self.client.api.containers(all=True, filters={"label": labels})
+        infos = [ContainerInfo.from_summary(r) for r in rows]
+        return [c for c in infos if app_id is None or c.app_id == label_value(app_id)]
+
+    def inspect(self, ids: Iterable[str]) -> list[ContainerInfo]:
+        """Inspect containers concurrently; ones removed meanwhile are left out."""
+
+        def one(container_id: str) -> ContainerInfo | None:
+            try:
+                # With an app id, the choke point turns a 404 into UnknownAppError.
+                with docker_call(f"inspecting container {container_id[:12]}", app_id=""):
+                    return ContainerInfo.from_inspect(
+                        self.client.api.inspect_container(container_id)
+                    )
+            except UnknownAppError:
+                return None
+
+        found = [f.result() for f in self._map(one, list(ids))]
+        return [c for c in found if c is not None]
+
+    def containers(self, app_id: str) -> list[ContainerInfo]:
+        """Every container of ``app_id``, inspected (exact exit codes and restart counts)."""
+        return self.inspect(c.id for c in self.summaries(app_id))
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return describe_app(app_id, self.containers(app_id))
+
+    def list_apps(self, app_handle: Callable[[str], str]) -> list[ListAppResponse]:
+        return list_apps(self.summaries(), app_handle)
+
+    def find_apps(
+        self, ti_key: TaskInstanceKey, app_handle: Callable[[str], str]
+    ) -> list[ListAppResponse]:
+        """The apps submitted by ``ti_key``'s task instance (any try), newest first."""
+        found = [
+            c
+            for c in self.summaries(selector=ti_key.selector().split(","))
+            if of_task_instance(c, ti_key)
+        ]
+        return list(reversed(list_apps(found, app_handle)))
+
+    def replica(self, app_id: str, role: str, replica_id: int) -> ContainerInfo:
+        """The container of one replica; :class:`UnknownAppError` names what exists."""
+        labels = [
+            _MANAGED,
+            f"{LABEL_APP_ID}={label_value(app_id)}",
+            f"{LABEL_ROLE_NAME}={label_value(role)}",
+            f"{LABEL_REPLICA_ID}={replica_id}",
+        ]
+        with docker_call("listing containers"):
+            rows = self.client.api.containers(all=True, filters={"label": labels})
+        found = [c for c in self.inspect(r["Id"] for r in rows) if c.role_name == role]
+        if not found:
+            others = sorted({f"{c.role_name}/{c.replica_id}" for c in self.summaries(app_id)})
+            if not others:
+                raise UnknownAppError(app_id)
+            raise UnknownAppError(
+                app_id,
+                f"app {app_id!r} has no replica {role}/{replica_id}; its replicas are "
+                f"{', '.join(others)}",
+            )
+        return found[0]
+
+    # -- logs --------------------------------------------------------------------------------
+    def iter_logs(
+        self,
+        app_id: str,
+        role: str,
+        replica_id: int,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        follow: bool = False,
+        streams: str | None = None,
+    ) -> Iterator[str]:
+        """The lines of one replica (each ending with ``\\n``), following it with ``follow``.
+
+        ``since`` and ``until`` are inclusive, to the microsecond. The replica is looked up
+        and the log opened now (an unknown app raises here); the lines come as the iterator
+        is consumed.
+        """
+        params = log_params(streams, since, until)
+        container = self.replica(app_id, role, replica_id)
+        finished_before = is_terminal(replica_state(container))
+        client = self.stream_client if follow else self.client
+        with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
+            stream = client.api.logs(container.id, stream=True, follow=follow, **params)
+        return self._lines(container, stream, streams, since, until, follow, finished_before)
+
+    def _lines(
+        self,
+        container: ContainerInfo,
+        stream: Any,
+        streams: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        follow: bool,
+        finished_before: bool,
+    ) -> Iterator[str]:
+        app_id, what = container.app_id, f"reading the log of {_replica(container)}"
+        decoder = LineDecoder()
+        cursor = LogCursor()
+        try:
+            with docker_call(what, app_id=app_id):
+                for chunk in stream:
+                    for raw in decoder.decode(chunk):
+                        line = split_timestamp(raw)
+                        if in_bounds(line.timestamp, since, until):
+                            cursor = _emitted(cursor, line)
+                            yield line.text
+            for raw in decoder.flush():
+                line = split_timestamp(raw)
+                if in_bounds(line.timestamp, since, until):
+                    cursor = _emitted(cursor, line)
+                    yield line.text
+        finally:
+            stream.close()
+        if follow:
+            # A follower is closed without the last line when that line has no newline
+            # (Docker 20.10): read what was written after the last line emitted.
+            params = log_params(streams, cursor.since or since, until)
+            with docker_call(what, app_id=app_id):
+                raw_rest = self.client.api.logs(container.id, stream=False, **params)
+            rest = LineDecoder()
+            lines = [split_timestamp(r) for r in [*rest.decode(raw_rest), *rest.flush()]]
+            new, cursor = advance(cursor, lines)
+            for line in new:
+                if in_bounds(line.timestamp, since, until):
+                    yield line.text
+        # Read to its end without an upper bound: the log counts as read (see ``remove``).
+        if until is not None or not (finished_before or follow):
+            return
+        if not finished_before:
+            # Followed to the end: drained only if the replica finished (not restarting).
+            current = self.replica(app_id, container.role_name, container.replica_id)
+            if not is_terminal(replica_state(current)):
+                return
+        self.mark_drained(app_id, container.role_name, container.replica_id)
+
+    def read_logs(
+        self, app_id: str, role: str, replica_id: int, cursor: LogCursor
+    ) -> tuple[list[TimestampedLine], LogCursor]:
+        """What one replica wrote after ``cursor`` (both streams), and the advanced cursor."""
+        container = self.replica(app_id, role, replica_id)
+        finished_before = is_terminal(replica_state(container))
+        params = log_params(None, cursor.since, None)
+        with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
+            raw = self.client.api.logs(container.id, stream=False, **params)
+        decoder = LineDecoder()
+        lines = [split_timestamp(line) for line in [*decoder.decode(raw), *decoder.flush()]]
+        new, cursor = advance(cursor, lines)
+        if finished_before:
+            self.mark_drained(app_id, role, replica_id)
+        return new, cursor
+
+    # -- stopping and removing ---------------------------------------------------------------
+    def cancel(self, app_id: str) -> None:
+        """Stop the app's unfinished containers, marking them cancelled first (by name)."""
+
+        def stop(c: ContainerInfo) -> None:
+            api = self.client.api
+            try:
+                if not c.cancelled:
+                    with docker_call(f"marking container {c.name} cancelled", app_id=app_id):
+                        api.rename(c.id, c.name + CANCELLED_SUFFIX)
+                with docker_call(f"stopping container {c.name}", app_id=app_id):
+                    api.stop(c.id, timeout=STOP_TIMEOUT)
+            except UnknownAppError:
+                pass  # removed meanwhile
+
+        live = [c for c in self.summaries(app_id) if not is_terminal(replica_state(c))]
+        for f in self._map(stop, live):
+            f.result()
+
+    def delete(self, app_id: str) -> None:
+        """Remove every container of the app (killing running ones) and its workspace images."""
+        self._remove_app(app_id, self.summaries(app_id))
+
+    def mark_drained(self, app_id: str, role: str, replica_id: int) -> None:
+        """Note that a replica's log has been read to its end; remove the app's containers
+        when it is finished, asked for removal and every replica's log has been read."""
+        with self._lock:
+            drained = self._drained.setdefault(app_id, set())
+            drained.add((role, replica_id))
+            drained = set(drained)
+        containers = self.summaries(app_id)
+        if ready_to_remove(containers, drained):
+            log.debug("app %s finished and its logs were read: removing it", app_id)
+            self._remove_app(app_id, containers)
+
+    def _remove_app(self, app_id: str, containers: Sequence[ContainerInfo]) -> None:
+        self._remove_ids([c.id for c in containers])
+        with self._lock:
+            self._drained.pop(app_id, None)
+        # Workspace images built for this app (labelled with its id) are of no further use
+        # here; a pushed copy stays in its registry. An image still in use is kept.
+        api = self.client.api
+        with docker_call("listing workspace images"):
+            images = api.images(filters={"label": f"{LABEL_APP_ID}={label_value(app_id)}"})
+        for image in images:
+            try:
+                with docker_call(f"removing workspace image {image['Id']}"):
+                    api.remove_image(image["Id"], force=True)
+            except SubmissionError as e:
+                log.debug("workspace image %s kept: %s", image["Id"], e)
+
+
+def _replica(c: ContainerInfo) -> str:
+    return f"replica {c.role_name}/{c.replica_id} of app {c.app_id!r}"
+
+
+def _emitted(cursor: LogCursor, line: TimestampedLine) -> LogCursor:
+    """The cursor after emitting ``line`` (kept at the latest timestamp seen)."""
+    ts = line.timestamp
+    if ts is None or (cursor.since is not None and ts < cursor.since):
+        return cursor
+    if ts == cursor.since:
+        return LogCursor(ts, cursor.seen_at_since + 1)
+    return LogCursor(ts, 1)

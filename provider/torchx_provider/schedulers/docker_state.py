@@ -1,0 +1,372 @@
+"""Docker containers -> replica and app states. Pure: data in, data out.
+
+A container is read either from ``GET /containers/{id}/json`` (inspect: exact exit code,
+restart count, hostname) or from one entry of ``GET /containers/json`` (list: one call for
+many containers; the exit code is read from its ``Status`` text). Both become a
+:class:`ContainerInfo`, and :func:`replica_state` classifies it with :data:`CONTAINER_STATE`.
+
+The app's state follows from its replicas (:func:`app_state`): SUCCEEDED only when every
+replica exited 0; FAILED when any failed and the rest are finished; CANCELLED when the app
+was cancelled and nothing failed; otherwise the earliest state among the unfinished replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.docker_translation import (
+    LABEL_REMOVE,
+    LABEL_ROLE,
+    LABEL_TASK_INSTANCE,
+    replica_name,
+)
+from torchx_provider.schedulers.labels import (
+    LABEL_APP_ID,
+    LABEL_APP_NAME,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+    TaskInstanceKey,
+)
+from torchx_provider.schedulers.logs import parse_timestamp
+from torchx_provider.specs.api import (
+    NONE,
+    AppState,
+    ReplicaState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
+from torchx_provider.specs.serialization import role_from_dict
+
+#: Docker's ``State.Status`` -> ReplicaState. ``None``: decided by the exit code.
+CONTAINER_STATE: dict[str, ReplicaState | None] = {
+    # Created but not started. ``schedule`` starts every container right after creating it;
+    # one that stays here with ``State.Error`` set failed to start and is FAILED.
+    "created": ReplicaState.SUBMITTED,
+    # Exited and waiting out the back-off of its ``on-failure`` restart policy: it will run
+    # again (a retry, counted in ``RestartCount``).
+    "restarting": ReplicaState.PENDING,
+    "running": ReplicaState.RUNNING,
+    # Frozen by ``docker pause``: not making progress, not finished either.
+    "paused": ReplicaState.PENDING,
+    # Being deleted (``docker rm -f`` or the provider's own clean-up); its outcome is no longer
+    # reported.
+    "removing": ReplicaState.UNKNOWN,
+    # Finished: ``State.ExitCode`` 0 is SUCCEEDED, anything else FAILED (137 is a SIGKILL,
+    # often the OOM killer: see ``State.OOMKilled``).
+    "exited": None,
+    # The engine failed to stop or remove it (e.g. a busy mount): it will not run again.
+    "dead": ReplicaState.FAILED,
+}
+
+#: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
+#: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
+CANCELLED_SUFFIX = ".cancelled"
+
+_EXITED = re.compile(r"^Exited \((-?\d+)\)")
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, (int, float)) and value > 0:
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    if isinstance(value, str) and value and value != _ZERO_TIME:
+        try:
+            return parse_timestamp(value)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What the provider needs to know about one container."""
+
+    id: str
+    name: str
+    status: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    error: str = ""
+    oom_killed: bool = False
+    restart_count: int | None = None
+    hostname: str = ""
+    created: datetime | None = None
+
+    @classmethod
+    def from_inspect(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
+        """From ``docker inspect`` (``Container.attrs``)."""
+        state = attrs.get("State") or {}
+        config = attrs.get("Config") or {}
+        return cls(
+            id=attrs.get("Id", ""),
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            status=state.get("Status", ""),
+            labels=dict(config.get("Labels") or {}),
+            exit_code=state.get("ExitCode"),
+            error=state.get("Error") or "",
+            oom_killed=bool(state.get("OOMKilled")),
+            restart_count=attrs.get("RestartCount"),
+            hostname=config.get("Hostname", ""),
+            created=_time(attrs.get("Created")),
+        )
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> ContainerInfo:
+        """From one entry of ``docker ps -a`` (``APIClient.containers()``)."""
+        names = summary.get("Names") or [""]
+        m = _EXITED.match(summary.get("Status") or "")
+        return cls(
+            id=summary.get("Id", ""),
+            name=str(names[0]).lstrip("/"),
+            status=summary.get("State", ""),
+            labels=dict(summary.get("Labels") or {}),
+            exit_code=int(m.group(1)) if m else None,
+            created=_time(summary.get("Created")),
+        )
+
+    # -- what the labels say ---------------------------------------------------------------------
+    @property
+    def app_id(self) -> str:
+        return self.labels.get(LABEL_APP_ID, "")
+
+    @property
+    def role(self) -> Role | None:
+        """The role the container was created from (``None`` if the label is missing/bad)."""
+        raw = self.labels.get(LABEL_ROLE)
+        if not raw:
+            return None
+        try:
+            return role_from_dict(json.loads(raw))
+        except (ValueError, TypeError):
+            return None
+
+    @property
+    def role_name(self) -> str:
+        role = self.role
+        return role.name if role is not None else self.labels.get(LABEL_ROLE_NAME, "")
+
+    @property
+    def role_index(self) -> int:
+        return int(self.labels.get(LABEL_ROLE_INDEX, "0") or 0)
+
+    @property
+    def replica_id(self) -> int:
+        return int(self.labels.get(LABEL_REPLICA_ID, "0") or 0)
+
+    @property
+    def remove_when_done(self) -> bool:
+        return self.labels.get(LABEL_REMOVE) == "true"
+
+    @property
+    def cancelled(self) -> bool:
+        return self.name.endswith(CANCELLED_SUFFIX)
+
+    @property
+    def task_instance(self) -> TaskInstanceKey | None:
+        """The Airflow task instance that submitted the app, if one did."""
+        raw = self.labels.get(LABEL_TASK_INSTANCE)
+        if not raw:
+            return None
+        try:
+            return TaskInstanceKey.from_annotations(json.loads(raw))
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+
+def replica_state(c: ContainerInfo) -> ReplicaState:
+    """The replica's state, from :data:`CONTAINER_STATE` plus the exit code and cancel mark."""
+    state = CONTAINER_STATE.get(c.status, ReplicaState.UNKNOWN)
+    if state is None:
+        state = ReplicaState.SUCCEEDED if c.exit_code == 0 else ReplicaState.FAILED
+    elif c.status == "created" and c.error:
+        state = ReplicaState.FAILED
+    if c.cancelled and (is_terminal(state) or c.status == "created"):
+        return ReplicaState.CANCELLED
+    return state
+
+
+def exit_code(c: ContainerInfo) -> int | None:
+    """The exit code of a finished replica (``None`` while it may still run)."""
+    if c.status in ("exited", "dead") or (c.status == "created" and c.error):
+        return c.exit_code
+    return None
+
+
+def app_state(states: Iterable[ReplicaState]) -> AppState:
+    """The app's state from its replicas' (see the module docstring); UNKNOWN for none."""
+    states = list(states)
+    if not states:
+        return AppState.UNKNOWN
+    running = [s for s in states if not is_terminal(s)]
+    if running:
+        return min(running, key=lambda s: s.value)
+    if all(s == AppState.SUCCEEDED for s in states):
+        return AppState.SUCCEEDED
+    if any(s == AppState.FAILED for s in states):
+        return AppState.FAILED
+    return AppState.CANCELLED
+
+
+def _failure_msg(role: str, c: ContainerInfo) -> str:
+    if c.error:
+        return f"{role}/{c.replica_id} failed to start: {c.error}"
+    msg = f"{role}/{c.replica_id} exited with code {c.exit_code}"
+    if c.oom_killed:
+        msg += " (killed for exceeding its memory limit: raise resource.memMB)"
+    return msg
+
+
+def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAppResponse | None:
+    """The app made of ``containers`` (all of one app id), or ``None`` when there are none.
+
+    Roles come from the role JSON each container carries. A replica the role declares but
+    whose container is gone is reported UNKNOWN, so an app is never called SUCCEEDED on
+    partial evidence.
+    """
+    by_role: dict[str, list[ContainerInfo]] = {}
+    roles: dict[str, tuple[int, Role]] = {}
+    for c in containers:
+        name = c.role_name
+        by_role.setdefault(name, []).append(c)
+        if name not in roles:
+            role = c.role or Role(name=name, image="", num_replicas=0)
+            roles[name] = (c.role_index, role)
+    if not by_role:
+        return None
+
+    statuses: list[RoleStatus] = []
+    failures: list[str] = []
+    states: list[ReplicaState] = []
+    restarts = 0
+    for name, (_, role) in sorted(roles.items(), key=lambda kv: (kv[1][0], kv[0])):
+        replicas: list[ReplicaStatus] = []
+        seen: set[int] = set()
+        for c in sorted(by_role[name], key=lambda c: c.replica_id):
+            state = replica_state(c)
+            seen.add(c.replica_id)
+            restarts = max(restarts, c.restart_count or 0)
+            replicas.append(
+                ReplicaStatus(
+                    id=c.replica_id,
+                    state=state,
+                    role=name,
+                    hostname=c.hostname or replica_name(app_id, name, c.replica_id),
+                    structured_error_msg=c.error or NONE,
+                    exit_code=exit_code(c),
+                    num_restarts=c.restart_count,
+                )
+            )
+            if state == ReplicaState.FAILED:
+                failures.append(_failure_msg(name, c))
+        for missing in sorted(set(range(role.num_replicas)) - seen):
+            replicas.append(
+                ReplicaStatus(
+                    id=missing,
+                    state=ReplicaState.UNKNOWN,
+                    role=name,
+                    hostname=replica_name(app_id, name, missing),
+                    structured_error_msg="the replica's container no longer exists",
+                )
+            )
+        replicas.sort(key=lambda r: r.id)
+        states.extend(r.state for r in replicas)
+        statuses.append(RoleStatus(name, replicas))
+
+    state = app_state(states)
+    msg = "; ".join(failures) if failures else NONE
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=restarts,
+        msg=msg,
+        roles_statuses=statuses,
+        roles=[role for _, (_, role) in sorted(roles.items(), key=lambda kv: (kv[1][0], kv[0]))],
+    )
+
+
+def list_apps(
+    containers: Iterable[ContainerInfo], app_handle: Callable[[str], str]
+) -> list[ListAppResponse]:
+    """One entry per app id among ``containers``, oldest first."""
+    by_app: dict[str, list[ContainerInfo]] = {}
+    for c in containers:
+        if c.app_id:
+            by_app.setdefault(c.app_id, []).append(c)
+    out = []
+    for app_id, cs in by_app.items():
+        created = [c.created for c in cs if c.created is not None]
+        out.append(
+            ListAppResponse(
+                app_id=app_id,
+                state=app_state(replica_state(c) for c in cs),
+                app_handle=app_handle(app_id),
+                name=cs[0].labels.get(LABEL_APP_NAME, ""),
+                created=min(created) if created else None,
+            )
+        )
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    out.sort(key=lambda a: (a.created or epoch, a.app_id))
+    return out
+
+
+def of_task_instance(c: ContainerInfo, ti_key: TaskInstanceKey) -> bool:
+    """Whether ``c`` was submitted by ``ti_key``'s task instance (any try)."""
+    found = c.task_instance
+    return found is not None and (
+        found.dag_id,
+        found.task_id,
+        found.run_id,
+        found.map_index,
+    ) == (ti_key.dag_id, ti_key.task_id, ti_key.run_id, ti_key.map_index)
+
+
+# ---------------------------------------------------------------------------------------------
+# Removal once finished and read
+
+
+def replica_keys(containers: Iterable[ContainerInfo]) -> set[tuple[str, int]]:
+    """Every (role, replica id) the app declares (from the roles its containers carry)."""
+    keys: set[tuple[str, int]] = set()
+    for c in containers:
+        role = c.role
+        count = role.num_replicas if role is not None else 0
+        keys.update((c.role_name, i) for i in range(count))
+        keys.add((c.role_name, c.replica_id))
+    return keys
+
+
+def ready_to_remove(containers: list[ContainerInfo], drained: set[tuple[str, int]]) -> bool:
+    """Whether an app's containers may go: it asked for removal, every replica is finished
+    (none restarting) and every replica's log has been read to its end (``drained``)."""
+    if not containers or not all(c.remove_when_done for c in containers):
+        return False
+    if not all(is_terminal(replica_state(c)) for c in containers):
+        return False
+    return replica_keys(containers) <= drained
+
+
+# ---------------------------------------------------------------------------------------------
+# Networks
+
+
+def oldest_network(networks: Iterable[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    """The network called exactly ``name`` that every submitter agrees on: the oldest.
+
+    Two submits racing to create the network may both succeed (the engine's duplicate check
+    is not atomic); each then picks the oldest (ties broken by id), and removes its own if it
+    lost, so every replica lands on the same network.
+    """
+    epoch = datetime.min.replace(tzinfo=timezone.utc)
+    matching = [n for n in networks if n.get("Name") == name]
+    if not matching:
+        return None
+    return min(matching, key=lambda n: (_time(n.get("Created")) or epoch, n.get("Id", "")))

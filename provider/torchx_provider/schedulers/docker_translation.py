@@ -1,0 +1,509 @@
+"""AppDef + options -> the containers ``local_docker`` runs. Pure: no docker import, no I/O.
+
+One container per replica. Each container spec is a plain dict of the keyword arguments of
+``DockerClient.containers.create`` (``image``, ``entrypoint``, ``command``, ``name``, ...), so
+the dry run shows exactly what will be sent and a test can compare it with a literal dict.
+
+Names. The app id is ``{app name}-{8 random characters}`` (:func:`new_app_id`), already a valid
+container-name prefix. Replica ``k`` of role ``r`` is named :func:`replica_name`
+(``{app_id}-{r}-{k}``, made RFC 1123 and at most 63 characters, a hash kept when cut); the
+container's hostname is the same string. Containers on a user-defined network resolve each
+other by container name, so ``TORCHX_RANK0_HOST`` -- the name of role 0 / replica 0 -- is both
+resolvable from every replica and equal to ``hostname`` inside that replica, even when the
+name had to be shortened or cleaned.
+
+Environment of every replica, later entries winning:
+
+1. host variables matching the ``copy_env`` globs;
+2. the ``env`` run option;
+3. the role's ``env`` (macros substituted per replica);
+4. the provider's own: ``TORCHX_APP_ID``, ``TORCHX_ROLE_IDX``, ``TORCHX_ROLE_NAME``,
+   ``TORCHX_REPLICA_IDX`` (TorchX's names) and ``TORCHX_RANK0_HOST``; the ``${rank0_env}``
+   macro is ``TORCHX_RANK0_HOST``.
+
+Retries. ``max_retries > 0`` becomes Docker's ``on-failure`` restart policy with that many
+retries: the engine restarts the failed container only. So on this backend every retry
+policy acts as ``REPLICA``: ``APPLICATION`` and ``ROLE`` (restart the whole app or role) are
+not supported -- the other replicas keep running, and a restarted replica must be able to
+re-join them (``torchrun``'s elastic rendezvous does). Use a Kubernetes backend for
+whole-app restarts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
+from torchx_provider.schedulers.labels import ANNOTATION_ROLE, TaskInstanceKey, replica_labels
+from torchx_provider.specs.api import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Role,
+    VolumeMount,
+    macros,
+)
+from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
+from torchx_provider.specs.runopts import CfgVal, runopts
+from torchx_provider.specs.serialization import role_to_dict
+
+log = logging.getLogger(__name__)
+
+#: The user-defined bridge network replicas join by default (TorchX's name).
+NETWORK = "torchx"
+#: The variable holding the hostname of role 0 / replica 0 (the ``${rank0_env}`` macro).
+RANK0_ENV = "TORCHX_RANK0_HOST"
+ENV_APP_ID = "TORCHX_APP_ID"
+ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
+ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
+ENV_REPLICA_IDX = "TORCHX_REPLICA_IDX"
+
+#: Label holding the role (JSON, as ``role_to_dict``) the container was created from.
+LABEL_ROLE = ANNOTATION_ROLE
+#: Label saying whether the container is removed once finished and its log read.
+LABEL_REMOVE = "torchx.pytorch.org/remove"
+#: Label holding the full task-instance values (JSON of ``TaskInstanceKey.annotations()``):
+#: containers have no annotations, and the ``airflow.apache.org/*`` labels may be hashed.
+LABEL_TASK_INSTANCE = "airflow.apache.org/task-instance"
+
+#: App names are cut to this length in app ids, leaving room for role names and indices.
+APP_NAME_MAX_LEN = 40
+
+MiB = 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass(frozen=True)
+class DockerOpts:
+    """The run options (``cfg``) of ``local_docker``; each field's help is its metadata."""
+
+    copy_env: list[str] | None = field(
+        default=None,
+        metadata={
+            "type": list[str],
+            "help": "glob patterns of host environment variables copied into every replica, "
+            "e.g. ['AWS_*', 'HF_TOKEN']; the env option and the role's env win",
+        },
+    )
+    env: dict[str, str] | None = field(
+        default=None,
+        metadata={
+            "type": dict[str, str],
+            "help": "environment variables set in every replica, applied over copy_env; "
+            "the role's own env wins",
+        },
+    )
+    privileged: bool = field(
+        default=False,
+        metadata={"type": bool, "help": "run every container privileged (docker run --privileged)"},
+    )
+    image_repo: str | None = field(
+        default=None,
+        metadata={
+            "type": str,
+            "help": "repository that workspace images are tagged with and pushed to, e.g. "
+            "registry.example.com/team/app; unset: they stay on the local engine",
+        },
+    )
+    quiet: bool = field(
+        default=False,
+        metadata={
+            "type": bool,
+            "help": "log image pull/build/push progress at debug level instead of info",
+        },
+    )
+    network: str = field(
+        default=NETWORK,
+        metadata={
+            "type": str,
+            "help": "user-defined bridge network the replicas join (created when missing)",
+        },
+    )
+    remove: bool = field(
+        default=True,
+        metadata={
+            "type": bool,
+            "help": "remove the app's containers once it has finished and every replica's "
+            "log has been read to its end",
+        },
+    )
+
+    @classmethod
+    def run_opts(cls) -> runopts:
+        """The :class:`runopts` declared by the fields above."""
+        opts = runopts()
+        for f in dataclasses.fields(cls):
+            default: CfgVal = f.default  # type: ignore[assignment]
+            opts.add(f.name, f.metadata["type"], f.metadata["help"], default=default)
+        return opts
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, CfgVal]) -> DockerOpts:
+        """Typed options from a resolved ``cfg`` (``run_opts().resolve`` did the checking)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in cfg.items() if k in names and v is not None}
+        return cls(**values)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# The request
+
+
+@dataclass
+class WorkspaceBuild:
+    """A role whose image is patched with a local directory before its containers start."""
+
+    role: str
+    workspace: str
+    base_image: str
+    image_repo: str | None = None
+
+
+@dataclass
+class DockerJob:
+    """What ``schedule`` sends: the containers to create, in role and replica order.
+
+    ``containers[i]`` holds the keyword arguments of ``DockerClient.containers.create``.
+    The images of roles listed in ``workspaces`` are replaced by the built image at schedule
+    time.
+    """
+
+    app_id: str
+    network: str
+    containers: list[dict[str, Any]]
+    workspaces: list[WorkspaceBuild] = field(default_factory=list)
+    quiet: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def new_app_id(app_name: str) -> str:
+    """A fresh app id: the app name made container-name safe plus a random suffix.
+
+    >>> new_app_id("My_Trainer").startswith("my-trainer-")
+    True
+    """
+    return make_unique(normalize_rfc1123_name(app_name, max_len=APP_NAME_MAX_LEN))
+
+
+def replica_name(app_id: str, role_name: str, replica_id: int) -> str:
+    """Container name and hostname of one replica (RFC 1123, at most 63 characters).
+
+    >>> replica_name("echo-k3x9q2ab", "Trainer_v2", 1)
+    'echo-k3x9q2ab-trainer-v2-1'
+    """
+    return normalize_rfc1123_name(f"{app_id}-{role_name}-{replica_id}")
+
+
+def select_env(patterns: list[str] | None, host_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``host_env`` whose names match one of the glob ``patterns``."""
+    if not patterns:
+        return {}
+    return {k: v for k, v in host_env.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Resources, devices, mounts
+
+
+def _efa_devices(count: int) -> list[DeviceMount]:
+    return [
+        DeviceMount(f"/dev/infiniband/uverbs{i}", f"/dev/infiniband/uverbs{i}")
+        for i in range(count)
+    ]
+
+
+#: ``Resource.devices`` names this backend knows -> the host devices they stand for
+#: (TorchX's table: AWS EFA adapters are ``/dev/infiniband/uverbs{i}``).
+DEVICES: dict[str, Callable[[int], list[DeviceMount]]] = {
+    "vpc.amazonaws.com/efa": _efa_devices,
+}
+
+
+def device_mounts(devices: Mapping[str, int], where: str) -> list[DeviceMount]:
+    """Device mounts for a role's ``resource.devices``; unknown names are skipped (warned)."""
+    out: list[DeviceMount] = []
+    for name, count in devices.items():
+        factory = DEVICES.get(name)
+        if factory is None:
+            log.warning(
+                "%s: device %r has no Docker mapping (known: %s); it is ignored on local_docker",
+                where,
+                name,
+                sorted(DEVICES),
+            )
+            continue
+        out.extend(factory(count))
+    return out
+
+
+def resource_kwargs(role: Role) -> dict[str, Any]:
+    """``nano_cpus``, ``mem_limit``/``shm_size`` (bytes) and GPU ``device_requests``.
+
+    Unset values (``-1``) set nothing. ``/dev/shm`` gets the memory size, as in TorchX, since
+    PyTorch data loaders need more than Docker's 64 MiB default. GPUs are requested the way
+    ``docker run --gpus N`` does (capability ``gpu``, served by the NVIDIA runtime).
+    """
+    res = role.resource
+    out: dict[str, Any] = {}
+    if res.cpu > 0:
+        out["nano_cpus"] = int(res.cpu * 1e9)
+    if res.memMB > 0:
+        out["mem_limit"] = int(res.memMB) * MiB
+        out["shm_size"] = int(res.memMB) * MiB
+    if res.gpu > 0:
+        out["device_requests"] = [{"count": int(res.gpu), "capabilities": [["gpu"]]}]
+    return out
+
+
+def mount_kwargs(role: Role, where: str) -> dict[str, Any]:
+    """``mounts`` (bind and named volumes) and ``devices`` (device mounts and resource devices)."""
+    mounts: list[dict[str, Any]] = []
+    devices: list[str] = []
+    for mount in [*role.mounts, *device_mounts(role.resource.devices, where)]:
+        if isinstance(mount, BindMount):
+            mounts.append(
+                {
+                    "Type": "bind",
+                    "Source": mount.src_path,
+                    "Target": mount.dst_path,
+                    "ReadOnly": mount.read_only,
+                }
+            )
+        elif isinstance(mount, VolumeMount):
+            mounts.append(
+                {
+                    "Type": "volume",
+                    "Source": mount.src,
+                    "Target": mount.dst_path,
+                    "ReadOnly": mount.read_only,
+                }
+            )
+        elif isinstance(mount, DeviceMount):
+            devices.append(f"{mount.src_path}:{mount.dst_path}:{mount.permissions}")
+    out: dict[str, Any] = {}
+    if mounts:
+        out["mounts"] = mounts
+    if devices:
+        out["devices"] = devices
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# AppDef -> DockerJob
+
+
+def check_names(app: AppDef, app_id: str) -> None:
+    """Two roles whose names clean up to the same container name cannot run together."""
+    seen: dict[str, str] = {}
+    for i, role in enumerate(app.roles):
+        name = replica_name(app_id, role.name, 0)
+        if name in seen:
+            raise InvalidAppError(
+                f"role names {seen[name]!r} and {role.name!r} give the same container name "
+                f"{name!r}; rename one of them (use letters, digits and '-')",
+                f"roles[{i}].name",
+            )
+        seen[name] = role.name
+
+
+def app_to_job(
+    app: AppDef,
+    opts: DockerOpts,
+    app_id: str,
+    host_env: Mapping[str, str],
+    ti_key: TaskInstanceKey | None = None,
+) -> DockerJob:
+    """Translate a valid app into the containers to create (one per replica).
+
+    ``host_env`` is the environment ``copy_env`` selects from (the scheduler passes
+    ``os.environ``). ``ti_key``, the Airflow task instance submitting the app, is put on every
+    container (its labels, and the full values in :data:`LABEL_TASK_INSTANCE`) so that a retry
+    finds the app again.
+    """
+    check_names(app, app_id)
+    base_env = {**select_env(opts.copy_env, host_env), **(opts.env or {})}
+    ti_labels: dict[str, str] = {}
+    if ti_key is not None:
+        ti_labels = {
+            **ti_key.labels(),
+            LABEL_TASK_INSTANCE: json.dumps(ti_key.annotations(), sort_keys=True),
+        }
+    rank0_host = replica_name(app_id, app.roles[0].name, 0)
+    containers: list[dict[str, Any]] = []
+    workspaces: list[WorkspaceBuild] = []
+    for role_idx, role in enumerate(app.roles):
+        where = f"roles[{role_idx}]"
+        if role.workspace:
+            workspaces.append(
+                WorkspaceBuild(role.name, role.workspace, role.image, opts.image_repo)
+            )
+        role_json = json.dumps(role_to_dict(role), sort_keys=True, separators=(",", ":"))
+        for replica_id in range(role.num_replicas):
+            values = macros.Values(
+                img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
+            )
+            replica = values.apply(role)
+            name = replica_name(app_id, role.name, replica_id)
+            env = {
+                **base_env,
+                **replica.env,
+                ENV_APP_ID: app_id,
+                ENV_ROLE_IDX: str(role_idx),
+                ENV_ROLE_NAME: role.name,
+                ENV_REPLICA_IDX: str(replica_id),
+                RANK0_ENV: rank0_host,
+            }
+            labels = {
+                **replica_labels(app.name, app_id, role.name, role_idx, replica_id),
+                **ti_labels,
+                LABEL_ROLE: role_json,
+                LABEL_REMOVE: "true" if opts.remove else "false",
+            }
+            spec: dict[str, Any] = {
+                "image": replica.image,
+                # As on Kubernetes, the role's entrypoint replaces the image's ENTRYPOINT.
+                "entrypoint": [replica.entrypoint],
+                "command": list(replica.args),
+                "name": name,
+                "hostname": name,
+                "environment": env,
+                "labels": labels,
+                "network": opts.network,
+                # A small init as PID 1 forwards SIGTERM (cancel stops promptly) and reaps.
+                "init": True,
+            }
+            if opts.privileged:
+                spec["privileged"] = True
+            if replica.max_retries > 0:
+                spec["restart_policy"] = {
+                    "Name": "on-failure",
+                    "MaximumRetryCount": replica.max_retries,
+                }
+            spec.update(resource_kwargs(replica))
+            spec.update(mount_kwargs(replica, where))
+            containers.append(spec)
+    return DockerJob(app_id, opts.network, containers, workspaces, opts.quiet)
+
+
+def spec_replica(spec: Mapping[str, Any]) -> tuple[str, int]:
+    """(role name, replica id) of a container spec made by :func:`app_to_job`."""
+    env = spec["environment"]
+    return env[ENV_ROLE_NAME], int(env[ENV_REPLICA_IDX])
+
+
+def with_image(job: DockerJob, role: str, image: str) -> DockerJob:
+    """A copy of ``job`` whose containers of ``role`` run ``image`` (a built workspace)."""
+    containers = [
+        {**spec, "image": image} if spec_replica(spec)[0] == role else spec
+        for spec in job.containers
+    ]
+    return dataclasses.replace(job, containers=containers)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine can hold
+
+
+def check_engine_resources(job: DockerJob, ncpu: int, mem_bytes: int) -> None:
+    """Refuse a replica that asks for more CPUs or memory than the whole engine has.
+
+    Docker itself rejects too many CPUs with a bare HTTP 400 and silently accepts a memory
+    limit above the host's memory; one :class:`SubmissionError` naming the role is clearer.
+    """
+    for spec in job.containers:
+        role, _ = spec_replica(spec)
+        cpus = spec.get("nano_cpus", 0) / 1e9
+        if ncpu > 0 and cpus > ncpu:
+            raise SubmissionError(
+                f"role {role!r} asks for {cpus:g} CPUs per replica but the Docker engine has "
+                f"only {ncpu}; lower resource.cpu of role {role!r} to at most {ncpu}",
+                status=400,
+            )
+        mem = spec.get("mem_limit", 0)
+        if mem_bytes > 0 and mem > mem_bytes:
+            raise SubmissionError(
+                f"role {role!r} asks for {mem // MiB} MiB of memory per replica but the "
+                f"Docker engine has only {mem_bytes // MiB} MiB; lower resource.memMB of "
+                f"role {role!r}",
+                status=400,
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Log requests
+
+#: ``streams`` of ``log_iter`` -> (stdout, stderr) of the Docker logs call.
+STREAMS: dict[str | None, tuple[bool, bool]] = {
+    None: (True, True),
+    "combined": (True, True),
+    "stdout": (True, False),
+    "stderr": (False, True),
+}
+
+
+#: How far Docker's ``since``/``until`` are widened. Docker compares nanosecond timestamps with
+#: a float of seconds (about a microsecond of precision), while our timestamps carry
+#: microseconds; the engine is asked for a little more and :func:`in_bounds` (or
+#: ``logs.advance``) trims it exactly.
+LOG_BOUND_MARGIN = timedelta(milliseconds=1)
+
+
+def aware(value: datetime) -> datetime:
+    """``value`` with a time zone (naive means UTC)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def unix_time(value: datetime) -> float:
+    """Seconds since the epoch, as Docker's ``since``/``until`` take them (naive means UTC)."""
+    return aware(value).timestamp()
+
+
+def log_params(
+    streams: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    timestamps: bool = True,
+) -> dict[str, Any]:
+    """Keyword arguments of ``APIClient.logs`` for one read, bounds widened by
+    :data:`LOG_BOUND_MARGIN`."""
+    if streams not in STREAMS:
+        raise InvalidOptionError(
+            f"unknown log stream {streams!r}; use 'stdout', 'stderr' or 'combined'",
+            option="streams",
+        )
+    stdout, stderr = STREAMS[streams]
+    params: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "timestamps": timestamps}
+    if since is not None and unix_time(since - LOG_BOUND_MARGIN) > 0:
+        params["since"] = unix_time(since - LOG_BOUND_MARGIN)
+    if until is not None and unix_time(until) > 0:
+        params["until"] = unix_time(until + LOG_BOUND_MARGIN)
+    return params
+
+
+def in_bounds(ts: datetime | None, since: datetime | None, until: datetime | None) -> bool:
+    """Whether a line stamped ``ts`` lies within ``[since, until]`` (both inclusive).
+
+    A line without a timestamp is kept.
+    """
+    if ts is None:
+        return True
+    if since is not None and ts < aware(since):
+        return False
+    return not (until is not None and ts > aware(until))

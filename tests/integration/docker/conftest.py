@@ -1,0 +1,127 @@
+"""A real Docker engine for the ``local_docker`` tests.
+
+The session fixture ``docker_engine`` checks that an engine answers
+(``docker.from_env().ping()``) and that the test image ``torchx-provider/busybox:latest``
+exists, building it with ``tests/images/build_busybox_image.sh`` (``docker import`` of the
+static busybox; nothing is pulled) when it does not. When either is impossible the tests are
+skipped with the reason, or fail when ``CI`` is set.
+
+Every app runs on a network of its own for the session (``network`` fixture), removed at the
+end together with any container the tests left behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from torchx_provider.schedulers.docker_scheduler import DockerScheduler
+from torchx_provider.schedulers.labels import LABEL_APP_ID
+from torchx_provider.specs.api import AppState, is_terminal
+
+IMAGE = "torchx-provider/busybox:latest"
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_busybox_image.sh"
+
+
+@pytest.fixture(scope="session")
+def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
+    """A ``docker.DockerClient`` for the engine, with the test image present."""
+    try:
+        import docker
+    except ImportError:
+        skip_or_fail(
+            "the docker SDK is not installed (pip install 'airflow-provider-torchx[docker]')"
+        )
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as e:  # any failure means there is no usable engine
+        skip_or_fail(f"no Docker engine answers: {e}")
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=300, check=False
+        )
+        if result.returncode != 0:
+            skip_or_fail(f"cannot build the test image {IMAGE}: {result.stderr.strip()[-500:]}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def network(docker_engine: Any) -> Iterator[str]:
+    """A network name for this session's apps; it and every app left on it go at the end."""
+    name = f"torchx-test-{secrets.token_hex(3)}"
+    yield name
+    for container in docker_engine.containers.list(all=True, filters={"network": name}):
+        container.remove(force=True)
+    for net in docker_engine.networks.list(names=[name]):
+        if net.name == name:
+            net.remove()
+
+
+@pytest.fixture
+def scheduler(docker_engine: Any, network: str) -> Iterator[DockerScheduler]:
+    """A ``local_docker`` scheduler; the apps it submitted are deleted after the test."""
+    sched = DockerScheduler("test")
+    submitted: list[str] = []
+    schedule = sched.schedule
+
+    def tracking_schedule(info: Any) -> str:
+        submitted.append(info.request.app_id)
+        return schedule(info)
+
+    sched.schedule = tracking_schedule  # type: ignore[method-assign]
+    yield sched
+    for app_id in submitted:
+        sched.delete(app_id)
+    sched.close()
+
+
+@pytest.fixture
+def cfg(network: str) -> dict[str, Any]:
+    """Run options putting the app on the session's network."""
+    return {"network": network}
+
+
+def _wait_for(
+    scheduler: DockerScheduler,
+    app_id: str,
+    until: Callable[[AppState], bool] = is_terminal,
+    timeout: float = 60,
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        desc = scheduler.describe(app_id)
+        assert desc is not None, f"app {app_id} vanished"
+        if until(desc.state):
+            return desc
+        if time.monotonic() > deadline:
+            pytest.fail(f"app {app_id} still {desc.state} after {timeout} s: {desc}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(scheduler, app_id, until=is_terminal, timeout=60)`` polls ``describe``
+    until the app's state satisfies ``until`` and returns the description, or fails."""
+    return _wait_for
+
+
+@pytest.fixture
+def containers_of(docker_engine: Any) -> Callable[[str], list[Any]]:
+    """``containers_of(app_id)``: the app's containers, straight from the engine."""
+
+    def find(app_id: str) -> list[Any]:
+        return docker_engine.containers.list(
+            all=True, filters={"label": f"{LABEL_APP_ID}={app_id}"}
+        )
+
+    return find

@@ -1,0 +1,300 @@
+"""Docker container attributes -> replica and app states (pure)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from torchx_provider.schedulers.docker_state import (
+    CANCELLED_SUFFIX,
+    CONTAINER_STATE,
+    ContainerInfo,
+    app_state,
+    describe_app,
+    exit_code,
+    list_apps,
+    of_task_instance,
+    oldest_network,
+    ready_to_remove,
+    replica_state,
+)
+from torchx_provider.schedulers.docker_translation import DockerOpts, app_to_job
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+
+APP_ID = "app-abcd1234"
+APP = AppDef(
+    "app",
+    [
+        Role("trainer", image="img", entrypoint="python", args=["t.py"], num_replicas=2),
+        Role("ps", image="img", entrypoint="sh"),
+    ],
+)
+
+
+def labels_of(role: str, replica: int, remove: bool = True) -> dict[str, str]:
+    job = app_to_job(APP, DockerOpts(remove=remove), APP_ID, {})
+    for spec in job.containers:
+        env = spec["environment"]
+        if (env["TORCHX_ROLE_NAME"], int(env["TORCHX_REPLICA_IDX"])) == (role, replica):
+            return spec["labels"]
+    raise KeyError((role, replica))
+
+
+def inspect_attrs(
+    role: str,
+    replica: int,
+    status: str,
+    code: int = 0,
+    *,
+    error: str = "",
+    oom: bool = False,
+    restarts: int = 0,
+    cancelled: bool = False,
+    remove: bool = True,
+) -> dict[str, Any]:
+    name = f"{APP_ID}-{role}-{replica}"
+    return {
+        "Id": f"id-{role}-{replica}",
+        "Name": "/" + name + (CANCELLED_SUFFIX if cancelled else ""),
+        "Created": "2024-05-01T10:00:00.123456789Z",
+        "RestartCount": restarts,
+        "State": {"Status": status, "ExitCode": code, "Error": error, "OOMKilled": oom},
+        "Config": {"Hostname": name, "Labels": labels_of(role, replica, remove)},
+    }
+
+
+def info(*args: Any, **kwargs: Any) -> ContainerInfo:
+    return ContainerInfo.from_inspect(inspect_attrs(*args, **kwargs))
+
+
+# ---------------------------------------------------------------------------- the table
+def test_the_table_covers_every_docker_status() -> None:
+    # https://docs.docker.com/reference/api/engine/version/v1.41/#tag/Container (State.Status)
+    assert set(CONTAINER_STATE) == {
+        "created",
+        "restarting",
+        "running",
+        "removing",
+        "paused",
+        "exited",
+        "dead",
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "extra", "expected"),
+    [
+        ("created", 0, {}, AppState.SUBMITTED),
+        ("created", 127, {"error": "exec: nope: not found"}, AppState.FAILED),
+        ("restarting", 1, {}, AppState.PENDING),
+        ("running", 0, {}, AppState.RUNNING),
+        ("paused", 0, {}, AppState.PENDING),
+        ("removing", 0, {}, AppState.UNKNOWN),
+        ("exited", 0, {}, AppState.SUCCEEDED),
+        ("exited", 3, {}, AppState.FAILED),
+        ("exited", 137, {"oom": True}, AppState.FAILED),
+        ("dead", 0, {}, AppState.FAILED),
+        ("exited", 143, {"cancelled": True}, AppState.CANCELLED),
+        ("created", 0, {"cancelled": True}, AppState.CANCELLED),
+        ("running", 0, {"cancelled": True}, AppState.RUNNING),  # still stopping
+        ("something-new", 0, {}, AppState.UNKNOWN),
+    ],
+)
+def test_replica_state(status: str, code: int, extra: dict[str, Any], expected: AppState) -> None:
+    assert replica_state(info("trainer", 0, status, code, **extra)) == expected
+
+
+def test_exit_codes_only_for_finished_replicas() -> None:
+    assert exit_code(info("ps", 0, "exited", 3)) == 3
+    assert exit_code(info("ps", 0, "running", 0)) is None
+    assert exit_code(info("ps", 0, "restarting", 1)) is None
+    assert exit_code(info("ps", 0, "created", 127, error="x")) == 127
+
+
+def test_summary_reads_the_exit_code_from_the_status_text() -> None:
+    summary = {
+        "Id": "abc",
+        "Names": ["/x-ps-0"],
+        "State": "exited",
+        "Status": "Exited (3) 2 seconds ago",
+        "Labels": labels_of("ps", 0),
+        "Created": 1714557600,
+    }
+    c = ContainerInfo.from_summary(summary)
+    assert (c.name, c.status, c.exit_code, c.role_name, c.replica_id) == (
+        "x-ps-0",
+        "exited",
+        3,
+        "ps",
+        0,
+    )
+    assert c.created == datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+    running = ContainerInfo.from_summary({**summary, "State": "running", "Status": "Up 2 seconds"})
+    assert running.exit_code is None and replica_state(running) == AppState.RUNNING
+
+
+# ---------------------------------------------------------------------------- app state
+S, P, R, OK, F, C, U = (
+    AppState.SUBMITTED,
+    AppState.PENDING,
+    AppState.RUNNING,
+    AppState.SUCCEEDED,
+    AppState.FAILED,
+    AppState.CANCELLED,
+    AppState.UNKNOWN,
+)
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ([OK, OK, OK], OK),
+        ([OK, F, OK], F),
+        ([F, C], F),
+        ([OK, C], C),
+        ([R, F], R),  # a failure with others still running: not over yet
+        ([R, P, OK], P),  # the earliest unfinished state
+        ([S, R], S),
+        ([R, U], R),
+        ([], U),
+    ],
+)
+def test_app_state(states: list[AppState], expected: AppState) -> None:
+    assert app_state(states) == expected
+
+
+@given(st.lists(st.sampled_from(list(AppState)), min_size=1))
+def test_app_state_properties(states: list[AppState]) -> None:
+    state = app_state(states)
+    assert (state == OK) == all(s == OK for s in states)
+    if all(is_terminal(s) for s in states):
+        assert (state == F) == any(s == F for s in states)
+    else:
+        assert state == min((s for s in states if not is_terminal(s)), key=lambda s: s.value)
+
+
+# ---------------------------------------------------------------------------- describe
+def test_describe_rebuilds_roles_and_replicas() -> None:
+    containers = [
+        info("ps", 0, "exited", 0),
+        info("trainer", 1, "exited", 0, restarts=2),
+        info("trainer", 0, "exited", 0),
+    ]
+    resp = describe_app(APP_ID, containers)
+    assert resp is not None
+    assert resp.state == AppState.SUCCEEDED
+    assert resp.roles == APP.roles
+    assert [rs.role for rs in resp.roles_statuses] == ["trainer", "ps"]
+    trainer = resp.roles_statuses[0].replicas
+    assert [(r.id, r.state, r.exit_code, r.hostname) for r in trainer] == [
+        (0, OK, 0, f"{APP_ID}-trainer-0"),
+        (1, OK, 0, f"{APP_ID}-trainer-1"),
+    ]
+    assert trainer[1].num_restarts == 2
+    assert resp.num_restarts == 2
+
+
+def test_describe_reports_failures_with_exit_codes() -> None:
+    resp = describe_app(
+        APP_ID,
+        [
+            info("trainer", 0, "exited", 0),
+            info("trainer", 1, "exited", 3),
+            info("ps", 0, "exited", 137, oom=True),
+        ],
+    )
+    assert resp is not None and resp.state == AppState.FAILED
+    assert "trainer/1 exited with code 3" in resp.msg
+    assert "ps/0 exited with code 137" in resp.msg and "memMB" in resp.msg
+    codes = {(r.role, r.id): r.exit_code for rs in resp.roles_statuses for r in rs.replicas}
+    assert codes == {("trainer", 0): 0, ("trainer", 1): 3, ("ps", 0): 137}
+
+
+def test_a_missing_replica_is_unknown_so_the_app_never_succeeds_on_partial_evidence() -> None:
+    resp = describe_app(APP_ID, [info("trainer", 0, "exited", 0), info("ps", 0, "exited", 0)])
+    assert resp is not None
+    assert resp.state == AppState.UNKNOWN
+    missing = resp.roles_statuses[0].replicas[1]
+    assert (missing.id, missing.state) == (1, AppState.UNKNOWN)
+
+
+def test_describe_of_nothing_is_none() -> None:
+    assert describe_app(APP_ID, []) is None
+
+
+def test_a_container_without_the_role_label_still_describes() -> None:
+    attrs = inspect_attrs("ps", 0, "running")
+    del attrs["Config"]["Labels"]["torchx.pytorch.org/role"]
+    resp = describe_app(APP_ID, [ContainerInfo.from_inspect(attrs)])
+    assert resp is not None and resp.roles[0].name == "ps" and resp.state == AppState.RUNNING
+
+
+# ---------------------------------------------------------------------------- list
+def test_list_groups_by_app() -> None:
+    other = inspect_attrs("ps", 0, "running")
+    other["Config"]["Labels"] = {**other["Config"]["Labels"], "torchx.pytorch.org/app-id": "b-1"}
+    containers = [
+        info("trainer", 0, "exited", 0),
+        ContainerInfo.from_inspect(other),
+        info("ps", 0, "exited", 1),
+    ]
+    apps = list_apps(containers, lambda app_id: f"local_docker:///{app_id}")
+    assert {(a.app_id, a.state, a.app_handle) for a in apps} == {
+        (APP_ID, AppState.FAILED, f"local_docker:///{APP_ID}"),
+        ("b-1", AppState.RUNNING, "local_docker:///b-1"),
+    }
+    assert all(a.name == "app" for a in apps)
+
+
+# ---------------------------------------------------------------------------- removal
+def test_removal_waits_for_the_end_and_for_every_log() -> None:
+    done = [
+        info("trainer", 0, "exited", 0),
+        info("trainer", 1, "exited", 1),
+        info("ps", 0, "exited", 0),
+    ]
+    every = {("trainer", 0), ("trainer", 1), ("ps", 0)}
+    assert ready_to_remove(done, every)
+    assert not ready_to_remove(done, every - {("ps", 0)})
+    running = [*done[:2], info("ps", 0, "running")]
+    assert not ready_to_remove(running, every)
+    restarting = [*done[:2], info("ps", 0, "restarting", 1)]
+    assert not ready_to_remove(restarting, every)
+    kept = [info(r, i, "exited", 0, remove=False) for r, i in sorted(every)]
+    assert not ready_to_remove(kept, every)
+    # A replica whose container is gone is never drained, so nothing is removed by surprise.
+    assert not ready_to_remove(done[1:], every - {("trainer", 0)})
+
+
+# ---------------------------------------------------------------------------- networks
+def test_oldest_network_wins() -> None:
+    nets = [
+        {"Name": "torchx", "Id": "b", "Created": "2024-05-01T10:00:00.2Z"},
+        {"Name": "torchx", "Id": "a", "Created": "2024-05-01T10:00:00.2Z"},
+        {"Name": "torchx", "Id": "c", "Created": "2024-05-01T10:00:00.3Z"},
+        {"Name": "torchx-other", "Id": "0", "Created": "2024-05-01T09:00:00Z"},
+    ]
+    found = oldest_network(nets, "torchx")
+    assert found is not None and found["Id"] == "a"
+    assert oldest_network(nets, "nope") is None
+
+
+def test_task_instance_is_matched_on_its_full_values() -> None:
+    key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", try_number=1)
+    job = app_to_job(APP, DockerOpts(), APP_ID, {}, key)
+    c = ContainerInfo(id="x", name="n", status="running", labels=job.containers[0]["labels"])
+    assert c.task_instance == key
+    assert of_task_instance(c, TaskInstanceKey(key.dag_id, key.task_id, key.run_id, try_number=4))
+    assert not of_task_instance(c, TaskInstanceKey("dag", "task", "manual__other"))
+    assert not of_task_instance(info("ps", 0, "running"), key)  # submitted outside Airflow
+
+
+def test_role_json_survives_in_labels() -> None:
+    raw = labels_of("trainer", 1)["torchx.pytorch.org/role"]
+    assert json.loads(raw)["num_replicas"] == 2
