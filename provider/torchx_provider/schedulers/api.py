@@ -18,14 +18,24 @@ the same for every backend (validation order, idempotent cancel, regex filtering
 from __future__ import annotations
 
 import abc
+import builtins
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, TimestampedLine
-from torchx_provider.specs.api import NONE, AppDef, AppDryRunInfo, AppState, Role, RoleStatus
+from torchx_provider.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
 from torchx_provider.specs.names import make_app_handle
 from torchx_provider.specs.runopts import CfgVal, runopts
 
@@ -83,9 +93,20 @@ class Scheduler(abc.ABC, Generic[T]):
         return self.schedule(self.submit_dryrun(app, cfg))
 
     def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgVal] | None = None,
+        *,
+        ti_key: TaskInstanceKey | None = None,
     ) -> AppDryRunInfo[T]:
-        """Check ``cfg`` and ``app`` and translate them; nothing is sent anywhere."""
+        """Check ``cfg`` and ``app`` and translate them; nothing is sent anywhere.
+
+        ``ti_key`` names the Airflow task instance submitting the app: it is stamped into the
+        app's metadata (:func:`stamp_task_instance`) so that the backend labels what it creates
+        with it and :meth:`find_apps` can find the app again on a retry.
+        """
+        if ti_key is not None:
+            app = stamp_task_instance(app, ti_key)
         resolved = self.run_opts().resolve(cfg)
         app.validate()
         self._validate(app, resolved)
@@ -129,6 +150,42 @@ class Scheduler(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def _cancel_existing(self, app_id: str) -> None:
         """Stop an app that exists (it may already be finished)."""
+
+    def delete(self, app_id: str) -> None:
+        """Remove the app and what it created from the backend, stopping it first if it runs.
+
+        Calling it again, or on an unknown app, does nothing. Backends that keep finished
+        objects (Volcano Jobs, AppWrappers, stopped containers) override
+        :meth:`_delete_existing`; the default only cancels.
+        """
+        if self.exists(app_id):
+            self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        """Remove an app that exists (running or finished); default: :meth:`_cancel_existing`."""
+        self._cancel_existing(app_id)
+
+    # -- reattach (Airflow retries) ----------------------------------------------------------------
+    def find_apps(self, ti_key: TaskInstanceKey) -> builtins.list[ListAppResponse]:
+        """The apps stamped with ``ti_key``'s dag id, task id, run id and map index (any try
+        number), newest first.
+
+        Backends select on ``ti_key.selector()`` (labels) and check the full values in the
+        annotations (``TaskInstanceKey.from_annotations``), since label values may be hashed.
+        The default finds nothing, which turns reattach off for a backend that lacks it.
+        """
+        return []
+
+    def find_live_app(self, ti_key: TaskInstanceKey) -> str | None:
+        """The newest app of this task instance that is not finished, or ``None``.
+
+        An Airflow retry calls this before submitting, to follow a job a previous try left
+        running instead of starting a second one.
+        """
+        for found in self.find_apps(ti_key):
+            if not is_terminal(found.state):
+                return found.app_id
+        return None
 
     def log_iter(
         self,
@@ -198,6 +255,21 @@ class AsyncSchedulerClient(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Safe to call more than once."""
+
+
+def stamp_task_instance(app: AppDef, ti_key: TaskInstanceKey) -> AppDef:
+    """A copy of ``app`` whose metadata also carries ``ti_key`` (its annotation form).
+
+    Backends read it back with :func:`task_instance_of` in ``_submit_dryrun`` and put
+    ``ti_key.labels()`` / ``ti_key.annotations()`` on every object they create.
+    """
+    metadata = {**app.metadata, **ti_key.annotations()}
+    return AppDef(name=app.name, roles=app.roles, metadata=metadata)
+
+
+def task_instance_of(app: AppDef) -> TaskInstanceKey | None:
+    """The task instance stamped into ``app`` by :func:`stamp_task_instance`, if any."""
+    return TaskInstanceKey.from_annotations(app.metadata)
 
 
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:

@@ -59,3 +59,17 @@ def create_async_client(backend: str, **kwargs: Any) -> Any:
             option="scheduler",
         )
     return _load(ASYNC_CLIENT_MODULES[backend])(**kwargs)
+
+
+def register_backend(name: str, scheduler_path: str, async_client_path: str) -> None:
+    """Add (or replace) a backend: ``"module:function"`` paths of its two factories.
+
+    For third-party backends and for tests; the built-in names above need no registration.
+    """
+    SCHEDULER_MODULES[name] = scheduler_path
+    ASYNC_CLIENT_MODULES[name] = async_client_path
+
+
+def backend_names() -> list[str]:
+    """The names ``create_scheduler`` accepts."""
+    return sorted(SCHEDULER_MODULES)
