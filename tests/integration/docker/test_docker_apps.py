@@ -25,16 +25,19 @@ pytestmark = pytest.mark.docker
 
 IMAGE = "torchx-provider/busybox:latest"
 
-# Role 0 / replica 0 listens; every other replica connects to $TORCHX_RANK0_HOST (retrying
-# until that replica is up, since Docker starts replicas independently) and says who it is.
+# Role 0 / replica 0 listens and answers "ack" to each of the three other replicas; they
+# connect to $TORCHX_RANK0_HOST (retrying until that replica is up, since Docker starts
+# replicas independently) and only stop once they got the answer: a connection that lands in
+# the listen backlog between two `nc -l` runs is reset without one, and is retried.
 RENDEZVOUS = """
 if [ "$TORCHX_ROLE_IDX" = 0 ] && [ "$TORCHX_REPLICA_IDX" = 0 ]; then
     echo "rank0 hostname $(hostname)"
-    for i in 1 2 3; do nc -l -p 9000; done
+    for i in 1 2 3; do echo ack | nc -l -p 9000; done
 else
     for i in $(seq 150); do
-        echo "$TORCHX_ROLE_NAME/$TORCHX_REPLICA_IDX reached $TORCHX_RANK0_HOST" \
-            | nc "$TORCHX_RANK0_HOST" 9000 && exit 0
+        reply=$(echo "$TORCHX_ROLE_NAME/$TORCHX_REPLICA_IDX reached $TORCHX_RANK0_HOST" \
+            | nc -w 3 "$TORCHX_RANK0_HOST" 9000)
+        [ "$reply" = ack ] && exit 0
         sleep 0.2
     done
     exit 1
