@@ -1,10 +1,67 @@
-"""What Airflow learns about this provider through the ``apache_airflow_provider`` entry point."""
+"""What Airflow learns about this provider through the ``apache_airflow_provider`` entry point.
+
+``airflow providers list|hooks|triggers|links`` read it; the connection forms (fields and
+their labels) are declared here, so the UI builds them without importing the hooks.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from torchx_provider.version import __version__
+
+INTEGRATION = "TorchX"
+
+
+def _text(label: str, description: str | None = None, *, password: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": ["string", "null"]}
+    if password:
+        schema["format"] = "password"
+    field: dict[str, Any] = {"label": label, "schema": schema}
+    if description:
+        field["description"] = description
+    return field
+
+
+def _flag(label: str, description: str) -> dict[str, Any]:
+    return {
+        "label": label,
+        "schema": {"type": ["boolean", "null"], "default": False},
+        "description": description,
+    }
+
+
+_JOB_URL = _text(
+    "Job URL template",
+    "URL of a job in some UI, with {app_id}, {app_name}, {namespace}, {backend}, {session}",
+)
+
+KUBERNETES_FIELDS: dict[str, Any] = {
+    "in_cluster": _flag(
+        "In cluster", "Use the pod's service account (worker and triggerer in-cluster)"
+    ),
+    "kube_config_path": _text("Kube config path", "Path of a kubeconfig file on the worker"),
+    "kube_config": _text(
+        "Kube config (YAML or JSON)", "Kubeconfig content; read on the worker", password=True
+    ),
+    "cluster_context": _text("Cluster context", "Kubeconfig context (default: current-context)"),
+    "namespace": _text("Namespace", "Namespace of the jobs"),
+    "disable_verify_ssl": _flag("Disable SSL verification", "Do not verify the API server (tests)"),
+    "queue": _text("Default queue", "Run option default: Volcano queue / MCAD queue"),
+    "image_repo": _text("Default image repo", "Run option default: where workspace images go"),
+    "service_account": _text("Default service account", "Run option default"),
+    "priority_class": _text("Default priority class", "Run option default"),
+    "job_url_template": _JOB_URL,
+}
+
+DOCKER_FIELDS: dict[str, Any] = {
+    "registry": _text("Registry", "Registry the login/password are for (default: Docker Hub)"),
+    "tls_ca_cert": _text("TLS CA certificate", "PEM content or a path on the worker"),
+    "tls_client_cert": _text("TLS client certificate", "PEM content or a path on the worker"),
+    "tls_client_key": _text("TLS client key", "PEM content or a path on the worker", password=True),
+    "tls_verify": _flag("Verify TLS", "Verify the engine's certificate against the CA"),
+    "job_url_template": _JOB_URL,
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -15,4 +72,61 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Run TorchX-style distributed apps (roles x replicas) on Volcano, "
         "MCAD/AppWrapper or Docker from Airflow.",
         "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://pytorch.org/torchx/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["torchx_provider.operators.torchx"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "torchx_provider.hooks.kubernetes",
+                    "torchx_provider.hooks.docker",
+                ],
+            }
+        ],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["torchx_provider.triggers.job"]}
+        ],
+        "connection-types": [
+            {
+                "connection-type": "torchx_kubernetes",
+                "hook-class-name": "torchx_provider.hooks.kubernetes.TorchXKubernetesHook",
+                "hook-name": "TorchX Kubernetes",
+                "conn-fields": KUBERNETES_FIELDS,
+                "ui-field-behaviour": {
+                    "hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
+                    "relabeling": {},
+                    "placeholders": {},
+                },
+            },
+            {
+                "connection-type": "torchx_docker",
+                "hook-class-name": "torchx_provider.hooks.docker.TorchXDockerHook",
+                "hook-name": "TorchX Docker",
+                "conn-fields": DOCKER_FIELDS,
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "extra"],
+                    "relabeling": {
+                        "host": "Engine URL",
+                        "login": "Registry user",
+                        "password": "Registry password",
+                    },
+                    "placeholders": {
+                        "host": "unix:///var/run/docker.sock or tcp://host:2376",
+                        "port": "2376 (when host has no scheme)",
+                    },
+                },
+            },
+        ],
+        "extra-links": ["torchx_provider.links.TorchXJobLink"],
     }

@@ -16,6 +16,7 @@
 # Environment
 #   TORCHX_CLUSTER_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster)
 #   TORCHX_CLUSTER_PORT_BASE  first port of the fixed block (default 17400)
+#   TORCHX_CLUSTER_NO_BUILD=1  'up' fails (exit 3) instead of building missing binaries
 #   GO                    go binary (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 
@@ -50,39 +51,44 @@ MCAD_APISERVER_PORT=$((PORT_BASE + 3))
 KCM_PORT=$((PORT_BASE + 4))
 SCHEDULER_PORT=$((PORT_BASE + 5))
 KWOK_PORT=$((PORT_BASE + 6))          # kubelet-style endpoint (logs, exec)
-KWOK_METRICS_PORT=$((PORT_BASE + 7))
+MCAD_SCHEDULER_PORT=$((PORT_BASE + 7))
 VC_CONTROLLER_HEALTH_PORT=$((PORT_BASE + 8))
 VC_SCHEDULER_HEALTH_PORT=$((PORT_BASE + 9))
 VC_SCHEDULER_METRICS_PORT=$((PORT_BASE + 10))
-AW_METRICS_PORT=$((PORT_BASE + 11))
-AW_HEALTH_PORT=$((PORT_BASE + 12))
-MCAD_METRICS_PORT=$((PORT_BASE + 13))
-MCAD_HEALTH_PORT=$((PORT_BASE + 14))
-KCM_METRICS_PORT=$((PORT_BASE + 15))
-VC_CONTROLLER_METRICS_PORT=$((PORT_BASE + 16))
+AW_HEALTH_PORT=$((PORT_BASE + 11))
+MCAD_HEALTH_PORT=$((PORT_BASE + 12))
+MCAD_KWOK_PORT=$((PORT_BASE + 13))
 
 TEST_NAMESPACE="torchx-test"
-NODE_NAME="kwok-node-0"
-NODE_COUNT=2
+NODE_COUNT=2                          # fake nodes kwok-node-0..N-1
 
 # ---------------------------------------------------------------- helpers
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+since() { local ms=$(($(now_ms) - $1)); printf '%d.%d s' $((ms / 1000)) $((ms % 1000 / 100)); }
+
 # step NAME COMMAND...: run one step, print what it does and how long it took.
+# Steps run under set -e; the EXIT trap names the step that failed.
+CURRENT_STEP=""
 step() {
-  local name="$1" start end rc=0
+  local name="$1" t
   shift
   log "-> $name"
-  start=$(date +%s)
-  "$@" || rc=$?
-  end=$(date +%s)
-  if [[ $rc -ne 0 ]]; then
-    log "<- $name FAILED after $((end - start)) s (exit $rc)"
-    return "$rc"
-  fi
-  log "<- $name done in $((end - start)) s"
+  t=$(now_ms)
+  CURRENT_STEP="$name"
+  "$@"
+  CURRENT_STEP=""
+  log "<- $name: $(since "$t")"
 }
+on_exit() {
+  local rc=$?
+  if [[ $rc -ne 0 && -n "$CURRENT_STEP" ]]; then
+    log "<- $CURRENT_STEP FAILED (exit $rc)"
+  fi
+}
+trap on_exit EXIT
 
 go_bin() {
   if [[ -n "${GO:-}" ]]; then echo "$GO"
@@ -106,11 +112,11 @@ mcad_dir()       { echo "$BIN/mcad-$MCAD_VERSION"; }
 go_wrapper_build() {
   local name="$1" out="$2" modfile="$3" ldflags="$4"
   shift 4
-  local work="$BUILD/$(basename "$out")"
-  local go
+  local work go
+  work="$BUILD/$(basename "$out")"
   go="$(go_bin)"
-  mkdir -p "$work" "$out.tmp"
-  cp "$modfile" "$work/go.mod"
+  mkdir -p "$work" "$out.tmp" || return 1
+  cp "$modfile" "$work/go.mod" || return 1
   log "   building $name in $work (log: $work/build.log)"
   if ! (cd "$work" &&
         GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
@@ -205,21 +211,53 @@ build_kubernetes() {
   "$out/kube-apiserver" --version >&2
 }
 
+# copy_module_file MODULE@VERSION PATH DEST_DIR: a data file (a CRD) from a
+# module's source, as the Go module cache holds it.
+copy_module_file() {
+  local go dir
+  go="$(go_bin)"
+  dir="$(cd "$BUILD" && GOFLAGS=-mod=mod "$go" mod download -json "$1" | jq -r .Dir)"
+  [[ -f "$dir/$2" ]] || { log "   $2 not found in $1"; return 1; }
+  mkdir -p "$3"
+  cp "$dir/$2" "$3/"
+  chmod 644 "$3/$(basename "$2")"
+}
+
 build_kwok() {
   local out
   out="$(kwok_dir)"
+  if [[ ! -f "$out/crds/kwok.x-k8s.io_logs.yaml" ]]; then
+    # kwok serves per-pod logs from Logs objects; tests create them at run time.
+    copy_module_file "sigs.k8s.io/kwok@$KWOK_VERSION" kustomize/crd/bases/kwok.x-k8s.io_logs.yaml "$out/crds"
+  fi
   [[ -x "$out/kwok" ]] && { log "   kwok $KWOK_VERSION cached in $out"; return 0; }
-  local work="$BUILD/$(basename "$out")"
+  local work
+  work="$BUILD/$(basename "$out")"
   mkdir -p "$work"
   printf 'module torchx.test/kwok-wrapper\n\ngo 1.24.0\n\nrequire sigs.k8s.io/kwok %s\n' "$KWOK_VERSION" >"$work/wrapper.mod"
   go_wrapper_build "kwok $KWOK_VERSION" "$out" "$work/wrapper.mod" \
     "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
     sigs.k8s.io/kwok/cmd/kwok
+  mkdir -p "$out/crds"
+  copy_module_file "sigs.k8s.io/kwok@$KWOK_VERSION" kustomize/crd/bases/kwok.x-k8s.io_logs.yaml "$out/crds"
 }
 
 build_volcano() {
   local out
   out="$(volcano_dir)"
+  # vc-scheduler watches HyperNodes and Numatopologies whatever its plugins;
+  # without the CRDs its informers never sync. The provider uses neither.
+  local crd
+  local -a crds=(
+    config/crd/volcano/bases/topology.volcano.sh_hypernodes.yaml
+    config/crd/volcano/bases/nodeinfo.volcano.sh_numatopologies.yaml
+  )
+  if [[ -x "$out/vc-controller-manager" ]]; then
+    for crd in "${crds[@]}"; do
+      [[ -f "$out/crds/$(basename "$crd")" ]] ||
+        copy_module_file "volcano.sh/volcano@$VOLCANO_VERSION" "$crd" "$out/crds"
+    done
+  fi
   if [[ -x "$out/vc-controller-manager" && -x "$out/vc-scheduler" ]]; then
     log "   volcano $VOLCANO_VERSION cached in $out"; return 0
   fi
@@ -250,13 +288,17 @@ build_volcano() {
     volcano.sh/volcano/cmd/scheduler
   mv "$out/controller-manager" "$out/vc-controller-manager"
   mv "$out/scheduler" "$out/vc-scheduler"
+  for crd in "${crds[@]}"; do
+    copy_module_file "volcano.sh/volcano@$VOLCANO_VERSION" "$crd" "$out/crds"
+  done
 }
 
 build_appwrapper() {
   local out
   out="$(appwrapper_dir)"
   [[ -x "$out/appwrapper-controller" ]] && { log "   appwrapper $APPWRAPPER_VERSION cached in $out"; return 0; }
-  local work="$BUILD/$(basename "$out")"
+  local work
+  work="$BUILD/$(basename "$out")"
   mkdir -p "$work"
   printf 'module torchx.test/appwrapper-wrapper\n\ngo 1.26.0\n\nrequire github.com/project-codeflare/appwrapper %s\n' \
     "$APPWRAPPER_VERSION" >"$work/wrapper.mod"
@@ -299,7 +341,7 @@ build_mcad() {
 
 cmd_build() {
   local t0
-  t0=$(date +%s)
+  t0=$(now_ms)
   mkdir -p "$BIN" "$BUILD"
   log "cache: $CACHE"
   step "etcd $ETCD_VERSION (Debian $ETCD_DEBIAN_SUITE package)" build_etcd
@@ -308,14 +350,608 @@ cmd_build() {
   step "volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_volcano
   step "appwrapper $APPWRAPPER_VERSION" build_appwrapper
   step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
-  log "build finished in $(($(date +%s) - t0)) s; cache uses $(du -sh "$BIN" | cut -f1) of binaries"
+  log "build finished in $(since "$t0"); cache uses $(du -sh "$BIN" | cut -f1) of binaries"
+}
+
+
+# ---------------------------------------------------------------- up: certificates
+# Every certificate is signed by one throwaway CA made here; nothing is trusted
+# outside this cluster. Made once, kept across down/up. EC P-256 keys: quick to
+# make, and the service-account tokens are then ES256.
+pki_cert() {   # NAME SUBJECT EXT: key + certificate signed by the CA
+  local name="$1" subject="$2" ext="$3"
+  [[ -s "$PKI/$name.crt" ]] && return 0
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/$name.key" -subj "$subject" \
+    -out "$PKI/$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" >"$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+
+make_pki() {
+  mkdir -p "$PKI"
+  chmod 700 "$PKI"
+  if [[ ! -s "$PKI/ca.crt" ]]; then
+    openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$PKI/ca.key" -days 3650 -sha256 \
+      -subj "/CN=torchx-test-cluster-ca" -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  local client="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  local server="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth"
+  pki_cert apiserver "/CN=kube-apiserver" "$server
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  pki_cert kubelet "/CN=kwok-kubelet" "$server
+subjectAltName=IP:127.0.0.1,DNS:localhost"
+  pki_cert admin "/O=system:masters/CN=torchx-test-admin" "$client"
+  pki_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
+  pki_cert controller-manager "/CN=system:kube-controller-manager" "$client"
+  pki_cert scheduler "/CN=system:kube-scheduler" "$client"
+  if [[ ! -s "$PKI/sa.key" ]]; then
+    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
+    openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  fi
+}
+
+b64() { base64 -w0 <"$1"; }
+
+# write_kubeconfig FILE PORT USER (certificate in $PKI/USER.crt) | FILE PORT USER token TOKEN [NAMESPACE]
+write_kubeconfig() {
+  local file="$1" port="$2" user="$3" kind="${4:-cert}" token="${5:-}" ns="${6:-default}"
+  local tmp="$file.tmp"
+  {
+    echo "apiVersion: v1"
+    echo "kind: Config"
+    echo "clusters:"
+    echo "- name: torchx-test"
+    echo "  cluster:"
+    echo "    server: https://127.0.0.1:$port"
+    echo "    certificate-authority-data: $(b64 "$PKI/ca.crt")"
+    echo "users:"
+    echo "- name: $user"
+    echo "  user:"
+    if [[ "$kind" == token ]]; then
+      echo "    token: $token"
+    else
+      echo "    client-certificate-data: $(b64 "$PKI/$user.crt")"
+      echo "    client-key-data: $(b64 "$PKI/$user.key")"
+    fi
+    echo "contexts:"
+    echo "- name: torchx-test"
+    echo "  context:"
+    echo "    cluster: torchx-test"
+    echo "    user: $user"
+    echo "    namespace: $ns"
+    echo "current-context: torchx-test"
+  } >"$tmp"
+  chmod 600 "$tmp"
+  mv "$tmp" "$file"
+}
+
+make_certs() {
+  make_pki
+  make_kubeconfigs
+}
+
+make_kubeconfigs() {
+  mkdir -p "$RUN/kubeconfig"
+  write_kubeconfig "$RUN/kubeconfig/admin.yaml" "$APISERVER_PORT" admin
+  write_kubeconfig "$RUN/kubeconfig/controller-manager.yaml" "$APISERVER_PORT" controller-manager
+  write_kubeconfig "$RUN/kubeconfig/scheduler.yaml" "$APISERVER_PORT" scheduler
+  write_kubeconfig "$RUN/kubeconfig/mcad-admin.yaml" "$MCAD_APISERVER_PORT" admin
+  write_kubeconfig "$RUN/kubeconfig/mcad-scheduler.yaml" "$MCAD_APISERVER_PORT" scheduler
+}
+
+# ---------------------------------------------------------------- up: processes
+pid_of() { [[ -s "$PIDS/$1.pid" ]] && cat "$PIDS/$1.pid"; }
+
+is_running() {   # NAME: the recorded process still runs the recorded binary
+  local pid exe
+  pid="$(pid_of "$1")" || return 1
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+  [[ -z "$exe" || "$exe" == "$(cat "$PIDS/$1.exe" 2>/dev/null)" ]]
+}
+
+# start NAME BINARY ARGS...: run BINARY in its own session, log to $LOGS/NAME.log.
+start() {
+  local name="$1" binary="$2"
+  shift 2
+  if is_running "$name"; then
+    log "   $name already running (pid $(pid_of "$name"))"
+    return 0
+  fi
+  [[ -x "$binary" ]] || die "$binary is missing: run '$0 build'"
+  mkdir -p "$LOGS" "$PIDS"
+  setsid "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  echo $! >"$PIDS/$name.pid"
+  readlink -f "$binary" >"$PIDS/$name.exe"
+  log "   $name started (pid $!, log $LOGS/$name.log)"
+}
+
+# wait_for DESCRIPTION SECONDS PROCESS COMMAND...: poll COMMAND until it succeeds;
+# fail early, with the log's tail, if PROCESS (may be "") exits.
+wait_for() {
+  local what="$1" timeout="$2" proc="$3"
+  shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [[ -n "$proc" ]] && ! is_running "$proc"; then
+      tail -n 25 "$LOGS/$proc.log" >&2 || true
+      die "$proc exited while waiting for $what"
+    fi
+    if ((SECONDS >= deadline)); then
+      [[ -n "$proc" ]] && { tail -n 25 "$LOGS/$proc.log" >&2 || true; }
+      die "timed out after ${timeout}s waiting for $what"
+    fi
+    sleep 0.25
+  done
+}
+
+kubectl_admin() { "$(kube_dir)/kubectl" --kubeconfig="$RUN/kubeconfig/admin.yaml" "$@"; }
+kubectl_mcad() { "$(kube_dir)/kubectl" --kubeconfig="$RUN/kubeconfig/mcad-admin.yaml" "$@"; }
+
+https_ok() {   # PORT PATH: an HTTPS endpoint answers 200 to the admin
+  curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$1$2" >/dev/null
+}
+http_ok() { curl -fsS --max-time 2 "http://127.0.0.1:$1$2" >/dev/null; }
+https_insecure_ok() { curl -fsSk --max-time 2 "https://127.0.0.1:$1$2" >/dev/null; }
+
+start_etcd() {
+  mkdir -p "$RUN/etcd"
+  chmod 700 "$RUN/etcd"
+  start etcd "$(etcd_dir)/etcd" \
+    --name=torchx-test \
+    --data-dir="$RUN/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="torchx-test=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync=true \
+    --auto-compaction-retention=10m \
+    --log-level=warn
+  wait_for "etcd health" 60 etcd http_ok "$ETCD_CLIENT_PORT" /health
+}
+
+# start_apiserver NAME PORT ETCD_PREFIX
+start_apiserver() {
+  local name="$1" port="$2" prefix="$3"
+  start "$name" "$(kube_dir)/kube-apiserver" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$port" \
+    --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --etcd-prefix="$prefix" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$PKI/ca.crt" \
+    --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --authorization-mode=RBAC \
+    --endpoint-reconciler-type=none \
+    --allow-privileged=true \
+    --profiling=false \
+    --event-ttl=30m \
+    --v=1
+}
+
+apply_crds() {
+  local f
+  local -a main_crds=(
+    volcano-v1.15.1_batch.volcano.sh_jobs.yaml
+    volcano-v1.15.1_bus.volcano.sh_commands.yaml
+    volcano-v1.15.1_scheduling.volcano.sh_podgroups.yaml
+    volcano-v1.15.1_scheduling.volcano.sh_queues.yaml
+    appwrapper-v1.2.1_workload.codeflare.dev_appwrappers.yaml
+    mcad-v1.34.0_mcad.ibm.com_appwrappers.yaml
+    scheduler-plugins-v0.34.7_scheduling.x-k8s.io_podgroups.yaml
+    scheduler-plugins-v0.24.9_scheduling.sigs.k8s.io_podgroups.yaml
+  )
+  local -a mcad_crds=(
+    mcad-v1.40.0_workload.codeflare.dev_appwrappers.yaml
+    mcad-v1.34.0_mcad.ibm.com_appwrappers.yaml
+    scheduler-plugins-v0.34.7_scheduling.x-k8s.io_podgroups.yaml
+    scheduler-plugins-v0.24.9_scheduling.sigs.k8s.io_podgroups.yaml
+  )
+  [[ -d "$CRD_DIR" ]] || die "CRD directory $CRD_DIR not found (set TORCHX_CLUSTER_CRDS)"
+  local -a args=() margs=()
+  for f in "${main_crds[@]}"; do args+=(-f "$CRD_DIR/$f"); done
+  # Upstream CRDs that the controllers watch but the provider never touches come
+  # from the module sources fetched at build time.
+  for f in "$(volcano_dir)"/crds/*.yaml "$(kwok_dir)"/crds/*.yaml; do args+=(-f "$f"); done
+  for f in "${mcad_crds[@]}"; do margs+=(-f "$CRD_DIR/$f"); done
+  kubectl_admin apply --server-side --force-conflicts "${args[@]}" >/dev/null
+  kubectl_mcad apply --server-side --force-conflicts "${margs[@]}" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=60s crd --all >/dev/null
+  kubectl_mcad wait --for=condition=Established --timeout=60s crd --all >/dev/null
+}
+
+start_control_plane() {
+  start kube-controller-manager "$(kube_dir)/kube-controller-manager" \
+    --kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authentication-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authorization-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authentication-skip-lookup=true \
+    --bind-address=127.0.0.1 \
+    --secure-port="$KCM_PORT" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,taint-eviction-controller \
+    --v=1
+  start kube-scheduler "$(kube_dir)/kube-scheduler" \
+    --kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
+    --authentication-kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
+    --authorization-kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
+    --authentication-skip-lookup=true \
+    --bind-address=127.0.0.1 \
+    --secure-port="$SCHEDULER_PORT" \
+    --leader-elect=false \
+    --v=1
+}
+
+# kwok NAME KUBECONFIG PORT: the fake kubelet for every node annotated kwok.x-k8s.io/node=fake.
+start_kwok() {
+  local name="$1" kubeconfig="$2" port="$3"
+  mkdir -p "$RUN/kwok" "$RUN/pod-logs"
+  : >"$RUN/kwok/empty.log"
+  {
+    cat "$HERE/kwok/pod-stages.yaml"
+    echo "---"
+    echo "# Pods without their own Logs object have an empty log."
+    echo "apiVersion: kwok.x-k8s.io/v1alpha1"
+    echo "kind: ClusterLogs"
+    echo "metadata:"
+    echo "  name: torchx-empty-logs"
+    echo "spec:"
+    echo "  selector: {}"
+    echo "  logs:"
+    echo "  - logsFile: $RUN/kwok/empty.log"
+  } >"$RUN/kwok/$name.yaml"
+  start "$name" "$(kwok_dir)/kwok" \
+    --kubeconfig="$kubeconfig" \
+    --config="$RUN/kwok/$name.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --node-ip=127.0.0.1 \
+    --node-port="$port" \
+    --server-address="127.0.0.1:$port" \
+    --tls-cert-file="$PKI/kubelet.crt" \
+    --tls-private-key-file="$PKI/kubelet.key" \
+    --node-lease-duration-seconds=40 \
+    --cidr=10.244.0.1/16 \
+    --enable-crds=Logs
+}
+
+create_nodes() {   # KUBECTL_FUNCTION
+  local kc="$1" i
+  for ((i = 0; i < NODE_COUNT; i++)); do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "8"}
+EOF
+  done | "$kc" apply -f - >/dev/null
+}
+
+nodes_ready() {   # KUBECTL_FUNCTION
+  local ready
+  ready="$("$1" get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)"
+  [[ "$ready" -ge "$NODE_COUNT" ]]
+}
+
+start_volcano() {
+  mkdir -p "$RUN/volcano"
+  start vc-scheduler "$(volcano_dir)/vc-scheduler" \
+    --kubeconfig="$RUN/kubeconfig/admin.yaml" \
+    --scheduler-conf="$HERE/volcano/scheduler.conf" \
+    --scheduler-name=volcano \
+    --schedule-period=200ms \
+    --leader-elect=false \
+    --enable-healthz=true \
+    --healthz-address="127.0.0.1:$VC_SCHEDULER_HEALTH_PORT" \
+    --listen-address="127.0.0.1:$VC_SCHEDULER_METRICS_PORT" \
+    --cache-dumper=false \
+    --logtostderr=true \
+    --v=2
+  start vc-controller-manager "$(volcano_dir)/vc-controller-manager" \
+    --kubeconfig="$RUN/kubeconfig/admin.yaml" \
+    --scheduler-name=volcano \
+    --leader-elect=false \
+    --controllers=job-controller,pg-controller,queue-controller,gc-controller \
+    --enable-healthz=true \
+    --healthz-address="127.0.0.1:$VC_CONTROLLER_HEALTH_PORT" \
+    --logtostderr=true \
+    --v=2
+}
+
+# AppWrapper reads its configuration from a ConfigMap in its own namespace.
+# Durations are in nanoseconds (time.Duration through JSON). Webhooks are off:
+# there is no way for the API server to call back into a local process without
+# a serving certificate it trusts, and the provider sets every field itself.
+start_appwrapper() {
+  kubectl_admin apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: appwrapper-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: appwrapper-operator-config
+  namespace: appwrapper-system
+data:
+  config.yaml: |
+    webhooksEnabled: false
+    controllerManager:
+      metrics:
+        bindAddress: "0"
+      health:
+        bindAddress: "127.0.0.1:$AW_HEALTH_PORT"
+      leaderElection: false
+    appwrapper:
+      userRBACAdmissionCheck: false
+      autopilot:
+        injectAntiAffinities: false
+        monitorNodes: false
+      faultTolerance:
+        admissionGracePeriod: 10000000000
+        warmupGracePeriod: 30000000000
+        failureGracePeriod: 0
+        resetPause: 1000000000
+        retryLimit: 0
+        deletionGracePeriod: 10000000000
+        gracePeriodCeiling: 3600000000000
+        successTTLCeiling: 604800000000000
+EOF
+  NAMESPACE=appwrapper-system KUBECONFIG="$RUN/kubeconfig/admin.yaml" \
+    start appwrapper-controller "$(appwrapper_dir)/appwrapper-controller" \
+    --config=appwrapper-operator-config \
+    --zap-devel=false \
+    --zap-log-level=info
+}
+
+apply_rbac() {   # KUBECTL_FUNCTION KUBECONFIG_OUT PORT
+  local kc="$1" out="$2" port="$3" token
+  "$kc" apply -f "$HERE/rbac.yaml" >/dev/null
+  token="$("$kc" -n "$TEST_NAMESPACE" create token torchx-provider --duration=8760h)"
+  write_kubeconfig "$out" "$port" torchx-provider token "$token" "$TEST_NAMESPACE"
+}
+
+default_sa_exists() { kubectl_admin -n "$TEST_NAMESPACE" get serviceaccount default; }
+volcano_queue_ready() {
+  kubectl_admin get queues.scheduling.volcano.sh default -o jsonpath='{.status.state}' | grep -q Open
+}
+kwok_ready() { https_insecure_ok "$KWOK_PORT" /healthz; }
+
+write_env() {
+  {
+    echo "TORCHX_CLUSTER_KUBECONFIG=$RUN/kubeconfig/admin.yaml"
+    echo "TORCHX_CLUSTER_RESTRICTED_KUBECONFIG=$RUN/kubeconfig/restricted.yaml"
+    echo "TORCHX_CLUSTER_MCAD_KUBECONFIG=$RUN/kubeconfig/mcad-admin.yaml"
+    echo "TORCHX_CLUSTER_MCAD_RESTRICTED_KUBECONFIG=$RUN/kubeconfig/mcad-restricted.yaml"
+    echo "TORCHX_CLUSTER_NAMESPACE=$TEST_NAMESPACE"
+    echo "TORCHX_CLUSTER_POD_LOGS=$RUN/pod-logs"
+    echo "TORCHX_CLUSTER_MCAD_CONTROLLER=$(is_running kar-controllers && echo kar-controllers || echo none)"
+    echo "TORCHX_CLUSTER_APISERVER=https://127.0.0.1:$APISERVER_PORT"
+    echo "TORCHX_CLUSTER_MCAD_APISERVER=https://127.0.0.1:$MCAD_APISERVER_PORT"
+  } >"$RUN/env.tmp"
+  mv "$RUN/env.tmp" "$RUN/env"
+}
+
+# missing_components: print the components whose binaries are not cached.
+missing_components() {
+  [[ -x "$(etcd_dir)/etcd" ]] || echo "etcd"
+  [[ -x "$(kube_dir)/kube-apiserver" && -x "$(kube_dir)/kubectl" ]] || echo "kubernetes"
+  [[ -x "$(kwok_dir)/kwok" && -f "$(kwok_dir)/crds/kwok.x-k8s.io_logs.yaml" ]] || echo "kwok"
+  [[ -x "$(volcano_dir)/vc-scheduler" && -f "$(volcano_dir)/crds/nodeinfo.volcano.sh_numatopologies.yaml" ]] || echo "volcano"
+  [[ -x "$(appwrapper_dir)/appwrapper-controller" ]] || echo "appwrapper"
+  [[ -x "$(mcad_dir)/kar-controllers" || -e "$(mcad_dir).failed" ]] || echo "mcad"
+}
+
+cmd_up() {
+  local t0 missing
+  t0=$(now_ms)
+  if [[ "${TORCHX_CLUSTER_NO_BUILD:-}" == 1 ]]; then
+    missing="$(missing_components | tr '\n' ' ')"
+    [[ -z "$missing" ]] || { log "not built: $missing(TORCHX_CLUSTER_NO_BUILD=1); run '$0 build'"; exit 3; }
+  else
+    cmd_build
+  fi
+  mkdir -p "$RUN" "$LOGS" "$PIDS"
+  step "certificates and kubeconfigs (openssl)" make_certs
+  step "etcd on 127.0.0.1:$ETCD_CLIENT_PORT" start_etcd
+  step "API servers on 127.0.0.1:$APISERVER_PORT (main) and :$MCAD_APISERVER_PORT (MCAD)" start_api_servers
+  step "CRDs" apply_crds
+  step "controller manager and scheduler" start_control_plane
+  step "kwok fake kubelet on 127.0.0.1:$KWOK_PORT and $NODE_COUNT nodes" start_nodes
+  step "Volcano controller manager and scheduler" start_volcano
+  step "AppWrapper controller" start_appwrapper
+  step "MCAD" start_mcad
+  step "namespace $TEST_NAMESPACE and least-privilege kubeconfigs" start_rbac
+  step "controllers ready" wait_ready
+  write_env
+  log "cluster up in $(since "$t0")"
+  log "admin kubeconfig:      $RUN/kubeconfig/admin.yaml"
+  log "restricted kubeconfig: $RUN/kubeconfig/restricted.yaml (namespace $TEST_NAMESPACE)"
+  log "MCAD kubeconfig:       $RUN/kubeconfig/mcad-admin.yaml"
+}
+
+start_api_servers() {
+  start_apiserver kube-apiserver "$APISERVER_PORT" /registry
+  start_apiserver mcad-apiserver "$MCAD_APISERVER_PORT" /mcad-registry
+  wait_for "kube-apiserver /readyz" 120 kube-apiserver https_ok "$APISERVER_PORT" /readyz
+  wait_for "mcad-apiserver /readyz" 120 mcad-apiserver https_ok "$MCAD_APISERVER_PORT" /readyz
+}
+
+start_nodes() {
+  start_kwok kwok "$RUN/kubeconfig/admin.yaml" "$KWOK_PORT"
+  create_nodes kubectl_admin
+  wait_for "kwok /healthz" 60 kwok kwok_ready
+  wait_for "$NODE_COUNT Ready nodes" 60 kwok nodes_ready kubectl_admin
+}
+
+start_rbac() {
+  apply_rbac kubectl_admin "$RUN/kubeconfig/restricted.yaml" "$APISERVER_PORT"
+  wait_for "ServiceAccount $TEST_NAMESPACE/default (controller manager)" 60 kube-controller-manager default_sa_exists
+  apply_rbac kubectl_mcad "$RUN/kubeconfig/mcad-restricted.yaml" "$MCAD_APISERVER_PORT"
+  # No controller manager runs for the MCAD API server: make the ServiceAccount
+  # that admission wants for every pod by hand.
+  kubectl_mcad -n "$TEST_NAMESPACE" create serviceaccount default --dry-run=client -o yaml |
+    kubectl_mcad apply -f - >/dev/null
+}
+
+wait_ready() {
+  wait_for "Volcano default queue Open" 90 vc-scheduler volcano_queue_ready
+  wait_for "vc-controller-manager /healthz" 60 vc-controller-manager http_ok "$VC_CONTROLLER_HEALTH_PORT" /healthz
+  wait_for "appwrapper-controller /healthz" 60 appwrapper-controller http_ok "$AW_HEALTH_PORT" /healthz
+  wait_for "kube-scheduler /readyz" 60 kube-scheduler https_insecure_ok "$SCHEDULER_PORT" /readyz
+  wait_for "kube-controller-manager /healthz" 60 kube-controller-manager https_insecure_ok "$KCM_PORT" /healthz
+  mcad_ready
+}
+
+# ---------------------------------------------------------------- MCAD
+# kar-controllers (MCAD v1.40.0) against the second API server, with its own
+# kwok and scheduler so that the pods it dispatches run. If it did not build,
+# the second API server serves the CRD only and tests drive AppWrapper status
+# themselves (see README).
+start_mcad() {
+  if [[ ! -x "$(mcad_dir)/kar-controllers" ]]; then
+    log "   kar-controllers not available: MCAD API server serves the v1beta1 CRD only"
+    return 0
+  fi
+  # The pods MCAD dispatches need what the main API server has: nodes and a
+  # fake kubelet, a scheduler, and a ServiceAccount to admit them.
+  kubectl_mcad apply --server-side --force-conflicts -f "$(kwok_dir)/crds/kwok.x-k8s.io_logs.yaml" >/dev/null
+  kubectl_mcad wait --for=condition=Established --timeout=60s crd/logs.kwok.x-k8s.io >/dev/null
+  start_kwok mcad-kwok "$RUN/kubeconfig/mcad-admin.yaml" "$MCAD_KWOK_PORT"
+  create_nodes kubectl_mcad
+  start mcad-kube-scheduler "$(kube_dir)/kube-scheduler" \
+    --kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
+    --authentication-kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
+    --authorization-kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
+    --authentication-skip-lookup=true \
+    --bind-address=127.0.0.1 \
+    --secure-port="$MCAD_SCHEDULER_PORT" \
+    --leader-elect=false \
+    --v=1
+  start kar-controllers "$(mcad_dir)/kar-controllers" \
+    --kubeconfig="$RUN/kubeconfig/mcad-admin.yaml" \
+    --healthProbeListenAddr="127.0.0.1:$MCAD_HEALTH_PORT" \
+    --backofftime=2 \
+    --logtostderr=true \
+    --v=2
+  wait_for "MCAD kwok /healthz" 60 mcad-kwok https_insecure_ok "$MCAD_KWOK_PORT" /healthz
+  wait_for "$NODE_COUNT Ready nodes (MCAD)" 60 mcad-kwok nodes_ready kubectl_mcad
+}
+
+mcad_ready() {
+  [[ -x "$(mcad_dir)/kar-controllers" ]] || return 0
+  wait_for "kar-controllers /healthz" 60 kar-controllers http_ok "$MCAD_HEALTH_PORT" /healthz
+}
+
+# ---------------------------------------------------------------- down / status
+ALL_PROCESSES=(
+  kar-controllers mcad-kube-scheduler mcad-kwok
+  appwrapper-controller vc-controller-manager vc-scheduler kwok
+  kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
+)
+
+stop_process() {
+  local name="$1" pid i
+  if ! is_running "$name"; then
+    rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"
+    return 0
+  fi
+  pid="$(pid_of "$name")"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "   $name (pid $pid) did not stop in 10 s, killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"
+  log "   stopped $name (pid $pid)"
+}
+
+cmd_down() {
+  local t0 name
+  t0=$(now_ms)
+  for name in "${ALL_PROCESSES[@]}"; do stop_process "$name"; done
+  log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"
+}
+
+cmd_clean() {
+  cmd_down
+  rm -rf "$RUN"
+  log "removed $RUN"
+}
+
+cmd_status() {
+  local name rc=0
+  for name in "${ALL_PROCESSES[@]}"; do
+    if is_running "$name"; then
+      printf '%-24s running (pid %s)\n' "$name" "$(pid_of "$name")"
+    elif [[ "$name" == kar-controllers || "$name" == mcad-* ]] && [[ ! -x "$(mcad_dir)/kar-controllers" ]]; then
+      printf '%-24s not used\n' "$name"
+    else
+      printf '%-24s stopped\n' "$name"
+      rc=1
+    fi
+  done
+  if [[ -s "$PKI/admin.crt" ]] && https_ok "$APISERVER_PORT" /readyz 2>/dev/null; then
+    echo "API server https://127.0.0.1:$APISERVER_PORT ready; kubeconfig $RUN/kubeconfig/admin.yaml"
+  else
+    echo "API server https://127.0.0.1:$APISERVER_PORT not answering"
+    rc=1
+  fi
+  return "$rc"
 }
 
 main() {
   local cmd="${1:-}"
   case "$cmd" in
     build) cmd_build ;;
-    *) die "usage: $0 build|up|down|status|kubeconfig|env" ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
+    clean) cmd_clean ;;
+    status) cmd_status ;;
+    kubeconfig) echo "$RUN/kubeconfig/admin.yaml" ;;
+    env) cat "$RUN/env" ;;
+    *)
+      echo "usage: $0 build|up|down|status|kubeconfig|env|clean" >&2
+      exit 2
+      ;;
   esac
 }
 
