@@ -1,0 +1,47 @@
+"""A TorchX app on MCAD (the Multi-Cluster App Dispatcher) as an AppWrapper.
+
+MCAD queues whole apps: it dispatches an AppWrapper -- here one pod per replica plus a
+headless Service so replicas find each other -- once the cluster has room for all of it.
+
+* ``priority``: the AppWrapper's place in MCAD's queue (higher goes first);
+* ``coscheduler_name``: a secondary scheduler (scheduler-plugins' coscheduling) that
+  gang-schedules each role; the provider creates one PodGroup per role for it;
+* ``image_secret``: the pull secret for a private registry.
+
+The connection ``torchx_mcad_default`` points at the cluster MCAD runs in.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from torchx_provider.operators import TorchXMCADOperator
+
+with DAG(
+    dag_id="torchx_mcad",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["torchx", "kubernetes", "mcad", "example"],
+):
+    TorchXMCADOperator(
+        task_id="batch_inference",
+        app="utils.sh",
+        app_args={
+            "args": ["echo scoring shard ${replica_id} of ${app_id}"],
+            "image": "registry.example.com/ml/inference:1.4",
+            "num_replicas": 2,
+            "name": "infer",
+            "memMB": 2048,
+        },
+        cfg={
+            "namespace": "default",
+            "priority": 10,
+            "coscheduler_name": "scheduler-plugins-scheduler",
+            "image_secret": "registry-pull-secret",
+        },
+        conn_id="torchx_mcad_default",
+        deferrable=True,
+        poll_interval=2,
+    )

@@ -1,0 +1,168 @@
+"""The Docker hook: connection type ``torchx_docker``, for the ``local_docker`` backend.
+
+Fields::
+
+    host        the engine URL: unix:///var/run/docker.sock, tcp://host:2376, or host + port
+    login       registry user (for pushing workspace images)   } optional
+    password    registry password or token                     }
+
+Extras (optional)::
+
+    registry          registry the credentials are for (default: Docker Hub)
+    tls_ca_cert       CA certificate (PEM content, or a path on the worker)
+    tls_client_cert   client certificate (PEM content or path)
+    tls_client_key    client private key (PEM content or path)
+    tls_verify        verify the engine's certificate (default true when a CA is given)
+    job_url_template  URL of a job in some UI, e.g. "https://portainer/#/containers?app={app_id}"
+
+Any other extra is a default for the backend's run option of that name. Without a connection
+the worker's ``DOCKER_HOST`` is used (else the local socket). Certificate files are read on
+the worker and handed to the trigger as content.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
+
+DOCKER_CONNECTION_KEYS = frozenset(
+    {
+        "registry",
+        "tls_ca_cert",
+        "tls_client_cert",
+        "tls_client_key",
+        "tls_verify",
+        "job_url_template",
+    }
+)
+_PEM_KEYS = ("tls_ca_cert", "tls_client_cert", "tls_client_key")
+
+
+def _pem(value: Any, key: str) -> str:
+    text = str(value)
+    if "-----BEGIN" in text:
+        return text
+    path = Path(text).expanduser()
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise InvalidOptionError(
+            f"{key} is neither PEM content nor a readable file: cannot read {text!r} "
+            f"({e.strerror or e})",
+            key,
+        ) from None
+
+
+def engine_url(host: str | None, port: int | None) -> str | None:
+    """The engine URL from a connection's host and port.
+
+    >>> engine_url("unix:///var/run/docker.sock", None)
+    'unix:///var/run/docker.sock'
+    >>> engine_url("10.0.0.5", 2376)
+    'tcp://10.0.0.5:2376'
+    """
+    if not host:
+        return None
+    if "://" in host:
+        return host if not port or host.count(":") > 1 else f"{host}:{port}"
+    return f"tcp://{host}:{port or 2375}"
+
+
+def resolve_docker_client(
+    settings: Mapping[str, Any],
+    host: str | None,
+    port: int | None,
+    login: str | None,
+    password: str | None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Connection fields -> (client kwargs, secret values). Reads certificate files only."""
+    env = os.environ if env is None else env
+    kwargs: dict[str, Any] = {}
+    secrets: list[str] = []
+    url = engine_url(host, port) or env.get("DOCKER_HOST") or None
+    if url:
+        kwargs["base_url"] = url
+    for key in _PEM_KEYS:
+        if settings.get(key):
+            kwargs[key] = _pem(settings[key], key)
+    if bool(kwargs.get("tls_client_cert")) != bool(kwargs.get("tls_client_key")):
+        raise InvalidOptionError(
+            "tls_client_cert and tls_client_key go together: set both or neither",
+            "tls_client_key",
+        )
+    if "tls_verify" in settings:
+        kwargs["tls_verify"] = parse_bool(settings["tls_verify"], "tls_verify")
+    elif kwargs.get("tls_ca_cert"):
+        kwargs["tls_verify"] = True
+    if kwargs.get("tls_verify") and not kwargs.get("tls_ca_cert"):
+        raise InvalidOptionError(
+            "tls_verify is on but no tls_ca_cert is given to verify the engine with",
+            "tls_ca_cert",
+        )
+    if any(kwargs.get(k) for k in _PEM_KEYS) and url and url.startswith("unix:"):
+        raise InvalidOptionError(
+            f"TLS material is set but the engine URL {url!r} is a unix socket; use tcp://",
+            "host",
+        )
+    if kwargs.get("tls_client_key"):
+        secrets.append(kwargs["tls_client_key"])
+    if login or password:
+        if not (login and password):
+            raise InvalidOptionError(
+                "registry credentials need both login and password", "password"
+            )
+        kwargs.update(registry_kwargs(login, password, settings.get("registry")))
+        secrets.append(password)
+    return kwargs, secrets
+
+
+def registry_kwargs(login: str, password: str, registry: str | None) -> dict[str, Any]:
+    """Registry credentials as the backend's client parameters (``registry_username``,
+    ``registry_password``, ``registry_url``), if this version of the backend takes them;
+    otherwise none (the engine's own ``docker login`` is then what pushes use)."""
+    import dataclasses
+
+    from torchx_provider.schedulers.docker_client import DockerClientConfig
+
+    fields = {f.name for f in dataclasses.fields(DockerClientConfig)}
+    wanted = {"registry_username": login, "registry_password": password, "registry_url": registry}
+    return {k: v for k, v in wanted.items() if k in fields and v}
+
+
+class TorchXDockerHook(TorchXHookBase):
+    """Connects the ``local_docker`` backend to a Docker engine.
+
+    :param conn_id: a connection of type ``torchx_docker``; ``None`` uses ``DOCKER_HOST`` or
+        the local socket.
+    """
+
+    conn_type: ClassVar[str] = "torchx_docker"
+    hook_name: ClassVar[str] = "TorchX Docker"
+    default_conn_name: ClassVar[str | None] = "torchx_docker_default"
+    default_backend: ClassVar[str] = "local_docker"
+    connection_keys: ClassVar[frozenset[str]] = DOCKER_CONNECTION_KEYS
+
+    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+        if loaded is None:
+            extras: dict[str, Any] = {}
+            host = port = login = password = None
+        else:
+            _, extras, conn = loaded
+            host, port, login, password = conn.host, conn.port, conn.login, conn.password
+        settings, defaults = self.split_extras(extras)
+        kwargs, secrets = resolve_docker_client(settings, host, port, login, password)
+        return BackendTarget(
+            backend=self.backend,
+            client_kwargs=kwargs,
+            cfg_defaults=defaults,
+            job_url_template=settings.get("job_url_template"),
+            secret_keys=("tls_client_key", "registry_password"),
+            mask_values=tuple(secrets),
+            conn_id=self.conn_id,
+        )

@@ -1,0 +1,261 @@
+"""The Kubernetes hook: connection types ``torchx_kubernetes`` and ``kubernetes``.
+
+Extras (all optional; a legacy ``extra__kubernetes__`` / ``extra__torchx_kubernetes__`` prefix
+is accepted, so an existing connection of the cncf.kubernetes provider works unchanged, and
+that provider need not be installed)::
+
+    in_cluster          use the pod's service account (the worker and triggerer run in-cluster)
+    kube_config_path    path of a kubeconfig file on the worker
+    kube_config         kubeconfig content, YAML or JSON (a string or a JSON object)
+    cluster_context     the kubeconfig context to use (default: its current-context)
+    namespace           namespace for jobs (default: the context's, else "default")
+    disable_verify_ssl  do not verify the API server's certificate (test clusters only)
+    job_url_template    URL of a job in some UI, e.g.
+                        "https://dash.example.com/#/job/{namespace}/{app_id}"
+
+``in_cluster``, ``kube_config_path`` and ``kube_config`` are mutually exclusive. Any other
+extra (``queue``, ``image_repo``, ``service_account``, ``priority_class``, ...) is a default
+for the backend's run option of that name; the task's ``cfg`` overrides it.
+
+Without a connection (``conn_id=None``) the worker's ``KUBECONFIG`` (or ``~/.kube/config``)
+is used, else the in-cluster service account.
+
+The kubeconfig is read on the worker and handed to the trigger as content, with every file it
+refers to (certificate authority, client certificate and key, token file) inlined, so the
+triggerer needs no file. Kubeconfigs whose users authenticate through an ``exec`` or
+``auth-provider`` plugin need that plugin on the triggerer too.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
+
+#: (path key, inlined data key) pairs of kubeconfig clusters and users
+_FILE_REFS = {
+    "cluster": (("certificate-authority", "certificate-authority-data"),),
+    "user": (
+        ("client-certificate", "client-certificate-data"),
+        ("client-key", "client-key-data"),
+    ),
+}
+_SECRET_USER_KEYS = ("token", "client-key-data", "password")
+
+KUBE_CONNECTION_KEYS = frozenset(
+    {
+        "in_cluster",
+        "kube_config_path",
+        "kube_config",
+        "cluster_context",
+        "namespace",
+        "disable_verify_ssl",
+        "job_url_template",
+    }
+)
+#: extras of the cncf.kubernetes provider's connections that have no meaning here
+CNCF_ONLY_KEYS = frozenset(
+    {"disable_tcp_keepalive", "xcom_sidecar_container_image", "xcom_sidecar_container_resources"}
+)
+
+
+def _read(path: Path, what: str, option: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise InvalidOptionError(
+            f"cannot read {what} {str(path)!r}: {e.strerror or e}; fix the path or make the "
+            "file readable by the Airflow worker",
+            option,
+        ) from None
+
+
+def _parse_kubeconfig(text: str, option: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidOptionError(f"{option} is not valid YAML/JSON: {e}", option) from None
+    if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):
+        raise InvalidOptionError(
+            f"{option} is not a kubeconfig (no 'clusters' list); give the content of a "
+            "kubeconfig file (`kubectl config view --raw`)",
+            option,
+        )
+    return data
+
+
+def flatten_kubeconfig(text: str, base_dir: Path, option: str) -> tuple[str, list[str]]:
+    """Inline the files a kubeconfig refers to, as ``kubectl config view --flatten`` does.
+
+    Returns the flattened kubeconfig (YAML) and the secret values in it (tokens, private
+    keys) for the log masker. Relative paths are relative to ``base_dir`` (the kubeconfig's
+    directory). A file that cannot be read is an :class:`InvalidOptionError`.
+    """
+    import yaml
+
+    data = _parse_kubeconfig(text, option)
+    secrets: list[str] = []
+    for kind, refs in _FILE_REFS.items():
+        for entry in data.get(f"{kind}s") or []:
+            body = (entry or {}).get(kind) or {}
+            for path_key, data_key in refs:
+                ref = body.pop(path_key, None)
+                if ref and not body.get(data_key):
+                    path = Path(ref).expanduser()
+                    path = path if path.is_absolute() else base_dir / path
+                    content = _read(path, f"{kind} file ({path_key})", option)
+                    body[data_key] = base64.b64encode(content.encode()).decode()
+            if kind == "user":
+                token_file = body.pop("tokenFile", None)
+                if token_file and not body.get("token"):
+                    path = Path(token_file).expanduser()
+                    path = path if path.is_absolute() else base_dir / path
+                    body["token"] = _read(path, "token file", option).strip()
+                secrets.extend(str(body[k]) for k in _SECRET_USER_KEYS if body.get(k))
+    return yaml.safe_dump(data, sort_keys=False), secrets
+
+
+def _check_context(data: Mapping[str, Any], context: str | None, option: str) -> None:
+    names = [c.get("name") for c in data.get("contexts") or [] if isinstance(c, Mapping)]
+    if context and names and context not in names:
+        raise InvalidOptionError(
+            f"cluster_context {context!r} is not in the kubeconfig; its contexts are {names}",
+            "cluster_context",
+        )
+    if not context and not data.get("current-context") and len(names) > 1:
+        raise InvalidOptionError(
+            f"the kubeconfig ({option}) has several contexts {names} and no current-context; "
+            "set cluster_context",
+            "cluster_context",
+        )
+
+
+def default_kubeconfig_path(env: Mapping[str, str]) -> Path | None:
+    """The kubeconfig the Kubernetes clients would load: first of ``KUBECONFIG``, else
+    ``~/.kube/config`` -- if it exists."""
+    candidates = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates.append(str(Path("~/.kube/config").expanduser()))
+    for candidate in candidates:
+        path = Path(candidate).expanduser()
+        if path.is_file():
+            return path
+    return None
+
+
+def resolve_kube_client(
+    settings: Mapping[str, Any],
+    conn_id: str | None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Connection settings -> (client kwargs, secret values). Reads files; no network.
+
+    The client kwargs are ``kubeconfig`` (flattened content) or ``in_cluster``, plus
+    ``context``, ``namespace`` and ``disable_verify_ssl`` when set.
+    """
+    env = os.environ if env is None else env
+    where = f"connection {conn_id!r}" if conn_id else "the environment"
+    in_cluster = parse_bool(settings.get("in_cluster"), "in_cluster")
+    path = settings.get("kube_config_path")
+    content = settings.get("kube_config")
+    chosen = [
+        name
+        for name, value in (
+            ("in_cluster", in_cluster),
+            ("kube_config_path", path),
+            ("kube_config", content),
+        )
+        if value
+    ]
+    if len(chosen) > 1:
+        raise InvalidOptionError(
+            f"{where} sets {' and '.join(chosen)}, which are mutually exclusive: in_cluster, "
+            "kube_config_path and kube_config each say where the cluster configuration comes "
+            "from; keep exactly one",
+            chosen[1],
+        )
+    context = settings.get("cluster_context") or None
+    kwargs: dict[str, Any] = {}
+    secrets: list[str] = []
+    if in_cluster:
+        kwargs["in_cluster"] = True
+    else:
+        if content:
+            option = "kube_config"
+            text = content if isinstance(content, str) else json.dumps(content)
+            base_dir = Path.cwd()
+        elif path:
+            option = "kube_config_path"
+            file = Path(str(path)).expanduser()
+            text = _read(file, "kubeconfig file (kube_config_path)", option)
+            base_dir = file.parent
+        else:
+            option = "KUBECONFIG"
+            default = default_kubeconfig_path(env)
+            if default is None:
+                if env.get("KUBERNETES_SERVICE_HOST"):
+                    kwargs["in_cluster"] = True
+                    text = ""
+                else:
+                    raise InvalidOptionError(
+                        f"{where} gives no Kubernetes configuration and none was found (no "
+                        "KUBECONFIG, no ~/.kube/config, not running in a cluster); set "
+                        "kube_config_path, kube_config or in_cluster in the connection",
+                        "conn_id",
+                    )
+            else:
+                text = _read(default, "kubeconfig file", option)
+                base_dir = default.parent
+        if not kwargs.get("in_cluster"):
+            flat, secrets = flatten_kubeconfig(text, base_dir, option)
+            _check_context(_parse_kubeconfig(flat, option), context, option)
+            kwargs["kubeconfig"] = flat
+            secrets.append(flat)
+    if context:
+        kwargs["context"] = str(context)
+    if settings.get("namespace"):
+        kwargs["namespace"] = str(settings["namespace"])
+    if parse_bool(settings.get("disable_verify_ssl"), "disable_verify_ssl"):
+        kwargs["disable_verify_ssl"] = True
+    return kwargs, secrets
+
+
+class TorchXKubernetesHook(TorchXHookBase):
+    """Connects the Volcano (``kubernetes``) and MCAD (``kubernetes_mcad``) backends.
+
+    :param conn_id: a connection of type ``torchx_kubernetes`` or ``kubernetes``; ``None``
+        uses the worker's kubeconfig or in-cluster service account.
+    :param backend: ``kubernetes`` (Volcano, default) or ``kubernetes_mcad``.
+    """
+
+    conn_type: ClassVar[str] = "torchx_kubernetes"
+    hook_name: ClassVar[str] = "TorchX Kubernetes"
+    default_conn_name: ClassVar[str | None] = "torchx_kubernetes_default"
+    accepted_conn_types: ClassVar[tuple[str, ...]] = ("kubernetes",)
+    default_backend: ClassVar[str] = "kubernetes"
+    connection_keys: ClassVar[frozenset[str]] = KUBE_CONNECTION_KEYS
+    ignored_keys: ClassVar[frozenset[str]] = CNCF_ONLY_KEYS
+
+    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+        extras = loaded[1] if loaded else {}
+        settings, defaults = self.split_extras(extras)
+        kwargs, secrets = resolve_kube_client(settings, self.conn_id)
+        return BackendTarget(
+            backend=self.backend,
+            client_kwargs=kwargs,
+            cfg_defaults=defaults,
+            optional_cfg_defaults=(
+                {"namespace": kwargs["namespace"]} if kwargs.get("namespace") else {}
+            ),
+            job_url_template=settings.get("job_url_template"),
+            secret_keys=("kubeconfig",),
+            mask_values=tuple(secrets),
+            conn_id=self.conn_id,
+        )

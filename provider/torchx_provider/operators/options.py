@@ -1,0 +1,121 @@
+"""The operator's options, grouped into small typed objects and checked when the DAG is parsed.
+
+Pure: no Airflow, no clients. :class:`Lifecycle` says what happens to the job around the
+task (submit or reattach, wait, kill, finish); :class:`Following` says how the task follows
+it (deferred or on the worker, how often, whose logs).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from torchx_provider.errors import InvalidOptionError
+
+
+class OnKillAction(str, enum.Enum):
+    """What killing the task (``on_kill``: mark failed/success, clear, timeout) does to the job."""
+
+    CANCEL = "cancel"
+    KEEP = "keep"
+
+
+class OnFinishAction(str, enum.Enum):
+    """What happens to the job's backend objects once it finished and the task saw it."""
+
+    #: delete them whatever the outcome
+    DELETE = "delete"
+    #: leave them (their logs stay readable on the backend)
+    KEEP = "keep"
+    #: delete them when the app succeeded; keep failed ones for inspection
+    DELETE_SUCCEEDED = "delete_succeeded"
+
+
+def _enum(cls: type[enum.Enum], value: object, name: str) -> enum.Enum:
+    try:
+        return cls(value.value if isinstance(value, enum.Enum) else str(value).lower())
+    except ValueError:
+        valid = [m.value for m in cls]
+        raise InvalidOptionError(f"{name}={value!r} is not one of {valid}", name) from None
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What the task does with the job.
+
+    Args:
+        wait_for_completion: follow the job to the end (``False``: submit, push the app
+            handle and succeed at once).
+        on_kill_action: ``cancel`` (default) or ``keep`` the job when the task is killed.
+        on_finish_action: ``delete``, ``keep`` or ``delete_succeeded`` (default).
+        reattach: on a retry, follow a job an earlier try of this task instance left running
+            instead of submitting a new one (default). Off: such a job is cancelled first, so
+            there are never two live jobs for one task instance.
+    """
+
+    wait_for_completion: bool = True
+    on_kill_action: OnKillAction = OnKillAction.CANCEL
+    on_finish_action: OnFinishAction = OnFinishAction.DELETE_SUCCEEDED
+    reattach: bool = True
+
+    @classmethod
+    def build(
+        cls,
+        wait_for_completion: bool = True,
+        on_kill_action: str | OnKillAction = OnKillAction.CANCEL,
+        on_finish_action: str | OnFinishAction = OnFinishAction.DELETE_SUCCEEDED,
+        reattach: bool = True,
+    ) -> Lifecycle:
+        """Check and convert the operator's keyword arguments."""
+        return cls(
+            wait_for_completion=bool(wait_for_completion),
+            on_kill_action=_enum(OnKillAction, on_kill_action, "on_kill_action"),  # type: ignore[arg-type]
+            on_finish_action=_enum(OnFinishAction, on_finish_action, "on_finish_action"),  # type: ignore[arg-type]
+            reattach=bool(reattach),
+        )
+
+    def deletes(self, succeeded: bool) -> bool:
+        """Whether a finished job is deleted."""
+        return self.on_finish_action == OnFinishAction.DELETE or (
+            succeeded and self.on_finish_action == OnFinishAction.DELETE_SUCCEEDED
+        )
+
+
+@dataclass(frozen=True)
+class Following:
+    """How the task follows the job.
+
+    Args:
+        deferrable: hand the waiting to the triggerer (frees the worker slot).
+        poll_interval: seconds between state/log reads (> 0).
+        log_replicas: whose logs reach the task log: ``None`` (all), or patterns such as
+            ``["trainer"]``, ``["trainer/0", "ps/*"]``; ``[]`` forwards none.
+    """
+
+    deferrable: bool = False
+    poll_interval: float = 10.0
+    log_replicas: tuple[str, ...] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        deferrable: bool = False,
+        poll_interval: float = 10.0,
+        log_replicas: str | Iterable[str] | None = None,
+    ) -> Following:
+        try:
+            interval = float(poll_interval)
+        except (TypeError, ValueError):
+            interval = -1.0
+        if interval <= 0:
+            raise InvalidOptionError(
+                f"poll_interval must be a positive number of seconds, got {poll_interval!r}",
+                "poll_interval",
+            )
+        if isinstance(log_replicas, str):
+            log_replicas = [p for p in log_replicas.split(",")]
+        replicas = (
+            None if log_replicas is None else tuple(p.strip() for p in log_replicas if p.strip())
+        )
+        return cls(deferrable=bool(deferrable), poll_interval=interval, log_replicas=replicas)

@@ -1,0 +1,546 @@
+"""The TorchX operators: run one TorchX app as one Airflow task.
+
+``TorchXOperator`` takes the backend as ``scheduler=``; ``TorchXKubernetesOperator``
+(Volcano), ``TorchXMCADOperator`` (MCAD AppWrapper) and ``TorchXDockerOperator`` fix it::
+
+    TorchXKubernetesOperator(
+        task_id="train",
+        app="dist.ddp",
+        app_args={"j": "2x2", "script": "train.py", "image": "{{ var.value.train_image }}"},
+        cfg={"queue": "default", "namespace": "ml"},
+        conn_id="my_cluster",
+        deferrable=True,
+    )
+
+What a task does:
+
+1. **Prepare** (no backend contacted): render the templates, resolve ``app`` into one AppDef
+   (shown in the task's "Rendered Template" view), read the connection, create the
+   scheduler, check ``cfg`` against its run options and dry-run the submission. A bad input
+   -- unknown scheduler, unknown component or run option, missing connection, unreadable
+   kubeconfig -- fails the task here, without retries, and nothing is submitted.
+2. **Submit or reattach**: every job carries labels/annotations with the dag id, task id,
+   run id, map index and try number. If an earlier try of this task instance left a job
+   running (found by those labels, or by the handle stored in Airflow 3.3's
+   ``task_state_store``), the task follows that job instead of submitting another
+   (``reattach=True``, the default); with ``reattach=False`` it cancels it first. Either way
+   there is never more than one live job per task instance.
+3. **Follow**: deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger`
+   (``deferrable=True``), or on the worker with the same loop. Every selected replica's log
+   lines reach the task log as ``[role/replica] text``, with state transitions and a
+   per-replica status line when something changes.
+4. **Finish**: XComs ``app_handle``, ``app_id`` (pushed at submission), ``final_state`` and
+   ``replicas`` (role, replica id, state, exit code); the return value holds all of them.
+   A SUCCEEDED app returns normally; FAILED, CANCELLED or UNKNOWN raise with the state, the
+   backend's message and a per-replica table. ``on_finish_action`` then deletes or keeps the
+   job.
+
+Retries -- TorchX ``max_retries`` and Airflow ``retries`` are different layers:
+
+* ``Role.max_retries`` (with ``retry_policy``) is handled *inside one job* by the backend
+  (Volcano restarts the pods or the job, Docker restarts the containers); the task sees one
+  job and one final state.
+* Airflow ``retries`` start a new *try of the task* after it failed. If the job is still
+  running (the worker died, the triggerer lost track, the follow gave up on an outage), the
+  new try reattaches to it; if the job ended FAILED or CANCELLED, the new try submits a new
+  job. A job can thus run up to ``(retries + 1) * (max_retries + 1)`` times; use
+  ``max_retries`` for replica crashes and Airflow ``retries`` for infrastructure trouble.
+
+Killing: the operator's ``on_kill`` (worker side) and the trigger's ``on_kill`` (Airflow
+3.3+, when a user marks the deferred task failed/success or clears it) cancel the job unless
+``on_kill_action="keep"``. A triggerer restart never cancels anything (see
+:mod:`~torchx_provider.triggers.job` for the one case where a kill cannot reach the job).
+
+Secrets: the connection is read on the worker only. What the trigger needs to reach the
+backend (kubeconfig content, TLS material) travels in its kwargs, which Airflow stores
+encrypted and never shows; the values are registered with the log masker, and what this
+operator logs or pushes to XCom is redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import BaseOperator
+
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.links import TorchXJobLink, format_job_url
+from torchx_provider.operators.app_source import app_to_template, resolve_app
+from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
+    from torchx_provider.schedulers.api import Scheduler
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+    from torchx_provider.specs.api import AppDef, AppDryRunInfo
+    from torchx_provider.triggers.events import JobEvent
+
+#: backend -> "module:Hook" resolving its connections
+HOOKS_BY_BACKEND: dict[str, str] = {
+    "kubernetes": "torchx_provider.hooks.kubernetes:TorchXKubernetesHook",
+    "kubernetes_mcad": "torchx_provider.hooks.kubernetes:TorchXKubernetesHook",
+    "local_docker": "torchx_provider.hooks.docker:TorchXDockerHook",
+}
+#: task_state_store key of the app handle a try submitted (Airflow 3.3+)
+STATE_STORE_KEY = "torchx_app_handle"
+
+
+@dataclass
+class SubmissionPlan:
+    """Everything prepared before anything is sent (worker side, never serialized)."""
+
+    target: BackendTarget
+    scheduler: Scheduler[Any]
+    app: AppDef
+    cfg: dict[str, Any]
+    dryrun: AppDryRunInfo[Any]
+    ti_key: TaskInstanceKey
+
+
+def _fail(e: Exception) -> Exception:
+    """A bad input: fail the task now, without retries, saying nothing was submitted."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(f"{e} (nothing was submitted)")
+
+
+class TorchXOperator(BaseOperator):
+    """Run a TorchX app on the backend named by ``scheduler`` (see the module documentation).
+
+    :param app: an AppDef, a dict, the path of a YAML/JSON app file, YAML/JSON text, or a
+        component name such as ``"dist.ddp"``. Templated (every string of the app).
+    :param app_args: the component's arguments (dict of keyword arguments or list). Templated.
+    :param cfg: run options: a dict, or TorchX's string form ``"queue=default,namespace=ml"``.
+        Templated. Defaults come from the connection's extras.
+    :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad`` or ``local_docker``.
+    :param conn_id: the Airflow connection; ``None`` uses the worker's environment defaults.
+    :param app_name: overrides the app's name. Templated.
+    :param deferrable: follow from the triggerer (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between state/log reads.
+    :param log_replicas: whose logs reach the task log: ``None`` (all), or patterns like
+        ``["trainer"]`` or ``"trainer/0,ps/*"``; ``[]`` for none.
+    :param wait_for_completion: ``False`` submits and succeeds at once.
+    :param on_kill_action: ``cancel`` (default) or ``keep`` the job when the task is killed.
+    :param on_finish_action: ``delete``, ``keep`` or ``delete_succeeded`` (default).
+    :param reattach: follow a job an earlier try left running instead of submitting anew.
+    :param session_name: the session part of app handles (``{scheduler}://{session}/{id}``).
+    """
+
+    template_fields: Sequence[str] = ("app", "app_args", "cfg", "app_name")
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "app": "json",
+        "app_args": "json",
+        "cfg": "json",
+    }
+    operator_extra_links = (TorchXJobLink(),)
+    ui_color = "#f9d3c8"
+    #: the backend used when ``scheduler`` is not given
+    default_scheduler: ClassVar[str] = "local_docker"
+
+    def __init__(
+        self,
+        *,
+        app: Any,
+        app_args: Mapping[str, Any] | list[Any] | None = None,
+        cfg: Mapping[str, Any] | str | None = None,
+        scheduler: str | None = None,
+        conn_id: str | None = None,
+        app_name: str | None = None,
+        deferrable: bool | None = None,
+        poll_interval: float = 10.0,
+        log_replicas: str | Iterable[str] | None = None,
+        wait_for_completion: bool = True,
+        on_kill_action: str = "cancel",
+        on_finish_action: str = "delete_succeeded",
+        reattach: bool = True,
+        session_name: str = "",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if deferrable is None:
+            from airflow.sdk import conf
+
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        self.app = app_to_template(app)
+        self.app_args = app_args
+        self.cfg = cfg
+        self.scheduler = scheduler or self.default_scheduler
+        self.conn_id = conn_id
+        self.app_name = app_name
+        self.session_name = session_name
+        self.lifecycle = Lifecycle.build(
+            wait_for_completion, on_kill_action, on_finish_action, reattach
+        )
+        self.following = Following.build(deferrable, poll_interval, log_replicas)
+        # set while the task runs (worker side)
+        self._app_resolved = False
+        self._scheduler_client: Scheduler[Any] | None = None
+        self._app_id: str | None = None
+
+    # -- inputs -----------------------------------------------------------------------------------
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        """Render the templates, then resolve ``app`` into the dict of the exact AppDef that
+        will be submitted, which is what the "Rendered Template" view then shows."""
+        super().render_template_fields(context, jinja_env)
+        env = jinja_env or self.get_template_env()
+        try:
+            app = resolve_app(
+                self.app,
+                self.app_args,
+                self.app_name,
+                render_text=lambda text: str(self.render_template(text, context, env)),
+                search_paths=self._search_paths(),
+            )
+        except (InvalidAppError, InvalidOptionError) as e:
+            raise _fail(e) from e
+        from torchx_provider.specs.serialization import to_dict
+
+        self.app = to_dict(app)
+        self._app_resolved = True
+
+    def _search_paths(self) -> list[str]:
+        dag = self.get_dag() if self.has_dag() else None
+        if dag is None:
+            return []
+        paths = [str(dag.folder)]
+        searchpath = dag.template_searchpath
+        if isinstance(searchpath, str):
+            paths.append(searchpath)
+        elif searchpath:
+            paths.extend(searchpath)
+        return paths
+
+    def _backend(self) -> str:
+        from torchx_provider.schedulers.registry import backend_names
+
+        if self.scheduler not in backend_names():
+            raise InvalidOptionError(
+                f"unknown scheduler {self.scheduler!r}; use one of {backend_names()}",
+                "scheduler",
+            )
+        return self.scheduler
+
+    def get_hook(self) -> TorchXHookBase:
+        """The hook that resolves ``conn_id`` for this task's backend."""
+        import importlib
+
+        backend = self._backend()
+        path = HOOKS_BY_BACKEND.get(backend)
+        if path is None:
+            raise InvalidOptionError(
+                f"scheduler {backend!r} has no connection hook; "
+                f"use one of {sorted(HOOKS_BY_BACKEND)}",
+                "scheduler",
+            )
+        module, _, name = path.partition(":")
+        hook_cls = getattr(importlib.import_module(module), name)
+        hook: TorchXHookBase = hook_cls(conn_id=self.conn_id, backend=backend)
+        return hook
+
+    def _cfg(self, scheduler: Scheduler[Any], target: BackendTarget) -> dict[str, Any]:
+        cfg: Any = self.cfg
+        if isinstance(cfg, str):
+            cfg = scheduler.run_opts().cfg_from_str(cfg)
+        elif cfg is None:
+            cfg = {}
+        elif not isinstance(cfg, Mapping):
+            raise InvalidOptionError(
+                f"cfg must be a dict or a 'key=value,...' string, got {type(cfg).__name__}", "cfg"
+            )
+        cfg = {**target.checked_cfg_defaults(scheduler), **dict(cfg)}
+        if "remove" in scheduler.run_opts() and "remove" not in cfg:
+            # The backend's own clean-up (Docker: remove containers once their logs were read)
+            # would pre-empt on_finish_action; the operator owns the clean-up.
+            cfg["remove"] = False
+        return cfg
+
+    @staticmethod
+    def _ti_key(context: Context) -> TaskInstanceKey:
+        from torchx_provider.schedulers.labels import TaskInstanceKey
+
+        ti = context["ti"]
+        return TaskInstanceKey(
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=int(ti.map_index if ti.map_index is not None else -1),
+            try_number=int(ti.try_number or 1),
+        )
+
+    def prepare(self, context: Context) -> SubmissionPlan:
+        """Step 1 (module doc): everything up to the dry run; bad input fails the task."""
+        from torchx_provider.specs.serialization import from_dict
+
+        try:
+            target = self.get_hook().get_target()
+            scheduler = target.create_scheduler(self.session_name)
+            try:
+                if self._app_resolved:
+                    app = from_dict(self.app)
+                else:
+                    app = resolve_app(
+                        self.app, self.app_args, self.app_name, search_paths=self._search_paths()
+                    )
+                cfg = self._cfg(scheduler, target)
+                ti_key = self._ti_key(context)
+                dryrun = scheduler.submit_dryrun(app, cfg, ti_key=ti_key)
+            except BaseException:
+                scheduler.close()
+                raise
+        except (InvalidAppError, InvalidOptionError) as e:
+            raise _fail(e) from e
+        self.log.info("backend %s, client %s", target.backend, target.redacted() or "defaults")
+        return SubmissionPlan(target, scheduler, app, cfg, dryrun, ti_key)
+
+    # -- submit or reattach ------------------------------------------------------------------------
+    def _live_apps(self, plan: SubmissionPlan, context: Context) -> list[str]:
+        """Live jobs of earlier tries of this task instance, the one to prefer first."""
+        from torchx_provider.specs.api import is_terminal
+        from torchx_provider.specs.names import parse_app_handle
+
+        scheduler = plan.scheduler
+        found: list[str] = []
+        store = context.get("task_state_store")
+        if store is not None:
+            try:
+                handle = store.get(STATE_STORE_KEY)
+            except Exception as e:  # the store is an optimisation; labels still find the job
+                self.log.warning("could not read task_state_store: %s", e)
+                handle = None
+            if isinstance(handle, str):
+                app_id = parse_app_handle(handle).app_id
+                desc = scheduler.describe(app_id)
+                if desc is not None and not is_terminal(desc.state):
+                    found.append(app_id)
+        for listed in scheduler.find_apps(plan.ti_key):
+            if not is_terminal(listed.state) and listed.app_id not in found:
+                found.append(listed.app_id)
+        return found
+
+    def submit_or_reattach(self, plan: SubmissionPlan, context: Context) -> tuple[str, bool]:
+        """Step 2 (module doc): the app id to follow and whether it was reattached."""
+        live = self._live_apps(plan, context)
+        keep = live[0] if live and self.lifecycle.reattach else None
+        for app_id in live:
+            if app_id != keep:
+                why = "reattach is off" if keep is None else f"following {keep} instead"
+                self.log.warning(
+                    "cancelling app %s left running by an earlier try (%s)", app_id, why
+                )
+                plan.scheduler.cancel(app_id)
+        if keep is not None:
+            self.log.info("reattaching to app %s left running by an earlier try", keep)
+            return keep, True
+        app_id = plan.scheduler.schedule(plan.dryrun)
+        self.log.info("submitted app %s", plan.scheduler.app_handle(app_id))
+        store = context.get("task_state_store")
+        if store is not None:
+            try:
+                store.set(STATE_STORE_KEY, plan.scheduler.app_handle(app_id))
+            except Exception as e:
+                self.log.warning("could not write task_state_store: %s", e)
+        return app_id, False
+
+    def _job_url(self, plan: SubmissionPlan, app_id: str) -> str | None:
+        try:
+            desc = plan.scheduler.describe(app_id)
+        except Exception:
+            desc = None
+        if desc is not None and desc.ui_url:
+            return desc.ui_url
+        if not plan.target.job_url_template:
+            return None
+        namespace = plan.cfg.get("namespace") or plan.target.client_kwargs.get("namespace") or ""
+        return format_job_url(
+            plan.target.job_url_template,
+            {
+                "app_id": app_id,
+                "app_name": plan.app.name,
+                "backend": plan.target.backend,
+                "namespace": namespace,
+                "session": self.session_name,
+            },
+        )
+
+    # -- execute ----------------------------------------------------------------------------------
+    def execute(self, context: Context) -> Any:
+        plan = self.prepare(context)
+        self._scheduler_client = plan.scheduler
+        app_id, _ = self.submit_or_reattach(plan, context)
+        self._app_id = app_id
+        ti = context["ti"]
+        handle = plan.scheduler.app_handle(app_id)
+        ti.xcom_push(key="app_handle", value=handle)
+        ti.xcom_push(key="app_id", value=app_id)
+        TorchXJobLink.persist(ti, self._job_url(plan, app_id))
+        if not self.lifecycle.wait_for_completion:
+            plan.scheduler.close()
+            return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
+        if self.following.deferrable:
+            plan.scheduler.close()
+            self._scheduler_client = None
+            self.defer(
+                trigger=self._trigger(plan.target, app_id, context), method_name="execute_complete"
+            )
+        event = asyncio.run(self._follow_here(plan.target, app_id))
+        return self._finish(context, event, plan.scheduler)
+
+    def _trigger(self, target: BackendTarget, app_id: str, context: Context) -> Any:
+        from torchx_provider.triggers.job import (
+            CHECKPOINT_XCOM_KEY,
+            JobTriggerArgs,
+            TorchXJobTrigger,
+            checkpoint_value,
+        )
+
+        context["ti"].xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
+        key = self._ti_key(context)
+        args = JobTriggerArgs(
+            scheduler=target.backend,
+            app_id=app_id,
+            client_kwargs=dict(target.client_kwargs),
+            poll_interval=self.following.poll_interval,
+            log_replicas=None
+            if self.following.log_replicas is None
+            else list(self.following.log_replicas),
+            cancel_on_kill=self.lifecycle.on_kill_action == OnKillAction.CANCEL,
+            task_instance={
+                "dag_id": key.dag_id,
+                "task_id": key.task_id,
+                "run_id": key.run_id,
+                "map_index": key.map_index,
+            },
+            secret_keys=list(target.secret_keys),
+        )
+        return TorchXJobTrigger.from_args(args)
+
+    async def _follow_here(self, target: BackendTarget, app_id: str) -> JobEvent:
+        from torchx_provider.triggers.follow import JobFollower, LogSelection
+
+        client = target.create_async_client()
+        try:
+            follower = JobFollower(
+                client,
+                app_id,
+                log=self.log,
+                poll_interval=self.following.poll_interval,
+                selection=LogSelection(self.following.log_replicas),
+            )
+            return await follower.run()
+        finally:
+            await client.close()
+
+    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> Any:
+        """Resumed from :class:`~torchx_provider.triggers.TorchXJobTrigger` with its event."""
+        from torchx_provider.triggers.events import JobEvent
+
+        return self._finish(context, JobEvent.from_payload(event), None)
+
+    def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
+        from airflow.sdk.exceptions import AirflowException
+
+        from torchx_provider.triggers.events import EventKind, replica_table
+
+        ti = context["ti"]
+        replicas = [
+            {
+                "role": r.role,
+                "replica_id": r.replica_id,
+                "state": r.state.name,
+                "exit_code": r.exit_code,
+            }
+            for r in event.replicas
+        ]
+        ti.xcom_push(key="final_state", value=event.state.name)
+        ti.xcom_push(key="replicas", value=replicas)
+        if event.ui_url:
+            TorchXJobLink.persist(ti, event.ui_url)
+        if event.kind == EventKind.ERROR:
+            raise AirflowException(
+                f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
+                f"{event.message}. It may still be running; a retry of this task reattaches to it."
+            )
+        if self.lifecycle.deletes(event.succeeded):
+            self._delete(event.app_id, scheduler)
+        from torchx_provider.specs.names import make_app_handle
+
+        handle = make_app_handle(self.scheduler, self.session_name, event.app_id)
+        result = {
+            "app_handle": handle,
+            "app_id": event.app_id,
+            "state": event.state.name,
+            "replicas": replicas,
+        }
+        if event.succeeded:
+            self.log.info("app %s SUCCEEDED", event.app_id)
+            return result
+        message = f": {event.message}" if event.message else ""
+        raise AirflowException(
+            f"TorchX app {event.app_id} ended {event.state.name}{message}\n"
+            f"{replica_table(event.replicas)}"
+        )
+
+    def _delete(self, app_id: str, scheduler: Scheduler[Any] | None) -> None:
+        try:
+            if scheduler is None:
+                with self.get_hook().get_target().create_scheduler(self.session_name) as s:
+                    s.delete(app_id)
+            else:
+                scheduler.delete(app_id)
+            self.log.info(
+                "deleted app %s (on_finish_action=%s)",
+                app_id,
+                self.lifecycle.on_finish_action.value,
+            )
+        except Exception as e:  # the outcome of the task does not depend on the clean-up
+            self.log.warning("could not delete app %s: %s", app_id, e)
+
+    def on_kill(self) -> None:
+        """The task is being killed on the worker: cancel the job (unless ``keep``)."""
+        if self._app_id is None or self._scheduler_client is None:
+            return
+        if self.lifecycle.on_kill_action != OnKillAction.CANCEL:
+            self.log.info("task killed; app %s left running (on_kill_action=keep)", self._app_id)
+            return
+        try:
+            self._scheduler_client.cancel(self._app_id)
+            self.log.info("task killed; cancelled app %s", self._app_id)
+        except Exception as e:
+            self.log.warning("task killed; could not cancel app %s: %s", self._app_id, e)
+
+
+class TorchXKubernetesOperator(TorchXOperator):
+    """:class:`TorchXOperator` on Volcano (``scheduler="kubernetes"``); ``conn_id`` is a
+    ``torchx_kubernetes`` or ``kubernetes`` connection."""
+
+    default_scheduler: ClassVar[str] = "kubernetes"
+
+    def __init__(self, *, app: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("scheduler", "kubernetes")
+        super().__init__(app=app, **kwargs)
+
+
+class TorchXMCADOperator(TorchXOperator):
+    """:class:`TorchXOperator` on MCAD AppWrappers (``scheduler="kubernetes_mcad"``)."""
+
+    default_scheduler: ClassVar[str] = "kubernetes_mcad"
+
+    def __init__(self, *, app: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("scheduler", "kubernetes_mcad")
+        super().__init__(app=app, **kwargs)
+
+
+class TorchXDockerOperator(TorchXOperator):
+    """:class:`TorchXOperator` on a Docker engine (``scheduler="local_docker"``); ``conn_id``
+    is a ``torchx_docker`` connection."""
+
+    default_scheduler: ClassVar[str] = "local_docker"
+
+    def __init__(self, *, app: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("scheduler", "local_docker")
+        super().__init__(app=app, **kwargs)

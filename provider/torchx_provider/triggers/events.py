@@ -1,0 +1,193 @@
+"""The event a follow ends with, and the per-replica rows it carries. Pure data.
+
+One :class:`JobEvent` is built in one place (:mod:`~torchx_provider.triggers.follow`) and
+read in one place (the operator's ``execute_complete``); in between it travels as the
+``TriggerEvent`` payload produced by :meth:`JobEvent.to_payload`:
+
+>>> event = JobEvent(
+...     kind=EventKind.FINISHED, app_id="echo-x1", state=AppState.SUCCEEDED, message="",
+...     replicas=(ReplicaRow("echo", 0, AppState.SUCCEEDED, exit_code=0),),
+... )
+>>> JobEvent.from_payload(event.to_payload()) == event
+True
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.specs.api import NONE, AppState
+
+#: bump when the payload changes shape; from_payload reads older versions it knows
+PAYLOAD_VERSION = 1
+
+
+class EventKind(str, enum.Enum):
+    """Why a follow ended."""
+
+    #: the app reached a terminal state (SUCCEEDED, FAILED or CANCELLED)
+    FINISHED = "finished"
+    #: the follow hit an error it cannot recover from (the app may still be running)
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    """One replica as the backend last described it."""
+
+    role: str
+    replica_id: int
+    state: AppState
+    exit_code: int | None = None
+    hostname: str = ""
+    message: str = ""
+
+    @property
+    def key(self) -> str:
+        """``role/replica_id``: the key of this replica's log cursor."""
+        return f"{self.role}/{self.replica_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "replica_id": self.replica_id,
+            "state": self.state.name,
+            "exit_code": self.exit_code,
+            "hostname": self.hostname,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaRow:
+        return cls(
+            role=str(data["role"]),
+            replica_id=int(data["replica_id"]),
+            state=AppState[str(data["state"])],
+            exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
+            hostname=str(data.get("hostname") or ""),
+            message=str(data.get("message") or ""),
+        )
+
+
+def replica_rows(resp: DescribeAppResponse) -> tuple[ReplicaRow, ...]:
+    """The replicas of a describe response, ordered by role (as described) and replica id."""
+    rows: list[ReplicaRow] = []
+    for role_status in resp.roles_statuses:
+        for r in sorted(role_status.replicas, key=lambda r: r.id):
+            msg = "" if r.structured_error_msg in (NONE, None) else str(r.structured_error_msg)
+            rows.append(
+                ReplicaRow(
+                    role=role_status.role,
+                    replica_id=r.id,
+                    state=r.state,
+                    exit_code=r.exit_code,
+                    hostname=r.hostname or "",
+                    message=msg,
+                )
+            )
+    return tuple(rows)
+
+
+def status_line(rows: Iterable[ReplicaRow]) -> str:
+    """A compact one-line summary, e.g. ``trainer[0 RUNNING, 1 PENDING] ps[0 SUCCEEDED(0)]``.
+
+    >>> status_line([ReplicaRow("a", 0, AppState.RUNNING), ReplicaRow("a", 1, AppState.FAILED, 3)])
+    'a[0 RUNNING, 1 FAILED(3)]'
+    """
+    by_role: dict[str, list[str]] = {}
+    for row in rows:
+        code = (
+            f"({row.exit_code})"
+            if row.exit_code is not None and row.state != AppState.RUNNING
+            else ""
+        )
+        by_role.setdefault(row.role, []).append(f"{row.replica_id} {row.state.name}{code}")
+    return (
+        " ".join(f"{role}[{', '.join(items)}]" for role, items in by_role.items())
+        or "(no replicas yet)"
+    )
+
+
+def replica_table(rows: Iterable[ReplicaRow]) -> str:
+    """A fixed-width table of the replicas (for failure messages)."""
+    header = ("role", "replica", "state", "exit code", "host", "message")
+    body = [
+        (
+            r.role,
+            str(r.replica_id),
+            r.state.name,
+            "" if r.exit_code is None else str(r.exit_code),
+            r.hostname,
+            r.message.replace("\n", " ")[:200],
+        )
+        for r in rows
+    ]
+    if not body:
+        return "(the backend reported no replicas)"
+    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *body)
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """What a follow of one app ended with.
+
+    Args:
+        kind: :class:`EventKind`.
+        app_id: the app followed.
+        state: its last known state (``UNKNOWN`` if it was never described).
+        message: the backend's message, or the error for :attr:`EventKind.ERROR`.
+        replicas: the last per-replica rows.
+        log_cursors: ``role/replica`` -> :meth:`LogCursor.to_dict` after the last line forwarded.
+        ui_url: the job's URL from the backend, if it has one.
+    """
+
+    kind: EventKind
+    app_id: str
+    state: AppState
+    message: str = ""
+    replicas: tuple[ReplicaRow, ...] = ()
+    log_cursors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ui_url: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.kind == EventKind.FINISHED and self.state == AppState.SUCCEEDED
+
+    def to_payload(self) -> dict[str, Any]:
+        """JSON-safe form (the ``TriggerEvent`` payload)."""
+        return {
+            "version": PAYLOAD_VERSION,
+            "kind": self.kind.value,
+            "app_id": self.app_id,
+            "state": self.state.name,
+            "message": self.message,
+            "replicas": [r.to_dict() for r in self.replicas],
+            "log_cursors": {k: dict(v) for k, v in self.log_cursors.items()},
+            "ui_url": self.ui_url,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> JobEvent:
+        """Read a payload of any known version; anything else is a ``ValueError``."""
+        version = payload.get("version")
+        if version != PAYLOAD_VERSION:
+            raise ValueError(f"unknown TorchX job event version {version!r} in {dict(payload)!r}")
+        return cls(
+            kind=EventKind(payload["kind"]),
+            app_id=str(payload["app_id"]),
+            state=AppState[str(payload["state"])],
+            message=str(payload.get("message") or ""),
+            replicas=tuple(ReplicaRow.from_dict(r) for r in payload.get("replicas") or []),
+            log_cursors={str(k): dict(v) for k, v in (payload.get("log_cursors") or {}).items()},
+            ui_url=payload.get("ui_url"),
+        )

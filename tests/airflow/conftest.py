@@ -1,0 +1,85 @@
+"""Real-Airflow tests: one throwaway AIRFLOW_HOME (SQLite) per session, migrated once.
+
+AIRFLOW_HOME must be set before Airflow is first imported, so it is set when this file is
+loaded. ``dag.test()`` runs tasks and triggers in this process, so the in-memory ``fake``
+backend (tests/unit/airflow/torchx_fakes.py) works here too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
+
+if not os.environ.get("TORCHX_TEST_AIRFLOW_HOME"):
+    _home = tempfile.mkdtemp(prefix="torchx-airflow-home-")
+    os.environ["TORCHX_TEST_AIRFLOW_HOME"] = _home
+    os.environ["AIRFLOW_HOME"] = _home
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(_home) / "dags"))
+
+FAKES_DIR = Path(__file__).resolve().parent.parent / "unit" / "airflow"
+sys.path.insert(0, str(FAKES_DIR))
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """The session's AIRFLOW_HOME with a migrated SQLite database."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [airflow_bin(), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy()
+    )
+    from airflow import settings
+
+    settings.configure_orm()
+    return home
+
+
+@pytest.fixture
+def fake_cluster(airflow_db: Path) -> Iterator[object]:
+    import torchx_fakes
+
+    torchx_fakes.register()
+    cluster = torchx_fakes.reset()
+    yield cluster
+    torchx_fakes.reset()
+
+
+@pytest.fixture(scope="session")
+def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> object:
+    """A Docker engine that answers and has the busybox test image; else skip (fail in CI)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as e:
+        skip_or_fail(f"no Docker engine answers: {e}")
+    try:
+        client.images.get(BUSYBOX)
+    except Exception:
+        script = Path(__file__).resolve().parent.parent / "images" / "build_busybox_image.sh"
+        if script.exists():
+            subprocess.run(["bash", str(script)], check=False, capture_output=True)
+        try:
+            client.images.get(BUSYBOX)
+        except Exception as e:
+            skip_or_fail(f"test image {BUSYBOX} missing and could not be built: {e}")
+    try:
+        import torchx_provider.schedulers.docker_scheduler  # noqa: F401
+    except ImportError as e:
+        skip_or_fail(f"the Docker backend is not available: {e}")
+    return client
+
+
+@pytest.fixture
+def dag_runner(airflow_db: Path) -> DagRunner:
+    return DagRunner(airflow_db)

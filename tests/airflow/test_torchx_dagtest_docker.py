@@ -1,0 +1,162 @@
+"""``dag.test()`` runs of ``TorchXDockerOperator`` on the real Docker engine."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from torchx_airflow_helpers import BUSYBOX, rendered_fields, task_instances, xcoms
+
+pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
+
+HEADER = f"""
+import datetime
+from datetime import timedelta
+from airflow.sdk import DAG
+from torchx_provider.operators import TorchXDockerOperator
+
+ARGS = {{"schedule": None, "start_date": datetime.datetime(2024, 1, 1)}}
+IMAGE = "{BUSYBOX}"
+
+
+def app(name, script, replicas=2):
+    return {{
+        "name": name,
+        "roles": [{{
+            "name": "worker",
+            "image": IMAGE,
+            "entrypoint": "sh",
+            "args": ["-c", script],
+            "num_replicas": replicas,
+        }}],
+    }}
+"""
+
+#: each replica prints 5 numbered lines, 0.1 s apart
+COUNT = "for i in 0 1 2 3 4; do echo replica $TORCHX_REPLICA_IDX says $i; sleep 0.1; done"
+
+
+def replica_lines(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for who, line in re.findall(r"\[(worker/\d+)\] (replica \d+ says \d+)", text):
+        out.setdefault(who, []).append(line)
+    return out
+
+
+def containers_of(client: Any, app_id: str) -> list[Any]:
+    return client.containers.list(
+        all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+    )
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_success_on_docker(
+    dag_runner: Any, docker_engine: Any, capfd: Any, deferrable: bool
+) -> None:
+    dag_id = f"docker_success_{deferrable}"
+    dag_run = dag_runner.run(
+        dag_id,
+        HEADER
+        + f"""
+with DAG("{dag_id}", **ARGS) as dag:
+    TorchXDockerOperator(
+        task_id="train",
+        app=app("count-{{{{ params.tag }}}}", {COUNT!r}),
+        params={{"tag": "t1"}},
+        deferrable={deferrable},
+        poll_interval=0.5,
+    )
+""",
+    )
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "success"
+    got = xcoms(dag_run, "train")
+    app_id = got["app_id"]
+    assert app_id.startswith("count-t1")
+    assert got["app_handle"].startswith("local_docker://")
+    assert got["final_state"] == "SUCCEEDED"
+    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    lines = replica_lines(text)
+    for rid in (0, 1):
+        assert lines[f"worker/{rid}"] == [f"replica {rid} says {i}" for i in range(5)]
+    assert rendered_fields(dag_run, "train")["app"]["name"] == "count-t1"
+    assert containers_of(docker_engine, app_id) == []  # deleted after success
+
+
+def test_failure_on_docker(dag_runner: Any, docker_engine: Any, capfd: Any) -> None:
+    script = 'echo before; if [ "$TORCHX_REPLICA_IDX" = 1 ]; then exit 3; fi; echo fine'
+    dag_run = dag_runner.run(
+        "docker_failure",
+        HEADER
+        + f"""
+with DAG("docker_failure", **ARGS) as dag:
+    TorchXDockerOperator(
+        task_id="train", app=app("fails", {script!r}), deferrable=True, poll_interval=0.5
+    )
+""",
+    )
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed"
+    got = xcoms(dag_run, "train")
+    assert got["final_state"] == "FAILED"
+    assert {r["replica_id"]: r["exit_code"] for r in got["replicas"]} == {0: 0, 1: 3}
+    assert re.search(r"TorchX app fails-\w+ ended FAILED", text)
+    assert "[worker/1] before" in text and "[worker/0] fine" in text
+    kept = containers_of(docker_engine, got["app_id"])
+    assert len(kept) == 2  # failed apps are kept (on_finish_action=delete_succeeded)
+    for c in kept:
+        c.remove(force=True)
+
+
+@pytest.mark.parametrize(
+    ("deferrable", "hide_store"),
+    [(False, False), (True, True)],
+    ids=["worker-task_state_store", "deferred-labels-only"],
+)
+def test_retry_reattaches_on_docker(
+    dag_runner: Any, docker_engine: Any, capfd: Any, deferrable: bool, hide_store: bool
+) -> None:
+    """Try 1 dies right after submitting; try 2 follows the same job. With ``hide_store`` the
+    task_state_store is hidden from both tries, so only the job's labels can find it."""
+    dag_id = f"docker_reattach_{deferrable}"
+    dag_run = dag_runner.run(
+        dag_id,
+        HEADER
+        + f"""
+class CrashAfterSubmit(TorchXDockerOperator):
+    def execute(self, context):
+        if {hide_store}:
+            context["task_state_store"] = None
+        return super().execute(context)
+
+    def submit_or_reattach(self, plan, context):
+        app_id, reattached = super().submit_or_reattach(plan, context)
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated worker crash after submission")
+        return app_id, reattached
+
+
+with DAG("{dag_id}", **ARGS) as dag:
+    CrashAfterSubmit(
+        task_id="train",
+        app=app("slow", "sleep 3; " + {COUNT!r}),
+        deferrable={deferrable},
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+        poll_interval=0.5,
+    )
+""",
+    )
+    text = "".join(capfd.readouterr())
+    ti = task_instances(dag_run)["train"]
+    assert ti.state == "success" and ti.try_number == 2
+    app_id = xcoms(dag_run, "train")["app_id"]
+    assert f"reattaching to app {app_id}" in text
+    assert text.count("submitted app local_docker://") == 1
+    lines = replica_lines(text)
+    assert lines["worker/0"] == [f"replica 0 says {i}" for i in range(5)]
+    assert containers_of(docker_engine, app_id) == []

@@ -1,0 +1,160 @@
+"""``dag.test()`` runs of ``TorchXKubernetesOperator`` (Volcano) on the local real control
+plane (tests/cluster): pods are played by kwok, which serves the log lines the test gives."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import pytest
+import torchx_kube_cluster
+from torchx_airflow_helpers import task_instances, xcoms
+
+pytestmark = [pytest.mark.airflow, pytest.mark.kubernetes, pytest.mark.slow]
+
+CONN_ID = "torchx_kube_test"
+
+
+@pytest.fixture(scope="module")
+def kube(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
+    pytest.importorskip("kubernetes_asyncio")
+    cluster, reason = torchx_kube_cluster.running_cluster()
+    if cluster is None:
+        skip_or_fail(f"Kubernetes cluster unavailable: {reason}")
+    torchx_kube_cluster.CLUSTER = cluster
+    yield cluster
+    torchx_kube_cluster.CLUSTER = None
+
+
+@pytest.fixture
+def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {
+            "kube_config_path": kube.restricted_kubeconfig,
+            "namespace": kube.namespace,
+            "queue": "default",
+        },
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
+    return kube
+
+
+def dag_source(dag_id: str, behaviour: dict[str, str], **operator: Any) -> str:
+    kwargs = "".join(f"        {k}={v!r},\n" for k, v in operator.items())
+    return f'''
+import datetime
+from datetime import timedelta
+import torchx_kube_cluster
+from airflow.sdk import DAG
+from torchx_provider.operators import TorchXKubernetesOperator
+
+
+class LoggedKubernetesOperator(TorchXKubernetesOperator):
+    """Gives the replicas' pods their log lines (kwok serves them) once they are named."""
+
+    def prepare(self, context):
+        plan = super().prepare(context)
+        torchx_kube_cluster.give_logs(plan.dryrun)
+        return plan
+
+
+APP = {{
+    "name": "kube-{{{{ params.tag }}}}",
+    "roles": [{{
+        "name": "trainer",
+        "image": "registry.invalid/train:1",
+        "entrypoint": "python",
+        "args": ["-m", "train"],
+        "num_replicas": 2,
+        "resource": {{"cpu": 0.5, "gpu": 0, "memMB": 256}},
+        "metadata": {{"kubernetes": {{"metadata": {{"annotations": {behaviour!r}}}}}}},
+    }}],
+}}
+
+with DAG("{dag_id}", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as dag:
+    LoggedKubernetesOperator(
+        task_id="train",
+        app=APP,
+        params={{"tag": "t1"}},
+        conn_id="{CONN_ID}",
+        poll_interval=0.5,
+{kwargs}    )
+'''
+
+
+def replica_lines(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for who, line in re.findall(r"\[(trainer/\d+)\] (trainer \d+ line \d+)", text):
+        out.setdefault(who, []).append(line)
+    return out
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_success_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any, deferrable: bool) -> None:
+    dag_id = f"kube_success_{deferrable}"
+    behaviour = kube_conn.pod_behaviour(run_seconds=3)
+    dag_run = dag_runner.run(dag_id, dag_source(dag_id, behaviour, deferrable=deferrable))
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "success", text[-3000:]
+    got = xcoms(dag_run, "train")
+    assert got["app_handle"].startswith("kubernetes://")
+    assert got["final_state"] == "SUCCEEDED"
+    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    lines = replica_lines(text)
+    for rid in (0, 1):
+        assert lines[f"trainer/{rid}"] == [f"trainer {rid} line {n}" for n in range(4)]
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
+        assert scheduler.describe(got["app_id"]) is None  # deleted after success
+
+
+def test_failure_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any) -> None:
+    behaviour = kube_conn.pod_behaviour(exit_code=3, reason="Error", message="boom", run_seconds=2)
+    dag_run = dag_runner.run("kube_failure", dag_source("kube_failure", behaviour, deferrable=True))
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed"
+    got = xcoms(dag_run, "train")
+    assert got["final_state"] == "FAILED"
+    # the replica that failed first has its exit code; Volcano then aborts the other one
+    assert 3 in {r["exit_code"] for r in got["replicas"]}
+    assert "FAILED" in {r["state"] for r in got["replicas"]}
+    assert re.search(r"TorchX app \S+ ended FAILED", text)
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
+        assert scheduler.describe(got["app_id"]) is not None  # kept for inspection
+        scheduler.delete(got["app_id"])
+
+
+def test_retry_reattaches_on_volcano_by_labels(dag_runner: Any, kube_conn: Any, capfd: Any) -> None:
+    """Try 1 dies after submitting; try 2 finds the Volcano Job by its task-instance labels
+    (the task_state_store is hidden from both tries) and follows it to the end."""
+    behaviour = kube_conn.pod_behaviour(run_seconds=6)
+    source = dag_source(
+        "kube_reattach", behaviour, deferrable=True, retries=1, retry_delay=0
+    ).replace(
+        "class LoggedKubernetesOperator(TorchXKubernetesOperator):",
+        "class LoggedKubernetesOperator(TorchXKubernetesOperator):\n"
+        "    def execute(self, context):\n"
+        '        context["task_state_store"] = None\n'
+        "        return super().execute(context)\n\n"
+        "    def submit_or_reattach(self, plan, context):\n"
+        "        app_id, reattached = super().submit_or_reattach(plan, context)\n"
+        '        if context["ti"].try_number == 1:\n'
+        '            raise RuntimeError("simulated worker crash after submission")\n'
+        "        return app_id, reattached\n",
+    )
+    dag_run = dag_runner.run("kube_reattach", source)
+    text = "".join(capfd.readouterr())
+    ti = task_instances(dag_run)["train"]
+    assert ti.state == "success" and ti.try_number == 2, text[-3000:]
+    app_id = xcoms(dag_run, "train")["app_id"]
+    assert f"reattaching to app {app_id}" in text
+    assert text.count("submitted app kubernetes://") == 1

@@ -1,0 +1,191 @@
+"""A real Airflow deployment for tests: api-server, scheduler, dag-processor and triggerer
+processes with the LocalExecutor and SQLite, in a throwaway AIRFLOW_HOME.
+
+Each component is its own process so a test can restart one (the triggerer) while the
+others go on. The REST API is used as a user would (SimpleAuthManager, everyone admin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as e:  # a component still starting answers with errors
+            last = e
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Deployment:
+    def __init__(self, home: Path, airflow: str) -> None:
+        self.home = home
+        self.airflow = airflow
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.restarts: dict[str, int] = {}
+        (home / "dags").mkdir(parents=True, exist_ok=True)
+        (home / "out").mkdir(exist_ok=True)
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": "torchx-provider-tests",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "torchx-provider-tests-jwt-secret-0123456789",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+        }
+        self.env.pop("TORCHX_TEST_AIRFLOW_HOME", None)
+
+    # -- processes ----------------------------------------------------------------------------
+    def migrate(self) -> None:
+        subprocess.run(
+            [self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True
+        )
+
+    def start(self, component: str) -> None:
+        n = self.restarts.get(component, 0)
+        out = open(self.home / "out" / f"{component}.{n}.log", "wb")  # noqa: SIM115
+        self.procs[component] = subprocess.Popen(
+            [self.airflow, component],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.restarts[component] = n + 1
+
+    def stop(self, component: str, timeout: float = 60) -> None:
+        """SIGTERM (a graceful stop, as a rolling restart does), then wait."""
+        proc = self.procs.pop(component)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def start_all(self) -> None:
+        self.migrate()
+        for component in COMPONENTS:
+            self.start(component)
+        wait_for("the api-server", lambda: self.get("/api/v2/monitor/health"), 180)
+        wait_for("a healthy scheduler and triggerer", self._healthy, 180)
+
+    def _healthy(self) -> bool:
+        health = self.get("/api/v2/monitor/health")
+        return all(
+            health.get(c, {}).get("status") == "healthy"
+            for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        )
+
+    def stop_all(self) -> None:
+        for component in list(self.procs):
+            with contextlib.suppress(Exception):
+                self.stop(component, timeout=30)
+
+    def output(self, component: str) -> str:
+        """Everything every run of ``component`` printed."""
+        return "\n".join(
+            p.read_text(errors="replace")
+            for p in sorted((self.home / "out").glob(f"{component}.*.log"))
+        )
+
+    # -- REST API -----------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                text = resp.read().decode()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()[:500]}") from None
+        return json.loads(text) if text else None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def trigger(self, dag_id: str) -> str:
+        wait_for(f"DAG {dag_id} to be parsed", lambda: self.get(f"/api/v2/dags/{dag_id}"), 120)
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
+        return str(run["dag_run_id"])
+
+    def ti(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self.get(path + "?deserialize=true")["value"]
+
+    def set_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        self.request(
+            "PATCH",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}",
+            {"new_state": state},
+        )
+
+    # -- task logs ------------------------------------------------------------------------------
+    def task_log_events(
+        self, dag_id: str, run_id: str, task_id: str, attempt: int = 1
+    ) -> list[str]:
+        """The ``event`` of every record of the task's log files (worker and trigger parts),
+        file by file in name order, as the API server's local log reader finds them."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        events: list[str] = []
+        for path in sorted(folder.glob(f"attempt={attempt}.log*")):
+            for raw in path.read_text(errors="replace").splitlines():
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    events.append(raw)
+                    continue
+                events.append(str(record.get("event", "")))
+        return events

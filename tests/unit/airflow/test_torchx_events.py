@@ -1,0 +1,91 @@
+"""The typed trigger event: payload round trip and the human-readable renderings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.specs.api import AppState, ReplicaStatus, RoleStatus
+from torchx_provider.triggers.events import (
+    EventKind,
+    JobEvent,
+    ReplicaRow,
+    replica_rows,
+    replica_table,
+    status_line,
+)
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
+rows = st.builds(
+    ReplicaRow,
+    role=names,
+    replica_id=st.integers(0, 1000),
+    state=st.sampled_from(list(AppState)),
+    exit_code=st.none() | st.integers(-255, 255),
+    hostname=names,
+    message=names,
+)
+cursor = st.fixed_dictionaries(
+    {
+        "since": st.none() | st.just("2024-05-01T10:00:00.123456Z"),
+        "seen_at_since": st.integers(0, 5),
+    }
+)
+events = st.builds(
+    JobEvent,
+    kind=st.sampled_from(list(EventKind)),
+    app_id=names,
+    state=st.sampled_from(list(AppState)),
+    message=names,
+    replicas=st.lists(rows, max_size=5).map(tuple),
+    log_cursors=st.dictionaries(names, cursor, max_size=4),
+    ui_url=st.none() | names,
+)
+
+
+@given(events)
+def test_payload_round_trips_through_json(event: JobEvent) -> None:
+    payload = json.loads(json.dumps(event.to_payload()))
+    assert JobEvent.from_payload(payload) == event
+
+
+def test_unknown_payload_version_is_refused() -> None:
+    payload = JobEvent(EventKind.FINISHED, "a", AppState.SUCCEEDED).to_payload()
+    payload["version"] = 99
+    with pytest.raises(ValueError, match="unknown TorchX job event version 99"):
+        JobEvent.from_payload(payload)
+
+
+def test_succeeded_only_for_a_finished_succeeded_app() -> None:
+    assert JobEvent(EventKind.FINISHED, "a", AppState.SUCCEEDED).succeeded
+    assert not JobEvent(EventKind.ERROR, "a", AppState.SUCCEEDED).succeeded
+    assert not JobEvent(EventKind.FINISHED, "a", AppState.FAILED).succeeded
+
+
+def test_rows_status_line_and_table_from_a_describe() -> None:
+    resp = DescribeAppResponse(
+        app_id="a",
+        state=AppState.FAILED,
+        roles_statuses=[
+            RoleStatus(
+                "trainer",
+                [
+                    ReplicaStatus(1, AppState.FAILED, "trainer", "h1", "OOMKilled", exit_code=137),
+                    ReplicaStatus(0, AppState.SUCCEEDED, "trainer", "h0", exit_code=0),
+                ],
+            ),
+            RoleStatus("ps", [ReplicaStatus(0, AppState.RUNNING, "ps", "h2")]),
+        ],
+    )
+    got = replica_rows(resp)
+    assert [r.key for r in got] == ["trainer/0", "trainer/1", "ps/0"]
+    assert got[1].message == "OOMKilled"
+    assert status_line(got) == "trainer[0 SUCCEEDED(0), 1 FAILED(137)] ps[0 RUNNING]"
+    table = replica_table(got).splitlines()
+    assert table[0].split() == ["role", "replica", "state", "exit", "code", "host", "message"]
+    assert "trainer  1        FAILED     137        h1    OOMKilled" in table
+    assert status_line([]) == "(no replicas yet)"

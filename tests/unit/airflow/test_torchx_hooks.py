@@ -1,0 +1,201 @@
+"""Connections -> backend client parameters (files read on the worker, nothing contacted)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torchx_fakes
+import yaml
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.hooks.base import BackendTarget, normalize_extras
+from torchx_provider.hooks.docker import TorchXDockerHook, engine_url, resolve_docker_client
+from torchx_provider.hooks.kubernetes import TorchXKubernetesHook, resolve_kube_client
+
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "https://1.2.3.4:6443"}}],
+    "users": [{"name": "u", "user": {"token": "tok-abcdef-123456"}}],
+    "contexts": [
+        {"name": "dev", "context": {"cluster": "c", "user": "u", "namespace": "ml"}},
+        {"name": "prod", "context": {"cluster": "c", "user": "u"}},
+    ],
+    "current-context": "dev",
+}
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def set_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **conn: Any) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+
+
+# -- kubernetes ----------------------------------------------------------------------------------
+def test_mutually_exclusive_sources_give_one_error() -> None:
+    with pytest.raises(InvalidOptionError, match="in_cluster and kube_config_path, which are"):
+        resolve_kube_client({"in_cluster": "true", "kube_config_path": "/x"}, "k")
+
+
+def test_unreadable_kubeconfig_path_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(InvalidOptionError, match=f"cannot read kubeconfig file .*{missing.name}"):
+        resolve_kube_client({"kube_config_path": str(missing)}, "k")
+
+
+def test_kubeconfig_files_are_inlined_and_secrets_listed(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text(PEM)
+    (tmp_path / "token").write_text("file-token-0123456789\n")
+    config = json.loads(json.dumps(KUBECONFIG))
+    config["clusters"][0]["cluster"]["certificate-authority"] = "ca.crt"
+    config["users"][0]["user"] = {"tokenFile": str(tmp_path / "token")}
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(config))
+    kwargs, secrets = resolve_kube_client(
+        {"kube_config_path": str(path), "cluster_context": "prod", "namespace": "team"}, "k"
+    )
+    flat = yaml.safe_load(kwargs["kubeconfig"])
+    cluster = flat["clusters"][0]["cluster"]
+    assert base64.b64decode(cluster["certificate-authority-data"]).decode() == PEM
+    assert "certificate-authority" not in cluster
+    assert flat["users"][0]["user"] == {"token": "file-token-0123456789"}
+    assert "file-token-0123456789" in secrets
+    assert kwargs["context"] == "prod" and kwargs["namespace"] == "team"
+
+
+def test_unknown_context_lists_the_known_ones() -> None:
+    with pytest.raises(InvalidOptionError, match=r"'staging' is not in the kubeconfig.*dev"):
+        resolve_kube_client({"kube_config": KUBECONFIG, "cluster_context": "staging"}, "k")
+
+
+def test_bad_kubeconfig_content_is_an_error() -> None:
+    with pytest.raises(InvalidOptionError, match="not a kubeconfig"):
+        resolve_kube_client({"kube_config": "just: text"}, "k")
+
+
+def test_environment_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "kc"
+    path.write_text(yaml.safe_dump(KUBECONFIG))
+    kwargs, _ = resolve_kube_client({}, None, env={"KUBECONFIG": str(path)})
+    assert "https://1.2.3.4:6443" in kwargs["kubeconfig"]
+    home = {"HOME": str(tmp_path / "nohome")}
+    kwargs, _ = resolve_kube_client({}, None, env={**home, "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert kwargs == {"in_cluster": True} or "kubeconfig" in kwargs
+
+
+def test_cncf_kubernetes_connection_works_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_conn(
+        monkeypatch,
+        "k8s",
+        conn_type="kubernetes",
+        extra={
+            "extra__kubernetes__kube_config": json.dumps(KUBECONFIG),
+            "extra__kubernetes__namespace": "ml",
+            "extra__kubernetes__disable_verify_ssl": "True",
+            "extra__kubernetes__disable_tcp_keepalive": "False",
+            "xcom_sidecar_container_image": "alpine",
+            "queue": "gpu",
+        },
+    )
+    target = TorchXKubernetesHook("k8s", backend="kubernetes_mcad").get_target()
+    assert target.backend == "kubernetes_mcad"
+    assert target.client_kwargs["namespace"] == "ml"
+    assert target.client_kwargs["disable_verify_ssl"] is True
+    assert target.cfg_defaults == {"queue": "gpu"}
+    assert target.redacted()["kubeconfig"] == "***"
+    assert "tok-abcdef-123456" in target.secrets()
+
+
+def test_prefixed_and_plain_keys_must_agree() -> None:
+    assert normalize_extras({"extra__kubernetes__a": 1, "a": 1}, ["extra__kubernetes__"], "c") == {
+        "a": 1
+    }
+    with pytest.raises(InvalidOptionError, match="sets 'a' twice"):
+        normalize_extras({"extra__kubernetes__a": 1, "a": 2}, ["extra__kubernetes__"], "c")
+
+
+def test_missing_and_wrong_type_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InvalidOptionError, match="connection 'absent' does not exist"):
+        TorchXKubernetesHook("absent").get_target()
+    set_conn(monkeypatch, "pg", conn_type="postgres", host="db")
+    with pytest.raises(InvalidOptionError, match="is of type 'postgres'"):
+        TorchXKubernetesHook("pg").get_target()
+
+
+def test_connection_run_option_defaults_are_checked(fake_cluster: Any) -> None:
+    scheduler = torchx_fakes.FakeScheduler()
+    target = BackendTarget("fake", cfg_defaults={"queue": "q"}, optional_cfg_defaults={"nope": 1})
+    assert target.checked_cfg_defaults(scheduler) == {"queue": "q"}
+    target = BackendTarget("fake", cfg_defaults={"queu": "q"}, conn_id="c")
+    with pytest.raises(InvalidOptionError, match=r"connection 'c' has extra\(s\) \['queu'\]"):
+        target.checked_cfg_defaults(scheduler)
+
+
+# -- docker --------------------------------------------------------------------------------------
+def test_engine_url_forms() -> None:
+    assert engine_url(None, None) is None
+    assert engine_url("tcp://h", 2376) == "tcp://h:2376"
+    assert engine_url("tcp://h:1", 2376) == "tcp://h:1"
+    assert engine_url("h", None) == "tcp://h:2375"
+
+
+def test_tls_material_from_content_or_file(tmp_path: Path) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nsecretkey\n-----END PRIVATE KEY-----\n")
+    kwargs, secrets = resolve_docker_client(
+        {"tls_ca_cert": PEM, "tls_client_cert": PEM, "tls_client_key": str(key)},
+        "tcp://engine",
+        2376,
+        None,
+        None,
+        env={},
+    )
+    assert kwargs["base_url"] == "tcp://engine:2376"
+    assert kwargs["tls_verify"] is True and kwargs["tls_ca_cert"] == PEM
+    assert "secretkey" in kwargs["tls_client_key"] and secrets == [kwargs["tls_client_key"]]
+
+
+@pytest.mark.parametrize(
+    ("settings", "host", "message"),
+    [
+        ({"tls_client_cert": PEM}, "tcp://e", "go together"),
+        ({"tls_verify": "yes"}, "tcp://e", "no tls_ca_cert"),
+        ({"tls_ca_cert": PEM}, "unix:///var/run/docker.sock", "unix socket"),
+        ({"tls_ca_cert": "/no/such.pem"}, "tcp://e", "neither PEM content nor a readable file"),
+    ],
+)
+def test_bad_tls_settings(settings: dict[str, Any], host: str, message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        resolve_docker_client(settings, host, None, None, None, env={})
+
+
+def test_docker_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_conn(
+        monkeypatch,
+        "dk",
+        conn_type="torchx_docker",
+        host="unix:///var/run/docker.sock",
+        extra={"copy_env": "A;B", "job_url_template": "https://ui/{app_id}"},
+    )
+    target = TorchXDockerHook("dk").get_target()
+    assert target.backend == "local_docker"
+    assert target.client_kwargs == {"base_url": "unix:///var/run/docker.sock"}
+    assert target.cfg_defaults == {"copy_env": "A;B"}
+    assert target.job_url_template == "https://ui/{app_id}"
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    assert TorchXDockerHook(None).get_target().client_kwargs == {}
+
+
+def test_registry_credentials_are_secret_and_need_both_parts() -> None:
+    kwargs, secrets = resolve_docker_client(
+        {"registry": "registry.example.com"}, None, None, "bot", "pa55word-xyz", env={}
+    )
+    assert secrets == ["pa55word-xyz"]
+    assert "pa55word-xyz" not in json.dumps(
+        BackendTarget("local_docker", kwargs, secret_keys=("registry_password",)).redacted()
+    )
+    with pytest.raises(InvalidOptionError, match="need both login and password"):
+        resolve_docker_client({}, None, None, "bot", None, env={})

@@ -1,0 +1,168 @@
+"""Operator inputs: option objects, app sources, cfg handling, provider metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torchx_fakes
+
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.operators import (
+    Following,
+    Lifecycle,
+    OnFinishAction,
+    TorchXDockerOperator,
+    TorchXKubernetesOperator,
+    TorchXMCADOperator,
+    TorchXOperator,
+)
+from torchx_provider.operators.app_source import resolve_app
+from torchx_provider.provider_info import get_provider_info
+from torchx_provider.specs.serialization import to_dict
+
+APP = {
+    "name": "hello",
+    "roles": [{"name": "echo", "image": "busybox", "entrypoint": "echo", "args": ["hi"]}],
+}
+
+
+def test_lifecycle_and_following_are_checked() -> None:
+    lc = Lifecycle.build(on_finish_action="DELETE", on_kill_action="keep")
+    assert lc.on_finish_action == OnFinishAction.DELETE and lc.deletes(False)
+    assert Lifecycle().deletes(True) and not Lifecycle().deletes(False)
+    with pytest.raises(InvalidOptionError, match="on_finish_action='remove' is not one of"):
+        Lifecycle.build(on_finish_action="remove")
+    with pytest.raises(InvalidOptionError, match="poll_interval must be a positive"):
+        Following.build(poll_interval=0)
+    assert Following.build(log_replicas="trainer/0, ps").log_replicas == ("trainer/0", "ps")
+    assert Following.build(log_replicas=[]).log_replicas == ()
+
+
+def test_app_sources(tmp_path: Path) -> None:
+    (tmp_path / "app.yaml").write_text(
+        "name: '{{ x }}'\nroles:\n  - name: r\n    image: busybox\n    entrypoint: echo\n"
+    )
+    app = resolve_app(
+        "app.yaml",
+        search_paths=[str(tmp_path)],
+        render_text=lambda t: t.replace("{{ x }}", "rendered"),
+    )
+    assert app.name == "rendered"
+    (tmp_path / "app.json").write_text(json.dumps(APP))
+    assert resolve_app(str(tmp_path / "app.json")).name == "hello"
+    assert resolve_app(APP, app_name="renamed").name == "renamed"
+    assert resolve_app(json.dumps(APP)).roles[0].name == "echo"
+    ddp = resolve_app("dist.ddp", {"j": "2x2", "script": "train.py"})
+    assert ddp.roles[0].num_replicas == 2
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "message"),
+    [
+        ("dist.nope", {}, "unknown component 'dist.nope'"),
+        ("dist.ddp", {"bogus": 1}, "bad arguments for component 'dist.ddp'"),
+        (APP, {"j": "1"}, "app_args only apply to a component name"),
+        ("missing.yaml", None, "app file 'missing.yaml' not found"),
+        ({"name": "x", "roles": [{"name": "r", "num_replica": 2}]}, None, "num_replica"),
+    ],
+)
+def test_bad_app_sources(source: Any, args: Any, message: str) -> None:
+    with pytest.raises(InvalidAppError, match=message):
+        resolve_app(source, args)
+
+
+def test_appdef_inputs_become_templatable_dicts() -> None:
+    app = torchx_fakes.make_app()
+    op = TorchXOperator(task_id="t", app=app, scheduler="fake", deferrable=False)
+    assert op.app == to_dict(app)
+    assert {"app", "app_args", "cfg", "app_name"} <= set(op.template_fields)
+
+
+def test_dag_facing_classes_fix_their_scheduler() -> None:
+    assert TorchXKubernetesOperator(task_id="a", app=APP).scheduler == "kubernetes"
+    assert TorchXMCADOperator(task_id="b", app=APP).scheduler == "kubernetes_mcad"
+    assert TorchXDockerOperator(task_id="c", app=APP).scheduler == "local_docker"
+
+
+def test_deferrable_defaults_to_the_airflow_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    assert TorchXOperator(task_id="t", app=APP).following.deferrable is True
+
+
+def test_cfg_string_form_and_connection_defaults(fake_cluster: Any) -> None:
+    from torchx_provider.hooks.base import BackendTarget
+
+    scheduler = torchx_fakes.FakeScheduler()
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake", cfg="queue=gpu,priority=3")
+    target = BackendTarget("fake", cfg_defaults={"queue": "cpu", "namespace": "ml"})
+    assert op._cfg(scheduler, target) == {"queue": "gpu", "namespace": "ml", "priority": 3}
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake", cfg="queu=x")
+    with pytest.raises(InvalidOptionError, match=r"unknown run option.*queu"):
+        op._cfg(scheduler, target)
+
+
+def test_provider_info_matches_airflows_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    import airflow
+
+    schema_path = Path(airflow.__file__).parent / "provider_info.schema.json"
+    info = get_provider_info()
+    jsonschema.validate(info, json.loads(schema_path.read_text()))
+    assert {c["connection-type"] for c in info["connection-types"]} == {
+        "torchx_kubernetes",
+        "torchx_docker",
+    }
+    assert info["extra-links"] == ["torchx_provider.links.TorchXJobLink"]
+
+
+def test_importing_the_operators_loads_no_client_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torchx_provider.operators; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('kubernetes', 'kubernetes_asyncio', 'docker')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_on_kill_cancels_unless_keep(fake_cluster: Any) -> None:
+    scheduler = torchx_fakes.FakeScheduler()
+    app_id = scheduler.submit(torchx_fakes.make_app(ticks=100))
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    op.on_kill()  # nothing submitted yet: nothing to do
+    op._app_id, op._scheduler_client = app_id, scheduler
+    op.on_kill()
+    assert fake_cluster.cancelled == [app_id]
+
+    kept = scheduler.submit(torchx_fakes.make_app(ticks=100))
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake", on_kill_action="keep")
+    op._app_id, op._scheduler_client = kept, scheduler
+    op.on_kill()
+    assert kept not in fake_cluster.cancelled
+
+
+def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) -> None:
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.torchx import SubmissionPlan
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+
+    scheduler = torchx_fakes.FakeScheduler()
+    app = torchx_fakes.make_app()
+    app_id = scheduler.submit(app)
+    target = BackendTarget(
+        "fake",
+        client_kwargs={"namespace": "ml"},
+        job_url_template="https://ui.example/{namespace}/{app_name}/{app_id}",
+    )
+    plan = SubmissionPlan(
+        target, scheduler, app, {}, scheduler.submit_dryrun(app), TaskInstanceKey("d", "t", "r")
+    )
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    assert op._job_url(plan, app_id) == f"https://fake.example/apps/{app_id}"  # backend's own
+    assert op._job_url(plan, "gone-1") == "https://ui.example/ml/echo/gone-1"  # template

@@ -1,0 +1,261 @@
+"""TorchXJobTrigger and the follow loop, against the in-memory ``fake`` backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+import torchx_fakes
+
+from torchx_provider.schedulers.logs import LogCursor, advance
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.events import EventKind, JobEvent
+from torchx_provider.triggers.follow import JobFollower, LogSelection, merge_cursors
+from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger
+
+
+class ListLog:
+    """Collects what a follow writes (stands in for the trigger's logger)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+    def replica_lines(self) -> list[str]:
+        return [ln for ln in self.lines if ln.startswith("[")]
+
+
+def submit(**meta: Any) -> str:
+    scheduler = torchx_fakes.FakeScheduler()
+    return scheduler.submit(torchx_fakes.make_app(**meta))
+
+
+def trigger_args(app_id: str, **kw: Any) -> JobTriggerArgs:
+    return JobTriggerArgs(scheduler="fake", app_id=app_id, poll_interval=0.001, **kw)
+
+
+def test_serialize_is_the_args_and_rebuilds_the_same_trigger() -> None:
+    args = trigger_args(
+        "a-1",
+        client_kwargs={"token": "s3cr3t", "base_url": "tcp://x:2376"},
+        log_replicas=["trainer/0"],
+        log_cursors={"trainer/0": LogCursor().to_dict()},
+        task_instance={"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1},
+        secret_keys=["token"],
+    )
+    trigger = TorchXJobTrigger.from_args(args)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "torchx_provider.triggers.job.TorchXJobTrigger"
+    assert set(kwargs) == {f for f in JobTriggerArgs.__dataclass_fields__}
+    rebuilt = TorchXJobTrigger(**kwargs)
+    assert rebuilt.args == args
+    assert rebuilt.serialize() == (classpath, kwargs)
+    assert "s3cr3t" not in repr(trigger) and "tcp://x:2376" in repr(trigger)
+
+
+def test_unknown_kwargs_are_refused() -> None:
+    with pytest.raises(TypeError, match="unknown argument"):
+        TorchXJobTrigger(scheduler="fake", app_id="a", bogus=1)
+
+
+async def test_follows_to_success_with_every_line_of_every_replica(fake_cluster: Any) -> None:
+    app_id = submit(lines=5, ticks=3, replicas=3)
+    log = ListLog()
+    follower = JobFollower(torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001)
+    event = await follower.run()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.SUCCEEDED
+    for rid in range(3):
+        mine = [ln for ln in log.replica_lines() if ln.startswith(f"[worker/{rid}]")]
+        assert mine == [f"[worker/{rid}] worker {rid} line {i}" for i in range(5)]
+    assert any("-> SUCCEEDED" in ln for ln in log.lines)
+    assert [r.exit_code for r in event.replicas] == [0, 0, 0]
+    assert set(event.log_cursors) == {"worker/0", "worker/1", "worker/2"}
+
+
+async def test_log_selection_limits_forwarding(fake_cluster: Any) -> None:
+    app_id = submit(lines=2, replicas=3)
+    log = ListLog()
+    await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        selection=LogSelection.parse("worker/1"),
+    ).run()
+    assert {ln.split("]")[0] for ln in log.replica_lines()} == {"[worker/1"}
+
+
+async def test_failure_carries_state_message_and_exit_codes(fake_cluster: Any) -> None:
+    app_id = submit(outcome="FAILED", fail_replicas="worker/1")
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
+    ).run()
+    assert event.state == AppState.FAILED and event.message == "replica failed"
+    assert [(r.replica_id, r.state, r.exit_code) for r in event.replicas] == [
+        (0, AppState.SUCCEEDED, 0),
+        (1, AppState.FAILED, 1),
+    ]
+
+
+async def test_outages_are_retried_then_given_up(fake_cluster: Any) -> None:
+    app_id = submit()
+    fake_cluster.outages = 2
+    log = ListLog()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert event.succeeded
+    assert sum("backend unreachable" in ln for ln in log.lines) == 2
+
+    app_id = submit()
+    fake_cluster.outages = 10
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=ListLog(),
+        poll_interval=0.001,
+        max_consecutive_errors=3,
+    ).run()
+    assert event.kind == EventKind.ERROR and "4 times in a row" in event.message
+
+
+async def test_a_vanished_app_ends_with_an_error_event(fake_cluster: Any) -> None:
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), "nope-1", log=ListLog(), poll_interval=0.001
+    ).run()
+    assert event.kind == EventKind.ERROR and "does not exist" in event.message
+
+
+async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_cycle(
+    fake_cluster: Any,
+) -> None:
+    """A follow stopped mid-way (triggerer restart) and rebuilt from its last checkpoint."""
+    app_id = submit(lines=40, ticks=20, replicas=2)
+    stored: dict[str, LogCursor] = {}
+
+    async def checkpoint(cursors: dict[str, LogCursor]) -> None:
+        stored.clear()
+        stored.update(cursors)
+
+    first_log = ListLog()
+    first = JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=first_log,
+        poll_interval=0.001,
+        checkpoint=checkpoint,
+    )
+    task = asyncio.create_task(first.run())
+    for _ in range(10_000):  # until about 30 lines were forwarded
+        if len(first_log.replica_lines()) >= 30:
+            break
+        await asyncio.sleep(0.001)
+    task.cancel()  # the triggerer goes away
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stored, "cursors were checkpointed"
+
+    second_log = ListLog()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=second_log,
+        poll_interval=0.001,
+        cursors=merge_cursors({}, stored),
+        checkpoint=checkpoint,
+    ).run()
+    assert event.succeeded
+    for rid in range(2):
+        prefix = f"[worker/{rid}]"
+        before = [ln for ln in first_log.replica_lines() if ln.startswith(prefix)]
+        after = [ln for ln in second_log.replica_lines() if ln.startswith(prefix)]
+        expected = [f"{prefix} worker {rid} line {i}" for i in range(40)]
+        # nothing lost: the union, in order, is every line
+        assert sorted(set(before) | set(after), key=expected.index) == expected
+        repeated = set(before) & set(after)
+        # the fake writes 2 lines per replica per cycle: at most one cycle repeats
+        assert len(repeated) <= 2
+        assert after == expected[len(before) - len(repeated) :]
+
+
+async def test_trigger_yields_one_event_and_closes_its_client(fake_cluster: Any) -> None:
+    app_id = submit()
+    closed = torchx_fakes.FakeAsyncClient.closed
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    events = [e async for e in trigger.run()]
+    assert len(events) == 1
+    assert JobEvent.from_payload(events[0].payload).succeeded
+    assert torchx_fakes.FakeAsyncClient.closed == closed + 1
+
+
+async def test_on_kill_cancels_and_cleanup_does_not(fake_cluster: Any) -> None:
+    app_id = submit(ticks=1000)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    await trigger.cleanup()
+    assert fake_cluster.cancelled == []
+    await trigger.on_kill()
+    assert fake_cluster.cancelled == [app_id]
+    assert fake_cluster.apps[app_id].state() == AppState.CANCELLED
+
+    kept = submit(ticks=1000)
+    await TorchXJobTrigger.from_args(trigger_args(kept, cancel_on_kill=False)).on_kill()
+    assert kept not in fake_cluster.cancelled
+
+
+async def test_the_follow_never_blocks_the_event_loop(fake_cluster: Any, caplog: Any) -> None:
+    """asyncio's debug mode reports any callback that holds the loop for 50 ms."""
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.05
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    app_id = submit(lines=200, ticks=10, replicas=4)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    [event] = [e async for e in trigger.run()]
+    assert JobEvent.from_payload(event.payload).succeeded
+    assert not [r for r in caplog.records if "took" in r.getMessage()]
+
+
+async def test_trigger_resumes_from_and_stores_its_xcom_checkpoint(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuilt trigger starts from the cursors its predecessor stored in the XCom."""
+    from airflow.sdk.execution_time import xcom
+
+    from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
+
+    store: dict[tuple[str, str], Any] = {}
+
+    async def aget_one(*, key: str, run_id: str, **scope: Any) -> Any:
+        return store.get((key, run_id))
+
+    async def aset(key: str, value: Any, *, run_id: str, **scope: Any) -> None:
+        store[(key, run_id)] = json.loads(json.dumps(value))
+
+    monkeypatch.setattr(xcom.XCom, "aget_one", staticmethod(aget_one))
+    monkeypatch.setattr(xcom.XCom, "aset", staticmethod(aset))
+
+    app_id = submit(lines=6, ticks=3, replicas=1)
+    app = fake_cluster.apps[app_id]
+    # the predecessor forwarded lines 0-3 (timestamps: two lines per second)
+    app.ticks = 2
+    _, cursor = advance(LogCursor(), app.lines("worker", 0))
+    app.ticks = 0
+    store[(CHECKPOINT_XCOM_KEY, "r")] = checkpoint_value(app_id, {"worker/0": cursor})
+
+    ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti))
+    log = ListLog()
+    monkeypatch.setattr(TorchXJobTrigger, "log", log)
+    [event] = [e async for e in trigger.run()]
+    assert JobEvent.from_payload(event.payload).succeeded
+    assert log.replica_lines() == ["[worker/0] worker 0 line 4", "[worker/0] worker 0 line 5"]
+    stored = store[(CHECKPOINT_XCOM_KEY, "r")]
+    assert stored["app_id"] == app_id
+    assert LogCursor.from_dict(stored["cursors"]["worker/0"]).seen_at_since == 2

@@ -1,0 +1,309 @@
+"""An in-memory backend (``fake``) for testing the Airflow face without a cluster.
+
+Apps advance one step each time they are described: PENDING, then RUNNING for
+``fake.ticks`` describes while each replica writes ``fake.lines`` log lines spread over those
+ticks, then the outcome in ``fake.outcome`` (SUCCEEDED by default; a replica listed in
+``fake.fail_replicas`` as ``role/id`` exits 1). Apps are set through ``AppDef.metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
+from torchx_provider.operators import torchx as operators_module
+from torchx_provider.schedulers import registry
+from torchx_provider.schedulers.api import (
+    AsyncSchedulerClient,
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    task_instance_of,
+)
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance
+from torchx_provider.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    ReplicaStatus,
+    RoleStatus,
+    is_terminal,
+)
+from torchx_provider.specs.names import make_unique
+from torchx_provider.specs.runopts import CfgVal, runopts
+from torchx_provider.specs.serialization import to_dict
+
+BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class FakeApp:
+    app_id: str
+    app: AppDef
+    cfg: dict[str, Any]
+    ti_key: TaskInstanceKey | None
+    created: datetime
+    ticks: int = 0
+    cancelled: bool = False
+    deleted: bool = False
+
+    def meta(self, key: str, default: str) -> str:
+        return str(self.app.metadata.get(f"fake.{key}", default))
+
+    @property
+    def run_ticks(self) -> int:
+        return int(self.meta("ticks", "3"))
+
+    @property
+    def lines_per_replica(self) -> int:
+        return int(self.meta("lines", "4"))
+
+    def state(self) -> AppState:
+        if self.cancelled:
+            return AppState.CANCELLED
+        if self.ticks == 0:
+            return AppState.PENDING
+        if self.ticks <= self.run_ticks:
+            return AppState.RUNNING
+        return AppState[self.meta("outcome", "SUCCEEDED")]
+
+    def failing(self, role: str, rid: int) -> bool:
+        return f"{role}/{rid}" in self.meta("fail_replicas", "").split(",")
+
+    def replica_state(self, role: str, rid: int) -> AppState:
+        state = self.state()
+        if (
+            state == AppState.FAILED
+            and not self.failing(role, rid)
+            and self.meta("fail_replicas", "")
+        ):
+            return AppState.SUCCEEDED
+        return state
+
+    def lines(self, role: str, rid: int) -> list[TimestampedLine]:
+        """What the replica has written so far (two lines share each timestamp)."""
+        if self.ticks == 0:
+            return []
+        written = min(
+            self.lines_per_replica, self.lines_per_replica * self.ticks // max(self.run_ticks, 1)
+        )
+        return [
+            TimestampedLine(BASE + timedelta(seconds=i // 2), f"{role} {rid} line {i}\n")
+            for i in range(written)
+        ]
+
+    def describe(self) -> DescribeAppResponse:
+        statuses = []
+        for role in self.app.roles:
+            replicas = []
+            for rid in range(role.num_replicas):
+                state = self.replica_state(role.name, rid)
+                exit_code = None
+                if is_terminal(state):
+                    exit_code = (
+                        1
+                        if self.failing(role.name, rid)
+                        else (0 if state == AppState.SUCCEEDED else None)
+                    )
+                replicas.append(
+                    ReplicaStatus(
+                        id=rid,
+                        state=state,
+                        role=role.name,
+                        hostname=f"{role.name}-{rid}",
+                        exit_code=exit_code,
+                    )
+                )
+            statuses.append(RoleStatus(role.name, replicas))
+        state = self.state()
+        return DescribeAppResponse(
+            app_id=self.app_id,
+            state=state,
+            msg="replica failed" if state == AppState.FAILED else "",
+            ui_url=f"https://fake.example/apps/{self.app_id}",
+            roles_statuses=statuses,
+            roles=list(self.app.roles),
+        )
+
+
+@dataclass
+class FakeCluster:
+    apps: dict[str, FakeApp] = field(default_factory=dict)
+    submitted: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: describe calls that raise BackendUnavailableError before succeeding again
+    outages: int = 0
+
+    def live(self) -> list[FakeApp]:
+        return [a for a in self.apps.values() if not is_terminal(a.state()) and not a.deleted]
+
+
+CLUSTER = FakeCluster()
+
+
+def reset() -> FakeCluster:
+    global CLUSTER
+    CLUSTER = FakeCluster()
+    return CLUSTER
+
+
+def _tick(app_id: str) -> FakeApp | None:
+    from torchx_provider.errors import BackendUnavailableError
+
+    with CLUSTER.lock:
+        if CLUSTER.outages > 0:
+            CLUSTER.outages -= 1
+            raise BackendUnavailableError("fake backend down")
+        app = CLUSTER.apps.get(app_id)
+        if app is None or app.deleted:
+            return None
+        if not is_terminal(app.state()):
+            app.ticks += 1
+        return app
+
+
+class FakeScheduler(Scheduler[dict]):
+    def __init__(self, session_name: str = "", **client_kwargs: Any) -> None:
+        super().__init__("fake", session_name)
+        self.client_kwargs = client_kwargs
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("queue", str, "queue name", default="default")
+        opts.add("namespace", str, "namespace", default="default")
+        opts.add("priority", int, "priority", default=0)
+        return opts
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[dict]:
+        request = {"app": to_dict(app), "cfg": dict(cfg)}
+        return AppDryRunInfo(request, lambda r: json.dumps(r, default=str))
+
+    def schedule(self, dryrun_info: AppDryRunInfo[dict]) -> str:
+        app = dryrun_info._app
+        assert app is not None
+        app_id = make_unique(app.name)
+        with CLUSTER.lock:
+            CLUSTER.apps[app_id] = FakeApp(
+                app_id,
+                app,
+                dict(dryrun_info._cfg or {}),
+                task_instance_of(app),
+                created=datetime.now(timezone.utc),
+            )
+            CLUSTER.submitted.append(app_id)
+        return app_id
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        app = CLUSTER.apps.get(app_id)
+        return None if app is None or app.deleted else app.describe()
+
+    def list(self) -> list[ListAppResponse]:
+        return [
+            ListAppResponse(a.app_id, a.state(), created=a.created) for a in CLUSTER.apps.values()
+        ]
+
+    def find_apps(self, ti_key: TaskInstanceKey) -> list[ListAppResponse]:
+        mine = [
+            a
+            for a in CLUSTER.apps.values()
+            if a.ti_key is not None
+            and not a.deleted
+            and (a.ti_key.dag_id, a.ti_key.task_id, a.ti_key.run_id, a.ti_key.map_index)
+            == (ti_key.dag_id, ti_key.task_id, ti_key.run_id, ti_key.map_index)
+        ]
+        mine.sort(key=lambda a: a.created, reverse=True)
+        return [ListAppResponse(a.app_id, a.state(), created=a.created) for a in mine]
+
+    def _cancel_existing(self, app_id: str) -> None:
+        app = CLUSTER.apps[app_id]
+        if not is_terminal(app.state()):
+            app.cancelled = True
+        CLUSTER.cancelled.append(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        app = CLUSTER.apps[app_id]
+        app.cancelled = app.cancelled or not is_terminal(app.state())
+        app.deleted = True
+        CLUSTER.deleted.append(app_id)
+
+
+class FakeAsyncClient(AsyncSchedulerClient):
+    closed: ClassVar[int] = 0
+
+    def __init__(self, **client_kwargs: Any) -> None:
+        self.client_kwargs = client_kwargs
+
+    async def describe(self, app_id: str) -> DescribeAppResponse | None:
+        app = _tick(app_id)
+        return None if app is None else app.describe()
+
+    async def read_logs(
+        self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+    ) -> tuple[list[TimestampedLine], LogCursor]:
+        app = CLUSTER.apps.get(app_id)
+        if app is None:
+            return [], cursor
+        lines = app.lines(role_name, replica_id)
+        if cursor.since is not None:  # the backend answers "since" with whole seconds
+            floor = cursor.since.replace(microsecond=0)
+            lines = [ln for ln in lines if ln.timestamp is None or ln.timestamp >= floor]
+        return advance(cursor, lines)
+
+    async def cancel(self, app_id: str) -> None:
+        if app_id in CLUSTER.apps:
+            FakeScheduler()._cancel_existing(app_id)
+
+    async def close(self) -> None:
+        FakeAsyncClient.closed += 1
+
+
+def create_scheduler(session_name: str = "", **kwargs: Any) -> FakeScheduler:
+    return FakeScheduler(session_name, **kwargs)
+
+
+def create_async_client(**kwargs: Any) -> FakeAsyncClient:
+    return FakeAsyncClient(**kwargs)
+
+
+class FakeHook(TorchXHookBase):
+    conn_type: ClassVar[str] = "torchx_fake"
+    default_backend: ClassVar[str] = "fake"
+
+    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+        extras = loaded[1] if loaded else {}
+        settings, defaults = self.split_extras(extras)
+        return BackendTarget(
+            backend=self.backend,
+            client_kwargs={"token": "s3cr3t-token"} if loaded else {},
+            cfg_defaults=defaults,
+            job_url_template=settings.get("job_url_template"),
+            secret_keys=("token",),
+            conn_id=self.conn_id,
+        )
+
+
+def register() -> None:
+    registry.register_backend(
+        "fake", f"{__name__}:create_scheduler", f"{__name__}:create_async_client"
+    )
+    operators_module.HOOKS_BY_BACKEND["fake"] = f"{__name__}:FakeHook"
+
+
+def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:
+    from torchx_provider.specs.api import Role
+
+    return AppDef(
+        name=name,
+        roles=[
+            Role("worker", image="busybox", entrypoint="echo", args=["hi"], num_replicas=replicas)
+        ],
+        metadata={f"fake.{k}": str(v) for k, v in meta.items()},
+    )
