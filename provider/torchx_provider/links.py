@@ -47,6 +47,9 @@ class TorchXJobLink(BaseOperatorLink):
 
     @classmethod
     def persist(cls, ti: Any, url: str | None) -> None:
-        """Store ``url`` for the task instance ``ti`` (nothing when there is no URL)."""
-        if url:
-            ti.xcom_push(key=cls().xcom_key, value=url)
+        """Store ``url`` for the task instance ``ti``.
+
+        An empty string is stored when there is no URL: Airflow resolves every extra link
+        when the task ends, and a missing XCom would be logged there as an error.
+        """
+        ti.xcom_push(key=cls().xcom_key, value=url or "")

@@ -3,21 +3,24 @@
 #
 #   cluster.sh build       build or download every missing component into the cache
 #   cluster.sh up          build if needed, then start the cluster (idempotent)
-#   cluster.sh down        stop every process this script started
+#   cluster.sh down        stop every process this script started (state is kept)
+#   cluster.sh clean       down, then remove all state (binaries stay cached)
 #   cluster.sh status      show which processes run and whether the API answers
 #   cluster.sh kubeconfig  print the path of the admin kubeconfig
-#   cluster.sh env         print shell assignments for every kubeconfig and port
+#   cluster.sh env         print KEY=VALUE lines: kubeconfigs, namespace, servers
 #
 # Everything listens on 127.0.0.1. Nothing runs in a container: etcd, two API
-# servers, the controller manager, the scheduler, kwok (fake nodes and kubelet),
-# Volcano's controller manager and scheduler and the AppWrapper controller are
-# plain processes. See README.md next to this script for the versions and why.
+# servers (the second serves MCAD's AppWrapper v1beta1), controller managers,
+# schedulers, kwok (fake nodes and kubelet), Volcano's controller manager and
+# scheduler, the AppWrapper controller and MCAD's kar-controllers are plain
+# processes. See README.md next to this script for the versions and why.
 #
 # Environment
-#   TORCHX_CLUSTER_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster)
-#   TORCHX_CLUSTER_PORT_BASE  first port of the fixed block (default 17400)
+#   TORCHX_CLUSTER_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster)
+#   TORCHX_CLUSTER_PORT_BASE   first port of the fixed block of 15 (default 17400)
 #   TORCHX_CLUSTER_NO_BUILD=1  'up' fails (exit 3) instead of building missing binaries
-#   GO                    go binary (default: go on PATH, else /usr/local/go/bin/go)
+#   TORCHX_CLUSTER_CRDS        directory of the upstream CRDs (default ../shared/crds from the repo root)
+#   GO                         go binary (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -58,6 +61,7 @@ VC_SCHEDULER_METRICS_PORT=$((PORT_BASE + 10))
 AW_HEALTH_PORT=$((PORT_BASE + 11))
 MCAD_HEALTH_PORT=$((PORT_BASE + 12))
 MCAD_KWOK_PORT=$((PORT_BASE + 13))
+MCAD_KCM_PORT=$((PORT_BASE + 14))
 
 TEST_NAMESPACE="torchx-test"
 NODE_COUNT=2                          # fake nodes kwok-node-0..N-1
@@ -377,10 +381,10 @@ make_pki() {
       -subj "/CN=torchx-test-cluster-ca" -out "$PKI/ca.crt" 2>/dev/null
   fi
   local client="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
+keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"
   local server="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
+keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth"
   pki_cert apiserver "/CN=kube-apiserver" "$server
 subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
@@ -443,6 +447,7 @@ make_kubeconfigs() {
   write_kubeconfig "$RUN/kubeconfig/scheduler.yaml" "$APISERVER_PORT" scheduler
   write_kubeconfig "$RUN/kubeconfig/mcad-admin.yaml" "$MCAD_APISERVER_PORT" admin
   write_kubeconfig "$RUN/kubeconfig/mcad-scheduler.yaml" "$MCAD_APISERVER_PORT" scheduler
+  write_kubeconfig "$RUN/kubeconfig/mcad-controller-manager.yaml" "$MCAD_APISERVER_PORT" controller-manager
 }
 
 # ---------------------------------------------------------------- up: processes
@@ -518,10 +523,11 @@ start_etcd() {
   wait_for "etcd health" 60 etcd http_ok "$ETCD_CLIENT_PORT" /health
 }
 
-# start_apiserver NAME PORT ETCD_PREFIX
+# start_apiserver NAME PORT ETCD_PREFIX [EXTRA_FLAG...]
 start_apiserver() {
   local name="$1" port="$2" prefix="$3"
-  start "$name" "$(kube_dir)/kube-apiserver" \
+  shift 3
+  start "$name" "$(kube_dir)/kube-apiserver" "$@" \
     --bind-address=127.0.0.1 \
     --advertise-address=127.0.0.1 \
     --secure-port="$port" \
@@ -554,7 +560,6 @@ apply_crds() {
     volcano-v1.15.1_scheduling.volcano.sh_podgroups.yaml
     volcano-v1.15.1_scheduling.volcano.sh_queues.yaml
     appwrapper-v1.2.1_workload.codeflare.dev_appwrappers.yaml
-    mcad-v1.34.0_mcad.ibm.com_appwrappers.yaml
     scheduler-plugins-v0.34.7_scheduling.x-k8s.io_podgroups.yaml
     scheduler-plugins-v0.24.9_scheduling.sigs.k8s.io_podgroups.yaml
   )
@@ -577,29 +582,46 @@ apply_crds() {
   kubectl_mcad wait --for=condition=Established --timeout=60s crd --all >/dev/null
 }
 
-start_control_plane() {
-  start kube-controller-manager "$(kube_dir)/kube-controller-manager" \
-    --kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
-    --authentication-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
-    --authorization-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+# Garbage collection (deleting a Job deletes its pods), namespaces, the default
+# ServiceAccount that admission requires, node health. Controllers that act on
+# workloads the provider never creates (Deployments, batch Jobs, ...) stay off.
+KCM_CONTROLLERS=namespace-controller,garbage-collector-controller,serviceaccount-controller
+KCM_CONTROLLERS+=,serviceaccount-token-controller,pod-garbage-collector-controller
+KCM_CONTROLLERS+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
+KCM_CONTROLLERS+=,taint-eviction-controller
+
+# start_kcm NAME KUBECONFIG PORT / start_scheduler NAME KUBECONFIG PORT
+start_kcm() {
+  start "$1" "$(kube_dir)/kube-controller-manager" \
+    --kubeconfig="$2" \
+    --authentication-kubeconfig="$2" \
+    --authorization-kubeconfig="$2" \
     --authentication-skip-lookup=true \
     --bind-address=127.0.0.1 \
-    --secure-port="$KCM_PORT" \
+    --secure-port="$3" \
     --leader-elect=false \
     --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI/sa.key" \
     --root-ca-file="$PKI/ca.crt" \
-    --controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,taint-eviction-controller \
+    --controllers="$KCM_CONTROLLERS" \
     --v=1
-  start kube-scheduler "$(kube_dir)/kube-scheduler" \
-    --kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
-    --authentication-kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
-    --authorization-kubeconfig="$RUN/kubeconfig/scheduler.yaml" \
+}
+
+start_scheduler() {
+  start "$1" "$(kube_dir)/kube-scheduler" \
+    --kubeconfig="$2" \
+    --authentication-kubeconfig="$2" \
+    --authorization-kubeconfig="$2" \
     --authentication-skip-lookup=true \
     --bind-address=127.0.0.1 \
-    --secure-port="$SCHEDULER_PORT" \
+    --secure-port="$3" \
     --leader-elect=false \
     --v=1
+}
+
+start_control_plane() {
+  start_kcm kube-controller-manager "$RUN/kubeconfig/controller-manager.yaml" "$KCM_PORT"
+  start_scheduler kube-scheduler "$RUN/kubeconfig/scheduler.yaml" "$SCHEDULER_PORT"
 }
 
 # kwok NAME KUBECONFIG PORT: the fake kubelet for every node annotated kwok.x-k8s.io/node=fake.
@@ -822,10 +844,6 @@ start_rbac() {
   apply_rbac kubectl_admin "$RUN/kubeconfig/restricted.yaml" "$APISERVER_PORT"
   wait_for "ServiceAccount $TEST_NAMESPACE/default (controller manager)" 60 kube-controller-manager default_sa_exists
   apply_rbac kubectl_mcad "$RUN/kubeconfig/mcad-restricted.yaml" "$MCAD_APISERVER_PORT"
-  # No controller manager runs for the MCAD API server: make the ServiceAccount
-  # that admission wants for every pod by hand.
-  kubectl_mcad -n "$TEST_NAMESPACE" create serviceaccount default --dry-run=client -o yaml |
-    kubectl_mcad apply -f - >/dev/null
 }
 
 wait_ready() {
@@ -848,20 +866,14 @@ start_mcad() {
     return 0
   fi
   # The pods MCAD dispatches need what the main API server has: nodes and a
-  # fake kubelet, a scheduler, and a ServiceAccount to admit them.
+  # fake kubelet, a scheduler, a controller manager (garbage collection of the
+  # items of a deleted AppWrapper, the default ServiceAccount, node taints).
   kubectl_mcad apply --server-side --force-conflicts -f "$(kwok_dir)/crds/kwok.x-k8s.io_logs.yaml" >/dev/null
   kubectl_mcad wait --for=condition=Established --timeout=60s crd/logs.kwok.x-k8s.io >/dev/null
   start_kwok mcad-kwok "$RUN/kubeconfig/mcad-admin.yaml" "$MCAD_KWOK_PORT"
   create_nodes kubectl_mcad
-  start mcad-kube-scheduler "$(kube_dir)/kube-scheduler" \
-    --kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
-    --authentication-kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
-    --authorization-kubeconfig="$RUN/kubeconfig/mcad-scheduler.yaml" \
-    --authentication-skip-lookup=true \
-    --bind-address=127.0.0.1 \
-    --secure-port="$MCAD_SCHEDULER_PORT" \
-    --leader-elect=false \
-    --v=1
+  start_kcm mcad-kube-controller-manager "$RUN/kubeconfig/mcad-controller-manager.yaml" "$MCAD_KCM_PORT"
+  start_scheduler mcad-kube-scheduler "$RUN/kubeconfig/mcad-scheduler.yaml" "$MCAD_SCHEDULER_PORT"
   start kar-controllers "$(mcad_dir)/kar-controllers" \
     --kubeconfig="$RUN/kubeconfig/mcad-admin.yaml" \
     --healthProbeListenAddr="127.0.0.1:$MCAD_HEALTH_PORT" \
@@ -872,42 +884,60 @@ start_mcad() {
   wait_for "$NODE_COUNT Ready nodes (MCAD)" 60 mcad-kwok nodes_ready kubectl_mcad
 }
 
+mcad_default_sa_exists() { kubectl_mcad -n "$TEST_NAMESPACE" get serviceaccount default; }
+
 mcad_ready() {
   [[ -x "$(mcad_dir)/kar-controllers" ]] || return 0
   wait_for "kar-controllers /healthz" 60 kar-controllers http_ok "$MCAD_HEALTH_PORT" /healthz
+  wait_for "ServiceAccount $TEST_NAMESPACE/default (MCAD)" 60 mcad-kube-controller-manager mcad_default_sa_exists
 }
 
 # ---------------------------------------------------------------- down / status
 ALL_PROCESSES=(
-  kar-controllers mcad-kube-scheduler mcad-kwok
+  kar-controllers mcad-kube-scheduler mcad-kube-controller-manager mcad-kwok
   appwrapper-controller vc-controller-manager vc-scheduler kwok
   kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
 )
 
-stop_process() {
-  local name="$1" pid i
-  if ! is_running "$name"; then
+# stop_many NAME...: SIGTERM to all of them at once, SIGKILL to any still
+# running after 10 s.
+stop_many() {
+  local name pid i
+  local -a names=() pids=()
+  for name in "$@"; do
+    if is_running "$name"; then
+      pid="$(pid_of "$name")"
+      kill -TERM "$pid" 2>/dev/null || true
+      names+=("$name")
+      pids+=("$pid")
+    fi
     rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"
-    return 0
-  fi
-  pid="$(pid_of "$name")"
-  kill -TERM "$pid" 2>/dev/null || true
+  done
   for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && break
+      pid=""
+    done
+    [[ -z "${pid:-}" ]] && break
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "   $name (pid $pid) did not stop in 10 s, killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PIDS/$name.pid" "$PIDS/$name.exe"
-  log "   stopped $name (pid $pid)"
+  for ((i = 0; i < ${#pids[@]}; i++)); do
+    if kill -0 "${pids[i]}" 2>/dev/null; then
+      log "   ${names[i]} (pid ${pids[i]}) did not stop in 10 s, killing it"
+      kill -KILL "${pids[i]}" 2>/dev/null || true
+    else
+      log "   stopped ${names[i]} (pid ${pids[i]})"
+    fi
+  done
 }
 
+# Everything but etcd first, then etcd, so no API server loses its storage
+# while it shuts down.
 cmd_down() {
-  local t0 name
+  local t0
   t0=$(now_ms)
-  for name in "${ALL_PROCESSES[@]}"; do stop_process "$name"; done
+  stop_many "${ALL_PROCESSES[@]:0:${#ALL_PROCESSES[@]}-1}"
+  stop_many etcd
   log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"
 }
 
