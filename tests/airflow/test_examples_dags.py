@@ -8,6 +8,7 @@ test_examples_kubernetes_dags.py).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -35,7 +36,12 @@ def test_every_example_dag_imports_without_errors(airflow_db: Path) -> None:
     } <= set(bag.dag_ids)
 
 
-def run_example(dag_id: str, home: Path, extra_env: dict[str, str] | None = None) -> str:
+def run_example(
+    dag_id: str,
+    home: Path,
+    extra_env: dict[str, str] | None = None,
+    conf: dict[str, object] | None = None,
+) -> str:
     """``airflow dags test DAG_ID`` on the examples folder; its output (task logs included)."""
     home.mkdir(parents=True, exist_ok=True)
     env = {
@@ -46,8 +52,11 @@ def run_example(dag_id: str, home: Path, extra_env: dict[str, str] | None = None
         **(extra_env or {}),
     }
     subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True)
+    command = [airflow_bin(), "dags", "test", dag_id]
+    if conf:
+        command += ["--conf", json.dumps(conf)]
     done = subprocess.run(
-        [airflow_bin(), "dags", "test", dag_id],
+        command,
         env=env,
         capture_output=True,
         text=True,

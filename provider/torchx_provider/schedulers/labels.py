@@ -80,7 +80,8 @@ class TaskInstanceKey:
             LABEL_DAG_ID: label_value(self.dag_id),
             LABEL_TASK_ID: label_value(self.task_id),
             LABEL_RUN_ID: label_value(self.run_id),
-            LABEL_MAP_INDEX: str(self.map_index),
+            # -1 (an unmapped task) is not a valid label value: it must start alphanumeric.
+            LABEL_MAP_INDEX: label_value(str(self.map_index)),
         }
         if with_try:
             out[LABEL_TRY_NUMBER] = str(self.try_number)

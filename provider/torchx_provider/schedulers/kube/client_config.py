@@ -1,0 +1,250 @@
+"""How to reach a cluster: plain values in, a configured sync or async API client out.
+
+The same :class:`KubeClientConfig` feeds the sync ``kubernetes`` client (the worker's
+scheduler) and ``kubernetes_asyncio`` (the triggerer's async client), so the two can never
+disagree about which cluster, user or namespace they use. Its fields are the plain, JSON-safe
+kwargs the Airflow hook passes to ``create_scheduler`` / ``create_async_client``:
+
+* ``kubeconfig``: a kubeconfig file path, or its content (a dict, or YAML/JSON text);
+* ``context``: the kubeconfig context (default: its ``current-context``);
+* ``in_cluster``: use the pod's service account;
+* ``disable_verify_ssl``: do not verify the API server's certificate (test clusters only);
+* ``namespace``: the default namespace (else the context's, else ``default``).
+
+Nothing given: ``KUBECONFIG`` / ``~/.kube/config``, else the in-cluster service account --
+what ``kubectl`` would use.
+
+>>> cfg = KubeClientConfig.from_kwargs(kubeconfig={"current-context": "c", "contexts": [
+...     {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "team"}}]})
+>>> cfg.default_namespace()
+'team'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchx_provider.errors import InvalidOptionError
+
+#: Where a pod finds its own namespace (in-cluster configuration).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "default"
+
+_KWARGS = ("kubeconfig", "context", "in_cluster", "disable_verify_ssl", "namespace")
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where the client configuration comes from, decided once for both clients.
+
+    ``kind`` is ``"dict"`` (``data`` holds the kubeconfig), ``"file"`` (``path``),
+    ``"incluster"`` or ``"default"`` (the clients' own search: KUBECONFIG, ~/.kube/config).
+    """
+
+    kind: str
+    data: dict[str, Any] | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class KubeClientConfig:
+    """Client parameters (see the module docstring). Build with :meth:`from_kwargs`."""
+
+    kubeconfig: str | dict[str, Any] | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    disable_verify_ssl: bool = False
+    namespace: str | None = None
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> KubeClientConfig:
+        """Check and keep the client kwargs; an unknown one is an :class:`InvalidOptionError`."""
+        unknown = sorted(set(kwargs) - set(_KWARGS))
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown Kubernetes client parameter(s) {unknown}; valid ones are {list(_KWARGS)}",
+                option=unknown[0],
+            )
+        kubeconfig = kwargs.get("kubeconfig")
+        if kubeconfig is not None and not isinstance(kubeconfig, (str, dict, os.PathLike)):
+            raise InvalidOptionError(
+                "kubeconfig must be a path, a dict or YAML/JSON text, got "
+                f"{type(kubeconfig).__name__}",
+                option="kubeconfig",
+            )
+        if isinstance(kubeconfig, os.PathLike):
+            kubeconfig = os.fspath(kubeconfig)
+        if kwargs.get("in_cluster") and kubeconfig:
+            raise InvalidOptionError(
+                "in_cluster and kubeconfig are mutually exclusive; give one of them",
+                option="in_cluster",
+            )
+        return cls(
+            kubeconfig=kubeconfig,
+            context=kwargs.get("context") or None,
+            in_cluster=bool(kwargs.get("in_cluster")),
+            disable_verify_ssl=bool(kwargs.get("disable_verify_ssl")),
+            namespace=kwargs.get("namespace") or None,
+        )
+
+    # -- pure decisions --------------------------------------------------------------------------
+    def source(self) -> ConfigSource:
+        """Where the configuration comes from (no I/O for content; a path is not read)."""
+        if self.in_cluster:
+            return ConfigSource("incluster")
+        kc = self.kubeconfig
+        if isinstance(kc, dict):
+            return ConfigSource("dict", data=kc)
+        if isinstance(kc, str) and kc.strip():
+            text = kc.strip()
+            if "\n" in text or text.startswith(("{", "apiVersion", "clusters", "kind")):
+                return ConfigSource("dict", data=_parse_kubeconfig_text(text))
+            return ConfigSource("file", path=os.path.expanduser(text))
+        return ConfigSource("default")
+
+    def default_namespace(self) -> str:
+        """The namespace used when a call names none: the ``namespace`` given, else the
+        context's namespace in the kubeconfig, else the pod's own (in-cluster), else
+        ``default``. Reads the kubeconfig file when there is one."""
+        if self.namespace:
+            return self.namespace
+        src = self.source()
+        data: Mapping[str, Any] | None = src.data
+        if src.kind == "file" and src.path:
+            data = _read_kubeconfig(src.path)
+        elif src.kind == "default":
+            env = os.environ.get("KUBECONFIG", "")
+            for candidate in [*[p for p in env.split(os.pathsep) if p], "~/.kube/config"]:
+                path = os.path.expanduser(candidate)
+                if os.path.isfile(path):
+                    data = _read_kubeconfig(path)
+                    break
+        if data is not None:
+            ns = context_namespace(data, self.context)
+            if ns:
+                return ns
+        if src.kind in ("incluster", "default") and SERVICE_ACCOUNT_NAMESPACE.is_file():
+            ns = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+            if ns:
+                return ns
+        return DEFAULT_NAMESPACE
+
+    def describe_target(self) -> str:
+        """A short, secret-free description for error messages."""
+        src = self.source()
+        where = {"dict": "kubeconfig content", "file": f"kubeconfig {src.path}"}.get(
+            src.kind, "in-cluster service account" if src.kind == "incluster" else "KUBECONFIG"
+        )
+        return f"{where}{f' (context {self.context})' if self.context else ''}"
+
+    # -- the two shells ----------------------------------------------------------------------------
+    def sync_api_client(self) -> Any:
+        """A configured ``kubernetes.client.ApiClient``."""
+        from kubernetes import client, config
+
+        from torchx_provider.schedulers.kube.errors import api_errors
+
+        configuration = client.Configuration()
+        src = self.source()
+        with api_errors("configure", f"the Kubernetes client ({self.describe_target()})"):
+            if src.kind == "incluster":
+                config.load_incluster_config(client_configuration=configuration)
+            elif src.kind == "dict":
+                config.load_kube_config_from_dict(
+                    src.data,
+                    context=self.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            elif src.kind == "file":
+                config.load_kube_config(
+                    config_file=src.path,
+                    context=self.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            else:
+                try:
+                    config.load_kube_config(
+                        context=self.context,
+                        client_configuration=configuration,
+                        persist_config=False,
+                    )
+                except config.ConfigException:
+                    config.load_incluster_config(client_configuration=configuration)
+        self._tune(configuration)
+        return client.ApiClient(configuration)
+
+    async def async_api_client(self) -> Any:
+        """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices)."""
+        from kubernetes_asyncio import client, config
+
+        from torchx_provider.schedulers.kube.errors import api_errors
+
+        configuration = client.Configuration()
+        src = self.source()
+        with api_errors("configure", f"the Kubernetes client ({self.describe_target()})"):
+            if src.kind == "incluster":
+                config.load_incluster_config(client_configuration=configuration)
+            elif src.kind == "dict":
+                await config.load_kube_config_from_dict(
+                    src.data, context=self.context, client_configuration=configuration
+                )
+            elif src.kind == "file":
+                await config.load_kube_config(
+                    config_file=src.path, context=self.context, client_configuration=configuration
+                )
+            else:
+                try:
+                    await config.load_kube_config(
+                        context=self.context, client_configuration=configuration
+                    )
+                except config.ConfigException:
+                    config.load_incluster_config(client_configuration=configuration)
+        self._tune(configuration)
+        return client.ApiClient(configuration)
+
+    def _tune(self, configuration: Any) -> None:
+        if self.disable_verify_ssl:
+            configuration.verify_ssl = False
+
+
+def _parse_kubeconfig_text(text: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidOptionError(
+            f"kubeconfig content is not YAML/JSON: {e}", "kubeconfig"
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidOptionError(
+            "kubeconfig content must be a mapping (a kubeconfig file's content)", "kubeconfig"
+        )
+    return data
+
+
+def _read_kubeconfig(path: str) -> dict[str, Any] | None:
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    try:
+        return _parse_kubeconfig_text(text)
+    except InvalidOptionError:
+        return None
+
+
+def context_namespace(kubeconfig: Mapping[str, Any], context: str | None = None) -> str | None:
+    """The namespace of ``context`` (default: ``current-context``) in a kubeconfig, if set."""
+    name = context or kubeconfig.get("current-context")
+    for entry in kubeconfig.get("contexts") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            ns = (entry.get("context") or {}).get("namespace")
+            return str(ns) if ns else None
+    return None

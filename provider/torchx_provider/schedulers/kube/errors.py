@@ -1,0 +1,140 @@
+"""The one place where Kubernetes client exceptions become the provider's exceptions.
+
+Both clients (``kubernetes`` and ``kubernetes_asyncio``) raise an ``ApiException`` carrying
+the HTTP status and the API server's ``Status`` body; connection failures surface as urllib3,
+aiohttp or OS errors. :func:`api_errors` wraps every API call of both backends::
+
+    with api_errors("create", f"Volcano Job {name!r}", app_id=app_id):
+        api.create_namespaced_custom_object(...)
+
+and re-raises, chained with ``from``:
+
+======================  ===============================================================
+HTTP status / failure   raised as
+======================  ===============================================================
+404 for an object       :class:`~torchx_provider.errors.UnknownAppError`
+404 for a resource      :class:`~torchx_provider.errors.BackendUnavailableError` (CRD or
+type                    controller not installed)
+401, 403                :class:`~torchx_provider.errors.BackendUnavailableError` (credentials
+                        or RBAC; the message names the verb and resource)
+400, 409, 422           :class:`~torchx_provider.errors.SubmissionError` (rejected object)
+429, 5xx                :class:`~torchx_provider.errors.BackendUnavailableError`
+no connection, timeout  :class:`~torchx_provider.errors.BackendUnavailableError`
+======================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torchx_provider.errors import (
+    BackendUnavailableError,
+    SubmissionError,
+    TorchXProviderError,
+    UnknownAppError,
+)
+
+
+def _status_body(e: BaseException) -> dict[str, Any]:
+    body = getattr(e, "body", None)
+    if body is None:
+        return {}
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return {"message": body}
+        return parsed if isinstance(parsed, dict) else {}
+    return body if isinstance(body, dict) else {}
+
+
+def _is_api_exception(e: BaseException) -> bool:
+    # Either client's ApiException, or a subclass (NotFoundException, ForbiddenException...).
+    return any(
+        cls.__name__ == "ApiException"
+        and cls.__module__.startswith(("kubernetes.", "kubernetes_asyncio."))
+        for cls in type(e).__mro__
+    )
+
+
+def _is_connection_error(e: BaseException) -> bool:
+    module = type(e).__module__
+    if module.startswith(("urllib3.", "aiohttp.")):
+        return True
+    if isinstance(e, (TimeoutError, ConnectionError)):
+        return True
+    return type(e).__name__ == "ConfigException"
+
+
+def translate(
+    e: BaseException, action: str, what: str, app_id: str | None = None
+) -> TorchXProviderError | None:
+    """The provider exception for client exception ``e`` raised while doing ``action`` to
+    ``what``; ``None`` if ``e`` is not a client or connection error (let it propagate)."""
+    if isinstance(e, TorchXProviderError):
+        return None
+    if not _is_api_exception(e):
+        if _is_connection_error(e):
+            if type(e).__name__ == "ConfigException":
+                return BackendUnavailableError(
+                    f"cannot {action} {what}: no usable Kubernetes configuration ({e}); give a "
+                    "kubeconfig (path or content), a context, or run inside a cluster"
+                )
+            return BackendUnavailableError(
+                f"cannot {action} {what}: the Kubernetes API server cannot be reached ({e}); "
+                "check the kubeconfig's server address and the network"
+            )
+        return None
+    status = getattr(e, "status", None)
+    body = _status_body(e)
+    message = body.get("message") or getattr(e, "reason", None) or str(e)
+    details = body.get("details") or {}
+    if status == 404:
+        if details.get("name") and app_id is not None:
+            return UnknownAppError(app_id, f"{what} does not exist (app {app_id!r}): {message}")
+        if details.get("name"):
+            return SubmissionError(f"cannot {action} {what}: {message}", status, body)
+        return BackendUnavailableError(
+            f"cannot {action} {what}: the API server does not serve this resource type "
+            f"({message}); is the controller and its CRD installed on this cluster?",
+            status,
+            body,
+        )
+    if status in (401, 403):
+        hint = (
+            "the credentials were rejected; refresh the token or kubeconfig"
+            if status == 401
+            else "the service account lacks this permission; grant it in its Role "
+            "(see the provider's RBAC rules)"
+        )
+        return BackendUnavailableError(f"cannot {action} {what}: {message}; {hint}", status, body)
+    if status in (400, 409, 422):
+        hint = {
+            409: "an object of that name exists already; submit again for a new name",
+        }.get(status, "the API server rejected the object; fix the field it names")
+        return SubmissionError(f"cannot {action} {what}: {message}; {hint}", status, body)
+    return BackendUnavailableError(
+        f"cannot {action} {what}: the API server answered {status} ({message}); retry later",
+        status,
+        body,
+    )
+
+
+@contextmanager
+def api_errors(action: str, what: str, app_id: str | None = None) -> Iterator[None]:
+    """Translate client exceptions raised inside the block (see the module docstring).
+
+    Works around ``await`` too: the translation itself never does I/O.
+    """
+    try:
+        yield
+    except Exception as e:
+        err = translate(e, action, what, app_id)
+        if err is None:
+            raise
+        raise err from e

@@ -1,0 +1,182 @@
+"""What a Kubernetes dry run produces, and the pure interface each backend's translation has.
+
+:class:`KubeRequest` is the request of both backends' :class:`AppDryRunInfo`: the manifest
+that ``schedule`` will create, the workspace images to build first, and the options that
+change how it is created. :class:`KubeTranslation` is what a backend implements in one pure
+module (``volcano_translation``, ``mcad_translation``); the sync scheduler and the async
+client in :mod:`~torchx_provider.schedulers.kube.shell` only do the I/O around it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.status import parse_time
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.specs.api import AppDef, AppState
+from torchx_provider.specs.runopts import CfgVal, runopts
+
+
+def to_yaml(obj: Any) -> str:
+    """YAML of a manifest, keys in insertion order, never with ``&id`` anchors."""
+    import yaml
+
+    class _NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return str(yaml.dump(obj, Dumper=_NoAliases, sort_keys=False, default_flow_style=False))
+
+
+@dataclass(frozen=True)
+class WorkspaceBuild:
+    """A role whose workspace is built onto its image and pushed before the app is created."""
+
+    role: str
+    container: str
+    workspace: str
+    base_image: str
+    image_repo: str
+
+
+@dataclass
+class KubeRequest:
+    """One custom object to create (with everything it wraps), and how to create it."""
+
+    resource: CustomResource
+    namespace: str
+    body: dict[str, Any]
+    builds: list[WorkspaceBuild] = field(default_factory=list)
+    validate_spec: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def app_id(self) -> str:
+        """``namespace:name``, the app id ``schedule`` returns."""
+        return make_app_id(self.namespace, self.name)
+
+    def __str__(self) -> str:
+        return to_yaml(self.body)
+
+    __repr__ = __str__
+
+
+def make_app_id(namespace: str, name: str) -> str:
+    """``namespace:name`` (TorchX's Kubernetes app id)."""
+    return f"{namespace}:{name}"
+
+
+def parse_app_id(app_id: str) -> tuple[str, str]:
+    """``(namespace, name)`` of an app id; an :class:`InvalidAppError` shows the form."""
+    namespace, sep, name = app_id.partition(":")
+    if not sep or not namespace or not name or ":" in name:
+        raise InvalidAppError(
+            f"{app_id!r} is not a Kubernetes app id; expected namespace:name, e.g. "
+            "default:trainer-k3x9q2ab",
+            field="app_id",
+        )
+    return namespace, name
+
+
+def workspace_builds(
+    app: AppDef, containers: Sequence[str], image_repo: str | None
+) -> list[WorkspaceBuild]:
+    """The roles to build and push; a workspace without ``image_repo`` is an error (the
+    cluster could not pull a locally built image)."""
+    builds: list[WorkspaceBuild] = []
+    for i, (role, container) in enumerate(zip(app.roles, containers, strict=True)):
+        if not role.workspace:
+            continue
+        if not image_repo:
+            raise InvalidOptionError(
+                f"role {role.name!r} (roles[{i}]) has a workspace, which is built into a new "
+                "image the cluster must pull: set the run option image_repo to a registry "
+                "you can push to (e.g. image_repo=registry.example.com/me/app)",
+                option="image_repo",
+            )
+        builds.append(WorkspaceBuild(role.name, container, role.workspace, role.image, image_repo))
+    return builds
+
+
+def replace_images(pods: Iterator[dict[str, Any]], images: Mapping[str, tuple[str, str]]) -> None:
+    """Point containers at built images: ``images`` maps a container name to ``(base image,
+    new image)``; only containers still on the base image change."""
+    for pod in pods:
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            target = images.get(container.get("name"))
+            if target and container.get("image") == target[0]:
+                container["image"] = target[1]
+
+
+class KubeTranslation(abc.ABC):
+    """A backend's pure core: app + options → request, and objects → states."""
+
+    #: The scheduler name (``kubernetes``, ``kubernetes_mcad``).
+    backend: str
+
+    @abc.abstractmethod
+    def run_opts(self) -> runopts:
+        """The backend's run options."""
+
+    def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:  # noqa: B027
+        """Backend rules on top of ``AppDef.validate`` (default: none)."""
+
+    @abc.abstractmethod
+    def request(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgVal],
+        *,
+        namespace: str,
+        suffix: str,
+        ti_key: TaskInstanceKey | None = None,
+    ) -> KubeRequest:
+        """The request for ``app``; ``suffix`` makes the object name unique."""
+
+    @abc.abstractmethod
+    def read_resources(self) -> Sequence[CustomResource]:
+        """The resource types an app may be stored as, most likely first."""
+
+    @abc.abstractmethod
+    def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """The pods (templates) inside a manifest."""
+
+    @abc.abstractmethod
+    def app_state(self, obj: Mapping[str, Any]) -> AppState:
+        """The app state of a stored object (its status only)."""
+
+    def needs_pods(self, obj: Mapping[str, Any]) -> bool:
+        """Whether :meth:`describe` needs the app's pods (an extra list call)."""
+        return True
+
+    @abc.abstractmethod
+    def describe(
+        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> DescribeAppResponse:
+        """The app, its roles and each replica from the object and its pods."""
+
+    @abc.abstractmethod
+    def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
+        """What stops a live app: an object to create (``None``: delete it instead)."""
+
+    def list_item(self, namespace: str, obj: Mapping[str, Any], handle: str) -> ListAppResponse:
+        """One entry of ``list``."""
+        from torchx_provider.schedulers.kube.pod import ANNOTATION_APP_NAME
+
+        metadata = obj.get("metadata") or {}
+        return ListAppResponse(
+            app_id=make_app_id(namespace, str(metadata.get("name"))),
+            state=self.app_state(obj),
+            app_handle=handle,
+            name=str((metadata.get("annotations") or {}).get(ANNOTATION_APP_NAME, "")),
+            created=parse_time(metadata.get("creationTimestamp")),
+        )

@@ -1,0 +1,88 @@
+"""The custom resources the Kubernetes backends create or read, declared once.
+
+Every group, version, plural and kind the provider uses lives here; the translations and the
+clients refer to these descriptors and never spell an API group as a string literal.
+
+>>> VOLCANO_JOB.api_version
+'batch.volcano.sh/v1alpha1'
+>>> appwrapper("mcad.ibm.com").api_version
+'mcad.ibm.com/v1beta1'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchx_provider.errors import InvalidOptionError
+
+
+@dataclass(frozen=True)
+class CustomResource:
+    """One custom resource type: what ``CustomObjectsApi`` calls need, plus its kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, as in a manifest's ``apiVersion``."""
+        return f"{self.group}/{self.version}"
+
+    @property
+    def crd_name(self) -> str:
+        """The CustomResourceDefinition's name, ``plural.group`` (as in error messages)."""
+        return f"{self.plural}.{self.group}"
+
+    def gvp(self) -> tuple[str, str, str]:
+        """``(group, version, plural)``: the first arguments of every custom-object call."""
+        return self.group, self.version, self.plural
+
+
+#: Volcano's Job (``vcjob``): https://volcano.sh/en/docs/vcjob/
+VOLCANO_JOB = CustomResource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
+#: Volcano's bus Command: ``vcctl job suspend`` creates one with action ``AbortJob``.
+VOLCANO_COMMAND = CustomResource("bus.volcano.sh", "v1alpha1", "commands", "Command")
+
+#: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
+APPWRAPPER_GROUP = "workload.codeflare.dev"
+APPWRAPPER_LEGACY_GROUP = "mcad.ibm.com"
+APPWRAPPER_GROUPS = (APPWRAPPER_GROUP, APPWRAPPER_LEGACY_GROUP)
+
+#: The coscheduler's PodGroup (kubernetes-sigs/scheduler-plugins) and its pre-v0.25 group.
+PODGROUP_GROUP = "scheduling.x-k8s.io"
+PODGROUP_LEGACY_GROUP = "scheduling.sigs.k8s.io"
+PODGROUP_GROUPS = (PODGROUP_GROUP, PODGROUP_LEGACY_GROUP)
+
+#: The pod label that puts a pod into a PodGroup, per PodGroup API group.
+POD_GROUP_LABEL = {
+    PODGROUP_GROUP: "scheduling.x-k8s.io/pod-group",
+    PODGROUP_LEGACY_GROUP: "pod-group.scheduling.sigs.k8s.io",
+}
+
+
+def appwrapper(group: str = APPWRAPPER_GROUP) -> CustomResource:
+    """MCAD's ``v1beta1`` AppWrapper in ``group`` (``workload.codeflare.dev`` or legacy)."""
+    if group not in APPWRAPPER_GROUPS:
+        raise InvalidOptionError(
+            f"AppWrapper API group {group!r} is not one MCAD serves; use {APPWRAPPER_GROUP!r} "
+            f"(MCAD >= v1.34.1) or {APPWRAPPER_LEGACY_GROUP!r} (MCAD <= v1.34.0)",
+            option="api_group",
+        )
+    return CustomResource(group, "v1beta1", "appwrappers", "AppWrapper")
+
+
+def podgroup(group: str = PODGROUP_GROUP) -> CustomResource:
+    """The coscheduler's ``v1alpha1`` PodGroup in ``group``."""
+    if group not in PODGROUP_GROUPS:
+        raise InvalidOptionError(
+            f"PodGroup API group {group!r} is not one the coscheduler serves; use "
+            f"{PODGROUP_GROUP!r} (scheduler-plugins >= v0.25) or {PODGROUP_LEGACY_GROUP!r}",
+            option="coscheduler_api_group",
+        )
+    return CustomResource(group, "v1alpha1", "podgroups", "PodGroup")
+
+
+APPWRAPPER = appwrapper()
+PODGROUP = podgroup()

@@ -1,0 +1,219 @@
+"""Reading replicas back: pods and pod templates → roles and replica statuses.
+
+Both Kubernetes backends describe an app the same way: each replica is found by the labels
+and annotations written when it was created (never by splitting object names), its state
+comes from the backend's own table, and the pod -- when there is one -- adds the exit code,
+the error text and the restart count. :func:`assemble` turns those records into the roles and
+role statuses of a :class:`~torchx_provider.schedulers.api.DescribeAppResponse`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
+from torchx_provider.schedulers.labels import (
+    ANNOTATION_ROLE,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    LABEL_ROLE_NAME,
+)
+from torchx_provider.specs.api import NONE, AppState, ReplicaStatus, Role, RoleStatus
+
+#: Pod phase → replica state. https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/
+POD_PHASE_STATE: dict[str, AppState] = {
+    # Accepted, but a container is not running yet (scheduling, image pull).
+    "Pending": AppState.PENDING,
+    # Bound to a node and a container is running (or starting or restarting).
+    "Running": AppState.RUNNING,
+    # Every container exited 0 and none will restart.
+    "Succeeded": AppState.SUCCEEDED,
+    # Every container ended, at least one with a non-zero code or killed by the system.
+    "Failed": AppState.FAILED,
+    # The node stopped reporting the pod.
+    "Unknown": AppState.UNKNOWN,
+}
+
+
+@dataclass(frozen=True)
+class ReplicaKey:
+    """Which replica an object belongs to, as stored in its labels and annotations."""
+
+    role: str
+    role_index: int
+    replica_id: int
+
+
+def replica_of(metadata: Mapping[str, Any]) -> ReplicaKey | None:
+    """The replica an object (pod or pod template) belongs to, or ``None`` if not ours."""
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    role = annotations.get(ANNOTATION_ROLE_NAME) or labels.get(LABEL_ROLE_NAME)
+    try:
+        replica_id = int(labels[LABEL_REPLICA_ID])
+        role_index = int(labels.get(LABEL_ROLE_INDEX, -1))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not role:
+        return None
+    return ReplicaKey(str(role), role_index, replica_id)
+
+
+def stored_role(metadata: Mapping[str, Any]) -> Role | None:
+    """The role kept in an object's ``ANNOTATION_ROLE``, if any and readable."""
+    raw = (metadata.get("annotations") or {}).get(ANNOTATION_ROLE)
+    if not raw:
+        return None
+    from torchx_provider.errors import InvalidAppError
+    from torchx_provider.specs.serialization import role_from_dict
+
+    try:
+        return role_from_dict(json.loads(raw))
+    except (ValueError, TypeError, InvalidAppError):
+        return None
+
+
+def role_from_template(name: str, template: Mapping[str, Any]) -> Role:
+    """A partial role read from a pod template, for objects without ``ANNOTATION_ROLE``."""
+    containers = (template.get("spec") or {}).get("containers") or [{}]
+    main = containers[0]
+    command = list(main.get("command") or [])
+    return Role(
+        name=name,
+        image=str(main.get("image") or ""),
+        entrypoint=command[0] if command else "",
+        args=command[1:],
+        num_replicas=0,
+    )
+
+
+@dataclass(frozen=True)
+class PodDetails:
+    """What a pod tells about its replica."""
+
+    state: AppState
+    exit_code: int | None
+    hostname: str
+    error: str
+    restarts: int
+
+
+def pod_details(pod: Mapping[str, Any]) -> PodDetails:
+    """State, exit code, hostname and error text of a pod (a dict as the API returns it)."""
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    container = (metadata.get("annotations") or {}).get(ANNOTATION_DEFAULT_CONTAINER)
+    statuses = status.get("containerStatuses") or []
+    cstatus: Mapping[str, Any] = next(
+        (s for s in statuses if container is None or s.get("name") == container),
+        statuses[0] if statuses else {},
+    )
+    state = POD_PHASE_STATE.get(str(status.get("phase")), AppState.UNKNOWN)
+    terminated = (cstatus.get("state") or {}).get("terminated") or {}
+    exit_code = terminated.get("exitCode")
+    error = NONE
+    if terminated and exit_code not in (None, 0):
+        reason = terminated.get("reason") or "Error"
+        message = (terminated.get("message") or "").strip()
+        error = f"{reason}: {message}" if message else str(reason)
+    elif state is AppState.FAILED and status.get("reason"):
+        message = (status.get("message") or "").strip()
+        error = f"{status['reason']}: {message}" if message else str(status["reason"])
+    hostname = spec.get("hostname") or ""
+    if hostname and spec.get("subdomain"):
+        hostname = f"{hostname}.{spec['subdomain']}"
+    return PodDetails(
+        state=state,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        hostname=hostname or str(status.get("podIP") or ""),
+        error=error,
+        restarts=int(cstatus.get("restartCount") or 0),
+    )
+
+
+def pods_by_replica(pods: Iterable[Mapping[str, Any]]) -> dict[ReplicaKey, Mapping[str, Any]]:
+    """Our pods by replica; of several pods for one replica, the newest wins."""
+    out: dict[ReplicaKey, Mapping[str, Any]] = {}
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp"))):
+        key = replica_of(pod.get("metadata") or {})
+        if key is not None:
+            out[key] = pod
+    return out
+
+
+@dataclass(frozen=True)
+class ReplicaRecord:
+    """One replica as a backend sees it, before it becomes a :class:`ReplicaStatus`."""
+
+    key: ReplicaKey
+    state: AppState
+    hostname: str = ""
+    exit_code: int | None = None
+    error: str = NONE
+    restarts: int | None = None
+
+    def with_pod(self, pod: Mapping[str, Any] | None, prefer_pod_state: bool) -> ReplicaRecord:
+        """This record completed by its pod's details (state too if ``prefer_pod_state``)."""
+        if pod is None:
+            return self
+        d = pod_details(pod)
+        return replace(
+            self,
+            state=d.state if prefer_pod_state else self.state,
+            hostname=d.hostname or self.hostname,
+            exit_code=d.exit_code,
+            error=d.error,
+            restarts=d.restarts,
+        )
+
+
+def assemble(
+    records: Sequence[ReplicaRecord], roles: Mapping[str, Role]
+) -> tuple[list[Role], list[RoleStatus], str]:
+    """Roles (stored ones, else counted from the records), role statuses in role-index and
+    replica-id order, and the first replica error (or ``NONE``)."""
+    order: dict[str, int] = {}
+    by_role: dict[str, list[ReplicaRecord]] = {}
+    for r in records:
+        order.setdefault(r.key.role, r.key.role_index if r.key.role_index >= 0 else len(order))
+        by_role.setdefault(r.key.role, []).append(r)
+    names = sorted(by_role, key=lambda n: (order[n], n))
+    out_roles: list[Role] = []
+    statuses: list[RoleStatus] = []
+    first_error = NONE
+    for name in names:
+        recs = sorted(by_role[name], key=lambda r: r.key.replica_id)
+        role = roles.get(name) or Role(name=name, num_replicas=len(recs))
+        out_roles.append(role)
+        replicas = []
+        for r in recs:
+            if first_error == NONE and r.error != NONE:
+                first_error = f"{name}/{r.key.replica_id}: {r.error}"
+            replicas.append(
+                ReplicaStatus(
+                    id=r.key.replica_id,
+                    state=r.state,
+                    role=name,
+                    hostname=r.hostname,
+                    structured_error_msg=r.error,
+                    exit_code=r.exit_code,
+                    num_restarts=r.restarts,
+                )
+            )
+        statuses.append(RoleStatus(role=name, replicas=replicas))
+    return out_roles, statuses, first_error
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A Kubernetes timestamp (``2024-05-01T10:00:00Z``) as an aware UTC datetime."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(timezone.utc)
+    except ValueError:
+        return None

@@ -1,0 +1,94 @@
+"""The Kubernetes example DAGs, end to end with ``airflow dags test`` on the local cluster.
+
+Pods are played by kwok (tests/cluster): they run for a moment and succeed. A watcher gives
+each new pod of the app its log lines -- what the real program would print -- so the check is
+the user's: every replica's lines in the task log and a successful run. The DAG reaches the
+cluster through the connection id it names, defined here as an environment variable with the
+least-privilege kubeconfig.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+import torchx_kube_cluster
+from test_examples_dags import run_example
+
+pytestmark = [pytest.mark.airflow, pytest.mark.kubernetes, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def kube(skip_or_fail: Callable[[str], NoReturn]) -> Any:
+    cluster, reason = torchx_kube_cluster.running_cluster()
+    if cluster is None:
+        skip_or_fail(f"Kubernetes cluster unavailable: {reason}")
+    return cluster
+
+
+def replica_line(role: str, replica: str) -> str:
+    return f"{role} replica {replica}: epoch 1 loss 0.42"
+
+
+@pytest.fixture
+def pod_logs(kube: Any) -> Iterator[Callable[[str], list[str]]]:
+    """Give every pod of the provider created from now on its log line; returns a function
+    listing the pods seen of an app name."""
+    from kubernetes import client, watch
+
+    api = client.CoreV1Api(kube.api_client())
+    seen: list[tuple[str, str]] = []
+    stop = threading.Event()
+    since = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
+
+    def give_logs() -> None:
+        while not stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(
+                api.list_namespaced_pod,
+                kube.namespace,
+                label_selector="torchx.pytorch.org/role-name",
+                timeout_seconds=2,
+            ):
+                pod = event["object"]
+                name = pod.metadata.name
+                new = pod.metadata.creation_timestamp >= since
+                if event["type"] == "ADDED" and new and name not in {n for _, n in seen}:
+                    labels = pod.metadata.labels
+                    line = replica_line(
+                        labels["torchx.pytorch.org/role-name"],
+                        labels["torchx.pytorch.org/replica-id"],
+                    )
+                    kube.set_pod_logs(name, [line])
+                    seen.append((labels["torchx.pytorch.org/app-name"], name))
+                if stop.is_set():
+                    w.stop()
+
+    thread = threading.Thread(target=give_logs, daemon=True)
+    thread.start()
+    yield lambda app_name: [n for a, n in seen if a == app_name]
+    stop.set()
+    thread.join(timeout=10)
+
+
+def test_ddp_on_volcano_runs_end_to_end(
+    kube: Any, pod_logs: Callable[[str], list[str]], tmp_path: Path
+) -> None:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig},
+    }
+    output = run_example(
+        "torchx_ddp_volcano",
+        tmp_path / "home",
+        extra_env={"AIRFLOW_CONN_TORCHX_KUBERNETES_DEFAULT": json.dumps(conn)},
+        conf={"namespace": kube.namespace, "queue": "default"},
+    )
+    assert len(pod_logs("ddp")) == 2, pod_logs("ddp")
+    for replica in ("0", "1"):
+        assert f"[ddp/{replica}] {replica_line('ddp', replica)}" in output

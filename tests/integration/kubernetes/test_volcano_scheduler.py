@@ -1,0 +1,295 @@
+"""The ``kubernetes`` (Volcano) backend against the real API server and Volcano controller.
+
+Everything the provider does goes through the restricted kubeconfig (the least privilege the
+provider documents); the admin one only sets up pod logs. Pods run on kwok's fake nodes,
+driven by the behaviour annotations the tests put on them through the pod overlay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from torchx_provider import specs
+from torchx_provider.errors import BackendUnavailableError
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.logs import LogCursor
+from torchx_provider.schedulers.volcano_scheduler import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppState, is_terminal
+
+pytestmark = pytest.mark.kubernetes
+
+QUEUE = "default"
+
+
+@pytest.fixture
+def scheduler(kube_cluster: Any) -> Iterator[Any]:
+    if not kube_cluster.local:
+        pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
+    s = create_scheduler(
+        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    created: list[str] = []
+    s.created = created
+    yield s
+    for app_id in created:
+        with contextlib.suppress(Exception):
+            s.delete(app_id)
+    s.close()
+
+
+def role(
+    name: str, replicas: int = 1, behaviour: dict[str, str] | None = None, **kw: Any
+) -> specs.Role:
+    return specs.Role(
+        name,
+        image="registry.invalid/train:1",
+        entrypoint="python",
+        args=["-m", "train", "--rank", "${replica_id}", "--master", "$${${rank0_env}}"],
+        num_replicas=replicas,
+        resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
+        port_map={"c10d": 29500},
+        metadata={"kubernetes": {"metadata": {"annotations": behaviour or {}}}},
+        **kw,
+    )
+
+
+def submit(scheduler: Any, app: specs.AppDef, **cfg: Any) -> tuple[str, Any]:
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE, **cfg})
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    return app_id, info
+
+
+def wait_state(
+    scheduler: Any, app_id: str, done: Callable[[Any], bool], timeout: float = 90
+) -> tuple[Any, list[AppState]]:
+    seen: list[AppState] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = scheduler.describe(app_id)
+        assert resp is not None, f"{app_id} vanished"
+        if not seen or seen[-1] is not resp.state:
+            seen.append(resp.state)
+        if done(resp):
+            return resp, seen
+        if time.monotonic() > deadline:
+            pytest.fail(f"{app_id}: timed out; states seen {seen}; last {resp}")
+        time.sleep(0.3)
+
+
+def replicas(resp: Any) -> dict[tuple[str, int], Any]:
+    return {(rs.role, r.id): r for rs in resp.roles_statuses for r in rs.replicas}
+
+
+def pod_names(info: Any) -> dict[tuple[str, int], str]:
+    """The pod of each replica, as Volcano will name it: ``{job}-{task}-0``."""
+    job = info.request.body
+    out = {}
+    for task in job["spec"]["tasks"]:
+        ann = task["template"]["metadata"]
+        key = (
+            ann["annotations"]["torchx.pytorch.org/role-name"],
+            int(ann["labels"]["torchx.pytorch.org/replica-id"]),
+        )
+        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
+    return out
+
+
+def is_subset(sent: Any, stored: Any) -> bool:
+    if isinstance(sent, dict):
+        return isinstance(stored, dict) and all(
+            k in stored and is_subset(v, stored[k]) for k, v in sent.items()
+        )
+    if isinstance(sent, list):
+        return (
+            isinstance(stored, list)
+            and len(sent) == len(stored)
+            and all(map(is_subset, sent, stored))
+        )
+    return sent == stored
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_submit_runs_to_completion(kube_cluster: Any, scheduler: Any) -> None:
+    ok = kube_cluster.pod_behaviour(run_seconds=3)
+    app = specs.AppDef("it-ok", [role("my-role", 2, ok), role("ps", 1, ok)])
+    app_id, info = submit(scheduler, app, validate_spec=True)
+
+    # The API server kept every field we sent (nothing pruned by the CRD schema).
+    ns, name = app_id.split(":")
+    stored = scheduler.kube.get(info.request.resource, ns, name)
+    assert is_subset(info.request.body["spec"], stored["spec"])
+
+    resp, seen = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    assert resp.state is AppState.SUCCEEDED, resp
+    assert AppState.RUNNING in seen, seen
+    assert [r.name for r in resp.roles] == ["my-role", "ps"]
+    assert [r.num_replicas for r in resp.roles] == [2, 1]
+    assert resp.roles[0].args[-1] == "$${${rank0_env}}"  # the stored role, macros intact
+    assert resp.num_restarts == 0
+    by_replica = replicas(resp)
+    assert set(by_replica) == {("my-role", 0), ("my-role", 1), ("ps", 0)}
+    for key, pod in pod_names(info).items():
+        replica = by_replica[key]
+        assert replica.state is AppState.SUCCEEDED
+        assert replica.exit_code == 0
+        assert replica.hostname == f"{pod}.{name}"
+
+
+def test_failure_is_reported_per_replica(kube_cluster: Any, scheduler: Any) -> None:
+    ok = kube_cluster.pod_behaviour(keep_running=True)
+    bad = kube_cluster.pod_behaviour(exit_code=3, reason="Error", message="boom", run_seconds=2)
+    app = specs.AppDef("it-fail", [role("trainer", 1, ok), role("worker", 1, bad)])
+    app_id, _ = submit(scheduler, app)
+    resp, _ = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    # No retries: the failed replica terminates the app at once (the other one kept running).
+    assert resp.state is AppState.FAILED, resp
+    worker = replicas(resp)[("worker", 0)]
+    assert worker.state is AppState.FAILED
+    assert worker.exit_code == 3
+    assert worker.structured_error_msg == "Error: boom"
+    assert resp.structured_error_msg == "worker/0: Error: boom"
+
+
+def test_replica_retries_then_fails(kube_cluster: Any, scheduler: Any) -> None:
+    bad = kube_cluster.pod_behaviour(exit_code=1, run_seconds=1)
+    app = specs.AppDef(
+        "it-retry",
+        [role("worker", 1, bad, max_retries=1, retry_policy=specs.RetryPolicy.REPLICA)],
+    )
+    app_id, _ = submit(scheduler, app)
+    resp, _ = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.FAILED, resp
+    assert resp.num_restarts == 1, resp
+
+
+def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any) -> None:
+    start = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    app = specs.AppDef(
+        "it-logs", [role("my-role", 2, kube_cluster.pod_behaviour(run_seconds=2)), role("ps", 1)]
+    )
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE})
+    lines = {}
+    for (role_name, replica), pod in pod_names(info).items():
+        lines[(role_name, replica)] = [f"{role_name} {replica} line {n}" for n in range(4)]
+        kube_cluster.set_pod_logs(
+            pod, lines[(role_name, replica)], start=start, interval=dt.timedelta(seconds=1)
+        )
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+
+    for (role_name, replica), expected in lines.items():
+        got = list(scheduler.log_iter(app_id, role_name, replica))
+        assert got == [f"{line}\n" for line in expected]
+    window = list(
+        scheduler.log_iter(
+            app_id,
+            "my-role",
+            1,
+            since=start + dt.timedelta(seconds=1),
+            until=start + dt.timedelta(seconds=2),
+        )
+    )
+    assert window == ["my-role 1 line 1\n", "my-role 1 line 2\n"]
+    assert list(scheduler.log_iter(app_id, "ps", 0, regex="line [03]$")) == [
+        "ps 0 line 0\n",
+        "ps 0 line 3\n",
+    ]
+    # A finished replica with should_tail returns what there is and ends.
+    assert len(list(scheduler.log_iter(app_id, "ps", 0, should_tail=True))) == 4
+
+
+async def test_async_client_describes_reads_logs_and_cancels(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    start = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    app = specs.AppDef(
+        "it-async", [role("trainer", 1, kube_cluster.pod_behaviour(keep_running=True))]
+    )
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE})
+    (pod,) = pod_names(info).values()
+    kube_cluster.set_pod_logs(pod, ["a", "b"], start=start, interval=dt.timedelta(seconds=1))
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    wait_state(scheduler, app_id, lambda r: replicas(r)[("trainer", 0)].state is AppState.RUNNING)
+
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    try:
+        resp = await client.describe(app_id)
+        assert resp is not None and resp.state is AppState.RUNNING
+        got, cursor = await client.read_logs(app_id, "trainer", 0, LogCursor())
+        assert [line.text for line in got] == ["a\n", "b\n"]
+        kube_cluster.append_pod_logs(pod, ["c"], start=start + dt.timedelta(seconds=2))
+        got, cursor = await client.read_logs(app_id, "trainer", 0, cursor)
+        assert [line.text for line in got] == ["c\n"]
+        got, _ = await client.read_logs(app_id, "trainer", 0, cursor)
+        assert got == []
+        await client.cancel(app_id)
+    finally:
+        await client.close()
+    resp, _ = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    assert resp.state is AppState.CANCELLED
+
+
+def test_cancel_keeps_the_job_then_delete_removes_it(kube_cluster: Any, scheduler: Any) -> None:
+    app = specs.AppDef(
+        "it-cancel", [role("trainer", 2, kube_cluster.pod_behaviour(keep_running=True))]
+    )
+    app_id, _ = submit(scheduler, app)
+    wait_state(
+        scheduler,
+        app_id,
+        lambda r: all(x.state is AppState.RUNNING for x in replicas(r).values()),
+    )
+    scheduler.cancel(app_id)
+    wait_state(scheduler, app_id, lambda r: r.state is AppState.CANCELLED)
+    scheduler.cancel(app_id)  # idempotent on a cancelled app
+    assert scheduler.exists(app_id)  # kept for inspection
+    scheduler.delete(app_id)
+    deadline = time.monotonic() + 30
+    while scheduler.describe(app_id) is not None:
+        assert time.monotonic() < deadline, "job still there after delete"
+        time.sleep(0.3)
+    scheduler.delete(app_id)  # idempotent
+    scheduler.cancel(app_id)
+
+
+def test_list_and_find_by_task_instance(kube_cluster: Any, scheduler: Any) -> None:
+    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-01T10:00:00+00:00", -1, 1)
+    behaviour = kube_cluster.pod_behaviour(keep_running=True)
+    info = scheduler.submit_dryrun(
+        specs.AppDef("it-list", [role("t", 1, behaviour)]), {"queue": QUEUE}, ti_key=key
+    )
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    listed = {r.app_id: r for r in scheduler.list()}
+    assert app_id in listed
+    assert listed[app_id].name == "it-list"
+    assert [f.app_id for f in scheduler.find_apps(key)] == [app_id]
+    assert scheduler.find_live_app(key) == app_id
+
+
+def test_restricted_credentials_cannot_reach_other_namespaces(kube_cluster: Any) -> None:
+    if not kube_cluster.local:
+        pytest.skip("needs the local cluster's RBAC")
+    s = create_scheduler(
+        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace="kube-system"
+    )
+    try:
+        with pytest.raises(BackendUnavailableError) as e:
+            s.list()
+        assert e.value.status == 403
+        assert "permission" in str(e.value)
+    finally:
+        s.close()

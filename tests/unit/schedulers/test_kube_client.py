@@ -1,0 +1,164 @@
+"""Client configuration (one for both clients) and the one error-translation choke point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from torchx_provider.errors import (
+    BackendUnavailableError,
+    InvalidOptionError,
+    SubmissionError,
+    UnknownAppError,
+)
+from torchx_provider.schedulers.kube.client_config import KubeClientConfig
+from torchx_provider.schedulers.kube.errors import api_errors, translate
+
+KUBECONFIG: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [
+        {"name": "c1", "cluster": {"server": "https://127.0.0.1:6443"}},
+        {"name": "c2", "cluster": {"server": "https://10.0.0.2:6443"}},
+    ],
+    "users": [{"name": "u", "user": {"token": "t0k3n"}}],
+    "contexts": [
+        {"name": "one", "context": {"cluster": "c1", "user": "u", "namespace": "team-a"}},
+        {"name": "two", "context": {"cluster": "c2", "user": "u"}},
+    ],
+    "current-context": "one",
+}
+
+
+def test_content_path_and_in_cluster_sources(tmp_path: Path) -> None:
+    assert KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG).source().kind == "dict"
+    text = yaml.safe_dump(KUBECONFIG)
+    src = KubeClientConfig.from_kwargs(kubeconfig=text).source()
+    assert (src.kind, src.data) == ("dict", KUBECONFIG)
+    assert KubeClientConfig.from_kwargs(kubeconfig=json.dumps(KUBECONFIG)).source().kind == "dict"
+    path = tmp_path / "config"
+    path.write_text(text)
+    assert KubeClientConfig.from_kwargs(kubeconfig=str(path)).source().path == str(path)
+    assert KubeClientConfig.from_kwargs(in_cluster=True).source().kind == "incluster"
+    assert KubeClientConfig.from_kwargs().source().kind == "default"
+
+
+def test_bad_kwargs() -> None:
+    with pytest.raises(InvalidOptionError, match="kubeconfigg"):
+        KubeClientConfig.from_kwargs(kubeconfigg="x")
+    with pytest.raises(InvalidOptionError, match="mutually exclusive"):
+        KubeClientConfig.from_kwargs(in_cluster=True, kubeconfig=KUBECONFIG)
+
+
+def test_default_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG).default_namespace() == "team-a"
+    cfg = KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG, context="two")
+    assert cfg.default_namespace() == "default"
+    cfg = KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG, namespace="explicit")
+    assert cfg.default_namespace() == "explicit"
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(KUBECONFIG))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert KubeClientConfig.from_kwargs().default_namespace() == "team-a"
+
+
+def test_sync_client_uses_context_and_ssl_flag() -> None:
+    cfg = KubeClientConfig.from_kwargs(
+        kubeconfig=KUBECONFIG, context="two", disable_verify_ssl=True
+    )
+    api = cfg.sync_api_client()
+    try:
+        assert api.configuration.host == "https://10.0.0.2:6443"
+        assert api.configuration.verify_ssl is False
+    finally:
+        api.close()
+
+
+async def test_async_client_gets_the_same_configuration() -> None:
+    cfg = KubeClientConfig.from_kwargs(kubeconfig=yaml.safe_dump(KUBECONFIG), context="two")
+    api = await cfg.async_api_client()
+    try:
+        assert api.configuration.host == "https://10.0.0.2:6443"
+        assert api.configuration.verify_ssl is True
+    finally:
+        await api.close()
+
+
+def test_unknown_context_is_a_backend_error() -> None:
+    cfg = KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG, context="nope")
+    with pytest.raises(BackendUnavailableError, match="configuration"):
+        cfg.sync_api_client()
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def api_exception(status: int, body: dict[str, Any], asyncio: bool = False) -> Exception:
+    if asyncio:
+        from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
+
+        e: Exception = AsyncApiException(status=status, reason="r")
+    else:
+        from kubernetes.client.exceptions import ApiException
+
+        e = ApiException(status=status, reason="r")
+    e.body = json.dumps(body)  # type: ignore[attr-defined]
+    return e
+
+
+@pytest.mark.parametrize("asyncio", [False, True])
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (404, {"message": 'jobs "x" not found', "details": {"name": "x"}}, UnknownAppError),
+        (
+            404,
+            {"message": "the server could not find the requested resource"},
+            BackendUnavailableError,
+        ),
+        (403, {"message": "forbidden: cannot get jobs"}, BackendUnavailableError),
+        (401, {"message": "Unauthorized"}, BackendUnavailableError),
+        (409, {"message": "already exists", "details": {"name": "x"}}, SubmissionError),
+        (422, {"message": "spec.tasks: Invalid value"}, SubmissionError),
+        (500, {"message": "etcd down"}, BackendUnavailableError),
+    ],
+)
+def test_api_exceptions_map(
+    status: int, body: dict[str, Any], expected: type, asyncio: bool
+) -> None:
+    e = api_exception(status, body, asyncio)
+    with pytest.raises(expected) as raised, api_errors("read", "Job 'x'", app_id="ns:x"):
+        raise e
+    assert raised.value.__cause__ is e
+    assert body["message"] in str(raised.value)
+    if expected is not UnknownAppError:
+        assert raised.value.status == status  # type: ignore[attr-defined]
+
+
+def test_client_subclasses_of_api_exception_map() -> None:
+    from kubernetes.client.exceptions import ForbiddenException, NotFoundException
+
+    for cls, expected in (
+        (NotFoundException, UnknownAppError),
+        (ForbiddenException, BackendUnavailableError),
+    ):
+        e = cls(status=404 if cls is NotFoundException else 403, reason="r")
+        e.body = json.dumps({"message": "m", "details": {"name": "x"}})
+        assert isinstance(translate(e, "read", "Job 'x'", app_id="ns:x"), expected)
+
+
+def test_connection_errors_and_others() -> None:
+    import urllib3.exceptions
+
+    err = translate(urllib3.exceptions.NewConnectionError(None, "refused"), "list", "jobs")  # type: ignore[arg-type]
+    assert isinstance(err, BackendUnavailableError)
+    assert "cannot be reached" in str(err)
+    assert translate(ConnectionRefusedError(), "list", "jobs") is not None
+    assert translate(KeyError("x"), "list", "jobs") is None
+    with pytest.raises(KeyError), api_errors("list", "jobs"):
+        raise KeyError("x")

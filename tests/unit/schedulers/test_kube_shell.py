@@ -1,0 +1,370 @@
+"""The sync scheduler and the async client around the translations, on an in-memory API.
+
+The fakes stand in for the two thin API wrappers (``SyncKube``/``AsyncKube``), so these tests
+check what the shell decides -- which calls, in which order, with which objects -- without a
+server; the real calls run in tests/integration/kubernetes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from torchx_provider import specs
+from torchx_provider.errors import BackendUnavailableError, InvalidOptionError
+from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.logs import LogCursor, format_timestamp
+from torchx_provider.schedulers.mcad_scheduler import create_async_client as mcad_async_client
+from torchx_provider.schedulers.mcad_scheduler import create_scheduler as mcad_scheduler
+from torchx_provider.schedulers.volcano_scheduler import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppState
+
+T0 = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+
+
+def _matches(selector: str, labels: Mapping[str, str]) -> bool:
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class FakeKube:
+    """An in-memory API: objects by (plural, namespace, name), pods, logs by pod name."""
+
+    def __init__(self, unserved: set[str] | None = None) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.pod_list: list[dict[str, Any]] = []
+        self.logs: dict[str, bytes] = {}
+        self.calls: list[tuple[str, ...]] = []
+        self.unserved = unserved or set()
+        self._n = 0
+
+    def _check(self, res: CustomResource) -> None:
+        if res.group in self.unserved:
+            raise BackendUnavailableError("not served", status=404)
+
+    def create(
+        self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        self._check(res)
+        obj = copy.deepcopy(dict(body))
+        meta = obj["metadata"]
+        if "generateName" in meta:
+            self._n += 1
+            meta["name"] = f"{meta['generateName']}{self._n}"
+        self.calls.append(("create", res.plural, meta["name"], "dry" if dry_run else ""))
+        if not dry_run:
+            meta.update(
+                uid=f"uid-{meta['name']}",
+                creationTimestamp=f"2024-05-01T10:00:0{len(self.objects)}Z",
+            )
+            self.objects[(res.plural, namespace, meta["name"])] = obj
+        return obj
+
+    def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
+        self._check(res)
+        self.calls.append(("get", res.group, name))
+        return copy.deepcopy(self.objects.get((res.plural, namespace, name)))
+
+    def list_objects(
+        self, res: CustomResource, namespace: str, selector: str
+    ) -> list[dict[str, Any]]:
+        self._check(res)
+        self.calls.append(("list", res.plural, selector))
+        return [
+            copy.deepcopy(o)
+            for (plural, ns, _), o in self.objects.items()
+            if plural == res.plural
+            and ns == namespace
+            and _matches(selector, o["metadata"]["labels"])
+        ]
+
+    def delete(self, res: CustomResource, namespace: str, name: str) -> None:
+        self.calls.append(("delete", res.plural, name))
+        self.objects.pop((res.plural, namespace, name), None)
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        self.calls.append(("pods", selector))
+        return [
+            copy.deepcopy(p) for p in self.pod_list if _matches(selector, p["metadata"]["labels"])
+        ]
+
+    def log_chunks(self, kwargs: Mapping[str, Any]) -> Iterator[bytes]:
+        self.calls.append(
+            ("log", kwargs["name"], str(kwargs.get("since_seconds")), str(kwargs.get("follow")))
+        )
+        data = self.logs.get(kwargs["name"], b"")
+        # Split mid-line to exercise the decoder.
+        yield data[:7]
+        yield data[7:]
+
+    def close(self) -> None:
+        pass
+
+
+class FakeAsyncKube:
+    def __init__(self, sync: FakeKube) -> None:
+        self.sync = sync
+
+    async def create(
+        self, res: CustomResource, namespace: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self.sync.create(res, namespace, body)
+
+    async def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.sync.get(res, namespace, name)
+
+    async def delete(self, res: CustomResource, namespace: str, name: str) -> None:
+        self.sync.delete(res, namespace, name)
+
+    async def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self.sync.pods(namespace, selector)
+
+    async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
+        return b"".join(self.sync.log_chunks(kwargs))
+
+    async def close(self) -> None:
+        pass
+
+
+def app(replicas: int = 2) -> specs.AppDef:
+    return specs.AppDef(
+        "echo", [specs.Role("my-role", image="i", entrypoint="e", num_replicas=replicas)]
+    )
+
+
+@pytest.fixture
+def fake() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def volcano(fake: FakeKube) -> Any:
+    scheduler = create_scheduler("s", namespace="ns")
+    scheduler.kube = fake
+    return scheduler
+
+
+def add_pod(
+    fake: FakeKube, job: dict[str, Any], task_index: int, phase: str, log: list[str] | None = None
+) -> str:
+    task = job["spec"]["tasks"][task_index]
+    name = f"{job['metadata']['name']}-{task['name']}-0"
+    pod = {
+        "metadata": {
+            **copy.deepcopy(task["template"]["metadata"]),
+            "name": name,
+            "namespace": "ns",
+            "creationTimestamp": "2024-05-01T10:00:00Z",
+        },
+        "spec": {
+            **copy.deepcopy(task["template"]["spec"]),
+            "hostname": name,
+            "subdomain": job["metadata"]["name"],
+        },
+        "status": {"phase": phase},
+    }
+    fake.pod_list.append(pod)
+    if log is not None:
+        fake.logs[name] = "".join(
+            f"{format_timestamp(T0 + timedelta(seconds=i))} {line}\n" for i, line in enumerate(log)
+        ).encode()
+    return name
+
+
+def set_phase(fake: FakeKube, app_id: str, phase: str) -> dict[str, Any]:
+    ns, name = app_id.split(":")
+    job = fake.objects[("jobs", ns, name)]
+    job["status"] = {"state": {"phase": phase}}
+    return job
+
+
+# ---------------------------------------------------------------------------------------------
+# Sync
+
+
+def test_schedule_describe_cancel_delete(volcano: Any, fake: FakeKube) -> None:
+    info = volcano.submit_dryrun(app(), {"queue": "q", "validate_spec": True})
+    app_id = volcano.schedule(info)
+    assert app_id == info.request.app_id
+    assert [c[0] for c in fake.calls] == ["create", "create"]
+    assert fake.calls[0][3] == "dry"  # server-side validation first
+    assert volcano.describe(app_id).state is AppState.SUBMITTED
+    assert volcano.describe("ns:missing") is None
+
+    job = set_phase(fake, app_id, "Running")
+    volcano.cancel(app_id)
+    command = next(o for (plural, _, _), o in fake.objects.items() if plural == "commands")
+    assert command["action"] == "AbortJob"
+    assert command["target"] == {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+    }
+
+    set_phase(fake, app_id, "Aborted")
+    fake.calls.clear()
+    volcano.cancel(app_id)  # finished: nothing to do
+    assert [c[0] for c in fake.calls] == ["get", "get"]
+    volcano.delete(app_id)
+    assert volcano.describe(app_id) is None
+    volcano.delete(app_id)  # idempotent
+
+
+def test_list_and_find_apps(volcano: Any, fake: FakeKube) -> None:
+    key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", 0, 1)
+    first = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
+    second = volcano.schedule(
+        volcano.submit_dryrun(
+            app(), {"queue": "q"}, ti_key=key.__class__(**{**key.__dict__, "try_number": 2})
+        )
+    )
+    other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    set_phase(fake, first, "Failed")
+    listed = {r.app_id: r for r in volcano.list()}
+    assert set(listed) == {first, second, other}
+    assert listed[first].state is AppState.FAILED
+    assert listed[first].app_handle == f"kubernetes://s/{first}"
+    assert ("list", "jobs", "app.kubernetes.io/managed-by=airflow-provider-torchx") in fake.calls
+    found = volcano.find_apps(key)
+    assert [f.app_id for f in found] == [second, first]  # newest first, any try
+    assert volcano.find_live_app(key) == second
+
+
+def test_log_iter_bounds_filters_and_picks_the_replica(volcano: Any, fake: FakeKube) -> None:
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Running")
+    add_pod(fake, job, 0, "Running", ["zero"])
+    add_pod(fake, job, 1, "Succeeded", ["a", "b", "c", "d"])
+    assert list(volcano.log_iter(app_id, "my-role", 1)) == ["a\n", "b\n", "c\n", "d\n"]
+    assert list(volcano.log_iter(app_id, "my-role", 0)) == ["zero\n"]
+    assert list(
+        volcano.log_iter(
+            app_id, "my-role", 1, since=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=2)
+        )
+    ) == ["b\n", "c\n"]
+    assert list(volcano.log_iter(app_id, "my-role", 1, regex="[cd]")) == ["c\n", "d\n"]
+    # A finished pod is read, not followed, even with should_tail.
+    assert list(volcano.log_iter(app_id, "my-role", 1, should_tail=True))[-1] == "d\n"
+    assert fake.calls[-1][-1] == "None"
+    assert list(volcano.log_iter(app_id, "other-role", 0)) == []
+    with pytest.raises(InvalidOptionError):
+        volcano.log_iter(app_id, "my-role", 0, streams="both")
+    with pytest.raises(InvalidOptionError):
+        volcano.log_iter(app_id, "my-role", 0, since=datetime(2024, 1, 1))
+
+
+def test_tail_waits_for_the_pod_until_the_app_ends(
+    volcano: Any, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchx_provider.schedulers.kube.shell as shell
+
+    app_id = volcano.schedule(volcano.submit_dryrun(app(1), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Pending")
+    sleeps = []
+
+    def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            add_pod(fake, job, 0, "Running", ["late"])
+
+    monkeypatch.setattr(shell.time, "sleep", fake_sleep)
+    assert list(volcano.log_iter(app_id, "my-role", 0, should_tail=True)) == ["late\n"]
+    assert fake.calls[-1][-1] == "True"  # followed
+    set_phase(fake, app_id, "Failed")
+    fake.pod_list.clear()
+    assert list(volcano.log_iter(app_id, "my-role", 0, should_tail=True)) == []
+
+
+def test_workspace_images_are_built_then_used(
+    volcano: Any, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchx_provider.schedulers.workspace as workspace
+
+    built = []
+
+    def fake_build(ws: str, base: str, *, image_repo: str | None = None, **kw: Any) -> str:
+        built.append((ws, base, image_repo))
+        return f"{image_repo}:deadbeef"
+
+    monkeypatch.setattr(workspace, "build_workspace_image", fake_build)
+    a = app()
+    a.roles[0].workspace = "./project"
+    app_id = volcano.schedule(volcano.submit_dryrun(a, {"queue": "q", "image_repo": "reg.io/x"}))
+    assert built == [("./project", "i", "reg.io/x")]
+    ns, name = app_id.split(":")
+    images = {
+        t["template"]["spec"]["containers"][0]["image"]
+        for t in fake.objects[("jobs", ns, name)]["spec"]["tasks"]
+    }
+    assert images == {"reg.io/x:deadbeef"}
+
+
+def test_mcad_falls_back_to_the_legacy_group_and_cancel_deletes() -> None:
+    fake = FakeKube(unserved={"workload.codeflare.dev"})
+    scheduler = mcad_scheduler("s", namespace="ns")
+    scheduler.kube = fake
+    info = scheduler.submit_dryrun(app(), {"api_group": "mcad.ibm.com"})
+    app_id = scheduler.schedule(info)
+    ns, name = app_id.split(":")
+    fake.objects[("appwrappers", ns, name)]["status"] = {"state": "Running"}
+    resp = scheduler.describe(app_id)
+    assert resp is not None and resp.state is AppState.RUNNING
+    assert [r.state for r in resp.roles_statuses[0].replicas] == [AppState.PENDING] * 2
+    scheduler.cancel(app_id)
+    assert ("delete", "appwrappers", name) in fake.calls
+    assert scheduler.describe(app_id) is None
+
+
+def test_unserved_everywhere_is_a_backend_error() -> None:
+    fake = FakeKube(unserved={"workload.codeflare.dev", "mcad.ibm.com"})
+    scheduler = mcad_scheduler("s", namespace="ns")
+    scheduler.kube = fake
+    with pytest.raises(BackendUnavailableError):
+        scheduler.describe("ns:x")
+
+
+# ---------------------------------------------------------------------------------------------
+# Async
+
+
+async def test_async_client_follows_the_same_app(volcano: Any, fake: FakeKube) -> None:
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Running")
+    pod = add_pod(fake, job, 0, "Running", ["a", "b"])
+    client = create_async_client(namespace="ns")
+    client.kube = FakeAsyncKube(fake)
+    resp = await client.describe(app_id)
+    assert resp == volcano.describe(app_id)
+    lines, cursor = await client.read_logs(app_id, "my-role", 0, LogCursor())
+    assert [line.text for line in lines] == ["a\n", "b\n"]
+    assert cursor.since == T0 + timedelta(seconds=1)
+    fake.logs[pod] += f"{format_timestamp(T0 + timedelta(seconds=1))} c\n".encode()
+    lines, cursor2 = await client.read_logs(app_id, "my-role", 0, cursor)
+    assert [line.text for line in lines] == ["c\n"]
+    assert cursor2.seen_at_since == 2
+    assert (await client.read_logs(app_id, "my-role", 1, LogCursor())) == ([], LogCursor())
+    await client.cancel(app_id)
+    assert any(plural == "commands" for (plural, _, _) in fake.objects)
+    assert await client.describe("ns:gone") is None
+    await client.close()
+
+
+async def test_async_mcad_cancel_deletes() -> None:
+    fake = FakeKube()
+    scheduler = mcad_scheduler("s", namespace="ns")
+    scheduler.kube = fake
+    app_id = scheduler.schedule(scheduler.submit_dryrun(app(), {}))
+    client = mcad_async_client(namespace="ns")
+    client.kube = FakeAsyncKube(fake)
+    await client.cancel(app_id)
+    assert await client.describe(app_id) is None
