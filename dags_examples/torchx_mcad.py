@@ -8,13 +8,14 @@ headless Service so replicas find each other -- once the cluster has room for al
   gang-schedules each role; the provider creates one PodGroup per role for it;
 * ``image_secret``: the pull secret for a private registry.
 
-The connection ``torchx_mcad_default`` points at the cluster MCAD runs in.
+The connection ``torchx_mcad_default`` points at the cluster MCAD runs in; the params let a
+manual run pick another namespace or coscheduler.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 from torchx_provider.operators import TorchXMCADOperator
 
@@ -23,6 +24,10 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
     catchup=False,
+    params={
+        "namespace": Param("default", type="string"),
+        "coscheduler_name": Param("scheduler-plugins-scheduler", type="string"),
+    },
     tags=["torchx", "kubernetes", "mcad", "example"],
 ):
     TorchXMCADOperator(
@@ -36,9 +41,9 @@ with DAG(
             "memMB": 2048,
         },
         cfg={
-            "namespace": "default",
+            "namespace": "{{ params.namespace }}",
             "priority": 10,
-            "coscheduler_name": "scheduler-plugins-scheduler",
+            "coscheduler_name": "{{ params.coscheduler_name }}",
             "image_secret": "registry-pull-secret",
         },
         conn_id="torchx_mcad_default",

@@ -31,17 +31,30 @@ def kube(skip_or_fail: Callable[[str], NoReturn]) -> Any:
     return cluster
 
 
+@pytest.fixture
+def pod_logs(kube: Any) -> Iterator[Callable[[str], list[str]]]:
+    yield from watch_pods(kube, mcad=False)
+
+
+@pytest.fixture
+def mcad_pod_logs(
+    kube: Any, skip_or_fail: Callable[[str], NoReturn]
+) -> Iterator[Callable[[str], list[str]]]:
+    if not kube.mcad_controller:
+        skip_or_fail("the MCAD example needs MCAD's controller (kar-controllers) on the cluster")
+    yield from watch_pods(kube, mcad=True)
+
+
 def replica_line(role: str, replica: str) -> str:
     return f"{role} replica {replica}: epoch 1 loss 0.42"
 
 
-@pytest.fixture
-def pod_logs(kube: Any) -> Iterator[Callable[[str], list[str]]]:
-    """Give every pod of the provider created from now on its log line; returns a function
+def watch_pods(kube: Any, mcad: bool) -> Iterator[Callable[[str], list[str]]]:
+    """Give every pod of the provider created from now on its log line; yields a function
     listing the pods seen of an app name."""
     from kubernetes import client, watch
 
-    api = client.CoreV1Api(kube.api_client())
+    api = client.CoreV1Api(kube.api_client(mcad=mcad))
     seen: list[tuple[str, str]] = []
     stop = threading.Event()
     since = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
@@ -64,7 +77,7 @@ def pod_logs(kube: Any) -> Iterator[Callable[[str], list[str]]]:
                         labels["torchx.pytorch.org/role-name"],
                         labels["torchx.pytorch.org/replica-id"],
                     )
-                    kube.set_pod_logs(name, [line])
+                    kube.set_pod_logs(name, [line], mcad=mcad)
                     seen.append((labels["torchx.pytorch.org/app-name"], name))
                 if stop.is_set():
                     w.stop()
@@ -92,3 +105,23 @@ def test_ddp_on_volcano_runs_end_to_end(
     assert len(pod_logs("ddp")) == 2, pod_logs("ddp")
     for replica in ("0", "1"):
         assert f"[ddp/{replica}] {replica_line('ddp', replica)}" in output
+
+
+def test_mcad_example_runs_end_to_end(
+    kube: Any, mcad_pod_logs: Callable[[str], list[str]], tmp_path: Path
+) -> None:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.mcad_restricted_kubeconfig},
+    }
+    # The local cluster has no scheduler-plugins coscheduler: the default scheduler places
+    # the pods (the PodGroups are still created and checked by the API server).
+    output = run_example(
+        "torchx_mcad",
+        tmp_path / "home",
+        extra_env={"AIRFLOW_CONN_TORCHX_MCAD_DEFAULT": json.dumps(conn)},
+        conf={"namespace": kube.namespace, "coscheduler_name": "default-scheduler"},
+    )
+    assert len(mcad_pod_logs("infer")) == 2, mcad_pod_logs("infer")
+    for replica in ("0", "1"):
+        assert f"[infer/{replica}] {replica_line('infer', replica)}" in output
