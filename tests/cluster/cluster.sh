@@ -471,7 +471,7 @@ start() {
   fi
   [[ -x "$binary" ]] || die "$binary is missing: run '$0 build'"
   mkdir -p "$LOGS" "$PIDS"
-  setsid "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
+  setsid "$binary" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   echo $! >"$PIDS/$name.pid"
   readlink -f "$binary" >"$PIDS/$name.exe"
   log "   $name started (pid $!, log $LOGS/$name.log)"
@@ -807,6 +807,10 @@ cmd_up() {
   else
     cmd_build
   fi
+  if [[ -s "$RUN/env" ]] && all_running && https_ok "$APISERVER_PORT" /readyz 2>/dev/null; then
+    log "cluster already up (every process running, API ready): nothing to do"
+    return 0
+  fi
   mkdir -p "$RUN" "$LOGS" "$PIDS"
   step "certificates and kubeconfigs (openssl)" make_certs
   step "etcd on 127.0.0.1:$ETCD_CLIENT_PORT" start_etcd
@@ -941,6 +945,17 @@ cmd_down() {
   log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"
 }
 
+all_running() {
+  local name
+  for name in "${ALL_PROCESSES[@]}"; do
+    if [[ "$name" == kar-controllers || "$name" == mcad-kube-* || "$name" == mcad-kwok ]] &&
+      [[ ! -x "$(mcad_dir)/kar-controllers" ]]; then
+      continue
+    fi
+    is_running "$name" || return 1
+  done
+}
+
 cmd_clean() {
   cmd_down
   rm -rf "$RUN"
@@ -952,7 +967,8 @@ cmd_status() {
   for name in "${ALL_PROCESSES[@]}"; do
     if is_running "$name"; then
       printf '%-24s running (pid %s)\n' "$name" "$(pid_of "$name")"
-    elif [[ "$name" == kar-controllers || "$name" == mcad-* ]] && [[ ! -x "$(mcad_dir)/kar-controllers" ]]; then
+    elif [[ "$name" == kar-controllers || "$name" == mcad-kube-* || "$name" == mcad-kwok ]] &&
+      [[ ! -x "$(mcad_dir)/kar-controllers" ]]; then
       printf '%-24s not used\n' "$name"
     else
       printf '%-24s stopped\n' "$name"
@@ -968,8 +984,22 @@ cmd_status() {
   return "$rc"
 }
 
+# One cluster.sh at a time may build, start or stop (two test sessions starting
+# at once would otherwise both start every process).
+lock() {
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.lock"
+  if ! flock -n 9; then
+    log "waiting for another cluster.sh to finish (lock $CACHE/.lock)"
+    flock 9
+  fi
+}
+
 main() {
   local cmd="${1:-}"
+  case "$cmd" in
+    build | up | down | clean) lock ;;
+  esac
   case "$cmd" in
     build) cmd_build ;;
     up) cmd_up ;;
