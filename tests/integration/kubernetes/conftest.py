@@ -60,6 +60,9 @@ Giving a pod log lines (local cluster)
     pod exists (Volcano pods are named ``{job}-{task}-{index}``). Lines may carry
     their own timestamps (``(datetime, text)``); :meth:`KubeCluster.append_pod_logs`
     adds lines for follow/since tests. Pods without logs have an empty log.
+    Unlike a kubelet's, a ``follow`` stream from kwok never ends by itself, even
+    for a finished pod: stop on the pod's phase or a timeout. Read logs with
+    ``_preload_content=False`` (the client's ``str`` result is the repr of bytes).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -97,7 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.kubernetes)
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     """Skip outside CI, fail inside it: in CI a missing cluster is a broken build."""
     if os.environ.get("CI"):
         pytest.fail(f"Kubernetes cluster unavailable in CI: {reason}", pytrace=False)

@@ -296,8 +296,11 @@ def test_appwrapper_v1beta2_wrapping_a_pod_succeeds(kube_cluster: Any, unique_na
     if not kube_cluster.local:
         pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
     name = unique_name("aw")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-0"}}
-    pod.update(_pod_template(kube_cluster.pod_behaviour(run_seconds=2)))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        **_pod_template(kube_cluster.pod_behaviour(run_seconds=2)),
+    }
     pod["metadata"]["name"] = f"{name}-0"
     body = {
         "apiVersion": "workload.codeflare.dev/v1beta2",
