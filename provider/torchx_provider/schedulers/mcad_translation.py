@@ -27,18 +27,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
 from torchx_provider.schedulers.kube.overlay import clone
 from torchx_provider.schedulers.kube.pod import (
     RANK0_HOST_ENV,
-    RESERVED_MEMMB,
-    RESERVED_MILLICPU,
     PodSettings,
     ReplicaIdentity,
     RolePodBuilder,
-    check_labels,
     macro_values,
     object_metadata,
     port_name,
@@ -103,114 +100,60 @@ JOB_STATE: dict[str, AppState] = {
 
 
 @dataclass(frozen=True)
-class McadOpts:
-    """The resolved run options (see :func:`mcad_run_opts` for their help)."""
+class McadOpts(KubeOpts):
+    """The resolved run options (see :func:`mcad_run_opts` for their help); the shared ones
+    come from :class:`KubeOpts`."""
 
-    namespace: str | None = None
-    image_repo: str | None = None
-    service_account: str | None = None
     priority: int | None = None
     priority_class_name: str | None = None
-    image_secret: str | None = None
     coscheduler_name: str | None = None
     network: str | None = None
     api_group: str = APPWRAPPER_GROUP
     coscheduler_api_group: str = PODGROUP_GROUP
-    reserved_millicpu: int = RESERVED_MILLICPU
-    reserved_memmb: int = RESERVED_MEMMB
-    validate_spec: bool = False
-    labels: Mapping[str, str] | None = None
-    annotations: Mapping[str, str] | None = None
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, CfgVal]) -> McadOpts:
-        """From resolved run options (unset ones take the dataclass defaults)."""
-        known = {k: v for k, v in cfg.items() if k in cls.__dataclass_fields__ and v is not None}
-        return cls(**known)  # type: ignore[arg-type]
 
     def pod_settings(self) -> PodSettings:
-        return PodSettings(
-            service_account=self.service_account,
-            image_secret=self.image_secret,
-            reserved_millicpu=self.reserved_millicpu,
-            reserved_memmb=self.reserved_memmb,
+        return replace(
+            super().pod_settings(),
             scheduler_name=self.coscheduler_name,
             priority_class_name=self.priority_class_name,
             network=self.network,
-            labels=dict(self.labels or {}),
-            annotations=dict(self.annotations or {}),
         )
 
 
 def mcad_run_opts() -> runopts:
-    """The ``kubernetes_mcad`` backend's run options (TorchX's, plus a few)."""
-    opts = runopts()
-    opts.add(
-        "namespace",
-        str,
-        "Kubernetes namespace of the AppWrapper (default: the connection's, else the kube "
-        "context's, else 'default')",
-    )
-    opts.add(
-        "image_repo",
-        str,
-        "registry repository to push workspace images to (e.g. registry.example.com/me/app)",
-    )
-    opts.add("service_account", str, "service account of the pods")
-    opts.add("priority", int, "AppWrapper priority in MCAD's queue (higher runs first)")
-    opts.add("priority_class_name", str, "PriorityClass of the pods")
-    opts.add("image_secret", str, "image pull secret of the pods (private registries)")
-    opts.add(
+    """The ``kubernetes_mcad`` backend's run options (TorchX's, plus a few): the shared
+    Kubernetes ones and its own."""
+    own = runopts()
+    own.add("priority", int, "AppWrapper priority in MCAD's queue (higher runs first)")
+    own.add("priority_class_name", str, "PriorityClass of the pods")
+    own.add(
         "coscheduler_name",
         str,
         "secondary scheduler (scheduler-plugins coscheduling) to gang-schedule each role; "
         "a PodGroup per role is created",
     )
-    opts.add("network", str, "extra pod network (Multus NetworkAttachmentDefinition name)")
-    opts.add(
+    own.add("network", str, "extra pod network (Multus NetworkAttachmentDefinition name)")
+    own.add(
         "api_group",
         str,
         f"AppWrapper API group: {APPWRAPPER_GROUP} (MCAD >= v1.34.1) or "
         f"{APPWRAPPER_GROUPS[1]} (MCAD <= v1.34.0)",
         default=APPWRAPPER_GROUP,
     )
-    opts.add(
+    own.add(
         "coscheduler_api_group",
         str,
         f"PodGroup API group: {PODGROUP_GROUP} (scheduler-plugins >= v0.25) or "
         f"{PODGROUP_GROUPS[1]} (older)",
         default=PODGROUP_GROUP,
     )
-    opts.add(
-        "reserved_millicpu",
-        int,
-        "CPU (millicores) kept back from each replica's request for the node's own use",
-        default=RESERVED_MILLICPU,
-    )
-    opts.add(
-        "reserved_memmb",
-        int,
-        "memory (MiB) kept back from each replica's request for the node's own use",
-        default=RESERVED_MEMMB,
-    )
-    opts.add(
-        "validate_spec",
-        bool,
-        "ask the API server to validate the AppWrapper (server-side dry run) before creating it",
-        default=False,
-    )
-    opts.add("labels", dict[str, str], "extra labels for the AppWrapper and its pods")
-    opts.add("annotations", dict[str, str], "extra annotations for the AppWrapper and its pods")
-    return opts
+    return kube_run_opts("AppWrapper", own)
 
 
 def _check_opts(opts: McadOpts) -> None:
     appwrapper(opts.api_group)
     podgroup(opts.coscheduler_api_group)
-    for key in ("reserved_millicpu", "reserved_memmb"):
-        if getattr(opts, key) < 0:
-            raise InvalidOptionError(f"run option {key} must be >= 0", option=key)
-    check_labels(opts.labels or {}, "labels")
+    opts.check()
 
 
 # ---------------------------------------------------------------------------------------------

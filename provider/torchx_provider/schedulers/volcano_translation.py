@@ -32,19 +32,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
 from torchx_provider.schedulers.kube.pod import (
     RANK0_HOST_ENV,
-    RESERVED_MEMMB,
-    RESERVED_MILLICPU,
     PodSettings,
     ReplicaIdentity,
     RolePodBuilder,
-    check_labels,
     macro_values,
     object_metadata,
     role_annotation,
@@ -117,85 +116,29 @@ _FAILURE_EVENTS = ("PodFailed", "PodEvicted")
 
 
 @dataclass(frozen=True)
-class VolcanoOpts:
-    """The resolved run options (see :func:`volcano_run_opts` for their help)."""
+class VolcanoOpts(KubeOpts):
+    """The resolved run options (see :func:`volcano_run_opts` for their help); the shared
+    ones come from :class:`KubeOpts`."""
 
     queue: str
-    namespace: str | None = None
-    service_account: str | None = None
     priority_class: str | None = None
-    image_repo: str | None = None
-    image_secret: str | None = None
-    reserved_millicpu: int = RESERVED_MILLICPU
-    reserved_memmb: int = RESERVED_MEMMB
     ttl_seconds_after_finished: int | None = None
-    validate_spec: bool = False
-    labels: Mapping[str, str] | None = None
-    annotations: Mapping[str, str] | None = None
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, CfgVal]) -> VolcanoOpts:
-        """From resolved run options (unset ones take the dataclass defaults)."""
-        known = {k: v for k, v in cfg.items() if k in cls.__dataclass_fields__ and v is not None}
-        return cls(**known)  # type: ignore[arg-type]
 
     def pod_settings(self) -> PodSettings:
-        return PodSettings(
-            service_account=self.service_account,
-            image_secret=self.image_secret,
-            reserved_millicpu=self.reserved_millicpu,
-            reserved_memmb=self.reserved_memmb,
-            priority_class_name=self.priority_class,
-            labels=dict(self.labels or {}),
-            annotations=dict(self.annotations or {}),
-        )
+        return replace(super().pod_settings(), priority_class_name=self.priority_class)
 
 
 def volcano_run_opts() -> runopts:
-    """The ``kubernetes`` backend's run options."""
-    opts = runopts()
-    opts.add(
-        "namespace",
-        str,
-        "Kubernetes namespace of the job (default: the connection's, else the kube "
-        "context's, else 'default')",
-    )
-    opts.add("queue", str, "Volcano queue to schedule the job in", required=True)
-    opts.add("service_account", str, "service account of the pods")
-    opts.add("priority_class", str, "PriorityClass of the job (and its pods)")
-    opts.add(
-        "image_repo",
-        str,
-        "registry repository to push workspace images to (e.g. registry.example.com/me/app); "
-        "needed by roles with a workspace",
-    )
-    opts.add("image_secret", str, "image pull secret of the pods (private registries)")
-    opts.add(
-        "reserved_millicpu",
-        int,
-        "CPU (millicores) kept back from each replica's request for the node's own use",
-        default=RESERVED_MILLICPU,
-    )
-    opts.add(
-        "reserved_memmb",
-        int,
-        "memory (MiB) kept back from each replica's request for the node's own use",
-        default=RESERVED_MEMMB,
-    )
-    opts.add(
+    """The ``kubernetes`` backend's run options: the shared Kubernetes ones and its own."""
+    own = runopts()
+    own.add("queue", str, "Volcano queue to schedule the job in", required=True)
+    own.add("priority_class", str, "PriorityClass of the job (and its pods)")
+    own.add(
         "ttl_seconds_after_finished",
         int,
         "delete the job this many seconds after it finished (default: keep it)",
     )
-    opts.add(
-        "validate_spec",
-        bool,
-        "ask the API server to validate the job (server-side dry run) before creating it",
-        default=False,
-    )
-    opts.add("labels", dict[str, str], "extra labels for the job and its pods")
-    opts.add("annotations", dict[str, str], "extra annotations for the job and its pods")
-    return opts
+    return kube_run_opts("job", own)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,15 +146,15 @@ def volcano_run_opts() -> runopts:
 
 
 def _check_opts(opts: VolcanoOpts) -> None:
-    from torchx_provider.errors import InvalidOptionError
-
-    for key in ("reserved_millicpu", "reserved_memmb", "ttl_seconds_after_finished"):
-        value = getattr(opts, key)
-        if value is not None and value < 0:
-            raise InvalidOptionError(f"run option {key} must be >= 0, got {value}", option=key)
+    opts.check()
+    ttl = opts.ttl_seconds_after_finished
+    if ttl is not None and ttl < 0:
+        raise InvalidOptionError(
+            f"run option ttl_seconds_after_finished must be >= 0, got {ttl}",
+            option="ttl_seconds_after_finished",
+        )
     if not opts.queue.strip():
         raise InvalidOptionError("run option queue is empty; name a Volcano queue", "queue")
-    check_labels(opts.labels or {}, "labels")
 
 
 def task_policies(role: Role, required: bool) -> list[dict[str, str]]:

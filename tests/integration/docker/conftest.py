@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,11 @@ import pytest
 from torchx_provider.schedulers.docker_scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal
+
+# The local registry fixture is shared with the Kubernetes tests, one directory up.
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from registry_fixture import local_registry  # noqa: F401
 
 IMAGE = "torchx-provider/busybox:latest"
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_busybox_image.sh"

@@ -6,6 +6,7 @@
 * :mod:`.naming` -- object and pod names within 63 characters;
 * :mod:`.pod` -- role → pod template; :mod:`.overlay` -- the pod overlay;
 * :mod:`.status` -- pods and templates → replica statuses; :mod:`.podlogs` -- log requests;
+* :mod:`.options` -- the run options both backends share;
 * :mod:`.request` -- the dry-run request and the translation interface;
 * :mod:`.shell` -- the sync scheduler and the async client around a translation.
 

@@ -1,0 +1,64 @@
+"""The run options the two Kubernetes backends share are one declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+
+import pytest
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube import options
+from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
+from torchx_provider.schedulers.mcad_translation import McadOpts, mcad_run_opts
+from torchx_provider.schedulers.volcano_translation import VolcanoOpts, volcano_run_opts
+from torchx_provider.specs.runopts import runopts
+
+SHARED = [f.name for f in dataclasses.fields(KubeOpts)]
+
+
+def test_docstring_examples() -> None:
+    result = doctest.testmod(options)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_both_backends_declare_the_shared_options_alike() -> None:
+    volcano, mcad = dict(volcano_run_opts()), dict(mcad_run_opts())
+    for name in SHARED:
+        v, m = volcano[name], mcad[name]
+        assert (v.opt_type, v.default, v.is_required) == (m.opt_type, m.default, m.is_required)
+        assert v.help.replace(" job", " AppWrapper") == m.help
+
+
+def test_namespace_comes_first_then_the_backends_own_options() -> None:
+    assert [n for n, _ in volcano_run_opts()][:2] == ["namespace", "queue"]
+    own = runopts()
+    own.add("extra", str, "backend option")
+    assert [n for n, _ in kube_run_opts("job", own)] == ["namespace", "extra", *SHARED[1:]]
+
+
+def test_every_option_is_a_field_and_every_field_an_option() -> None:
+    for opts, cls in ((volcano_run_opts(), VolcanoOpts), (mcad_run_opts(), McadOpts)):
+        assert {n for n, _ in opts} == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_from_cfg_keeps_its_fields_and_defaults_unset_ones() -> None:
+    opts = VolcanoOpts.from_cfg(
+        {"queue": "q", "labels": {"a": "b"}, "api_group": "x", "network": None}
+    )
+    assert opts == VolcanoOpts(queue="q", labels={"a": "b"})
+    assert McadOpts.from_cfg({"queue": "q", "network": "n"}) == McadOpts(network="n")
+
+
+def test_pod_settings_add_each_backends_own_fields() -> None:
+    volcano = VolcanoOpts(queue="q", priority_class="hi", service_account="sa").pod_settings()
+    assert (volcano.priority_class_name, volcano.service_account) == ("hi", "sa")
+    mcad = McadOpts(coscheduler_name="cs", network="n", image_secret="s").pod_settings()
+    assert (mcad.scheduler_name, mcad.network, mcad.image_secret) == ("cs", "n", "s")
+
+
+@pytest.mark.parametrize("key", ["reserved_millicpu", "reserved_memmb"])
+def test_check_names_the_option_and_its_value(key: str) -> None:
+    with pytest.raises(InvalidOptionError, match="got -1") as e:
+        McadOpts(**{key: -1}).check()  # type: ignore[arg-type]
+    assert e.value.option == key
