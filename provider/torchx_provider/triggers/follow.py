@@ -168,6 +168,16 @@ class JobFollower:
             await self._persist(pending)
             try:
                 resp = await self.client.describe(self.app_id)
+                if resp is None and self.state is not None and not is_terminal(self.state):
+                    # It existed and was removed before it finished (MCAD's cancel deletes
+                    # the AppWrapper; a user may delete a job): it will not run on, so this
+                    # is its end, not a lost track that a retry could reattach to.
+                    self.log.info("app %s: %s -> CANCELLED (deleted)", self.app_id, self.state)
+                    self.state = AppState.CANCELLED
+                    return self._event(
+                        EventKind.FINISHED,
+                        f"app {self.app_id!r} was deleted from the backend before it finished",
+                    )
                 if resp is None:
                     return self._event(
                         EventKind.ERROR,

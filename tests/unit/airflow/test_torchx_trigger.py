@@ -133,6 +133,24 @@ async def test_a_vanished_app_ends_with_an_error_event(fake_cluster: Any) -> Non
     assert event.kind == EventKind.ERROR and "does not exist" in event.message
 
 
+async def test_an_app_deleted_before_it_finished_ends_cancelled(fake_cluster: Any) -> None:
+    # MCAD's cancel deletes the AppWrapper; a user may delete a job: the app ended.
+    app_id = submit(ticks=100_000)
+    follower = JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
+    )
+    running = asyncio.create_task(follower.run())
+    for _ in range(5000):  # until the follower saw the app once
+        if follower.state is not None:
+            break
+        await asyncio.sleep(0.001)
+    assert follower.state in (AppState.PENDING, AppState.RUNNING)
+    fake_cluster.apps[app_id].deleted = True
+    event = await asyncio.wait_for(running, timeout=5)
+    assert event.kind == EventKind.FINISHED and event.state == AppState.CANCELLED
+    assert "deleted from the backend before it finished" in event.message
+
+
 async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_cycle(
     fake_cluster: Any,
 ) -> None:
