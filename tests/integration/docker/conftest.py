@@ -13,7 +13,6 @@ end together with any container the tests left behind.
 from __future__ import annotations
 
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,37 +25,17 @@ from torchx_provider.schedulers.docker_scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal
 
-# The local registry fixture is shared with the Kubernetes tests, one directory up.
+# The engine and registry fixtures are shared with the Kubernetes tests, one directory up.
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from docker_engine import open_docker_engine
 from registry_fixture import local_registry  # noqa: F401
-
-IMAGE = "torchx-provider/busybox:latest"
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_busybox_image.sh"
 
 
 @pytest.fixture(scope="session")
 def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
     """A ``docker.DockerClient`` for the engine, with the test image present."""
-    try:
-        import docker
-    except ImportError:
-        skip_or_fail(
-            "the docker SDK is not installed (pip install 'airflow-provider-torchx[docker]')"
-        )
-    try:
-        client = docker.from_env(timeout=30)
-        client.ping()
-    except Exception as e:  # any failure means there is no usable engine
-        skip_or_fail(f"no Docker engine answers: {e}")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=300, check=False
-        )
-        if result.returncode != 0:
-            skip_or_fail(f"cannot build the test image {IMAGE}: {result.stderr.strip()[-500:]}")
+    client = open_docker_engine(skip_or_fail)
     yield client
     client.close()
 

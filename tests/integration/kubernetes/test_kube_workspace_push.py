@@ -7,12 +7,12 @@ Pushing happens in ``schedule()``, so this needs the cluster as well as a Docker
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from docker_engine import IMAGE, open_docker_engine
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.podlogs import app_selector
@@ -21,32 +21,14 @@ from torchx_provider.schedulers.workspace import split_image
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]
 
-IMAGE = "torchx-provider/busybox:latest"
 OTHER_IMAGE = "registry.invalid/untouched:1"
 REPO = "torchx-tests/kube"
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_busybox_image.sh"
 
 
 @pytest.fixture(scope="module")
 def engine(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
     """The Docker engine the workspace is built on, with the test image present."""
-    try:
-        import docker
-    except ImportError:
-        skip_or_fail("the docker SDK is not installed")
-    try:
-        client = docker.from_env(timeout=30)
-        client.ping()
-    except Exception as e:  # any failure means there is no usable engine
-        skip_or_fail(f"no Docker engine answers: {e}")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=300, check=False
-        )
-        if result.returncode != 0:
-            skip_or_fail(f"cannot build the test image {IMAGE}: {result.stderr.strip()[-500:]}")
+    client = open_docker_engine(skip_or_fail)
     yield client
     client.close()
 
