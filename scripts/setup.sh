@@ -18,8 +18,16 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || need_pkgs+=(busybox-static)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  # One retry: a download that fails half-way (a mirror hiccup, a concurrent apt run) must
+  # not end a fresh machine's setup.
+  for attempt in 1 2; do
+    as_root apt-get update -qq
+    if DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+    then break; fi
+    [ "$attempt" -eq 2 ] && { echo "apt-get install ${need_pkgs[*]} failed twice" >&2; exit 1; }
+    log "apt-get install failed; retrying once"
+    sleep 5
+  done
 fi
 
 bash "$REPO_ROOT/scripts/start_docker.sh"

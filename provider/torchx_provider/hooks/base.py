@@ -25,30 +25,22 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import BaseHook
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.specs.runopts import bool_value
 
 if TYPE_CHECKING:
     from torchx_provider.schedulers.api import AsyncSchedulerClient, Scheduler
     from torchx_provider.specs.runopts import CfgVal
-
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off", ""}
 
 REDACTED = "***"
 
 
 def parse_bool(value: Any, name: str) -> bool:
     """A connection flag as a bool: bools, 0/1 and the usual strings (form fields are strings)."""
-    if isinstance(value, bool):
-        return value
-    if value is None:
+    if value is None or (isinstance(value, str) and not value.strip()):
         return False
-    if isinstance(value, int):
-        return bool(value)
-    low = str(value).strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
+    flag = bool_value(value)
+    if flag is not None:
+        return flag
     raise InvalidOptionError(
         f"connection extra {name!r} must be true or false, got {value!r}", name
     )

@@ -101,16 +101,14 @@ class Scheduler(abc.ABC, Generic[T]):
     ) -> AppDryRunInfo[T]:
         """Check ``cfg`` and ``app`` and translate them; nothing is sent anywhere.
 
-        ``ti_key`` names the Airflow task instance submitting the app: it is stamped into the
-        app's metadata (:func:`stamp_task_instance`) so that the backend labels what it creates
-        with it and :meth:`find_apps` can find the app again on a retry.
+        ``ti_key`` names the Airflow task instance submitting the app: the backend labels what
+        it creates with it (``ti_key.labels()``, the full values in annotations) so that
+        :meth:`find_apps` can find the app again on a retry.
         """
-        if ti_key is not None:
-            app = stamp_task_instance(app, ti_key)
         resolved = self.run_opts().resolve(cfg)
         app.validate()
         self._validate(app, resolved)
-        info = self._submit_dryrun(app, resolved)
+        info = self._submit_dryrun(app, resolved, ti_key)
         for role in app.roles:
             info = role.pre_proc(self.backend, info)
         info._app = app
@@ -122,8 +120,11 @@ class Scheduler(abc.ABC, Generic[T]):
         """Backend-specific checks of ``app`` (e.g. unsupported features); default none."""
 
     @abc.abstractmethod
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[T]:
-        """Translate a valid app and resolved options into the backend's request."""
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal], ti_key: TaskInstanceKey | None
+    ) -> AppDryRunInfo[T]:
+        """Translate a valid app and resolved options into the backend's request, stamped
+        with ``ti_key`` when an Airflow task instance submits it."""
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
@@ -255,21 +256,6 @@ class AsyncSchedulerClient(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Safe to call more than once."""
-
-
-def stamp_task_instance(app: AppDef, ti_key: TaskInstanceKey) -> AppDef:
-    """A copy of ``app`` whose metadata also carries ``ti_key`` (its annotation form).
-
-    Backends read it back with :func:`task_instance_of` in ``_submit_dryrun`` and put
-    ``ti_key.labels()`` / ``ti_key.annotations()`` on every object they create.
-    """
-    metadata = {**app.metadata, **ti_key.annotations()}
-    return AppDef(name=app.name, roles=app.roles, metadata=metadata)
-
-
-def task_instance_of(app: AppDef) -> TaskInstanceKey | None:
-    """The task instance stamped into ``app`` by :func:`stamp_task_instance`, if any."""
-    return TaskInstanceKey.from_annotations(app.metadata)
 
 
 def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:

@@ -29,7 +29,6 @@ from torchx_provider.schedulers.docker_state import (
     ContainerInfo,
     describe_app,
     list_apps,
-    of_task_instance,
     oldest_network,
     ready_to_remove,
     replica_state,
@@ -48,6 +47,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_NAME,
     MANAGED_BY,
+    MANAGED_SELECTOR,
     TaskInstanceKey,
     label_value,
 )
@@ -68,7 +68,6 @@ R = TypeVar("R")
 
 #: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
 STOP_TIMEOUT = 10
-_MANAGED = f"{LABEL_KUBE_MANAGED_BY}={MANAGED_BY}"
 
 
 class DockerEngine:
@@ -277,7 +276,7 @@ class DockerEngine:
     ) -> list[ContainerInfo]:
         """The provider's containers (one list call), of one app or of all, matching the
         ``key=value`` labels of ``selector``."""
-        labels = [_MANAGED, *selector]
+        labels = [MANAGED_SELECTOR, *selector]
         if app_id is not None:
             labels.append(f"{LABEL_APP_ID}={label_value(app_id)}")
         with docker_call("listing containers"):
@@ -318,14 +317,14 @@ class DockerEngine:
         found = [
             c
             for c in self.summaries(selector=ti_key.selector().split(","))
-            if of_task_instance(c, ti_key)
+            if ti_key.same_instance(c.task_instance)
         ]
         return list(reversed(list_apps(found, app_handle)))
 
     def replica(self, app_id: str, role: str, replica_id: int) -> ContainerInfo:
         """The container of one replica; :class:`UnknownAppError` names what exists."""
         labels = [
-            _MANAGED,
+            MANAGED_SELECTOR,
             f"{LABEL_APP_ID}={label_value(app_id)}",
             f"{LABEL_ROLE_NAME}={label_value(role)}",
             f"{LABEL_REPLICA_ID}={replica_id}",

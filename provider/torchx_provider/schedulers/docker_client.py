@@ -31,9 +31,7 @@ from torchx_provider.errors import (
     TorchXProviderError,
     UnknownAppError,
 )
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
+from torchx_provider.specs.runopts import bool_value
 
 
 @dataclass(frozen=True)
@@ -147,13 +145,11 @@ def image_registry(image: str) -> str:
 
 
 def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
+    if isinstance(value, str) and not value.strip():
         return False
+    flag = bool_value(value)
+    if flag is not None:
+        return flag
     raise InvalidOptionError(f"Docker client parameter {name!r} must be true/false, got {value!r}")
 
 

@@ -54,7 +54,6 @@ from torchx_provider.schedulers.api import (
     ListAppResponse,
     Scheduler,
     filter_regex,
-    task_instance_of,
 )
 from torchx_provider.schedulers.docker_adapter import DockerEngine
 from torchx_provider.schedulers.docker_client import DockerClientConfig
@@ -89,10 +88,12 @@ class DockerScheduler(Scheduler[DockerJob]):
     def _run_opts(self) -> runopts:
         return DockerOpts.run_opts()
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal], ti_key: TaskInstanceKey | None
+    ) -> AppDryRunInfo[DockerJob]:
         opts = DockerOpts.from_cfg(cfg)
         app_id = new_app_id(app.name)
-        job = app_to_job(app, opts, app_id, dict(os.environ), task_instance_of(app))
+        job = app_to_job(app, opts, app_id, dict(os.environ), ti_key)
         return AppDryRunInfo(job, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:

@@ -318,17 +318,6 @@ def list_apps(
     return out
 
 
-def of_task_instance(c: ContainerInfo, ti_key: TaskInstanceKey) -> bool:
-    """Whether ``c`` was submitted by ``ti_key``'s task instance (any try)."""
-    found = c.task_instance
-    return found is not None and (
-        found.dag_id,
-        found.task_id,
-        found.run_id,
-        found.map_index,
-    ) == (ti_key.dag_id, ti_key.task_id, ti_key.run_id, ti_key.map_index)
-
-
 # ---------------------------------------------------------------------------------------------
 # Removal once finished and read
 

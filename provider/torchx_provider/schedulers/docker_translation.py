@@ -41,7 +41,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
-from torchx_provider.schedulers.labels import ANNOTATION_ROLE, TaskInstanceKey, replica_labels
+from torchx_provider.schedulers.labels import (
+    ANNOTATION_ROLE,
+    RANK0_HOST_ENV,
+    TaskInstanceKey,
+    replica_labels,
+)
 from torchx_provider.specs.api import (
     AppDef,
     BindMount,
@@ -58,8 +63,6 @@ log = logging.getLogger(__name__)
 
 #: The user-defined bridge network replicas join by default (TorchX's name).
 NETWORK = "torchx"
-#: The variable holding the hostname of role 0 / replica 0 (the ``${rank0_env}`` macro).
-RANK0_ENV = "TORCHX_RANK0_HOST"
 ENV_APP_ID = "TORCHX_APP_ID"
 ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
@@ -357,7 +360,7 @@ def app_to_job(
         role_json = json.dumps(role_to_dict(role), sort_keys=True, separators=(",", ":"))
         for replica_id in range(role.num_replicas):
             values = macros.Values(
-                img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_ENV
+                img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV
             )
             replica = values.apply(role)
             name = replica_name(app_id, role.name, replica_id)
@@ -368,7 +371,7 @@ def app_to_job(
                 ENV_ROLE_IDX: str(role_idx),
                 ENV_ROLE_NAME: role.name,
                 ENV_REPLICA_IDX: str(replica_id),
-                RANK0_ENV: rank0_host,
+                RANK0_HOST_ENV: rank0_host,
             }
             labels = {
                 **replica_labels(app.name, app_id, role.name, role_idx, replica_id),

@@ -1,4 +1,4 @@
-"""The labels and annotations every backend puts on what it creates.
+"""The conventions every backend shares: labels, annotations, the rank-0 variable, selectors.
 
 Kubernetes objects and Docker containers carry the same keys, so that ``describe``, ``list``
 and reattach work the same way everywhere:
@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from torchx_provider.errors import InvalidOptionError
 from torchx_provider.specs.names import short_hash
 from torchx_provider.version import __version__
 
@@ -34,6 +35,13 @@ LABEL_KUBE_INSTANCE = "app.kubernetes.io/instance"
 LABEL_KUBE_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_KUBE_COMPONENT = "app.kubernetes.io/component"
 MANAGED_BY = "airflow-provider-torchx"
+#: Selects everything this provider created (Kubernetes label selector / Docker label filter).
+MANAGED_SELECTOR = f"{LABEL_KUBE_MANAGED_BY}={MANAGED_BY}"
+
+#: The variable every replica gets with the hostname of role 0 / replica 0; the
+#: ``${rank0_env}`` macro names it (on Volcano, every replica but rank 0 gets Volcano's own
+#: ``VC_<TASK>_HOSTS`` there instead).
+RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 
 LABEL_DAG_ID = "airflow.apache.org/dag-id"
 LABEL_TASK_ID = "airflow.apache.org/task-id"
@@ -44,8 +52,18 @@ LABEL_TRY_NUMBER = "airflow.apache.org/try-number"
 #: Annotation holding the role (JSON, as ``specs.role_to_dict``) a replica was created from.
 ANNOTATION_ROLE = "torchx.pytorch.org/role"
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def is_label_value(value: str) -> bool:
+    """Whether Kubernetes accepts ``value`` as a label value: at most 63 characters of
+    a-z, A-Z, 0-9, ``-``, ``_``, ``.``, starting and ending alphanumeric (or empty).
+
+    >>> is_label_value("my_dag"), is_label_value("-x"), is_label_value("a" * 64)
+    (True, False, False)
+    """
+    return _LABEL_VALUE.fullmatch(value) is not None
 
 
 def label_value(value: str) -> str:
@@ -56,7 +74,7 @@ def label_value(value: str) -> str:
     >>> label_value("manual__2024-05-01T10:00:00+00:00")
     'manual__2024-05-01T10_00_00_00_00-c1e7a6'
     """
-    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
+    if is_label_value(value):
         return value
     suffix = short_hash(value)
     cleaned = _BAD.sub("_", value)[: 63 - len(suffix) - 1]
@@ -101,6 +119,40 @@ class TaskInstanceKey:
         """A label selector matching every try of this task instance."""
         return ",".join(f"{k}={v}" for k, v in self.labels(with_try=False).items())
 
+    def same_instance(self, other: TaskInstanceKey | None) -> bool:
+        """Whether ``other`` is a try of the same task instance (dag, task, run, map index).
+
+        Labels may be hashed, so a selector can match more than one instance: whoever lists
+        by :meth:`selector` confirms each hit with this, on the full values.
+        """
+        return other is not None and (
+            other.dag_id,
+            other.task_id,
+            other.run_id,
+            other.map_index,
+        ) == (self.dag_id, self.task_id, self.run_id, self.map_index)
+
+    def to_dict(self) -> dict[str, str | int]:
+        """JSON-safe form (trigger kwargs, XCom); :meth:`from_dict` reads it back."""
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "map_index": self.map_index,
+            "try_number": self.try_number,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> TaskInstanceKey:
+        """From :meth:`to_dict` (``try_number`` and ``map_index`` may be missing)."""
+        return cls(
+            dag_id=str(data["dag_id"]),
+            task_id=str(data["task_id"]),
+            run_id=str(data["run_id"]),
+            map_index=int(str(data.get("map_index", -1))),
+            try_number=int(str(data.get("try_number", 1))),
+        )
+
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str]) -> TaskInstanceKey | None:
         """Read the key back from annotations (``None`` if the object has none)."""
@@ -138,3 +190,27 @@ def replica_labels(
         LABEL_REPLICA_ID: str(replica_id),
         LABEL_KUBE_COMPONENT: label_value(role_name),
     }
+
+
+_LABEL_KEY = re.compile(
+    r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def check_labels(labels: Mapping[str, str], option: str = "labels") -> None:
+    """Raise :class:`InvalidOptionError` for a label key or value Kubernetes would reject."""
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key) or len(key.rpartition("/")[0]) > 253:
+            raise InvalidOptionError(
+                f"{option}: {key!r} is not a valid label key ([prefix/]name, name at most 63 "
+                "characters of a-z, 0-9, '-', '_', '.')",
+                option,
+            )
+        if not is_label_value(value):
+            raise InvalidOptionError(
+                f"{option}: the value {value!r} of {key!r} is not a valid label value (at most "
+                "63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric)",
+                option,
+            )

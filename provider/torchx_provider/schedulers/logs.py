@@ -9,17 +9,25 @@ down (Kubernetes' ``sinceTime`` has one-second precision), which is fine: anythi
 cursor is dropped here too. No line is lost; a line is repeated only if the backend gives two
 lines the same timestamp and then changes their order, which neither engine does.
 
-The sync readers (``Scheduler.log_iter``) and the async ones (the trigger) both feed raw
-chunks through :class:`LineDecoder` and lines through :func:`advance`, so the logic exists once.
+Every reader, sync and async, Docker and Kubernetes, uses the one pipeline here::
+
+    chunks (bytes) --timestamped_lines / atimestamped_lines--> TimestampedLine
+                   --within(since, until)--> lines in the asked time range
+                   --advance(cursor)--> only the lines a cursor has not emitted yet
+
+and every time bound a caller gives is checked by :func:`require_aware` (a naive datetime is
+refused with the same message on every backend).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+from torchx_provider.errors import InvalidOptionError
 
 _TS = re.compile(
     r"^(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?"
@@ -114,6 +122,57 @@ class LineDecoder:
         rest = self._buffer.removesuffix("\r") + self._pending.decode("utf-8", errors="replace")
         self._buffer, self._pending = "", b""
         return [rest + "\n"] if rest else []
+
+
+def timestamped_lines(chunks: Iterable[bytes | str]) -> Iterator[TimestampedLine]:
+    """The lines of a stream of chunks, each split from its timestamp (the sync readers)."""
+    decoder = LineDecoder()
+    for chunk in chunks:
+        for raw in decoder.decode(chunk):
+            yield split_timestamp(raw)
+    for raw in decoder.flush():
+        yield split_timestamp(raw)
+
+
+async def atimestamped_lines(chunks: AsyncIterable[bytes | str]) -> AsyncIterator[TimestampedLine]:
+    """:func:`timestamped_lines` of an async stream of chunks (the async readers)."""
+    decoder = LineDecoder()
+    async for chunk in chunks:
+        for raw in decoder.decode(chunk):
+            yield split_timestamp(raw)
+    for raw in decoder.flush():
+        yield split_timestamp(raw)
+
+
+def require_aware(value: datetime | None, option: str) -> None:
+    """Refuse a naive time bound: whose clock it means would be a guess."""
+    if value is not None and value.tzinfo is None:
+        raise InvalidOptionError(
+            f"{option} must be timezone-aware, e.g. datetime.now(timezone.utc), got the naive "
+            f"{value.isoformat()}",
+            option=option,
+        )
+
+
+def within(
+    lines: Iterable[TimestampedLine], since: datetime | None, until: datetime | None
+) -> Iterator[TimestampedLine]:
+    """The lines stamped in ``[since, until]`` (both inclusive, aware datetimes).
+
+    Lines come in time order, so the first line after ``until`` ends the iteration (a
+    followed stream stops there). A line without a timestamp is kept.
+    """
+    require_aware(since, "since")
+    require_aware(until, "until")
+    for line in lines:
+        ts = line.timestamp
+        if ts is None:
+            yield line
+            continue
+        if until is not None and ts > until:
+            return
+        if since is None or ts >= since:
+            yield line
 
 
 @dataclass(frozen=True)

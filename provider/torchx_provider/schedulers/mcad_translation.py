@@ -32,7 +32,6 @@ from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
 from torchx_provider.schedulers.kube.overlay import clone
 from torchx_provider.schedulers.kube.pod import (
-    RANK0_HOST_ENV,
     PodSettings,
     ReplicaIdentity,
     RolePodBuilder,
@@ -63,6 +62,7 @@ from torchx_provider.schedulers.kube.status import (
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
     LABEL_APP_ID,
+    RANK0_HOST_ENV,
     TaskInstanceKey,
     label_value,
 )

@@ -40,7 +40,6 @@ from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
 from torchx_provider.schedulers.kube.pod import (
-    RANK0_HOST_ENV,
     PodSettings,
     ReplicaIdentity,
     RolePodBuilder,
@@ -64,7 +63,7 @@ from torchx_provider.schedulers.kube.status import (
     role_from_template,
     stored_role,
 )
-from torchx_provider.schedulers.labels import ANNOTATION_ROLE, TaskInstanceKey
+from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV, TaskInstanceKey
 from torchx_provider.specs.api import NONE, AppDef, AppState, RetryPolicy, Role, is_terminal
 from torchx_provider.specs.runopts import CfgVal, runopts
 

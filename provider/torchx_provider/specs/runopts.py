@@ -26,9 +26,31 @@ from torchx_provider.errors import InvalidOptionError
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
 _OPTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
+_TRUE = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE = frozenset({"false", "0", "no", "n", "off"})
 _DELIMS = re.compile(r"[,;]")
+
+
+def bool_value(value: object) -> bool | None:
+    """``value`` as a bool: a bool, 0/1, or one of the words true/false, 1/0, yes/no, y/n,
+    on/off (any case, spaces ignored); ``None`` when it is none of these.
+
+    The one reading of booleans: run options, connection extras and client parameters all use
+    it, each with its own error message.
+
+    >>> bool_value("Yes"), bool_value(0), bool_value("off"), bool_value("maybe")
+    (True, False, False, None)
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    low = str(value).strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    return None
 
 
 def _pieces(cfg_str: str) -> list[tuple[str, str]]:
@@ -209,12 +231,10 @@ class runopts:
                     out[k.strip()] = v.strip()
                 return out
             if tp is bool:
-                low = raw.lower()
-                if low in _TRUE:
-                    return True
-                if low in _FALSE:
-                    return False
-                raise ValueError("not one of true/false/1/0/yes/no")
+                flag = bool_value(raw)
+                if flag is None:
+                    raise ValueError("not one of true/false/1/0/yes/no")
+                return flag
             if tp is int:
                 return int(raw)
             if tp is float:

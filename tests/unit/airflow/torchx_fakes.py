@@ -23,7 +23,6 @@ from torchx_provider.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
-    task_instance_of,
 )
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance
@@ -182,8 +181,14 @@ class FakeScheduler(Scheduler[dict]):
         opts.add("priority", int, "priority", default=0)
         return opts
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[dict]:
-        request = {"app": to_dict(app), "cfg": dict(cfg)}
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal], ti_key: TaskInstanceKey | None
+    ) -> AppDryRunInfo[dict]:
+        request = {
+            "app": to_dict(app),
+            "cfg": dict(cfg),
+            "ti_key": None if ti_key is None else ti_key.to_dict(),
+        }
         return AppDryRunInfo(request, lambda r: json.dumps(r, default=str))
 
     def schedule(self, dryrun_info: AppDryRunInfo[dict]) -> str:
@@ -195,7 +200,9 @@ class FakeScheduler(Scheduler[dict]):
                 app_id,
                 app,
                 dict(dryrun_info._cfg or {}),
-                task_instance_of(app),
+                None
+                if dryrun_info.request["ti_key"] is None
+                else TaskInstanceKey.from_dict(dryrun_info.request["ti_key"]),
                 created=datetime.now(timezone.utc),
             )
             CLUSTER.submitted.append(app_id)

@@ -18,7 +18,6 @@ from torchx_provider.schedulers.docker_state import (
     describe_app,
     exit_code,
     list_apps,
-    of_task_instance,
     oldest_network,
     ready_to_remove,
     replica_state,
@@ -290,9 +289,12 @@ def test_task_instance_is_matched_on_its_full_values() -> None:
     job = app_to_job(APP, DockerOpts(), APP_ID, {}, key)
     c = ContainerInfo(id="x", name="n", status="running", labels=job.containers[0]["labels"])
     assert c.task_instance == key
-    assert of_task_instance(c, TaskInstanceKey(key.dag_id, key.task_id, key.run_id, try_number=4))
-    assert not of_task_instance(c, TaskInstanceKey("dag", "task", "manual__other"))
-    assert not of_task_instance(info("ps", 0, "running"), key)  # submitted outside Airflow
+    assert TaskInstanceKey(key.dag_id, key.task_id, key.run_id, try_number=4).same_instance(
+        c.task_instance
+    )
+    assert not TaskInstanceKey("dag", "task", "manual__other").same_instance(c.task_instance)
+    # submitted outside Airflow
+    assert not key.same_instance(info("ps", 0, "running").task_instance)
 
 
 def test_role_json_survives_in_labels() -> None:

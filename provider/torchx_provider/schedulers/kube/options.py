@@ -25,8 +25,8 @@ from torchx_provider.schedulers.kube.pod import (
     RESERVED_MEMMB,
     RESERVED_MILLICPU,
     PodSettings,
-    check_labels,
 )
+from torchx_provider.schedulers.labels import check_labels
 from torchx_provider.specs.runopts import CfgVal, runopts
 
 _Opts = TypeVar("_Opts", bound="KubeOpts")

@@ -67,8 +67,6 @@ ANNOTATION_ROLE_NAME = LABEL_ROLE_NAME
 #: The full app name; the label of the same key may be hashed.
 ANNOTATION_APP_NAME = LABEL_APP_NAME
 
-#: The variable every replica gets with the hostname of role 0 / replica 0.
-RANK0_HOST_ENV = "TORCHX_RANK0_HOST"
 FIELD_PATH_PREFIX = "[FIELD_PATH]"
 SHM_VOLUME = "dshm"
 
@@ -417,29 +415,3 @@ def object_metadata(
         "labels": all_labels,
         "annotations": all_annotations,
     }
-
-
-_LABEL_KEY = re.compile(
-    r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-
-
-def check_labels(labels: Mapping[str, str], option: str = "labels") -> None:
-    """Raise :class:`InvalidOptionError` for a label key or value Kubernetes would reject."""
-    from torchx_provider.errors import InvalidOptionError
-
-    for key, value in labels.items():
-        if not _LABEL_KEY.match(key) or len(key.rpartition("/")[0]) > 253:
-            raise InvalidOptionError(
-                f"{option}: {key!r} is not a valid label key ([prefix/]name, name at most 63 "
-                "characters of a-z, 0-9, '-', '_', '.')",
-                option,
-            )
-        if not _LABEL_VALUE.match(value):
-            raise InvalidOptionError(
-                f"{option}: the value {value!r} of {key!r} is not a valid label value (at most "
-                "63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric)",
-                option,
-            )

@@ -27,7 +27,6 @@ from torchx_provider.schedulers.api import (
     ListAppResponse,
     Scheduler,
     filter_regex,
-    task_instance_of,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
@@ -48,11 +47,7 @@ from torchx_provider.schedulers.kube.request import (
     replace_images,
 )
 from torchx_provider.schedulers.kube.resources import CustomResource
-from torchx_provider.schedulers.labels import (
-    LABEL_KUBE_MANAGED_BY,
-    MANAGED_BY,
-    TaskInstanceKey,
-)
+from torchx_provider.schedulers.labels import MANAGED_SELECTOR, TaskInstanceKey
 from torchx_provider.schedulers.logs import LineDecoder, LogCursor, TimestampedLine, advance
 from torchx_provider.schedulers.logs import split_timestamp as _split
 from torchx_provider.specs.api import AppDef, AppDryRunInfo, is_terminal
@@ -66,7 +61,6 @@ _T = TypeVar("_T")
 REQUEST_TIMEOUT = 60
 #: Seconds between looks while ``log_iter(should_tail=True)`` waits for a pod to start.
 TAIL_POLL_SECONDS = 1.0
-MANAGED_SELECTOR = f"{LABEL_KUBE_MANAGED_BY}={MANAGED_BY}"
 
 
 def _at(res: CustomResource, namespace: str) -> tuple[str, str, str, str]:
@@ -87,14 +81,8 @@ def _is_unserved(e: BackendUnavailableError) -> bool:
     return e.status == 404
 
 
-def _matches(key: TaskInstanceKey, obj: Mapping[str, Any]) -> bool:
-    found = TaskInstanceKey.from_annotations((obj.get("metadata") or {}).get("annotations") or {})
-    return found is not None and (found.dag_id, found.task_id, found.run_id, found.map_index) == (
-        key.dag_id,
-        key.task_id,
-        key.run_id,
-        key.map_index,
-    )
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 def _lines(chunks: Iterable[bytes | str]) -> Iterator[TimestampedLine]:
@@ -250,10 +238,12 @@ class KubeScheduler(Scheduler[KubeRequest]):
             self._namespace = self.client_config.default_namespace()
         return self._namespace
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubeRequest]:
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal], ti_key: TaskInstanceKey | None
+    ) -> AppDryRunInfo[KubeRequest]:
         namespace = str(cfg.get("namespace") or self.default_namespace())
         request = self.translation.request(
-            app, cfg, namespace=namespace, suffix=random_id(), ti_key=task_instance_of(app)
+            app, cfg, namespace=namespace, suffix=random_id(), ti_key=ti_key
         )
         return AppDryRunInfo(request, str)
 
@@ -329,7 +319,7 @@ class KubeScheduler(Scheduler[KubeRequest]):
         found = [
             obj
             for obj in self._list_objects(namespace, ti_key.selector())
-            if _matches(ti_key, obj)
+            if ti_key.same_instance(TaskInstanceKey.from_annotations(_annotations(obj)))
         ]
         found.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
         return [self._item(namespace, obj) for obj in found]
