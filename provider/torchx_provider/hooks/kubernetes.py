@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
+from torchx_provider.schedulers.kube.kubeconfig import find_kubeconfig, parse_kubeconfig
 
 #: (path key, inlined data key) pairs of kubeconfig clusters and users
 _FILE_REFS = {
@@ -76,22 +77,6 @@ def _read(path: Path, what: str, option: str) -> str:
         ) from None
 
 
-def _parse_kubeconfig(text: str, option: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidOptionError(f"{option} is not valid YAML/JSON: {e}", option) from None
-    if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):
-        raise InvalidOptionError(
-            f"{option} is not a kubeconfig (no 'clusters' list); give the content of a "
-            "kubeconfig file (`kubectl config view --raw`)",
-            option,
-        )
-    return data
-
-
 def flatten_kubeconfig(text: str, base_dir: Path, option: str) -> tuple[str, list[str]]:
     """Inline the files a kubeconfig refers to, as ``kubectl config view --flatten`` does.
 
@@ -101,7 +86,7 @@ def flatten_kubeconfig(text: str, base_dir: Path, option: str) -> tuple[str, lis
     """
     import yaml
 
-    data = _parse_kubeconfig(text, option)
+    data = parse_kubeconfig(text, option)
     secrets: list[str] = []
     for kind, refs in _FILE_REFS.items():
         for entry in data.get(f"{kind}s") or []:
@@ -136,18 +121,6 @@ def _check_context(data: Mapping[str, Any], context: str | None, option: str) ->
             "set cluster_context",
             "cluster_context",
         )
-
-
-def default_kubeconfig_path(env: Mapping[str, str]) -> Path | None:
-    """The kubeconfig the Kubernetes clients would load: first of ``KUBECONFIG``, else
-    ``~/.kube/config`` -- if it exists."""
-    candidates = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
-    candidates.append(str(Path("~/.kube/config").expanduser()))
-    for candidate in candidates:
-        path = Path(candidate).expanduser()
-        if path.is_file():
-            return path
-    return None
 
 
 def resolve_kube_client(
@@ -198,7 +171,7 @@ def resolve_kube_client(
             base_dir = file.parent
         else:
             option = "KUBECONFIG"
-            default = default_kubeconfig_path(env)
+            default = find_kubeconfig(env)
             if default is None:
                 if env.get("KUBERNETES_SERVICE_HOST"):
                     kwargs["in_cluster"] = True
@@ -215,7 +188,7 @@ def resolve_kube_client(
                 base_dir = default.parent
         if not kwargs.get("in_cluster"):
             flat, secrets = flatten_kubeconfig(text, base_dir, option)
-            _check_context(_parse_kubeconfig(flat, option), context, option)
+            _check_context(parse_kubeconfig(flat, option), context, option)
             kwargs["kubeconfig"] = flat
             secrets.append(flat)
     if context:

@@ -12,7 +12,7 @@ kwargs the Airflow hook passes to ``create_scheduler`` / ``create_async_client``
 * ``namespace``: the default namespace (else the context's, else ``default``).
 
 Nothing given: ``KUBECONFIG`` / ``~/.kube/config``, else the in-cluster service account --
-what ``kubectl`` would use.
+what ``kubectl`` would use (the search and the parsing are :mod:`.kubeconfig`'s).
 
 >>> cfg = KubeClientConfig.from_kwargs(kubeconfig={"current-context": "c", "contexts": [
 ...     {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "team"}}]})
@@ -29,6 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.kubeconfig import (
+    context_namespace,
+    find_kubeconfig,
+    parse_kubeconfig,
+    read_kubeconfig,
+)
 
 #: Where a pod finds its own namespace (in-cluster configuration).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -102,7 +108,7 @@ class KubeClientConfig:
         if isinstance(kc, str) and kc.strip():
             text = kc.strip()
             if "\n" in text or text.startswith(("{", "apiVersion", "clusters", "kind")):
-                return ConfigSource("dict", data=_parse_kubeconfig_text(text))
+                return ConfigSource("dict", data=parse_kubeconfig(text))
             return ConfigSource("file", path=os.path.expanduser(text))
         return ConfigSource("default")
 
@@ -115,14 +121,10 @@ class KubeClientConfig:
         src = self.source()
         data: Mapping[str, Any] | None = src.data
         if src.kind == "file" and src.path:
-            data = _read_kubeconfig(src.path)
+            data = read_kubeconfig(Path(src.path))
         elif src.kind == "default":
-            env = os.environ.get("KUBECONFIG", "")
-            for candidate in [*[p for p in env.split(os.pathsep) if p], "~/.kube/config"]:
-                path = os.path.expanduser(candidate)
-                if os.path.isfile(path):
-                    data = _read_kubeconfig(path)
-                    break
+            found = find_kubeconfig(os.environ)
+            data = read_kubeconfig(found) if found else None
         if data is not None:
             ns = context_namespace(data, self.context)
             if ns:
@@ -211,40 +213,3 @@ class KubeClientConfig:
     def _tune(self, configuration: Any) -> None:
         if self.disable_verify_ssl:
             configuration.verify_ssl = False
-
-
-def _parse_kubeconfig_text(text: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidOptionError(
-            f"kubeconfig content is not YAML/JSON: {e}", "kubeconfig"
-        ) from None
-    if not isinstance(data, dict):
-        raise InvalidOptionError(
-            "kubeconfig content must be a mapping (a kubeconfig file's content)", "kubeconfig"
-        )
-    return data
-
-
-def _read_kubeconfig(path: str) -> dict[str, Any] | None:
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return None
-    try:
-        return _parse_kubeconfig_text(text)
-    except InvalidOptionError:
-        return None
-
-
-def context_namespace(kubeconfig: Mapping[str, Any], context: str | None = None) -> str | None:
-    """The namespace of ``context`` (default: ``current-context``) in a kubeconfig, if set."""
-    name = context or kubeconfig.get("current-context")
-    for entry in kubeconfig.get("contexts") or []:
-        if isinstance(entry, Mapping) and entry.get("name") == name:
-            ns = (entry.get("context") or {}).get("namespace")
-            return str(ns) if ns else None
-    return None

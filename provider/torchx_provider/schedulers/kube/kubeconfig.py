@@ -1,0 +1,73 @@
+"""Kubeconfig files, read once: where ``kubectl`` finds one, and what its text must be.
+
+Both the Airflow hook (which reads the kubeconfig on the worker and hands it on as content)
+and the client configuration (which reads the context's namespace) use these functions, so
+the search order and the parsing rules cannot drift apart. Pure apart from reading files;
+no Airflow, no Kubernetes client.
+
+>>> parse_kubeconfig("clusters: []\\ncurrent-context: c")["current-context"]
+'c'
+>>> context_namespace({"current-context": "c", "contexts": [
+...     {"name": "c", "context": {"namespace": "team"}}]})
+'team'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchx_provider.errors import InvalidOptionError
+
+#: Where ``kubectl`` looks when ``KUBECONFIG`` names no file.
+HOME_KUBECONFIG = "~/.kube/config"
+
+
+def kubeconfig_candidates(env: Mapping[str, str]) -> list[Path]:
+    """The files ``kubectl`` would consider, in order: each entry of ``KUBECONFIG``, then
+    ``~/.kube/config`` (``~`` expanded)."""
+    names = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [Path(name).expanduser() for name in [*names, HOME_KUBECONFIG]]
+
+
+def find_kubeconfig(env: Mapping[str, str]) -> Path | None:
+    """The first of :func:`kubeconfig_candidates` that is a file, or ``None``."""
+    return next((path for path in kubeconfig_candidates(env) if path.is_file()), None)
+
+
+def parse_kubeconfig(text: str, option: str = "kubeconfig") -> dict[str, Any]:
+    """The kubeconfig in ``text`` (YAML or JSON); ``option`` names where it came from in the
+    :class:`InvalidOptionError` raised when it is not YAML or has no ``clusters`` list."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidOptionError(f"{option} is not valid YAML/JSON: {e}", option) from None
+    if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):
+        raise InvalidOptionError(
+            f"{option} is not a kubeconfig (no 'clusters' list); give the content of a "
+            "kubeconfig file (`kubectl config view --raw`)",
+            option,
+        )
+    return data
+
+
+def read_kubeconfig(path: Path) -> dict[str, Any] | None:
+    """The kubeconfig in file ``path``; ``None`` when it cannot be read or parsed."""
+    try:
+        return parse_kubeconfig(path.read_text())
+    except (OSError, InvalidOptionError):
+        return None
+
+
+def context_namespace(kubeconfig: Mapping[str, Any], context: str | None = None) -> str | None:
+    """The namespace of ``context`` (default: ``current-context``) in a kubeconfig, if set."""
+    name = context or kubeconfig.get("current-context")
+    for entry in kubeconfig.get("contexts") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            ns = (entry.get("context") or {}).get("namespace")
+            return str(ns) if ns else None
+    return None
