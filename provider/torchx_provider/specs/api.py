@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import string
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 # ---------------------------------------------------------------------------------------------
@@ -254,25 +255,40 @@ class macros:
         base_img_root: str = "DEPRECATED"
 
         def apply(self, role: Role) -> Role:
-            """A deep copy of ``role`` with every macro in args, env and metadata replaced."""
+            """A deep copy of ``role`` with every macro in args, env and metadata replaced.
+
+            The entrypoint is never substituted, on any backend (validation rejects a macro
+            there): every backend either calls this or substitutes exactly these fields with
+            :meth:`substitute` and :meth:`substitute_nested`.
+            """
             role = copy.deepcopy(role)
             role.args = [self.substitute(a) for a in role.args]
             role.env = {k: self.substitute(v) for k, v in role.env.items()}
-            role.metadata = self._apply_nested(role.metadata)
+            role.metadata = self.substitute_nested(role.metadata)
             return role
 
-        def _apply_nested(self, obj: Any) -> Any:
+        def substitute_nested(self, obj: Any) -> Any:
+            """:meth:`substitute` through the strings of nested dicts and lists (new ones)."""
             if isinstance(obj, str):
                 return self.substitute(obj)
             if isinstance(obj, dict):
-                return {k: self._apply_nested(v) for k, v in obj.items()}
+                return {k: self.substitute_nested(v) for k, v in obj.items()}
             if isinstance(obj, list):
-                return [self._apply_nested(v) for v in obj]
+                return [self.substitute_nested(v) for v in obj]
             return obj
 
         def substitute(self, arg: str) -> str:
             """Replace the macros in one string; unknown ``$names`` are left as they are."""
-            return string.Template(arg).safe_substitute(**asdict(self))
+            if "$" not in arg:
+                return arg
+            return _template(arg).safe_substitute(self.__dict__)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(text: str) -> string.Template:
+    """The parsed template of ``text`` (one parse per distinct string: a role's args repeat
+    across its replicas)."""
+    return string.Template(text)
 
 
 @dataclass

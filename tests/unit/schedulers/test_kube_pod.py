@@ -135,6 +135,20 @@ def test_pod_basics() -> None:
     assert pod["metadata"]["labels"][LABEL_REPLICA_ID] == "3"
 
 
+def test_macros_are_substituted_in_args_and_env_never_in_the_entrypoint() -> None:
+    # The rule of macros.Values.apply, which Docker uses: the entrypoint stays as written.
+    role = specs.Role(
+        "r", image="i", entrypoint="run$$x", args=["$${HOME}"], env={"ID": "${replica_id}"}
+    )
+    container = build(role, 2)["spec"]["containers"][0]
+    substituted = specs.macros.Values(
+        img_root="", app_id="app-x", replica_id="2", rank0_env="R0"
+    ).apply(role)
+    assert container["command"] == [substituted.entrypoint, *substituted.args]
+    assert container["command"] == ["run$$x", "${HOME}"]
+    assert container["env"] == [{"name": "ID", "value": "2"}]
+
+
 def test_replicas_share_no_mutable_value() -> None:
     role = specs.Role(
         "r",

@@ -3,7 +3,9 @@
 Pure functions over plain dicts (no client models: building 1,024 pods must take
 milliseconds, and the dry run shows exactly what is sent). What a replica's pod gets:
 
-* ``command``: entrypoint + args, after :class:`~torchx_provider.specs.macros` substitution;
+* ``command``: entrypoint + args; macros (:class:`~torchx_provider.specs.macros`) are
+  substituted in args, env and the overlay, never in the entrypoint (the one rule of
+  ``macros.Values``, shared with Docker);
 * ``env``: the role's env; a value ``[FIELD_PATH]status.podIP`` becomes a ``fieldRef``;
 * container ports from ``port_map``;
 * resources as limits, with requests lowered by the node reserve (``reserved_millicpu``,
@@ -22,10 +24,8 @@ Reading them back is :mod:`~torchx_provider.schedulers.kube.status`.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +44,7 @@ from torchx_provider.specs.api import (
     Resource,
     Role,
     VolumeMount,
+    macros,
 )
 
 #: Kubernetes reserves some CPU and memory on every node for itself. TorchX-style apps ask
@@ -202,38 +203,11 @@ def env_list(env: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
-def substitute(value: str, values: Mapping[str, str]) -> str:
-    """Replace macros in one string, as ``macros.Values.substitute`` (``$$`` → ``$``)."""
-    if "$" not in value:
-        return value
-    return _template(value).safe_substitute(values)
-
-
-@functools.lru_cache(maxsize=1024)
-def _template(value: str) -> string.Template:
-    return string.Template(value)
-
-
-def substitute_nested(obj: Any, values: Mapping[str, str]) -> Any:
-    """:func:`substitute` through dicts and lists (for role metadata)."""
-    if isinstance(obj, str):
-        return substitute(obj, values)
-    if isinstance(obj, Mapping):
-        return {k: substitute_nested(v, values) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [substitute_nested(v, values) for v in obj]
-    return obj
-
-
-def macro_values(app_id: str, replica_id: int, rank0_env: str) -> dict[str, str]:
+def macro_values(app_id: str, replica_id: int, rank0_env: str) -> macros.Values:
     """The macro values of one replica (``img_root`` is the image's root: ``""``)."""
-    return {
-        "img_root": "",
-        "base_img_root": "DEPRECATED",
-        "app_id": app_id,
-        "replica_id": str(replica_id),
-        "rank0_env": rank0_env,
-    }
+    return macros.Values(
+        img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=rank0_env
+    )
 
 
 def role_annotation(role: Role) -> str:
@@ -294,7 +268,6 @@ class RolePodBuilder:
         self._resources = resource_requirements(
             role.resource, settings.reserved_millicpu, settings.reserved_memmb
         )
-        self._command = [role.entrypoint, *role.args]
         self._ports = container_ports(role.port_map)
         self._volumes, self._mounts, self._privileged = volumes_and_mounts(role.mounts)
         capabilities = role.resource.capabilities
@@ -308,7 +281,7 @@ class RolePodBuilder:
 
     def pod(
         self,
-        values: Mapping[str, str],
+        values: macros.Values,
         *,
         labels: Mapping[str, str],
         annotations: Mapping[str, str],
@@ -322,8 +295,8 @@ class RolePodBuilder:
         wins over) the role's env, ``labels``/``annotations`` identify it."""
         role = self.role
         settings = self.settings
-        command = [substitute(a, values) if "$" in a else a for a in self._command]
-        merged_env = {k: substitute(v, values) if "$" in v else v for k, v in role.env.items()}
+        command = [role.entrypoint, *(values.substitute(a) for a in role.args)]
+        merged_env = {k: values.substitute(v) for k, v in role.env.items()}
         if env:
             merged_env.update(env)
 
@@ -384,7 +357,7 @@ class RolePodBuilder:
 
         overlay = self._overlay
         if overlay and self._overlay_has_macros:
-            overlay = substitute_nested(overlay, values)
+            overlay = values.substitute_nested(overlay)
         if overlay:
             pod = apply_overlay(pod, overlay)
             pod.setdefault("metadata", {})
