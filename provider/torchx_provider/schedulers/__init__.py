@@ -1,8 +1,8 @@
 """Schedulers: one module per backend, all behind the TorchX-compatible :class:`Scheduler`.
 
 * ``local_docker`` -- :mod:`torchx_provider.schedulers.docker_scheduler`
-* ``kubernetes`` (Volcano) -- :mod:`torchx_provider.schedulers.volcano_scheduler`
-* ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.mcad_scheduler`
+* ``kubernetes`` (Volcano) -- :mod:`torchx_provider.schedulers.kube.volcano`
+* ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.kube.mcad`
 
 Importing this package imports no client library.
 """

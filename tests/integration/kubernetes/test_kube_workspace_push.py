@@ -16,7 +16,7 @@ from docker_engine import IMAGE, open_docker_engine
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.podlogs import app_selector
-from torchx_provider.schedulers.volcano_scheduler import create_scheduler
+from torchx_provider.schedulers.kube.volcano import create_scheduler
 from torchx_provider.schedulers.workspace import split_image
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]

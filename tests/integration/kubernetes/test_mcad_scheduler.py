@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from torchx_provider import specs
+from torchx_provider.schedulers.kube.mcad import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.mcad_scheduler import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 
 pytestmark = pytest.mark.kubernetes

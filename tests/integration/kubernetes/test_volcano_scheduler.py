@@ -17,9 +17,9 @@ import pytest
 
 from torchx_provider import specs
 from torchx_provider.errors import BackendUnavailableError
+from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor
-from torchx_provider.schedulers.volcano_scheduler import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 
 pytestmark = pytest.mark.kubernetes

@@ -320,7 +320,7 @@ def test_mcad_legacy_groups_validate() -> None:
 
 
 def test_volcano_abort_command_validates() -> None:
-    from torchx_provider.schedulers.volcano_translation import abort_command
+    from torchx_provider.schedulers.kube.volcano.translation import abort_command
 
     job = manifest("kubernetes", "echo")
     job["metadata"]["uid"] = "0b5c3d2e-0000-4000-8000-000000000001"
@@ -333,10 +333,11 @@ def test_volcano_abort_command_validates() -> None:
 
 def test_strict_schema_rejects_a_misspelt_field() -> None:
     from torchx_provider import specs
-    from torchx_provider.schedulers.volcano_translation import VolcanoOpts, app_to_job
+    from torchx_provider.schedulers.kube.volcano import VolcanoOpts
+    from torchx_provider.schedulers.kube.volcano.translation import app_to_volcano_job
 
     app = specs.AppDef("a", [specs.Role("r", image="i", entrypoint="e")])
-    job = app_to_job(app, VolcanoOpts(queue="q"), namespace="ns", suffix="s1234567")
+    job = app_to_volcano_job(app, VolcanoOpts(queue="q"), namespace="ns", suffix="s1234567")
     validate_volcano_job(job)
     bad = copy.deepcopy(job)
     bad["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["comand"] = ["x"]

@@ -9,10 +9,9 @@ import pytest
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube import options
-from torchx_provider.schedulers.kube.options import KubeOpts, kube_run_opts
-from torchx_provider.schedulers.mcad_translation import McadOpts, mcad_run_opts
-from torchx_provider.schedulers.volcano_translation import VolcanoOpts, volcano_run_opts
-from torchx_provider.specs.runopts import runopts
+from torchx_provider.schedulers.kube.mcad import McadOpts
+from torchx_provider.schedulers.kube.options import KubeOpts, option
+from torchx_provider.schedulers.kube.volcano import VolcanoOpts
 
 SHARED = [f.name for f in dataclasses.fields(KubeOpts)]
 
@@ -23,7 +22,7 @@ def test_docstring_examples() -> None:
 
 
 def test_both_backends_declare_the_shared_options_alike() -> None:
-    volcano, mcad = dict(volcano_run_opts()), dict(mcad_run_opts())
+    volcano, mcad = dict(VolcanoOpts.run_opts()), dict(McadOpts.run_opts())
     for name in SHARED:
         v, m = volcano[name], mcad[name]
         assert (v.opt_type, v.default, v.is_required) == (m.opt_type, m.default, m.is_required)
@@ -31,14 +30,17 @@ def test_both_backends_declare_the_shared_options_alike() -> None:
 
 
 def test_namespace_comes_first_then_the_backends_own_options() -> None:
-    assert [n for n, _ in volcano_run_opts()][:2] == ["namespace", "queue"]
-    own = runopts()
-    own.add("extra", str, "backend option")
-    assert [n for n, _ in kube_run_opts("job", own)] == ["namespace", "extra", *SHARED[1:]]
+    assert [n for n, _ in VolcanoOpts.run_opts()][:2] == ["namespace", "queue"]
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class ExtraOpts(KubeOpts):
+        extra: str | None = option(str, "backend option")
+
+    assert [n for n, _ in ExtraOpts.run_opts()] == ["namespace", "extra", *SHARED[1:]]
 
 
 def test_every_option_is_a_field_and_every_field_an_option() -> None:
-    for opts, cls in ((volcano_run_opts(), VolcanoOpts), (mcad_run_opts(), McadOpts)):
+    for opts, cls in ((VolcanoOpts.run_opts(), VolcanoOpts), (McadOpts.run_opts(), McadOpts)):
         assert {n for n, _ in opts} == {f.name for f in dataclasses.fields(cls)}
 
 

@@ -20,13 +20,13 @@ from test_kube_manifests import validate_appwrapper, validate_volcano_job
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.mcad import McadOpts
+from torchx_provider.schedulers.kube.mcad.state import describe_appwrapper
+from torchx_provider.schedulers.kube.mcad.translation import app_to_appwrapper
+from torchx_provider.schedulers.kube.volcano import VolcanoOpts
+from torchx_provider.schedulers.kube.volcano.state import describe_job
+from torchx_provider.schedulers.kube.volcano.translation import app_to_volcano_job
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.mcad_translation import (
-    McadOpts,
-    app_to_appwrapper,
-    describe_appwrapper,
-)
-from torchx_provider.schedulers.volcano_translation import VolcanoOpts, app_to_job, describe_job
 from torchx_provider.specs.names import is_rfc1123_name, normalize_rfc1123_name
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -181,7 +181,7 @@ def check_describe_roundtrip(app: specs.AppDef, resp: Any) -> None:
 def test_volcano_jobs_are_valid(
     app: specs.AppDef, suffix: str, ti_key: TaskInstanceKey | None
 ) -> None:
-    job = app_to_job(
+    job = app_to_volcano_job(
         app, VolcanoOpts(queue="default"), namespace="ns", suffix=suffix, ti_key=ti_key
     )
     validate_volcano_job(job)

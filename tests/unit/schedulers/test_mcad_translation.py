@@ -11,16 +11,14 @@ from test_kube_manifests import validate_appwrapper
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.schedulers.kube.resources import POD_GROUP_LABEL
-from torchx_provider.schedulers.mcad_translation import (
-    COMPLETION_STATUS,
+from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
+from torchx_provider.schedulers.kube.mcad.state import (
     JOB_STATE,
-    McadOpts,
-    McadTranslation,
-    app_to_appwrapper,
     appwrapper_state,
     describe_appwrapper,
 )
+from torchx_provider.schedulers.kube.mcad.translation import COMPLETION_STATUS, app_to_appwrapper
+from torchx_provider.schedulers.kube.resources import POD_GROUP_LABEL
 from torchx_provider.specs.api import AppState
 
 SUFFIX = "abcd1234"
@@ -129,7 +127,7 @@ def test_priority_network_and_requeuing() -> None:
 
 
 def test_bad_groups_are_option_errors() -> None:
-    from torchx_provider.schedulers.mcad_scheduler import create_scheduler
+    from torchx_provider.schedulers.kube.mcad import create_scheduler
 
     scheduler = create_scheduler(namespace="ns")
     app = specs.AppDef("a", [role()])

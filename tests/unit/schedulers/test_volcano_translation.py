@@ -11,16 +11,18 @@ from test_kube_manifests import _schema, validate_volcano_job
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
 from torchx_provider.schedulers.kube.naming import volcano_hosts_env
-from torchx_provider.schedulers.volcano_translation import (
+from torchx_provider.schedulers.kube.volcano import VolcanoOpts, VolcanoTranslation
+from torchx_provider.schedulers.kube.volcano.state import (
     JOB_STATE,
     TASK_STATE,
-    VolcanoOpts,
-    VolcanoTranslation,
-    abort_command,
-    app_to_job,
     describe_job,
     job_state,
+)
+from torchx_provider.schedulers.kube.volcano.translation import (
+    abort_command,
+    app_to_volcano_job,
     task_policies,
 )
 from torchx_provider.specs.api import AppState, RetryPolicy
@@ -30,7 +32,7 @@ SUFFIX = "abcd1234"
 
 def job_of(app: specs.AppDef, **opts: Any) -> dict[str, Any]:
     app.validate()
-    return app_to_job(app, VolcanoOpts(queue="q", **opts), namespace="ns", suffix=SUFFIX)
+    return app_to_volcano_job(app, VolcanoOpts(queue="q", **opts), namespace="ns", suffix=SUFFIX)
 
 
 def role(name: str = "worker", **kw: Any) -> specs.Role:
@@ -164,7 +166,7 @@ def test_options_reach_the_job() -> None:
     ],
 )
 def test_bad_options_fail_the_dry_run(cfg: dict[str, Any], option: str) -> None:
-    from torchx_provider.schedulers.volcano_scheduler import create_scheduler
+    from torchx_provider.schedulers.kube.volcano import create_scheduler
 
     scheduler = create_scheduler(namespace="ns")
     with pytest.raises(InvalidOptionError) as e:
@@ -173,7 +175,7 @@ def test_bad_options_fail_the_dry_run(cfg: dict[str, Any], option: str) -> None:
 
 
 def test_workspace_needs_image_repo_and_is_planned() -> None:
-    from torchx_provider.schedulers.volcano_scheduler import create_scheduler
+    from torchx_provider.schedulers.kube.volcano import create_scheduler
 
     scheduler = create_scheduler(namespace="ns")
     app = specs.AppDef("a", [role("my-role", workspace="."), role("b")])
@@ -193,7 +195,7 @@ def test_workspace_needs_image_repo_and_is_planned() -> None:
 
 
 def test_dry_run_uses_namespace_option_then_client_namespace() -> None:
-    from torchx_provider.schedulers.volcano_scheduler import create_scheduler
+    from torchx_provider.schedulers.kube.volcano import create_scheduler
 
     scheduler = create_scheduler(namespace="team")
     app = specs.AppDef("a", [role()])
@@ -233,6 +235,21 @@ def with_status(job: dict[str, Any], phase: str, counts: dict[str, dict[str, int
         **kw,
     }
     return job
+
+
+def test_describe_reads_an_unstored_role_from_its_first_replica_as_mcad_does() -> None:
+    from torchx_provider.schedulers.kube.mcad.state import describe_appwrapper
+    from torchx_provider.schedulers.kube.mcad.translation import app_to_appwrapper
+    from torchx_provider.schedulers.labels import ANNOTATION_ROLE
+
+    app = specs.AppDef("app", [role("r", args=["--rank", "${replica_id}"], num_replicas=2)])
+    job = job_of(app)
+    aw = app_to_appwrapper(app, McadOpts(), namespace="ns", suffix=SUFFIX)
+    templates = [*VolcanoTranslation().pod_templates(job), *McadTranslation().pod_templates(aw)]
+    for template in templates:  # objects made before roles were stored
+        template["metadata"]["annotations"].pop(ANNOTATION_ROLE, None)
+    for resp in (describe_job("ns:x", job), describe_appwrapper("ns:x", aw)):
+        assert [(r.name, r.args, r.num_replicas) for r in resp.roles] == [("r", ["--rank", "0"], 2)]
 
 
 def test_describe_maps_each_replica_from_stored_labels() -> None:
@@ -352,7 +369,7 @@ def test_list_item_and_abort_command() -> None:
 def test_restarts_do_not_count_the_final_failure(
     retry_count: int, max_retry: int, expected: int
 ) -> None:
-    from torchx_provider.schedulers.volcano_translation import restarts
+    from torchx_provider.schedulers.kube.volcano.state import restarts
 
     job = {"spec": {"maxRetry": max_retry}, "status": {"retryCount": retry_count}}
     assert restarts(job) == expected

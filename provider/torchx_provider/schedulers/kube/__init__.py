@@ -1,14 +1,21 @@
 """What the two Kubernetes backends (Volcano and MCAD) share, written once.
 
+Each backend is a package of its own, holding only its pure parts -- run options, the
+translation AppDef → object, the state table -- and its two factories:
+:mod:`.volcano` (``kubernetes``) and :mod:`.mcad` (``kubernetes_mcad``). Shared here:
+
 * :mod:`.resources` -- the custom resource types (group, version, plural, kind);
+* :mod:`.kubeconfig` -- where a kubeconfig is found and how it is parsed;
 * :mod:`.client_config` -- client configuration for the sync and the async client;
 * :mod:`.errors` -- the one place client exceptions become the provider's;
 * :mod:`.naming` -- object and pod names within 63 characters;
 * :mod:`.pod` -- role → pod template; :mod:`.overlay` -- the pod overlay;
 * :mod:`.status` -- pods and templates → replica statuses; :mod:`.podlogs` -- log requests;
-* :mod:`.options` -- the run options both backends share;
+* :mod:`.options` -- the run options both backends share, one dataclass field each;
 * :mod:`.request` -- the dry-run request and the translation interface;
-* :mod:`.shell` -- the sync scheduler and the async client around a translation.
+* :mod:`.core` -- every operation (create, describe, list, cancel...) once, async;
+* :mod:`.io_sync`, :mod:`.io_async` -- the thin API calls of the two clients;
+* :mod:`.scheduler` -- the sync face (worker); :mod:`.client` -- the async face (triggerer).
 
-Nothing here imports ``kubernetes`` or ``kubernetes_asyncio`` at module level.
+Nothing here imports ``kubernetes``, ``kubernetes_asyncio`` or ``yaml`` at module level.
 """

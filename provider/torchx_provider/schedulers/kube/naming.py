@@ -20,9 +20,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.names import MAX_NAME_LEN, normalize_rfc1123_name, short_hash
+
+if TYPE_CHECKING:
+    from torchx_provider.specs.api import AppDef
 
 #: How many characters of the app's name the job name keeps (more are cut, with a hash).
 APP_NAME_BUDGET = 20
@@ -98,3 +103,20 @@ def volcano_hosts_env(task: str) -> str:
 def mcad_pod_name(job: str, role_slug: str, replica_id: int) -> str:
     """The name (and hostname) of one MCAD replica pod: unique across roles."""
     return f"{job}-{role_slug}-{replica_id}"
+
+
+@dataclass(frozen=True)
+class AppNames:
+    """The object name (job or AppWrapper, and its Service) and one slug per role (its
+    container name and the stem of its pods' names)."""
+
+    name: str
+    slugs: list[str]
+
+    @classmethod
+    def of(cls, app: AppDef, suffix: str, overhead: int) -> AppNames:
+        """The names of ``app``; ``overhead`` is what a backend's pod names add to each slug
+        beyond ``{name}-{slug}-{replica}`` (Volcano's task index: 2, MCAD: 0)."""
+        name = job_name(app.name, suffix)
+        budgets = [role_budget(name, r.num_replicas, overhead) for r in app.roles]
+        return cls(name, role_slugs([r.name for r in app.roles], budgets))

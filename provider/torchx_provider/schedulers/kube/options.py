@@ -1,13 +1,18 @@
-"""The run options both Kubernetes backends accept, declared once.
+"""The run options both Kubernetes backends accept, each declared once as a dataclass field.
 
 Volcano and MCAD place pods the same way (:mod:`.pod`), so the options that shape those pods
 and the object around them -- namespace, service account, workspace image repository, pull
 secret, reserved resources, server-side validation, extra labels and annotations -- mean the
-same on both. Declaring them here keeps their names, types, defaults and help from drifting
-apart; each backend adds only what its object has of its own (Volcano's ``queue``, MCAD's
-``priority`` and coscheduling).
+same on both. Each is a field of :class:`KubeOpts` whose metadata holds its type and help;
+:meth:`KubeOpts.run_opts` derives the :class:`runopts` from the fields, so names, types,
+defaults and help cannot drift apart. A backend subclasses :class:`KubeOpts` with only what
+its object has of its own (Volcano's ``queue``, MCAD's ``priority`` and coscheduling) and
+sets :attr:`KubeOpts.KIND`, the object ``{kind}`` names in the help texts.
 
->>> opts = kube_run_opts("job", runopts())
+>>> @dataclass(frozen=True, kw_only=True)
+... class JobOpts(KubeOpts):
+...     KIND: ClassVar[str] = "job"
+>>> opts = JobOpts.run_opts()
 >>> [name for name, _ in opts][:3]
 ['namespace', 'service_account', 'image_repo']
 >>> opts.get("validate_spec").help
@@ -16,9 +21,10 @@ apart; each backend adds only what its object has of its own (Volcano's ``queue`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.pod import (
@@ -32,80 +38,90 @@ from torchx_provider.specs.runopts import CfgVal, runopts
 _Opts = TypeVar("_Opts", bound="KubeOpts")
 
 
-def kube_run_opts(kind: str, specific: runopts) -> runopts:
-    """``namespace``, then the backend's ``specific`` options, then the shared rest.
+def option(type_: Any, help: str, default: Any = None) -> Any:
+    """A run-option field: its default, and its type and help (``{kind}`` is filled in by
+    :meth:`KubeOpts.run_opts`) in the field's metadata."""
+    return field(default=default, metadata={"type": type_, "help": help})
 
-    ``kind`` names the object the backend creates (``"job"``, ``"AppWrapper"``) in the help
-    texts. The backend's own options come second, where TorchX users look for them (the
-    required ``queue`` right after ``namespace``).
-    """
-    opts = runopts()
-    opts.add(
-        "namespace",
-        str,
-        f"Kubernetes namespace of the {kind} (default: the connection's, else the kube "
-        "context's, else 'default')",
-    )
-    opts.update(specific)
-    opts.add("service_account", str, "service account of the pods")
-    opts.add(
-        "image_repo",
-        str,
-        "registry repository to push workspace images to (e.g. registry.example.com/me/app); "
-        "needed by roles with a workspace",
-    )
-    opts.add("image_secret", str, "image pull secret of the pods (private registries)")
-    opts.add(
-        "reserved_millicpu",
-        int,
-        "CPU (millicores) kept back from each replica's request for the node's own use",
-        default=RESERVED_MILLICPU,
-    )
-    opts.add(
-        "reserved_memmb",
-        int,
-        "memory (MiB) kept back from each replica's request for the node's own use",
-        default=RESERVED_MEMMB,
-    )
-    opts.add(
-        "validate_spec",
-        bool,
-        f"ask the API server to validate the {kind} (server-side dry run) before creating it",
-        default=False,
-    )
-    opts.add("labels", dict[str, str], f"extra labels for the {kind} and its pods")
-    opts.add("annotations", dict[str, str], f"extra annotations for the {kind} and its pods")
-    return opts
+
+def required_option(type_: Any, help: str) -> Any:
+    """A run-option field without default: the option is required."""
+    return field(metadata={"type": type_, "help": help})
 
 
 @dataclass(frozen=True, kw_only=True)
 class KubeOpts:
-    """The resolved shared options (see :func:`kube_run_opts` for their help).
+    """The resolved shared options; each field's metadata holds its type and help.
 
     Keyword-only, so that a backend's subclass may add a required field (Volcano's ``queue``)
     after these defaulted ones.
     """
 
-    namespace: str | None = None
-    service_account: str | None = None
-    image_repo: str | None = None
-    image_secret: str | None = None
-    reserved_millicpu: int = RESERVED_MILLICPU
-    reserved_memmb: int = RESERVED_MEMMB
-    validate_spec: bool = False
-    labels: Mapping[str, str] | None = None
-    annotations: Mapping[str, str] | None = None
+    #: The object the backend creates (``"job"``, ``"AppWrapper"``), as help texts name it.
+    KIND: ClassVar[str] = "object"
+
+    namespace: str | None = option(
+        str,
+        "Kubernetes namespace of the {kind} (default: the connection's, else the kube "
+        "context's, else 'default')",
+    )
+    service_account: str | None = option(str, "service account of the pods")
+    image_repo: str | None = option(
+        str,
+        "registry repository to push workspace images to (e.g. registry.example.com/me/app); "
+        "needed by roles with a workspace",
+    )
+    image_secret: str | None = option(str, "image pull secret of the pods (private registries)")
+    reserved_millicpu: int = option(
+        int,
+        "CPU (millicores) kept back from each replica's request for the node's own use",
+        default=RESERVED_MILLICPU,
+    )
+    reserved_memmb: int = option(
+        int,
+        "memory (MiB) kept back from each replica's request for the node's own use",
+        default=RESERVED_MEMMB,
+    )
+    validate_spec: bool = option(
+        bool,
+        "ask the API server to validate the {kind} (server-side dry run) before creating it",
+        default=False,
+    )
+    labels: Mapping[str, str] | None = option(
+        dict[str, str], "extra labels for the {kind} and its pods"
+    )
+    annotations: Mapping[str, str] | None = option(
+        dict[str, str], "extra annotations for the {kind} and its pods"
+    )
+
+    @classmethod
+    def run_opts(cls) -> runopts:
+        """The options of the fields: ``namespace``, then the backend's own (where TorchX
+        users look for them: the required ``queue`` right after ``namespace``), then the
+        shared rest."""
+        shared = [f.name for f in dataclasses.fields(KubeOpts)]
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        own = [name for name in by_name if name not in shared]
+        opts = runopts()
+        for name in [shared[0], *own, *shared[1:]]:
+            f = by_name[name]
+            required = f.default is dataclasses.MISSING
+            default: CfgVal = None if required else f.default  # type: ignore[assignment]
+            help = f.metadata["help"].replace("{kind}", cls.KIND)
+            opts.add(name, f.metadata["type"], help, default=default, required=required)
+        return opts
 
     @classmethod
     def from_cfg(cls: type[_Opts], cfg: Mapping[str, CfgVal]) -> _Opts:
         """From resolved run options (unset ones take the dataclass defaults; keys of other
         backends or of the connection are ignored)."""
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)}
         known = {k: v for k, v in cfg.items() if k in names and v is not None}
         return cls(**known)  # type: ignore[arg-type]
 
     def check(self) -> None:
-        """Reject shared values the API server would reject later, or silently misapply."""
+        """Reject values the API server would reject later, or silently misapply; a backend
+        extends it with its own options' rules."""
         for key in ("reserved_millicpu", "reserved_memmb"):
             value = getattr(self, key)
             if value < 0:

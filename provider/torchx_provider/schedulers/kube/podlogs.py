@@ -4,17 +4,19 @@ The API reads a pod's log with ``timestamps=true``; every line then starts with 
 timestamp, which :func:`~torchx_provider.schedulers.logs.split_timestamp` takes off and the
 shared :func:`~torchx_provider.schedulers.logs.advance` uses to drop what a cursor has already
 emitted. The API has ``sinceSeconds`` (whole seconds, relative) but the clients lack
-``sinceTime`` and there is no ``until``: both bounds are applied here, on the lines.
+``sinceTime`` and there is no ``until``: both bounds are applied on the lines, by
+:func:`~torchx_provider.schedulers.logs.within`. :func:`no_log_yet` is how both readers
+read a failed log request.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from torchx_provider.errors import InvalidOptionError
+from torchx_provider.errors import InvalidOptionError, SubmissionError
 from torchx_provider.schedulers.api import Stream
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER
 from torchx_provider.schedulers.labels import (
@@ -23,7 +25,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
     label_value,
 )
-from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance
+from torchx_provider.schedulers.logs import require_aware
 
 #: ``streams`` → the API's ``stream`` parameter (Kubernetes 1.32+, PodLogsQuerySplitStreams;
 #: older servers ignore it and return both streams).
@@ -86,8 +88,7 @@ def since_seconds(since: datetime | None, now: datetime) -> int | None:
     """``sinceSeconds`` covering ``since`` (rounded up, one second spare); ``None`` for all."""
     if since is None:
         return None
-    if since.tzinfo is None:
-        raise InvalidOptionError("since must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    require_aware(since, "since")
     return max(1, math.ceil((now - since).total_seconds()) + 1)
 
 
@@ -125,14 +126,7 @@ def log_request(
     return kwargs
 
 
-def bounded(
-    lines: Iterable[TimestampedLine], since: datetime | None, until: datetime | None
-) -> Iterator[TimestampedLine]:
-    """Lines at or after ``since`` and at or before ``until`` (stops at the first later one:
-    lines come in time order)."""
-    start = LogCursor(since, 0)
-    for line in lines:
-        if until is not None and line.timestamp is not None and line.timestamp > until:
-            return
-        kept, _ = advance(start, (line,))
-        yield from kept
+def no_log_yet(error: SubmissionError) -> bool:
+    """Whether a failed log read means "no log to read yet" rather than an error: the API
+    answers 400 while the container is (re)starting. Both readers then return no lines."""
+    return error.status == 400

@@ -2,9 +2,11 @@
 
 :class:`KubeRequest` is the request of both backends' :class:`AppDryRunInfo`: the manifest
 that ``schedule`` will create, the workspace images to build first, and the options that
-change how it is created. :class:`KubeTranslation` is what a backend implements in one pure
-module (``volcano_translation``, ``mcad_translation``); the sync scheduler and the async
-client in :mod:`~torchx_provider.schedulers.kube.shell` only do the I/O around it.
+change how it is created. :class:`KubeTranslation` is what a backend implements in its pure
+package (:mod:`~torchx_provider.schedulers.kube.volcano`,
+:mod:`~torchx_provider.schedulers.kube.mcad`); the dry run itself (options → names →
+manifest → request) is written here once. The operations in
+:mod:`~torchx_provider.schedulers.kube.core` only do the I/O around it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.options import KubeOpts
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -35,7 +39,7 @@ def to_yaml(obj: Any) -> str:
 
 
 @dataclass(frozen=True)
-class WorkspaceBuild:
+class ImageBuild:
     """A role whose workspace is built onto its image and pushed before the app is created."""
 
     role: str
@@ -52,7 +56,7 @@ class KubeRequest:
     resource: CustomResource
     namespace: str
     body: dict[str, Any]
-    builds: list[WorkspaceBuild] = field(default_factory=list)
+    builds: list[ImageBuild] = field(default_factory=list)
     validate_spec: bool = False
 
     @property
@@ -87,12 +91,12 @@ def parse_app_id(app_id: str) -> tuple[str, str]:
     return namespace, name
 
 
-def workspace_builds(
+def image_builds(
     app: AppDef, containers: Sequence[str], image_repo: str | None
-) -> list[WorkspaceBuild]:
+) -> list[ImageBuild]:
     """The roles to build and push; a workspace without ``image_repo`` is an error (the
     cluster could not pull a locally built image)."""
-    builds: list[WorkspaceBuild] = []
+    builds: list[ImageBuild] = []
     for i, (role, container) in enumerate(zip(app.roles, containers, strict=True)):
         if not role.workspace:
             continue
@@ -103,7 +107,7 @@ def workspace_builds(
                 "you can push to (e.g. image_repo=registry.example.com/me/app)",
                 option="image_repo",
             )
-        builds.append(WorkspaceBuild(role.name, container, role.workspace, role.image, image_repo))
+        builds.append(ImageBuild(role.name, container, role.workspace, role.image, image_repo))
     return builds
 
 
@@ -120,17 +124,21 @@ def replace_images(pods: Iterator[dict[str, Any]], images: Mapping[str, tuple[st
 class KubeTranslation(abc.ABC):
     """A backend's pure core: app + options → request, and objects → states."""
 
-    #: The scheduler name (``kubernetes``, ``kubernetes_mcad``).
+    #: The backend name (``kubernetes``, ``kubernetes_mcad``).
     backend: str
+    #: The backend's run options; :meth:`run_opts` derives from its fields.
+    options: type[KubeOpts]
+    #: What the backend's pod names add to a role slug (see :meth:`AppNames.of`).
+    name_overhead: int = 0
 
-    @abc.abstractmethod
     def run_opts(self) -> runopts:
         """The backend's run options."""
+        return self.options.run_opts()
 
-    def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:  # noqa: B027
-        """Backend rules on top of ``AppDef.validate`` (default: none)."""
+    def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Backend rules on top of ``AppDef.validate``: its options' :meth:`KubeOpts.check`."""
+        self.options.from_cfg(cfg).check()
 
-    @abc.abstractmethod
     def request(
         self,
         app: AppDef,
@@ -141,6 +149,31 @@ class KubeTranslation(abc.ABC):
         ti_key: TaskInstanceKey | None = None,
     ) -> KubeRequest:
         """The request for ``app``; ``suffix`` makes the object name unique."""
+        opts = self.options.from_cfg(cfg)
+        names = AppNames.of(app, suffix, self.name_overhead)
+        return KubeRequest(
+            resource=self.resource(opts),
+            namespace=namespace,
+            body=self.manifest(app, opts, namespace=namespace, names=names, ti_key=ti_key),
+            builds=image_builds(app, names.slugs, opts.image_repo),
+            validate_spec=opts.validate_spec,
+        )
+
+    @abc.abstractmethod
+    def resource(self, opts: Any) -> CustomResource:
+        """The resource type the app is created as (``opts``: :attr:`options`)."""
+
+    @abc.abstractmethod
+    def manifest(
+        self,
+        app: AppDef,
+        opts: Any,
+        *,
+        namespace: str,
+        names: AppNames,
+        ti_key: TaskInstanceKey | None,
+    ) -> dict[str, Any]:
+        """The object of ``app`` (pure: same input, same manifest)."""
 
     @abc.abstractmethod
     def read_resources(self) -> Sequence[CustomResource]:

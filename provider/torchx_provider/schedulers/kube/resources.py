@@ -35,10 +35,6 @@ class CustomResource:
         """The CustomResourceDefinition's name, ``plural.group`` (as in error messages)."""
         return f"{self.plural}.{self.group}"
 
-    def gvp(self) -> tuple[str, str, str]:
-        """``(group, version, plural)``: the first arguments of every custom-object call."""
-        return self.group, self.version, self.plural
-
 
 #: Volcano's Job (``vcjob``): https://volcano.sh/en/docs/vcjob/
 VOLCANO_JOB = CustomResource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
@@ -82,7 +78,3 @@ def podgroup(group: str = PODGROUP_GROUP) -> CustomResource:
             option="coscheduler_api_group",
         )
     return CustomResource(group, "v1alpha1", "podgroups", "PodGroup")
-
-
-APPWRAPPER = appwrapper()
-PODGROUP = podgroup()

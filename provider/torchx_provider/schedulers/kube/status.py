@@ -3,18 +3,22 @@
 Both Kubernetes backends describe an app the same way: each replica is found by the labels
 and annotations written when it was created (never by splitting object names), its state
 comes from the backend's own table, and the pod -- when there is one -- adds the exit code,
-the error text and the restart count. :func:`assemble` turns those records into the roles and
-role statuses of a :class:`~torchx_provider.schedulers.api.DescribeAppResponse`.
+the error text and the restart count. :func:`describe_app` turns those records (and the
+templates they were made from) into the roles and role statuses of a
+:class:`~torchx_provider.schedulers.api.DescribeAppResponse`; a backend contributes only how
+it finds its replicas and their states.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
@@ -207,6 +211,51 @@ def assemble(
             )
         statuses.append(RoleStatus(role=name, replicas=replicas))
     return out_roles, statuses, first_error
+
+
+def roles_of(replicas: Iterable[tuple[ReplicaKey, Mapping[str, Any]]]) -> dict[str, Role]:
+    """The role of each role name among ``(replica, pod template)`` pairs: the role stored in
+    a template's ``ANNOTATION_ROLE``, else one read from the role's first template, its
+    ``num_replicas`` counted from the pairs."""
+    roles: dict[str, Role] = {}
+    first_template: dict[str, Mapping[str, Any]] = {}
+    counts: Counter[str] = Counter()
+    for key, template in replicas:
+        counts[key.role] += 1
+        stored = stored_role(template.get("metadata") or {})
+        if stored is not None:
+            roles.setdefault(key.role, stored)
+        else:
+            first_template.setdefault(key.role, template)
+    for name, template in first_template.items():
+        roles.setdefault(name, role_from_template(name, template))
+    for name, role in roles.items():
+        if role.num_replicas == 0:
+            role.num_replicas = counts[name]
+    return roles
+
+
+def describe_app(
+    app_id: str,
+    state: AppState,
+    replicas: Sequence[tuple[ReplicaRecord, Mapping[str, Any]]],
+    *,
+    num_restarts: int,
+    msg: str,
+) -> DescribeAppResponse:
+    """The response of an app in ``state`` whose replicas are ``(record, pod template)``
+    pairs; the first replica error is its structured error."""
+    roles = roles_of((record.key, template) for record, template in replicas)
+    role_list, statuses, first_error = assemble([record for record, _ in replicas], roles)
+    return DescribeAppResponse(
+        app_id=app_id,
+        state=state,
+        num_restarts=num_restarts,
+        msg=msg,
+        structured_error_msg=first_error,
+        roles_statuses=statuses,
+        roles=role_list,
+    )
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -1,8 +1,8 @@
-"""The sync scheduler and the async client around the translations, on an in-memory API.
+"""The operations of both Kubernetes faces (sync scheduler, async client), on an in-memory API.
 
 The fakes stand in for the two thin API wrappers (``SyncKube``/``AsyncKube``), so these tests
-check what the shell decides -- which calls, in which order, with which objects -- without a
-server; the real calls run in tests/integration/kubernetes.
+check what the core decides -- which calls, in which order, with which objects -- without a
+server, and that both faces decide alike; the real calls run in tests/integration/kubernetes.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from torchx_provider import specs
-from torchx_provider.errors import BackendUnavailableError, InvalidOptionError
+from torchx_provider.errors import BackendUnavailableError, InvalidOptionError, SubmissionError
+from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_async_client
+from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, format_timestamp
-from torchx_provider.schedulers.mcad_scheduler import create_async_client as mcad_async_client
-from torchx_provider.schedulers.mcad_scheduler import create_scheduler as mcad_scheduler
-from torchx_provider.schedulers.volcano_scheduler import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState
 
 T0 = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
@@ -42,6 +42,8 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.pod_list: list[dict[str, Any]] = []
         self.logs: dict[str, bytes] = {}
+        #: pod name -> the HTTP status its log read fails with
+        self.log_errors: dict[str, int] = {}
         self.calls: list[tuple[str, ...]] = []
         self.unserved = unserved or set()
         self._n = 0
@@ -100,6 +102,9 @@ class FakeKube:
         self.calls.append(
             ("log", kwargs["name"], str(kwargs.get("since_seconds")), str(kwargs.get("follow")))
         )
+        status = self.log_errors.get(kwargs["name"])
+        if status is not None:
+            raise SubmissionError(f"cannot read the log: {status}", status)
         data = self.logs.get(kwargs["name"], b"")
         # Split mid-line to exercise the decoder.
         yield data[:7]
@@ -120,6 +125,11 @@ class FakeAsyncKube:
 
     async def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         return self.sync.get(res, namespace, name)
+
+    async def list_objects(
+        self, res: CustomResource, namespace: str, selector: str
+    ) -> list[dict[str, Any]]:
+        return self.sync.list_objects(res, namespace, selector)
 
     async def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         self.sync.delete(res, namespace, name)
@@ -266,7 +276,7 @@ def test_log_iter_bounds_filters_and_picks_the_replica(volcano: Any, fake: FakeK
 def test_tail_waits_for_the_pod_until_the_app_ends(
     volcano: Any, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torchx_provider.schedulers.kube.shell as shell
+    import torchx_provider.schedulers.kube.scheduler as scheduler_module
 
     app_id = volcano.schedule(volcano.submit_dryrun(app(1), {"queue": "q"}))
     job = set_phase(fake, app_id, "Pending")
@@ -277,7 +287,7 @@ def test_tail_waits_for_the_pod_until_the_app_ends(
         if len(sleeps) == 2:
             add_pod(fake, job, 0, "Running", ["late"])
 
-    monkeypatch.setattr(shell.time, "sleep", fake_sleep)
+    monkeypatch.setattr(scheduler_module.time, "sleep", fake_sleep)
     assert list(volcano.log_iter(app_id, "my-role", 0, should_tail=True)) == ["late\n"]
     assert fake.calls[-1][-1] == "True"  # followed
     set_phase(fake, app_id, "Failed")
@@ -368,3 +378,54 @@ async def test_async_mcad_cancel_deletes() -> None:
     client.kube = FakeAsyncKube(fake)
     await client.cancel(app_id)
     assert await client.describe(app_id) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Both faces alike
+
+
+async def test_both_faces_read_a_restarting_container_as_no_log_yet(
+    volcano: Any, fake: FakeKube
+) -> None:
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Running")
+    restarting = add_pod(fake, job, 0, "Running", ["old"])
+    rejected = add_pod(fake, job, 1, "Running", ["x"])
+    fake.log_errors.update({restarting: 400, rejected: 422})
+    client = create_async_client(namespace="ns")
+    client.kube = FakeAsyncKube(fake)
+
+    assert list(volcano.log_iter(app_id, "my-role", 0)) == []
+    assert (await client.read_logs(app_id, "my-role", 0, LogCursor())) == ([], LogCursor())
+    with pytest.raises(SubmissionError):
+        list(volcano.log_iter(app_id, "my-role", 1))
+    with pytest.raises(SubmissionError):
+        await client.read_logs(app_id, "my-role", 1, LogCursor())
+
+
+async def test_both_faces_list_and_find_the_same_apps(volcano: Any, fake: FakeKube) -> None:
+    key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", 0, 1)
+    first = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
+    second = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
+    volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    client = create_async_client(namespace="ns")
+    client.kube = FakeAsyncKube(fake)
+
+    assert await client.list("s") == volcano.list()
+    found = await client.find_apps(key, "s")
+    assert found == volcano.find_apps(key)
+    assert [f.app_id for f in found] == [second, first]
+
+
+def test_run_sync_refuses_an_operation_that_waits() -> None:
+    from torchx_provider.schedulers.kube.core import run_sync
+
+    class Suspends:
+        def __await__(self) -> Iterator[None]:
+            yield None
+
+    async def waits() -> None:
+        await Suspends()
+
+    with pytest.raises(RuntimeError, match="waited"):
+        run_sync(waits())

@@ -1,0 +1,46 @@
+"""The two factories of a Kubernetes backend, made once for any translation.
+
+A backend package exports ``create_scheduler(session_name="", **client_kwargs)`` (the sync
+:class:`~.scheduler.KubeScheduler`, worker) and ``create_async_client(**client_kwargs)``
+(the :class:`~.client.KubeAsyncClient`, triggerer) as ``backend_factories(Translation)``.
+The kwargs are the plain client parameters of
+:class:`~.client_config.KubeClientConfig` (``kubeconfig``, ``context``, ``in_cluster``,
+``disable_verify_ssl``, ``namespace``); the scheduler also takes a ready ``api_client``,
+which the async client drops. Nothing is imported until a factory is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.kube.client import KubeAsyncClient
+    from torchx_provider.schedulers.kube.request import KubeTranslation
+    from torchx_provider.schedulers.kube.scheduler import KubeScheduler
+
+
+def backend_factories(
+    translation: Callable[[], KubeTranslation],
+) -> tuple[Callable[..., KubeScheduler], Callable[..., KubeAsyncClient]]:
+    """``(create_scheduler, create_async_client)`` of the backend of ``translation``."""
+
+    def create_scheduler(session_name: str = "", **client_kwargs: Any) -> KubeScheduler:
+        """The scheduler, from the plain client kwargs; ``api_client`` may pass a ready
+        client."""
+        from torchx_provider.schedulers.kube.client_config import KubeClientConfig
+        from torchx_provider.schedulers.kube.scheduler import KubeScheduler
+
+        api_client = client_kwargs.pop("api_client", None)
+        config = KubeClientConfig.from_kwargs(**client_kwargs)
+        return KubeScheduler(translation(), session_name, config, api_client)
+
+    def create_async_client(**client_kwargs: Any) -> KubeAsyncClient:
+        """The async describe/logs/cancel client (triggerer), from the same kwargs."""
+        from torchx_provider.schedulers.kube.client import KubeAsyncClient
+        from torchx_provider.schedulers.kube.client_config import KubeClientConfig
+
+        client_kwargs.pop("api_client", None)
+        return KubeAsyncClient(translation(), KubeClientConfig.from_kwargs(**client_kwargs))
+
+    return create_scheduler, create_async_client

@@ -1,0 +1,232 @@
+"""MCAD (``kubernetes_mcad`` backend), the pure translation: AppDef → AppWrapper.
+
+An app becomes one ``v1beta1`` AppWrapper of the Multi-Cluster App Dispatcher (API group
+``workload.codeflare.dev``, or ``mcad.ibm.com`` for MCAD up to v1.34.0) wrapping:
+
+* one generic item per replica: a Pod named ``{app}-{role}-{replica}`` (so pods of different
+  roles never share a name), with that name as hostname and the app's Service as subdomain;
+  ``completionstatus`` is set so that MCAD moves the AppWrapper to ``Completed`` once no pod
+  is pending or running (without it a finished app stays ``Running`` forever);
+* a headless Service named after the app, so ``{pod}.{app}`` resolves: its ports are the
+  roles' ``port_map`` ports (29500 when there are none);
+* with ``coscheduler_name``, one coscheduling PodGroup per role (``minMember`` = the role's
+  ``min_replicas``, else ``num_replicas``), and the pods name that scheduler and their group.
+
+Every replica gets ``TORCHX_RANK0_HOST`` (``localhost`` on rank 0, else rank 0's hostname),
+which ``${rank0_env}`` names.
+
+Retries: MCAD restarts (requeues) a whole AppWrapper, never one pod, so any retry policy acts
+as ``APPLICATION``; the number of requeuings is the smallest ``max_retries`` of the roles.
+MCAD reports pod counts, not replicas: each replica's state is read from its pod.
+
+The AppWrapper's status is read back in :mod:`.state`; the run options are :mod:`.options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.mcad.options import McadOpts
+from torchx_provider.schedulers.kube.mcad.state import (
+    appwrapper_state,
+    describe_appwrapper,
+    pod_items,
+)
+from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.overlay import clone
+from torchx_provider.schedulers.kube.pod import (
+    ReplicaIdentity,
+    RolePodBuilder,
+    macro_values,
+    object_metadata,
+    port_name,
+    role_annotation,
+)
+from torchx_provider.schedulers.kube.request import KubeTranslation
+from torchx_provider.schedulers.kube.resources import (
+    APPWRAPPER_GROUPS,
+    POD_GROUP_LABEL,
+    CustomResource,
+    appwrapper,
+    podgroup,
+)
+from torchx_provider.schedulers.labels import (
+    ANNOTATION_ROLE,
+    LABEL_APP_ID,
+    RANK0_HOST_ENV,
+    TaskInstanceKey,
+    label_value,
+)
+from torchx_provider.specs.api import AppDef, AppState
+
+BACKEND = "kubernetes_mcad"
+#: The rendezvous port the Service exposes when no role has a ``port_map``.
+DEFAULT_PORT = 29500
+#: What MCAD looks for in each pod's condition types (it matches by substring) before it
+#: counts the item complete; every pod the kubelet has seen has a ``Ready`` condition, so the
+#: AppWrapper completes exactly when no pod is pending or running any more.
+COMPLETION_STATUS = "Ready"
+#: Requeuing when ``max_retries`` > 0 (MCAD's own defaults, made explicit).
+REQUEUE_SECONDS = 300
+
+
+def service_ports(app: AppDef) -> list[dict[str, Any]]:
+    """The Service's ports: every distinct ``port_map`` port, else :data:`DEFAULT_PORT`."""
+    ports: dict[int, str] = {}
+    for role in app.roles:
+        for key, port in role.port_map.items():
+            ports.setdefault(int(port), port_name(key) or f"port-{port}")
+    if not ports:
+        ports[DEFAULT_PORT] = "c10d"
+    used: set[str] = set()
+    out = []
+    for port, name in ports.items():
+        if name in used:
+            name = f"port-{port}"
+        used.add(name)
+        out.append({"name": name, "port": port, "targetPort": port, "protocol": "TCP"})
+    return out
+
+
+def app_to_appwrapper(
+    app: AppDef,
+    opts: McadOpts,
+    *,
+    namespace: str,
+    suffix: str,
+    ti_key: TaskInstanceKey | None = None,
+    names: AppNames | None = None,
+) -> dict[str, Any]:
+    """The AppWrapper of ``app`` (pure: same input, same manifest)."""
+    names = names or AppNames.of(app, suffix, overhead=0)
+    name, slugs = names.name, names.slugs
+    rank0_host = f"{naming.mcad_pod_name(name, slugs[0], 0)}.{name}"
+    settings = opts.pod_settings()
+    pg_resource = podgroup(opts.coscheduler_api_group)
+    meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
+
+    items: list[dict[str, Any]] = []
+    for role_index, (role, slug) in enumerate(zip(app.roles, slugs, strict=True)):
+        group_name = f"{name}-{slug}"
+        role_settings = settings
+        if opts.coscheduler_name:
+            pg_label = {POD_GROUP_LABEL[opts.coscheduler_api_group]: group_name}
+            role_settings = replace(settings, labels={**settings.labels, **pg_label})
+            items.append(
+                {
+                    "replicas": 1,
+                    "generictemplate": {
+                        "apiVersion": pg_resource.api_version,
+                        "kind": pg_resource.kind,
+                        "metadata": {**clone(meta), "name": group_name},
+                        "spec": {"minMember": role.min_replicas or role.num_replicas},
+                    },
+                }
+            )
+        builder = RolePodBuilder(role, slug, role_settings, where=f"roles[{role_index}]")
+        ident = ReplicaIdentity(app.name, name, role.name, role_index, ti_key)
+        for replica_id in range(role.num_replicas):
+            is_rank0 = role_index == 0 and replica_id == 0
+            pod_name = naming.mcad_pod_name(name, slug, replica_id)
+            labels, annotations = ident.of(replica_id)
+            if replica_id == 0:
+                annotations[ANNOTATION_ROLE] = role_annotation(role)
+            pod = builder.pod(
+                macro_values(name, replica_id, RANK0_HOST_ENV),
+                labels=labels,
+                annotations=annotations,
+                env={RANK0_HOST_ENV: "localhost" if is_rank0 else rank0_host},
+                name=pod_name,
+                namespace=namespace,
+                hostname=pod_name,
+                subdomain=name,
+            )
+            items.append(
+                {
+                    "replicas": 1,
+                    "completionstatus": COMPLETION_STATUS,
+                    "generictemplate": {"apiVersion": "v1", "kind": "Pod", **pod},
+                }
+            )
+    items.append(
+        {
+            "replicas": 1,
+            "generictemplate": {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": clone(meta),
+                "spec": {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": {LABEL_APP_ID: label_value(name)},
+                    "ports": service_ports(app),
+                },
+            },
+        }
+    )
+    spec: dict[str, Any] = {"resources": {"GenericItems": items}}
+    if opts.priority is not None:
+        spec["priority"] = opts.priority
+    retries = min(r.max_retries for r in app.roles)
+    if retries > 0:
+        spec["schedulingSpec"] = {
+            "minAvailable": sum(r.num_replicas for r in app.roles),
+            "requeuing": {
+                "timeInSeconds": REQUEUE_SECONDS,
+                "maxTimeInSeconds": 0,
+                "growthType": "exponential",
+                "maxNumRequeuings": retries,
+            },
+        }
+    resource = appwrapper(opts.api_group)
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+class McadTranslation(KubeTranslation):
+    """The :class:`KubeTranslation` of the ``kubernetes_mcad`` backend."""
+
+    backend = BACKEND
+    options = McadOpts
+
+    def resource(self, opts: McadOpts) -> CustomResource:
+        return appwrapper(opts.api_group)
+
+    def manifest(
+        self,
+        app: AppDef,
+        opts: McadOpts,
+        *,
+        namespace: str,
+        names: AppNames,
+        ti_key: TaskInstanceKey | None,
+    ) -> dict[str, Any]:
+        return app_to_appwrapper(
+            app, opts, namespace=namespace, suffix="", ti_key=ti_key, names=names
+        )
+
+    def read_resources(self) -> Sequence[CustomResource]:
+        return tuple(appwrapper(g) for g in APPWRAPPER_GROUPS)
+
+    def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        return pod_items(body)
+
+    def app_state(self, obj: Mapping[str, Any]) -> AppState:
+        return appwrapper_state(obj.get("status") or {})
+
+    def describe(
+        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> DescribeAppResponse:
+        return describe_appwrapper(app_id, obj, pods)
+
+    def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
+        # MCAD has no abort: deleting the AppWrapper removes its pods and Service.
+        return None

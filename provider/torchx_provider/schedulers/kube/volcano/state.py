@@ -1,0 +1,121 @@
+"""Volcano Job status → app and replica states (pure).
+
+A Job's ``status.state.phase`` gives the app state (:data:`JOB_STATE`); each task's
+``taskStatusCount`` gives its replica's state (:data:`TASK_STATE`; one task is one replica
+here), and the task's pod, when it was read, adds exit code, error and restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.status import (
+    POD_PHASE_STATE,
+    ReplicaKey,
+    ReplicaRecord,
+    describe_app,
+    pods_by_replica,
+    replica_of,
+)
+from torchx_provider.specs.api import NONE, AppState, is_terminal
+
+log = logging.getLogger(__name__)
+
+#: Job phase (``status.state.phase``) → app state.
+#: https://github.com/volcano-sh/apis/blob/master/pkg/apis/batch/v1alpha1/job.go
+JOB_STATE: dict[str, AppState] = {
+    # Waiting in the queue for the scheduler to place minAvailable pods.
+    "Pending": AppState.PENDING,
+    # Aborted by a user (AbortJob); pods are being released.
+    "Aborting": AppState.CANCELLED,
+    # Aborted by a user or by error handling; the job is kept and may be resumed.
+    "Aborted": AppState.CANCELLED,
+    # At least minAvailable pods are running.
+    "Running": AppState.RUNNING,
+    # Restarting after a failure (RestartJob/RestartTask); pods are being recreated.
+    "Restarting": AppState.RUNNING,
+    # CompleteJob was issued; pods are being released.
+    "Completing": AppState.RUNNING,
+    # Every required task succeeded.
+    "Completed": AppState.SUCCEEDED,
+    # TerminateJob was issued (our fail-fast policy); pods are being released.
+    "Terminating": AppState.FAILED,
+    # Ended by TerminateJob or an event: the app did not succeed.
+    "Terminated": AppState.FAILED,
+    # Retries exhausted, or too few tasks succeeded.
+    "Failed": AppState.FAILED,
+}
+
+#: Task pod phase (the keys of ``status.taskStatusCount[task].phase``) → replica state.
+#: Volcano counts the pods of each task by ``pod.status.phase``; one task is one replica here.
+TASK_STATE: dict[str, AppState] = dict(POD_PHASE_STATE)
+
+#: Of several phases counted for one task (an old pod and its replacement), the live one wins.
+_TASK_PHASE_ORDER = ("Running", "Pending", "Unknown", "Failed", "Succeeded")
+
+
+def job_state(phase: str | None, where: str = "") -> AppState:
+    """The app state of a job phase; an unknown phase is ``UNKNOWN`` (with a warning)."""
+    if not phase:
+        return AppState.SUBMITTED  # created, not yet seen by the controller
+    state = JOB_STATE.get(phase)
+    if state is None:
+        log.warning("unknown Volcano job phase %r%s; reporting UNKNOWN", phase, where)
+        return AppState.UNKNOWN
+    return state
+
+
+def task_state(counts: Mapping[str, Any] | None) -> AppState | None:
+    """The replica state of a task from its ``taskStatusCount`` entry (``None``: no pod)."""
+    phases = {k: v for k, v in ((counts or {}).get("phase") or {}).items() if v}
+    if not phases:
+        return None
+    for phase in _TASK_PHASE_ORDER:
+        if phase in phases:
+            return TASK_STATE[phase]
+    return AppState.UNKNOWN
+
+
+def phase(job: Mapping[str, Any]) -> str | None:
+    """The job's ``status.state.phase``."""
+    return ((job.get("status") or {}).get("state") or {}).get("phase")
+
+
+def restarts(job: Mapping[str, Any]) -> int:
+    """How often the job really restarted. Volcano's ``retryCount`` also counts the failure
+    that found the retries used up (and failed the job instead of restarting it)."""
+    count = int((job.get("status") or {}).get("retryCount") or 0)
+    max_retry = int((job.get("spec") or {}).get("maxRetry") or 0)
+    return min(count, max(max_retry - 1, 0)) if max_retry else count
+
+
+def describe_job(
+    app_id: str, job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()
+) -> DescribeAppResponse:
+    """The app, roles and replicas of a Volcano Job (and, if given, its pods)."""
+    status = job.get("status") or {}
+    state_info = status.get("state") or {}
+    name = str((job.get("metadata") or {}).get("name"))
+    app_state = job_state(state_info.get("phase"), f" (job {name})")
+    counts = status.get("taskStatusCount") or {}
+    pod_index = pods_by_replica(pods)
+    replicas: list[tuple[ReplicaRecord, Mapping[str, Any]]] = []
+    for task in (job.get("spec") or {}).get("tasks") or []:
+        template = task.get("template") or {}
+        task_name = str(task.get("name"))
+        key = replica_of(template.get("metadata") or {}) or ReplicaKey(task_name, -1, 0)
+        state = task_state(counts.get(task_name))
+        pod = pod_index.get(key)
+        # No count for the task yet: its pod, if read, knows more than the job.
+        prefer_pod = state is None and pod is not None
+        if state is None:
+            state = app_state if is_terminal(app_state) else AppState.PENDING
+        hostname = f"{naming.volcano_pod_name(name, task_name)}.{name}"
+        record = ReplicaRecord(key, state, hostname).with_pod(pod, prefer_pod_state=prefer_pod)
+        replicas.append((record, template))
+    msg = state_info.get("message") or state_info.get("reason") or NONE
+    return describe_app(app_id, app_state, replicas, num_restarts=restarts(job), msg=str(msg))

@@ -1,0 +1,224 @@
+"""Volcano (``kubernetes`` backend), the pure translation: AppDef → Job, cancel → Command.
+
+An app becomes one ``batch.volcano.sh/v1alpha1`` Job with **one task per replica**, because
+macros (``${replica_id}``) differ per replica while a Volcano task's replicas share one
+template. Volcano names each pod ``{job}-{task}-{index}`` (index is always 0 here) and, with
+the ``svc`` plugin, gives it that name as hostname under a headless Service named after the
+job, and sets ``VC_<TASK>_HOSTS`` (the task name upper-cased, ``-`` → ``_``) in every pod.
+
+Rank 0 (role 0, replica 0): ``${rank0_env}`` is ``VC_<TASK0>_HOSTS`` in every replica but
+rank 0 itself, where it is ``TORCHX_RANK0_HOST=localhost`` (a process reaches its own store
+at once, before DNS knows its name). Every replica also gets ``TORCHX_RANK0_HOST``.
+
+Retries (``role.max_retries``, ``role.retry_policy``):
+
+============== ============================================================================
+policy         on ``PodFailed`` / ``PodEvicted`` of a replica of the role
+============== ============================================================================
+APPLICATION    ``RestartJob``: every replica restarts
+REPLICA        ``RestartTask``: only that replica restarts (its task has one pod)
+ROLE           ``RestartJob``: Volcano has no per-role restart, so the whole app restarts
+no retries     ``TerminateJob`` for a required replica (the app fails at once instead of
+               waiting for peers that hang on collectives); nothing for an optional one
+============== ============================================================================
+
+Volcano counts retries per job: ``spec.maxRetry`` is the largest ``max_retries`` of the
+roles plus one (Volcano fails a job whose ``retryCount`` reaches ``maxRetry``, counting the
+first run). Elastic roles (``min_replicas``): the first ``min_replicas`` tasks have
+``minAvailable: 1``, the others 0, and the job's ``minAvailable`` is their sum.
+
+The Job's status is read back in :mod:`.state`; the run options are :mod:`.options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.pod import (
+    ReplicaIdentity,
+    RolePodBuilder,
+    macro_values,
+    object_metadata,
+    role_annotation,
+)
+from torchx_provider.schedulers.kube.request import KubeTranslation
+from torchx_provider.schedulers.kube.resources import VOLCANO_COMMAND, VOLCANO_JOB, CustomResource
+from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
+from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
+from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV, TaskInstanceKey
+from torchx_provider.specs.api import AppDef, AppState, RetryPolicy, Role, is_terminal
+
+BACKEND = "kubernetes"
+SCHEDULER_NAME = "volcano"
+#: Volcano names pods ``{job}-{task}-{index}``: the index adds two characters to a slug.
+NAME_OVERHEAD = 2
+
+_RESTART_ACTION: dict[RetryPolicy, str] = {
+    RetryPolicy.APPLICATION: "RestartJob",
+    RetryPolicy.REPLICA: "RestartTask",
+    # Volcano cannot restart only the tasks of one role: the whole job restarts.
+    RetryPolicy.ROLE: "RestartJob",
+}
+_FAIL_FAST_ACTION = "TerminateJob"
+_FAILURE_EVENTS = ("PodFailed", "PodEvicted")
+
+
+def task_policies(role: Role, required: bool) -> list[dict[str, str]]:
+    """The lifecycle policies of one replica's task (see the module docstring)."""
+    if role.max_retries > 0:
+        action = _RESTART_ACTION[role.retry_policy]
+    elif required:
+        action = _FAIL_FAST_ACTION
+    else:
+        return []
+    return [{"event": event, "action": action} for event in _FAILURE_EVENTS]
+
+
+def app_to_volcano_job(
+    app: AppDef,
+    opts: VolcanoOpts,
+    *,
+    namespace: str,
+    suffix: str,
+    ti_key: TaskInstanceKey | None = None,
+    names: AppNames | None = None,
+) -> dict[str, Any]:
+    """The Volcano Job of ``app`` (pure: same input, same manifest)."""
+    names = names or AppNames.of(app, suffix, NAME_OVERHEAD)
+    job, slugs = names.name, names.slugs
+    rank0_task = naming.volcano_task_name(slugs[0], 0)
+    rank0_host = f"{naming.volcano_pod_name(job, rank0_task)}.{job}"
+    rank0_env = naming.volcano_hosts_env(rank0_task)
+    settings = opts.pod_settings()
+
+    tasks: list[dict[str, Any]] = []
+    min_available = 0
+    for role_index, (role, slug) in enumerate(zip(app.roles, slugs, strict=True)):
+        builder = RolePodBuilder(role, slug, settings, where=f"roles[{role_index}]")
+        ident = ReplicaIdentity(app.name, job, role.name, role_index, ti_key)
+        for replica_id in range(role.num_replicas):
+            is_rank0 = role_index == 0 and replica_id == 0
+            values = macro_values(job, replica_id, RANK0_HOST_ENV if is_rank0 else rank0_env)
+            labels, annotations = ident.of(replica_id)
+            if replica_id == 0:
+                annotations[ANNOTATION_ROLE] = role_annotation(role)
+            template = builder.pod(
+                values,
+                labels=labels,
+                annotations=annotations,
+                env={RANK0_HOST_ENV: "localhost" if is_rank0 else rank0_host},
+            )
+            required = role.min_replicas is None or replica_id < role.min_replicas
+            min_available += required
+            task: dict[str, Any] = {
+                "name": naming.volcano_task_name(slug, replica_id),
+                "replicas": 1,
+                "minAvailable": int(required),
+                "template": template,
+            }
+            policies = task_policies(role, required)
+            if policies:
+                task["policies"] = policies
+            tasks.append(task)
+
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER_NAME,
+        "queue": opts.queue,
+        "minAvailable": min_available,
+        "maxRetry": max(r.max_retries for r in app.roles) + 1,
+        # env: VC_TASK_INDEX; svc: hostnames, the headless Service and VC_<TASK>_HOSTS.
+        # publish-not-ready-addresses: peers resolve each other before readiness probes pass.
+        "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
+        "tasks": tasks,
+    }
+    if opts.priority_class:
+        spec["priorityClassName"] = opts.priority_class
+    if opts.ttl_seconds_after_finished is not None:
+        spec["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
+    return {
+        "apiVersion": VOLCANO_JOB.api_version,
+        "kind": VOLCANO_JOB.kind,
+        "metadata": object_metadata(
+            job, namespace, app.name, ti_key, opts.labels, opts.annotations
+        ),
+        "spec": spec,
+    }
+
+
+def abort_command(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The bus Command that aborts ``job`` (what ``vcctl job suspend`` creates): Volcano
+    kills the pods and keeps the job, in phase Aborted, for inspection."""
+    meta = job.get("metadata") or {}
+    target = {
+        "apiVersion": VOLCANO_JOB.api_version,
+        "kind": VOLCANO_JOB.kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+    return {
+        "apiVersion": VOLCANO_COMMAND.api_version,
+        "kind": VOLCANO_COMMAND.kind,
+        "metadata": {
+            "generateName": f"{meta['name'][:40]}-abortjob-",
+            "namespace": meta["namespace"],
+            # Owned by the job: deleted with it. (No blockOwnerDeletion: that would need
+            # permission on jobs/finalizers.)
+            "ownerReferences": [target],
+        },
+        "action": "AbortJob",
+        "target": target,
+        "reason": "Cancelled",
+        "message": "cancelled through airflow-provider-torchx",
+    }
+
+
+class VolcanoTranslation(KubeTranslation):
+    """The :class:`KubeTranslation` of the ``kubernetes`` backend."""
+
+    backend = BACKEND
+    options = VolcanoOpts
+    name_overhead = NAME_OVERHEAD
+
+    def resource(self, opts: VolcanoOpts) -> CustomResource:
+        return VOLCANO_JOB
+
+    def manifest(
+        self,
+        app: AppDef,
+        opts: VolcanoOpts,
+        *,
+        namespace: str,
+        names: AppNames,
+        ti_key: TaskInstanceKey | None,
+    ) -> dict[str, Any]:
+        return app_to_volcano_job(
+            app, opts, namespace=namespace, suffix="", ti_key=ti_key, names=names
+        )
+
+    def read_resources(self) -> Sequence[CustomResource]:
+        return (VOLCANO_JOB,)
+
+    def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        for task in (body.get("spec") or {}).get("tasks") or []:
+            yield task["template"]
+
+    def app_state(self, obj: Mapping[str, Any]) -> AppState:
+        return job_state(phase(obj))
+
+    def needs_pods(self, obj: Mapping[str, Any]) -> bool:
+        # Pods add exit codes and errors: worth a list call once something ended.
+        status = obj.get("status") or {}
+        return is_terminal(self.app_state(obj)) or bool(status.get("failed"))
+
+    def describe(
+        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+    ) -> DescribeAppResponse:
+        return describe_job(app_id, obj, pods)
+
+    def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
+        return VOLCANO_COMMAND, abort_command(obj)
