@@ -22,6 +22,7 @@ what ``kubectl`` would use (the search and the parsing are :mod:`.kubeconfig`'s)
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,41 +144,15 @@ class KubeClientConfig:
         )
         return f"{where}{f' (context {self.context})' if self.context else ''}"
 
-    # -- the two shells ----------------------------------------------------------------------------
+    # -- the two clients --------------------------------------------------------------------------
     def sync_api_client(self) -> Any:
         """A configured ``kubernetes.client.ApiClient``."""
         from kubernetes import client, config
 
-        from torchx_provider.schedulers.kube.errors import api_errors
+        from torchx_provider.schedulers.kube.core import run_sync
 
         configuration = client.Configuration()
-        src = self.source()
-        with api_errors("configure", f"the Kubernetes client ({self.describe_target()})"):
-            if src.kind == "incluster":
-                config.load_incluster_config(client_configuration=configuration)
-            elif src.kind == "dict":
-                config.load_kube_config_from_dict(
-                    src.data,
-                    context=self.context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            elif src.kind == "file":
-                config.load_kube_config(
-                    config_file=src.path,
-                    context=self.context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            else:
-                try:
-                    config.load_kube_config(
-                        context=self.context,
-                        client_configuration=configuration,
-                        persist_config=False,
-                    )
-                except config.ConfigException:
-                    config.load_incluster_config(client_configuration=configuration)
+        run_sync(self._load(config, configuration, persist_config=False))
         self._tune(configuration)
         return client.ApiClient(configuration)
 
@@ -185,30 +160,35 @@ class KubeClientConfig:
         """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices)."""
         from kubernetes_asyncio import client, config
 
+        configuration = client.Configuration()
+        await self._load(config, configuration)
+        self._tune(configuration)
+        return client.ApiClient(configuration)
+
+    async def _load(self, config: Any, configuration: Any, **extra: Any) -> None:
+        """Load what :meth:`source` chose into ``configuration`` with either library's
+        ``config`` module: the sync loaders return at once, the async ones are awaited
+        (``extra``: the sync library's ``persist_config=False``)."""
         from torchx_provider.schedulers.kube.errors import api_errors
 
-        configuration = client.Configuration()
+        async def load(loader: Any, *args: Any, **kwargs: Any) -> None:
+            done = loader(*args, client_configuration=configuration, **kwargs, **extra)
+            if inspect.isawaitable(done):
+                await done
+
         src = self.source()
         with api_errors("configure", f"the Kubernetes client ({self.describe_target()})"):
             if src.kind == "incluster":
                 config.load_incluster_config(client_configuration=configuration)
             elif src.kind == "dict":
-                await config.load_kube_config_from_dict(
-                    src.data, context=self.context, client_configuration=configuration
-                )
+                await load(config.load_kube_config_from_dict, src.data, context=self.context)
             elif src.kind == "file":
-                await config.load_kube_config(
-                    config_file=src.path, context=self.context, client_configuration=configuration
-                )
+                await load(config.load_kube_config, config_file=src.path, context=self.context)
             else:
                 try:
-                    await config.load_kube_config(
-                        context=self.context, client_configuration=configuration
-                    )
+                    await load(config.load_kube_config, context=self.context)
                 except config.ConfigException:
                     config.load_incluster_config(client_configuration=configuration)
-        self._tune(configuration)
-        return client.ApiClient(configuration)
 
     def _tune(self, configuration: Any) -> None:
         if self.disable_verify_ssl:
