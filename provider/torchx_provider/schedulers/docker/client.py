@@ -255,7 +255,6 @@ class EngineConnection:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
-    # -- plumbing --------------------------------------------------------------------------------
     @property
     def client(self) -> Any:
         """The ``docker.DockerClient`` (made on first use)."""
