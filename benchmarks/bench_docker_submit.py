@@ -106,7 +106,7 @@ def plain_round(replicas: int) -> dict[str, float]:
 class Provider:
     def __init__(self, replicas: int) -> None:
         sys.path.insert(0, str(REPO / "provider"))
-        from torchx_provider.schedulers.docker_scheduler import create_scheduler
+        from torchx_provider.schedulers.docker import create_scheduler
         from torchx_provider.specs.api import AppDef, Role, is_terminal
 
         self.replicas = replicas
@@ -203,7 +203,7 @@ def prepare() -> None:
     if have.returncode != 0:
         subprocess.run(["bash", str(REPO / "tests/images/build_busybox_image.sh")], check=True)
     sys.path.insert(0, str(REPO / "provider"))
-    from torchx_provider.schedulers.docker_adapter import DockerEngine
+    from torchx_provider.schedulers.docker.engine import DockerEngine
 
     engine = DockerEngine()
     engine.ensure_network(NETWORK)

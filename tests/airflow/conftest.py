@@ -74,7 +74,7 @@ def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> object:
         except Exception as e:
             skip_or_fail(f"test image {BUSYBOX} missing and could not be built: {e}")
     try:
-        import torchx_provider.schedulers.docker_scheduler  # noqa: F401
+        import torchx_provider.schedulers.docker.scheduler  # noqa: F401
     except ImportError as e:
         skip_or_fail(f"the Docker backend is not available: {e}")
     return client

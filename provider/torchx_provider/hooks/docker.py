@@ -128,7 +128,7 @@ def registry_kwargs(login: str, password: str, registry: str | None) -> dict[str
     otherwise none (the engine's own ``docker login`` is then what pushes use)."""
     import dataclasses
 
-    from torchx_provider.schedulers.docker_client import DockerClientConfig
+    from torchx_provider.schedulers.docker.client import DockerClientConfig
 
     fields = {f.name for f in dataclasses.fields(DockerClientConfig)}
     wanted = {"registry_username": login, "registry_password": password, "registry_url": registry}

@@ -1,6 +1,6 @@
 """Schedulers: one module per backend, all behind the TorchX-compatible :class:`Scheduler`.
 
-* ``local_docker`` -- :mod:`torchx_provider.schedulers.docker_scheduler`
+* ``local_docker`` -- :mod:`torchx_provider.schedulers.docker`
 * ``kubernetes`` (Volcano) -- :mod:`torchx_provider.schedulers.kube.volcano`
 * ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.kube.mcad`
 

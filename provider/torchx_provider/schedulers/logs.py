@@ -15,8 +15,9 @@ Every reader, sync and async, Docker and Kubernetes, uses the one pipeline here:
                    --within(since, until)--> lines in the asked time range
                    --advance(cursor)--> only the lines a cursor has not emitted yet
 
-and every time bound a caller gives is checked by :func:`require_aware` (a naive datetime is
-refused with the same message on every backend).
+A reader that emits every line it gets (a followed stream) keeps its cursor with
+:meth:`LogCursor.after`. Every time bound a caller gives is checked by :func:`require_aware`
+(a naive datetime is refused with the same message on every backend).
 """
 
 from __future__ import annotations
@@ -160,10 +161,17 @@ def within(
     """The lines stamped in ``[since, until]`` (both inclusive, aware datetimes).
 
     Lines come in time order, so the first line after ``until`` ends the iteration (a
-    followed stream stops there). A line without a timestamp is kept.
+    followed stream stops there). A line without a timestamp is kept. A naive bound is
+    refused here, when the filter is made, not when the first line is asked for.
     """
     require_aware(since, "since")
     require_aware(until, "until")
+    return _within(lines, since, until)
+
+
+def _within(
+    lines: Iterable[TimestampedLine], since: datetime | None, until: datetime | None
+) -> Iterator[TimestampedLine]:
     for line in lines:
         ts = line.timestamp
         if ts is None:
@@ -200,6 +208,19 @@ class LogCursor:
         since = data.get("since")
         return cls(parse_timestamp(since) if since else None, int(data.get("seen_at_since", 0)))
 
+    def after(self, line: TimestampedLine) -> LogCursor:
+        """The cursor once ``line`` has been emitted too (a reader that emits every line it
+        gets, such as a followed stream, keeps its cursor with this).
+
+        A line without a timestamp, or one older than the cursor, does not move it.
+        """
+        ts = line.timestamp
+        if ts is None or (self.since is not None and ts < self.since):
+            return self
+        if ts == self.since:
+            return LogCursor(ts, self.seen_at_since + 1)
+        return LogCursor(ts, 1)
+
 
 def advance(
     cursor: LogCursor, lines: Iterable[TimestampedLine]
@@ -210,24 +231,19 @@ def advance(
     ``cursor.since``. Lines without a timestamp are always emitted and do not move the cursor.
     """
     new: list[TimestampedLine] = []
-    since, seen = cursor.since, cursor.seen_at_since
-    skip_at_since = seen
+    moved = cursor
+    skip_at_since = cursor.seen_at_since
     for line in lines:
         ts = line.timestamp
-        if ts is None:
-            new.append(line)
-            continue
-        if cursor.since is not None and ts < cursor.since:
-            continue
-        if cursor.since is not None and ts == cursor.since and skip_at_since > 0:
-            skip_at_since -= 1
-            continue
+        if ts is not None and cursor.since is not None:
+            if ts < cursor.since:
+                continue
+            if ts == cursor.since and skip_at_since > 0:
+                skip_at_since -= 1
+                continue
         new.append(line)
-        if since is not None and ts == since:
-            seen += 1
-        else:
-            since, seen = ts, 1
-    return new, LogCursor(since, seen)
+        moved = moved.after(line)
+    return new, moved
 
 
 def prefix_line(role: str, replica_id: int, text: str) -> str:

@@ -10,7 +10,7 @@ from torchx_provider.errors import InvalidOptionError
 
 #: backend name -> "module:function" creating it as ``fn(session_name, **client_kwargs)``.
 SCHEDULER_MODULES: dict[str, str] = {
-    "local_docker": "torchx_provider.schedulers.docker_scheduler:create_scheduler",
+    "local_docker": "torchx_provider.schedulers.docker:create_scheduler",
     "kubernetes": "torchx_provider.schedulers.kube.volcano:create_scheduler",
     "kubernetes_mcad": "torchx_provider.schedulers.kube.mcad:create_scheduler",
 }
@@ -18,7 +18,7 @@ SCHEDULER_MODULES: dict[str, str] = {
 #: backend name -> "module:function" creating its :class:`AsyncSchedulerClient` (triggerer side)
 #: as ``fn(**client_kwargs)``; the kwargs are the same plain values the sync factory takes.
 ASYNC_CLIENT_MODULES: dict[str, str] = {
-    "local_docker": "torchx_provider.schedulers.docker_scheduler:create_async_client",
+    "local_docker": "torchx_provider.schedulers.docker:create_async_client",
     "kubernetes": "torchx_provider.schedulers.kube.volcano:create_async_client",
     "kubernetes_mcad": "torchx_provider.schedulers.kube.mcad:create_async_client",
 }

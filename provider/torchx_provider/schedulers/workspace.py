@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, SubmissionError
-from torchx_provider.schedulers.docker_client import DockerClientConfig, docker_call, make_client
+from torchx_provider.schedulers.docker.client import DockerClientConfig, docker_call, make_client
 from torchx_provider.schedulers.labels import LABEL_VERSION
 from torchx_provider.version import __version__
 
@@ -187,7 +187,7 @@ def build_workspace_image(
         client: a ``docker.DockerClient``; when ``None`` one is made from ``config``.
         config: how to reach the engine and the registry credentials; when ``None`` it is
             made from ``client_kwargs`` (the
-            :class:`~torchx_provider.schedulers.docker_client.DockerClientConfig` fields).
+            :class:`~torchx_provider.schedulers.docker.client.DockerClientConfig` fields).
         quiet: log progress at debug level.
         role: the role's name, for error messages.
         labels: extra image labels.

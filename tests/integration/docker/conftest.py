@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from torchx_provider.schedulers.docker_scheduler import DockerScheduler
+from torchx_provider.schedulers.docker.scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal
 

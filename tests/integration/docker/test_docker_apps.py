@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchx_provider.errors import UnknownAppError
-from torchx_provider.schedulers.docker_translation import replica_name
+from torchx_provider.schedulers.docker.translation import replica_name
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import (
     AppDef,

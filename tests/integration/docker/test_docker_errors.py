@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchx_provider.errors import SubmissionError
-from torchx_provider.schedulers.docker_adapter import DockerEngine
+from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.specs.api import AppDef, Resource, Role
 
 pytestmark = pytest.mark.docker

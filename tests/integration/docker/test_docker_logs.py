@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from torchx_provider.errors import UnknownAppError
-from torchx_provider.schedulers.docker_scheduler import create_async_client
+from torchx_provider.schedulers.docker import create_async_client
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 
@@ -101,7 +101,7 @@ async def test_async_client_follows_reads_and_cancels(scheduler: Any, cfg: dict[
 
 def test_tail_outlasts_the_client_timeout(docker_engine: Any, cfg: dict[str, Any]) -> None:
     # A replica that says nothing for longer than the client's timeout is still followed.
-    from torchx_provider.schedulers.docker_scheduler import create_scheduler
+    from torchx_provider.schedulers.docker import create_scheduler
 
     scheduler = create_scheduler("quiet", timeout=1)
     app = AppDef(

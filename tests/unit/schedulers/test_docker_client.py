@@ -18,18 +18,14 @@ from torchx_provider.errors import (
     SubmissionError,
     UnknownAppError,
 )
-from torchx_provider.schedulers.docker_client import (
+from torchx_provider.schedulers.docker import create_async_client, create_scheduler
+from torchx_provider.schedulers.docker.client import (
     DockerClientConfig,
     docker_call,
     make_client,
     translate_error,
 )
-from torchx_provider.schedulers.docker_scheduler import (
-    DockerAsyncClient,
-    DockerScheduler,
-    create_async_client,
-    create_scheduler,
-)
+from torchx_provider.schedulers.docker.scheduler import DockerAsyncClient, DockerScheduler
 from torchx_provider.schedulers.logs import LogCursor
 
 
@@ -80,7 +76,7 @@ def test_an_engine_that_does_not_answer_is_backend_unavailable(tmp_path: Any) ->
 
 
 def test_pem_text_is_written_to_private_files(tmp_path: Any) -> None:
-    from torchx_provider.schedulers.docker_client import _pem_file
+    from torchx_provider.schedulers.docker.client import _pem_file
 
     path = _pem_file("-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n", "ca")
     assert path is not None
@@ -170,9 +166,6 @@ class BlockingEngine:
     def cancel(self, app_id: str) -> None:
         self._block()
 
-    def delete(self, app_id: str) -> None:
-        self._block()
-
     def close(self) -> None:
         self._block()
 
@@ -195,8 +188,6 @@ async def test_async_client_runs_engine_calls_off_the_event_loop() -> None:
         LogCursor(),
     )
     engine.release.clear()
-    await _released_from_the_loop(engine, client.delete("a"))
-    engine.release.clear()
     await _released_from_the_loop(engine, client.close())
     assert threading.main_thread().name not in engine.threads
 
@@ -204,9 +195,23 @@ async def test_async_client_runs_engine_calls_off_the_event_loop() -> None:
 # ---------------------------------------------------------------------------- imports
 def test_importing_the_backend_does_not_import_docker() -> None:
     code = (
-        "import sys, torchx_provider.schedulers.docker_scheduler, "
+        "import sys, torchx_provider.schedulers.docker.scheduler, "
         "torchx_provider.schedulers.workspace; "
         "sys.exit(1 if 'docker' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_package_exports_its_factories_and_options_without_loading_the_backend() -> None:
+    # What a backend table reads: cheap to import (no docker, no requests, no scheduler).
+    code = (
+        "import sys; from torchx_provider.schedulers.docker import "
+        "DockerOpts, create_async_client, create_scheduler; "
+        "assert DockerOpts.run_opts() and callable(create_scheduler) "
+        "and callable(create_async_client); "
+        "loaded = {m.split('.')[0] for m in sys.modules}; "
+        "sys.exit(1 if {'docker', 'requests'} & loaded "
+        "or 'torchx_provider.schedulers.docker.scheduler' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
@@ -254,7 +259,7 @@ def test_registry_credentials_go_to_their_registry_only() -> None:
     ],
 )
 def test_image_registry(image: str, registry: str) -> None:
-    from torchx_provider.schedulers.docker_client import image_registry
+    from torchx_provider.schedulers.docker.client import image_registry
 
     assert image_registry(image) == registry
 
@@ -262,8 +267,8 @@ def test_image_registry(image: str, registry: str) -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "torchx_provider.schedulers.docker_client",
-        "torchx_provider.schedulers.docker_translation",
+        "torchx_provider.schedulers.docker.client",
+        "torchx_provider.schedulers.docker.translation",
         "torchx_provider.schedulers.workspace",
     ],
 )

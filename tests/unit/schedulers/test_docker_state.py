@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torchx_provider.schedulers.docker_state import (
+from torchx_provider.schedulers.docker import DockerOpts
+from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     CONTAINER_STATE,
     ContainerInfo,
@@ -22,7 +23,7 @@ from torchx_provider.schedulers.docker_state import (
     ready_to_remove,
     replica_state,
 )
-from torchx_provider.schedulers.docker_translation import DockerOpts, app_to_job
+from torchx_provider.schedulers.docker.translation import app_to_containers
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 
@@ -37,7 +38,7 @@ APP = AppDef(
 
 
 def labels_of(role: str, replica: int, remove: bool = True) -> dict[str, str]:
-    job = app_to_job(APP, DockerOpts(remove=remove), APP_ID, {})
+    job = app_to_containers(APP, DockerOpts(remove=remove), APP_ID, {})
     for spec in job.containers:
         env = spec["environment"]
         if (env["TORCHX_ROLE_NAME"], int(env["TORCHX_REPLICA_IDX"])) == (role, replica):
@@ -286,7 +287,7 @@ def test_oldest_network_wins() -> None:
 
 def test_task_instance_is_matched_on_its_full_values() -> None:
     key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", try_number=1)
-    job = app_to_job(APP, DockerOpts(), APP_ID, {}, key)
+    job = app_to_containers(APP, DockerOpts(), APP_ID, {}, key)
     c = ContainerInfo(id="x", name="n", status="running", labels=job.containers[0]["labels"])
     assert c.task_instance == key
     assert TaskInstanceKey(key.dag_id, key.task_id, key.run_id, try_number=4).same_instance(

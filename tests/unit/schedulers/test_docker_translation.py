@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import yaml
@@ -12,17 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
-from torchx_provider.schedulers.docker_scheduler import DockerScheduler, create_scheduler
-from torchx_provider.schedulers.docker_translation import (
+from torchx_provider.schedulers.docker import DockerOpts, create_scheduler
+from torchx_provider.schedulers.docker.scheduler import DockerScheduler
+from torchx_provider.schedulers.docker.translation import (
     LABEL_REMOVE,
     LABEL_ROLE,
     LABEL_TASK_INSTANCE,
     LOG_BOUND_MARGIN,
-    DockerOpts,
     MiB,
-    app_to_job,
+    app_to_containers,
     check_engine_resources,
-    in_bounds,
     log_params,
     new_app_id,
     replica_name,
@@ -39,6 +39,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_VERSION,
     TaskInstanceKey,
 )
+from torchx_provider.schedulers.logs import TimestampedLine, within
 from torchx_provider.specs.api import (
     AppDef,
     BindMount,
@@ -74,7 +75,7 @@ def two_roles() -> AppDef:
 
 
 def job_for(app: AppDef, opts: DockerOpts | None = None, host_env: dict[str, str] | None = None):
-    return app_to_job(app, opts or DockerOpts(), APP_ID, host_env or {})
+    return app_to_containers(app, opts or DockerOpts(), APP_ID, host_env or {})
 
 
 def test_one_container_per_replica_in_role_order() -> None:
@@ -152,7 +153,7 @@ def test_labels_carry_ids_version_and_the_role() -> None:
 
 def test_task_instance_labels() -> None:
     key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", 3, 2)
-    labels = app_to_job(two_roles(), DockerOpts(), APP_ID, {}, key).containers[0]["labels"]
+    labels = app_to_containers(two_roles(), DockerOpts(), APP_ID, {}, key).containers[0]["labels"]
     assert {k: v for k, v in labels.items() if k in key.labels()} == key.labels()
     assert json.loads(labels[LABEL_TASK_INSTANCE]) == key.annotations()
     assert LABEL_TASK_INSTANCE not in job_for(two_roles()).containers[0]["labels"]
@@ -263,7 +264,7 @@ def test_names_are_valid_unique_and_rank0_matches(app_name, role_names, replicas
     app = AppDef(app_name, roles)
     app_id = new_app_id(app_name)
     try:
-        job = app_to_job(app, DockerOpts(), app_id, {})
+        job = app_to_containers(app, DockerOpts(), app_id, {})
     except InvalidAppError:
         return  # two role names cleaned up to the same name: refused, checked above
     names = [s["name"] for s in job.containers]
@@ -346,16 +347,34 @@ def test_log_params_bounds_are_widened_float_seconds() -> None:
     assert params["since"] == pytest.approx(since.timestamp() - margin, abs=1e-6)
     assert params["until"] == pytest.approx(until.timestamp() + margin, abs=1e-6)
     assert params["timestamps"] is True
-    naive = log_params(None, since.replace(tzinfo=None))
-    assert naive["since"] == params["since"]  # naive means UTC
+    with pytest.raises(InvalidOptionError, match="since must be timezone-aware"):
+        log_params(None, since.replace(tzinfo=None))  # naive is refused, as on Kubernetes
     assert "since" not in log_params() and "until" not in log_params()
 
 
-def test_in_bounds_is_inclusive_to_the_microsecond() -> None:
+def test_log_bounds_are_inclusive_to_the_microsecond() -> None:
     at = datetime(2024, 5, 1, 10, 0, 0, 123456, tzinfo=timezone.utc)
     tick = timedelta(microseconds=1)
-    assert in_bounds(at, at, at)
-    assert not in_bounds(at - tick, at, None)
-    assert not in_bounds(at + tick, None, at)
-    assert in_bounds(None, at, at)
-    assert in_bounds(at, at.replace(tzinfo=None), None)
+
+    def kept(ts: datetime | None, since: datetime | None, until: datetime | None) -> bool:
+        return bool(list(within([TimestampedLine(ts, "x\n")], since, until)))
+
+    assert kept(at, at, at)
+    assert not kept(at - tick, at, None)
+    assert not kept(at + tick, None, at)
+    assert kept(None, at, at)
+    with pytest.raises(InvalidOptionError, match="since must be timezone-aware"):
+        kept(at, at.replace(tzinfo=None), None)
+
+
+@pytest.mark.parametrize("bound", ["since", "until"])
+def test_naive_log_bounds_are_refused_before_the_engine_is_asked(bound: str) -> None:
+    class NoEngine:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"the engine was asked for {name}")
+
+    scheduler = DockerScheduler("test", client=NoEngine())
+    naive = datetime(2024, 5, 1, 10, 0, 0)
+    with pytest.raises(InvalidOptionError, match=f"{bound} must be timezone-aware") as e:
+        scheduler.log_iter("app-1", "trainer", 0, **{bound: naive})
+    assert e.value.option == bound

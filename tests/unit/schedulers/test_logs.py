@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.logs import (
     LineDecoder,
     LogCursor,
     TimestampedLine,
     advance,
+    atimestamped_lines,
     format_timestamp,
     parse_timestamp,
     prefix_line,
+    require_aware,
     split_timestamp,
+    timestamped_lines,
+    within,
 )
 
 UTC = timezone.utc
@@ -185,6 +191,92 @@ def test_lines_without_timestamp_are_emitted_and_do_not_move_the_cursor() -> Non
     _, cursor = advance(LogCursor(), lines)
     new, after = advance(cursor, [plain, *lines])
     assert new == [plain] and after == cursor
+
+
+def test_cursor_after_follows_every_emitted_line() -> None:
+    lines = _lines((0, "a"), (5, "b"), (5, "c"), (9, "d"))
+    cursor = LogCursor()
+    for line in lines[:3]:
+        cursor = cursor.after(line)
+    assert cursor == LogCursor(BASE + timedelta(microseconds=5), 2)
+    assert cursor.after(TimestampedLine(None, "plain\n")) == cursor
+    assert cursor.after(lines[0]) == cursor  # an older line does not move it back
+    # A reader that emitted every line and one that resumed agree on the cursor.
+    assert cursor.after(lines[3]) == advance(LogCursor(), lines)[1]
+
+
+@PROPS
+@given(st.lists(st.sampled_from([0, 0, 1, 2]), max_size=20), st.integers(0, 20))
+def test_following_with_after_then_resuming_emits_each_line_once(
+    steps: list[int], cut: int
+) -> None:
+    # A follower emits lines one by one (keeping its cursor with ``after``), is cut off, and
+    # the rest is read again from the start: ``advance`` drops exactly what it emitted.
+    log = _lines(*((sum(steps[: i + 1]), str(i)) for i in range(len(steps))))
+    cursor = LogCursor()
+    for line in log[:cut]:
+        cursor = cursor.after(line)
+    rest, _ = advance(cursor, log)
+    assert log[:cut] + rest == log
+
+
+# -- the pipeline: chunks -> lines -> bounds -----------------------------------------------------
+
+
+CHUNKS = [
+    b"2024-05-01T10:00:00Z a\n2024-05-01T10:00:0",
+    b"1.5Z b\nno stamp\n",
+    b"2024-05-01T10:00:03Z c",
+]
+PIPELINE = [
+    TimestampedLine(BASE, "a\n"),
+    TimestampedLine(BASE + timedelta(seconds=1.5), "b\n"),
+    TimestampedLine(None, "no stamp\n"),
+    TimestampedLine(BASE + timedelta(seconds=3), "c\n"),
+]
+
+
+def test_timestamped_lines_decode_and_split_across_chunks() -> None:
+    assert list(timestamped_lines(CHUNKS)) == PIPELINE
+    assert list(timestamped_lines([])) == []
+
+
+async def test_atimestamped_lines_equal_the_sync_ones() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in CHUNKS:
+            yield chunk
+
+    assert [line async for line in atimestamped_lines(chunks())] == PIPELINE
+
+
+def test_within_is_inclusive_and_stops_after_until() -> None:
+    one = BASE + timedelta(seconds=1.5)
+
+    def texts(since: datetime | None, until: datetime | None) -> list[str]:
+        return [line.text for line in within(PIPELINE, since, until)]
+
+    assert texts(None, None) == ["a\n", "b\n", "no stamp\n", "c\n"]
+    assert texts(one, None) == ["b\n", "no stamp\n", "c\n"]
+    assert texts(None, one) == ["a\n", "b\n", "no stamp\n"]
+    assert texts(one, one) == ["b\n", "no stamp\n"]
+
+    def endless() -> Iterator[TimestampedLine]:
+        yield from PIPELINE
+        raise AssertionError("read past the first line after until")
+
+    assert [line.text for line in within(endless(), None, one)] == ["a\n", "b\n", "no stamp\n"]
+
+
+@pytest.mark.parametrize("bound", ["since", "until"])
+def test_naive_bounds_are_refused_when_the_filter_is_made(bound: str) -> None:
+    naive = datetime(2024, 5, 1, 10, 0, 0)
+    with pytest.raises(InvalidOptionError, match=f"{bound} must be timezone-aware") as e:
+        within(PIPELINE, **{"since": None, "until": None, bound: naive})  # not iterated
+    assert e.value.option == bound
+    with pytest.raises(InvalidOptionError, match="the naive 2024-05-01T10:00:00"):
+        require_aware(naive, bound)
+    require_aware(BASE, bound)
+    require_aware(None, bound)
 
 
 @st.composite

@@ -1,42 +1,10 @@
-"""``local_docker``: run an app as Docker containers on one engine (local or remote).
+"""The ``local_docker`` scheduler and async client: thin faces over one :class:`DockerEngine`.
 
-One container per replica, all on a user-defined bridge network (``torchx`` by default),
-where they reach each other by name; ``$TORCHX_RANK0_HOST`` is the hostname of role 0 /
-replica 0. What exactly is created is shown by the dry run::
-
-    from torchx_provider.schedulers.docker_scheduler import create_scheduler
-    from torchx_provider.components.utils import echo
-
-    scheduler = create_scheduler("demo")
-    print(scheduler.submit_dryrun(echo(num_replicas=2)))   # the container specs (YAML)
-    app_id = scheduler.submit(echo(num_replicas=2))
-    print(scheduler.describe(app_id).state)
-    for line in scheduler.log_iter(app_id, "echo", k=1, should_tail=True):
-        print(line, end="")
-
-Run options (``cfg``): see :class:`~.docker_translation.DockerOpts` or
-``DockerScheduler.run_opts()``. Client parameters (``base_url``, TLS, ``timeout``...): see
-:class:`~.docker_client.DockerClientConfig`.
-
-Behaviour worth knowing:
-
-* **Images** are used from the engine when present and pulled only when missing.
-* **Workspaces**: a role with ``workspace`` runs its image patched with that directory
-  (:mod:`.workspace`); with ``image_repo`` the patched image is also pushed.
-* **Resources**: ``cpu`` -> ``nano_cpus``, ``memMB`` -> ``mem_limit`` and ``shm_size``,
-  ``gpu`` -> a GPU device request (NVIDIA runtime), ``devices`` -> host devices. A replica
-  asking for more CPUs or memory than the engine has is refused before anything starts.
-* **Retries**: ``max_retries`` restarts a failed container (Docker's ``on-failure``
-  policy); only that replica restarts, whatever the ``retry_policy`` (no whole-app or
-  whole-role restarts on this backend).
-* **Cancel** stops the unfinished containers (SIGTERM, SIGKILL after 10 s) and marks them, so
-  they report CANCELLED rather than FAILED.
-* **Removal** (``remove``, on by default): once the app has finished and the log of every
-  replica has been read to its end through this scheduler or client (``log_iter`` without
-  ``until``, or the async ``read_logs`` after the replica ended), the containers are removed
-  and the app id becomes unknown. Remove them at any time with :meth:`DockerScheduler.delete`.
-* No gang scheduling: the replicas start together but independently; a replica that needs
-  another one must retry until it answers (as on Kubernetes).
+:class:`DockerScheduler` is the TorchX-compatible ``Scheduler``: its dry run is
+:func:`~.translation.app_to_containers`, everything else an engine call.
+:class:`DockerAsyncClient` runs the same engine methods in worker threads for the triggerer.
+What the backend does is told in :mod:`torchx_provider.schedulers.docker`; create both through
+its ``create_scheduler`` and ``create_async_client``.
 """
 
 from __future__ import annotations
@@ -55,12 +23,12 @@ from torchx_provider.schedulers.api import (
     Scheduler,
     filter_regex,
 )
-from torchx_provider.schedulers.docker_adapter import DockerEngine
-from torchx_provider.schedulers.docker_client import DockerClientConfig
-from torchx_provider.schedulers.docker_translation import (
+from torchx_provider.schedulers.docker.client import DockerClientConfig
+from torchx_provider.schedulers.docker.engine import DockerEngine
+from torchx_provider.schedulers.docker.options import DockerOpts
+from torchx_provider.schedulers.docker.translation import (
     DockerJob,
-    DockerOpts,
-    app_to_job,
+    app_to_containers,
     new_app_id,
 )
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -72,12 +40,12 @@ BACKEND = "local_docker"
 
 
 class DockerScheduler(Scheduler[DockerJob]):
-    """The TorchX-compatible scheduler of ``local_docker`` (see the module docstring).
+    """The TorchX-compatible scheduler of ``local_docker`` (see the package docstring).
 
     Args:
         session_name: appears in app handles (``local_docker://{session}/{app_id}``).
         client: a ``docker.DockerClient`` to use instead of making one.
-        **client_kwargs: :class:`~.docker_client.DockerClientConfig` fields.
+        **client_kwargs: :class:`~.client.DockerClientConfig` fields.
     """
 
     def __init__(self, session_name: str = "", client: Any = None, **client_kwargs: Any) -> None:
@@ -93,7 +61,7 @@ class DockerScheduler(Scheduler[DockerJob]):
     ) -> AppDryRunInfo[DockerJob]:
         opts = DockerOpts.from_cfg(cfg)
         app_id = new_app_id(app.name)
-        job = app_to_job(app, opts, app_id, dict(os.environ), ti_key)
+        job = app_to_containers(app, opts, app_id, dict(os.environ), ti_key)
         return AppDryRunInfo(job, str)
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
@@ -158,19 +126,5 @@ class DockerAsyncClient(AsyncSchedulerClient):
         if await self.describe(app_id) is not None:
             await asyncio.to_thread(self.engine.cancel, app_id)
 
-    async def delete(self, app_id: str) -> None:
-        """As :meth:`Scheduler.delete`: remove the app's containers (idempotent)."""
-        await asyncio.to_thread(self.engine.delete, app_id)
-
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.close)
-
-
-def create_scheduler(session_name: str, **kwargs: Any) -> DockerScheduler:
-    """The ``local_docker`` scheduler; ``kwargs`` are Docker client parameters."""
-    return DockerScheduler(session_name, **kwargs)
-
-
-def create_async_client(**kwargs: Any) -> DockerAsyncClient:
-    """The async ``local_docker`` client; same ``kwargs`` as :func:`create_scheduler`."""
-    return DockerAsyncClient(**kwargs)

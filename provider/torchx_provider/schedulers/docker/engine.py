@@ -1,30 +1,32 @@
 """The I/O of ``local_docker``: every docker SDK call, and nothing else.
 
 :class:`DockerEngine` is blocking (the docker SDK is). The sync
-:class:`~torchx_provider.schedulers.docker_scheduler.DockerScheduler` calls it directly; the
+:class:`~torchx_provider.schedulers.docker.scheduler.DockerScheduler` calls it directly; the
 async client runs the same methods in worker threads. Decisions -- what to create, what a
 container's state means, which log lines are new, when an app may be removed -- are the pure
-functions of :mod:`.docker_translation`, :mod:`.docker_state` and :mod:`.logs`.
+functions of :mod:`.translation`, :mod:`.state` and :mod:`torchx_provider.schedulers.logs`.
 
 Calls on independent objects (inspecting the replicas of an app, starting them, stopping them)
-run concurrently on a small thread pool: submitting N replicas costs about as much as
-``docker run`` N times in parallel.
+run concurrently on the worker pool of its :class:`~.client.EngineConnection`: submitting N
+replicas costs about as much as ``docker run`` N times in parallel.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from torchx_provider.errors import SubmissionError, UnknownAppError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
-from torchx_provider.schedulers.docker_client import DockerClientConfig, docker_call, make_client
-from torchx_provider.schedulers.docker_state import (
+from torchx_provider.schedulers.docker.client import (
+    DockerClientConfig,
+    EngineConnection,
+    docker_call,
+)
+from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     ContainerInfo,
     describe_app,
@@ -33,10 +35,9 @@ from torchx_provider.schedulers.docker_state import (
     ready_to_remove,
     replica_state,
 )
-from torchx_provider.schedulers.docker_translation import (
+from torchx_provider.schedulers.docker.translation import (
     DockerJob,
     check_engine_resources,
-    in_bounds,
     log_params,
     spec_replica,
     with_image,
@@ -52,93 +53,30 @@ from torchx_provider.schedulers.labels import (
     label_value,
 )
 from torchx_provider.schedulers.logs import (
-    LineDecoder,
     LogCursor,
     TimestampedLine,
     advance,
-    split_timestamp,
+    timestamped_lines,
+    within,
 )
 from torchx_provider.schedulers.workspace import build_workspace_image, ensure_image
 from torchx_provider.specs.api import is_terminal
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-R = TypeVar("R")
-
 #: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
 STOP_TIMEOUT = 10
 
 
-class DockerEngine:
+class DockerEngine(EngineConnection):
     """One Docker engine, as ``local_docker`` uses it. Thread-safe; create it cheaply (the
     client connects on first use)."""
 
     def __init__(self, config: DockerClientConfig | None = None, client: Any = None) -> None:
-        self.config = config or DockerClientConfig()
-        self._client = client
-        # A client given by the caller is theirs: used for everything, never closed here.
-        self._own_client = client is None
-        self._stream_client: Any = None
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        super().__init__(config, client)
         self._limits: tuple[int, int] | None = None
         # app id -> replicas whose log has been read to its end (see ``remove``).
         self._drained: dict[str, set[tuple[str, int]]] = {}
-
-    # -- plumbing --------------------------------------------------------------------------------
-    @property
-    def client(self) -> Any:
-        """The ``docker.DockerClient`` (made on first use)."""
-        with self._lock:
-            if self._client is None:
-                self._client = make_client(self.config)
-            return self._client
-
-    @property
-    def stream_client(self) -> Any:
-        """A client without a read timeout, for log streams that follow a quiet replica."""
-        if not self._own_client:
-            return self.client
-        version = self.client.api.api_version
-        with self._lock:
-            if self._stream_client is None:
-                self._stream_client = make_client(self.config, streaming=True, version=version)
-            return self._stream_client
-
-    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[Future[R]]:
-        """Run ``fn`` on every item concurrently; the futures, in order (one item: inline)."""
-        if len(items) <= 1:
-            futures: list[Future[R]] = []
-            for item in items:
-                f: Future[R] = Future()
-                try:
-                    f.set_result(fn(item))
-                except BaseException as e:  # delivered through the future
-                    f.set_exception(e)
-                futures.append(f)
-            return futures
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=self.config.max_pool_size, thread_name_prefix="torchx-docker"
-                )
-            pool = self._pool
-        return [pool.submit(fn, item) for item in items]
-
-    def close(self) -> None:
-        """Close the client's connections and the thread pool. Safe to call twice."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-            clients = [self._client if self._own_client else None, self._stream_client]
-            self._stream_client = None
-            if self._own_client:
-                self._client = None
-        if pool is not None:
-            pool.shutdown(wait=False)
-        for client in clients:
-            if client is not None:
-                client.close()
 
     # -- submitting ------------------------------------------------------------------------------
     def engine_limits(self) -> tuple[int, int]:
@@ -152,7 +90,7 @@ class DockerEngine:
     def ensure_network(self, name: str) -> str:
         """The id of the user-defined bridge network ``name``, created when missing.
 
-        Safe when several submits race: see :func:`.docker_state.oldest_network`.
+        Safe when several submits race: see :func:`.state.oldest_network`.
         """
         api = self.client.api
         with docker_call(f"looking up Docker network {name!r}"):
@@ -357,9 +295,9 @@ class DockerEngine:
     ) -> Iterator[str]:
         """The lines of one replica (each ending with ``\\n``), following it with ``follow``.
 
-        ``since`` and ``until`` are inclusive, to the microsecond. The replica is looked up
-        and the log opened now (an unknown app raises here); the lines come as the iterator
-        is consumed.
+        ``since`` and ``until`` are inclusive, to the microsecond, and must be timezone-aware.
+        The arguments are checked, the replica looked up and the log opened now (an unknown
+        app raises here); the lines come as the iterator is consumed.
         """
         params = log_params(streams, since, until)
         container = self.replica(app_id, role, replica_id)
@@ -379,36 +317,21 @@ class DockerEngine:
         follow: bool,
         finished_before: bool,
     ) -> Iterator[str]:
-        app_id, what = container.app_id, f"reading the log of {_replica(container)}"
-        decoder = LineDecoder()
+        app_id = container.app_id
         cursor = LogCursor()
         try:
-            with docker_call(what, app_id=app_id):
-                for chunk in stream:
-                    for raw in decoder.decode(chunk):
-                        line = split_timestamp(raw)
-                        if in_bounds(line.timestamp, since, until):
-                            cursor = _emitted(cursor, line)
-                            yield line.text
-            for raw in decoder.flush():
-                line = split_timestamp(raw)
-                if in_bounds(line.timestamp, since, until):
-                    cursor = _emitted(cursor, line)
+            with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
+                for line in within(timestamped_lines(stream), since, until):
+                    cursor = cursor.after(line)
                     yield line.text
         finally:
             stream.close()
         if follow:
             # A follower is closed without the last line when that line has no newline
             # (Docker 20.10): read what was written after the last line emitted.
-            params = log_params(streams, cursor.since or since, until)
-            with docker_call(what, app_id=app_id):
-                raw_rest = self.client.api.logs(container.id, stream=False, **params)
-            rest = LineDecoder()
-            lines = [split_timestamp(r) for r in [*rest.decode(raw_rest), *rest.flush()]]
-            new, cursor = advance(cursor, lines)
-            for line in new:
-                if in_bounds(line.timestamp, since, until):
-                    yield line.text
+            rest = self._read(container, streams, cursor.since or since, until)
+            new, cursor = advance(cursor, within(timestamped_lines([rest]), since, until))
+            yield from (line.text for line in new)
         # Read to its end without an upper bound: the log counts as read (see ``remove``).
         if until is not None or not (finished_before or follow):
             return
@@ -425,15 +348,24 @@ class DockerEngine:
         """What one replica wrote after ``cursor`` (both streams), and the advanced cursor."""
         container = self.replica(app_id, role, replica_id)
         finished_before = is_terminal(replica_state(container))
-        params = log_params(None, cursor.since, None)
-        with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
-            raw = self.client.api.logs(container.id, stream=False, **params)
-        decoder = LineDecoder()
-        lines = [split_timestamp(line) for line in [*decoder.decode(raw), *decoder.flush()]]
-        new, cursor = advance(cursor, lines)
+        raw = self._read(container, None, cursor.since, None)
+        new, cursor = advance(cursor, timestamped_lines([raw]))
         if finished_before:
             self.mark_drained(app_id, role, replica_id)
         return new, cursor
+
+    def _read(
+        self,
+        container: ContainerInfo,
+        streams: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> bytes:
+        """The replica's log between the bounds as it is now (not following), in one piece."""
+        params = log_params(streams, since, until)
+        with docker_call(f"reading the log of {_replica(container)}", app_id=container.app_id):
+            raw: bytes = self.client.api.logs(container.id, stream=False, **params)
+        return raw
 
     # -- stopping and removing ---------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
@@ -489,13 +421,3 @@ class DockerEngine:
 
 def _replica(c: ContainerInfo) -> str:
     return f"replica {c.role_name}/{c.replica_id} of app {c.app_id!r}"
-
-
-def _emitted(cursor: LogCursor, line: TimestampedLine) -> LogCursor:
-    """The cursor after emitting ``line`` (kept at the latest timestamp seen)."""
-    ts = line.timestamp
-    if ts is None or (cursor.since is not None and ts < cursor.since):
-        return cursor
-    if ts == cursor.since:
-        return LogCursor(ts, cursor.seen_at_since + 1)
-    return LogCursor(ts, 1)

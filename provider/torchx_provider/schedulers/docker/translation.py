@@ -1,5 +1,8 @@
 """AppDef + options -> the containers ``local_docker`` runs. Pure: no docker import, no I/O.
 
+Also pure and here: what the engine can hold (:func:`check_engine_resources`) and the
+parameters of a log read (:func:`log_params`).
+
 One container per replica. Each container spec is a plain dict of the keyword arguments of
 ``DockerClient.containers.create`` (``image``, ``entrypoint``, ``command``, ``name``, ...), so
 the dry run shows exactly what will be sent and a test can compare it with a literal dict.
@@ -37,16 +40,18 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
+from torchx_provider.schedulers.docker.options import DockerOpts
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
     RANK0_HOST_ENV,
     TaskInstanceKey,
     replica_labels,
 )
+from torchx_provider.schedulers.logs import require_aware
 from torchx_provider.specs.api import (
     AppDef,
     BindMount,
@@ -56,13 +61,10 @@ from torchx_provider.specs.api import (
     macros,
 )
 from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
-from torchx_provider.specs.runopts import CfgVal, runopts
 from torchx_provider.specs.serialization import role_to_dict
 
 log = logging.getLogger(__name__)
 
-#: The user-defined bridge network replicas join by default (TorchX's name).
-NETWORK = "torchx"
 ENV_APP_ID = "TORCHX_APP_ID"
 ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
@@ -80,82 +82,6 @@ LABEL_TASK_INSTANCE = "airflow.apache.org/task-instance"
 APP_NAME_MAX_LEN = 40
 
 MiB = 1024 * 1024
-
-
-# ---------------------------------------------------------------------------------------------
-# Options
-
-
-@dataclass(frozen=True)
-class DockerOpts:
-    """The run options (``cfg``) of ``local_docker``; each field's help is its metadata."""
-
-    copy_env: list[str] | None = field(
-        default=None,
-        metadata={
-            "type": list[str],
-            "help": "glob patterns of host environment variables copied into every replica, "
-            "e.g. ['AWS_*', 'HF_TOKEN']; the env option and the role's env win",
-        },
-    )
-    env: dict[str, str] | None = field(
-        default=None,
-        metadata={
-            "type": dict[str, str],
-            "help": "environment variables set in every replica, applied over copy_env; "
-            "the role's own env wins",
-        },
-    )
-    privileged: bool = field(
-        default=False,
-        metadata={"type": bool, "help": "run every container privileged (docker run --privileged)"},
-    )
-    image_repo: str | None = field(
-        default=None,
-        metadata={
-            "type": str,
-            "help": "repository that workspace images are tagged with and pushed to, e.g. "
-            "registry.example.com/team/app; unset: they stay on the local engine",
-        },
-    )
-    quiet: bool = field(
-        default=False,
-        metadata={
-            "type": bool,
-            "help": "log image pull/build/push progress at debug level instead of info",
-        },
-    )
-    network: str = field(
-        default=NETWORK,
-        metadata={
-            "type": str,
-            "help": "user-defined bridge network the replicas join (created when missing)",
-        },
-    )
-    remove: bool = field(
-        default=True,
-        metadata={
-            "type": bool,
-            "help": "remove the app's containers once it has finished and every replica's "
-            "log has been read to its end",
-        },
-    )
-
-    @classmethod
-    def run_opts(cls) -> runopts:
-        """The :class:`runopts` declared by the fields above."""
-        opts = runopts()
-        for f in dataclasses.fields(cls):
-            default: CfgVal = f.default  # type: ignore[assignment]
-            opts.add(f.name, f.metadata["type"], f.metadata["help"], default=default)
-        return opts
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, CfgVal]) -> DockerOpts:
-        """Typed options from a resolved ``cfg`` (``run_opts().resolve`` did the checking)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in cfg.items() if k in names and v is not None}
-        return cls(**values)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +235,7 @@ def mount_kwargs(role: Role, where: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# AppDef -> DockerJob
+# AppDef -> DockerJob (the containers)
 
 
 def check_names(app: AppDef, app_id: str) -> None:
@@ -326,7 +252,7 @@ def check_names(app: AppDef, app_id: str) -> None:
         seen[name] = role.name
 
 
-def app_to_job(
+def app_to_containers(
     app: AppDef,
     opts: DockerOpts,
     app_id: str,
@@ -406,7 +332,7 @@ def app_to_job(
 
 
 def spec_replica(spec: Mapping[str, Any]) -> tuple[str, int]:
-    """(role name, replica id) of a container spec made by :func:`app_to_job`."""
+    """(role name, replica id) of a container spec made by :func:`app_to_containers`."""
     env = spec["environment"]
     return env[ENV_ROLE_NAME], int(env[ENV_REPLICA_IDX])
 
@@ -463,19 +389,9 @@ STREAMS: dict[str | None, tuple[bool, bool]] = {
 
 #: How far Docker's ``since``/``until`` are widened. Docker compares nanosecond timestamps with
 #: a float of seconds (about a microsecond of precision), while our timestamps carry
-#: microseconds; the engine is asked for a little more and :func:`in_bounds` (or
+#: microseconds; the engine is asked for a little more and ``logs.within`` (or
 #: ``logs.advance``) trims it exactly.
 LOG_BOUND_MARGIN = timedelta(milliseconds=1)
-
-
-def aware(value: datetime) -> datetime:
-    """``value`` with a time zone (naive means UTC)."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
-def unix_time(value: datetime) -> float:
-    """Seconds since the epoch, as Docker's ``since``/``until`` take them (naive means UTC)."""
-    return aware(value).timestamp()
 
 
 def log_params(
@@ -485,28 +401,24 @@ def log_params(
     timestamps: bool = True,
 ) -> dict[str, Any]:
     """Keyword arguments of ``APIClient.logs`` for one read, bounds widened by
-    :data:`LOG_BOUND_MARGIN`."""
+    :data:`LOG_BOUND_MARGIN`.
+
+    Checks the request before anything is read: an unknown ``streams`` and a naive ``since``
+    or ``until`` (``logs.require_aware``, the same refusal as on every backend) raise
+    :class:`InvalidOptionError`.
+    """
     if streams not in STREAMS:
         raise InvalidOptionError(
             f"unknown log stream {streams!r}; use 'stdout', 'stderr' or 'combined'",
             option="streams",
         )
+    require_aware(since, "since")
+    require_aware(until, "until")
     stdout, stderr = STREAMS[streams]
     params: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "timestamps": timestamps}
-    if since is not None and unix_time(since - LOG_BOUND_MARGIN) > 0:
-        params["since"] = unix_time(since - LOG_BOUND_MARGIN)
-    if until is not None and unix_time(until) > 0:
-        params["until"] = unix_time(until + LOG_BOUND_MARGIN)
+    # Docker's own bounds are seconds since the epoch; zero or less means "unbounded".
+    if since is not None and (since - LOG_BOUND_MARGIN).timestamp() > 0:
+        params["since"] = (since - LOG_BOUND_MARGIN).timestamp()
+    if until is not None and until.timestamp() > 0:
+        params["until"] = (until + LOG_BOUND_MARGIN).timestamp()
     return params
-
-
-def in_bounds(ts: datetime | None, since: datetime | None, until: datetime | None) -> bool:
-    """Whether a line stamped ``ts`` lies within ``[since, until]`` (both inclusive).
-
-    A line without a timestamp is kept.
-    """
-    if ts is None:
-        return True
-    if since is not None and ts < aware(since):
-        return False
-    return not (until is not None and ts > aware(until))

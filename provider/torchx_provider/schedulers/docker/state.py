@@ -17,10 +17,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
-from torchx_provider.schedulers.docker_translation import (
+from torchx_provider.schedulers.docker.translation import (
     LABEL_REMOVE,
     LABEL_ROLE,
     LABEL_TASK_INSTANCE,
@@ -70,6 +70,8 @@ CONTAINER_STATE: dict[str, ReplicaState | None] = {
 #: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
 #: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
 CANCELLED_SUFFIX = ".cancelled"
+
+T = TypeVar("T")
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -138,16 +140,20 @@ class ContainerInfo:
     def app_id(self) -> str:
         return self.labels.get(LABEL_APP_ID, "")
 
-    @property
-    def role(self) -> Role | None:
-        """The role the container was created from (``None`` if the label is missing/bad)."""
-        raw = self.labels.get(LABEL_ROLE)
+    def _json_label(self, key: str, parse: Callable[[Any], T]) -> T | None:
+        """``parse`` of the JSON in label ``key`` (``None`` if the label is missing or bad)."""
+        raw = self.labels.get(key)
         if not raw:
             return None
         try:
-            return role_from_dict(json.loads(raw))
-        except (ValueError, TypeError):
+            return parse(json.loads(raw))
+        except (ValueError, TypeError, AttributeError):
             return None
+
+    @property
+    def role(self) -> Role | None:
+        """The role the container was created from (``None`` if the label is missing/bad)."""
+        return self._json_label(LABEL_ROLE, role_from_dict)
 
     @property
     def role_name(self) -> str:
@@ -173,13 +179,7 @@ class ContainerInfo:
     @property
     def task_instance(self) -> TaskInstanceKey | None:
         """The Airflow task instance that submitted the app, if one did."""
-        raw = self.labels.get(LABEL_TASK_INSTANCE)
-        if not raw:
-            return None
-        try:
-            return TaskInstanceKey.from_annotations(json.loads(raw))
-        except (ValueError, TypeError, AttributeError):
-            return None
+        return self._json_label(LABEL_TASK_INSTANCE, TaskInstanceKey.from_annotations)
 
 
 def replica_state(c: ContainerInfo) -> ReplicaState:

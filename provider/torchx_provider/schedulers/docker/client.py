@@ -1,11 +1,13 @@
-"""Talking to a Docker engine: client parameters, the client, and the one place errors turn
+"""Talking to a Docker engine: client parameters, the clients, and the one place errors turn
 into the provider's.
 
 Client parameters are plain values (strings, numbers, booleans) so that an Airflow hook can
 pass them from a connection, and the triggerer can rebuild the same client from a trigger's
 serialized kwargs. ``create_scheduler(session_name, **kwargs)`` and
-``create_async_client(**kwargs)`` of :mod:`~torchx_provider.schedulers.docker_scheduler` take
-exactly the fields of :class:`DockerClientConfig`.
+``create_async_client(**kwargs)`` of :mod:`torchx_provider.schedulers.docker` take exactly the
+fields of :class:`DockerClientConfig`. :func:`make_client` makes one ``docker.DockerClient``;
+an :class:`EngineConnection` keeps the ones an engine needs (and a worker pool) and closes
+them together.
 
 Every call into the docker SDK runs inside :func:`docker_call`, which turns docker and
 connection exceptions into the tree of :mod:`torchx_provider.errors` (``raise ... from e``,
@@ -20,9 +22,11 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from torchx_provider.errors import (
     BackendUnavailableError,
@@ -224,6 +228,85 @@ def make_client(
                 verify=bool(config.tls_verify),
             )
         return docker.DockerClient(base_url=config.base_url, tls=tls, **common)
+
+
+# ---------------------------------------------------------------------------------------------
+# The clients and the worker pool of one engine
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class EngineConnection:
+    """The clients and the worker pool of one engine, made on first use and closed together.
+    Thread-safe.
+
+    Args:
+        config: how to reach the engine (default: as the docker CLI does).
+        client: a ``docker.DockerClient`` to use for everything; the caller's, never closed
+            here.
+    """
+
+    def __init__(self, config: DockerClientConfig | None = None, client: Any = None) -> None:
+        self.config = config or DockerClientConfig()
+        self._client = client
+        self._own_client = client is None
+        self._stream_client: Any = None
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def client(self) -> Any:
+        """The ``docker.DockerClient`` (made on first use)."""
+        with self._lock:
+            if self._client is None:
+                self._client = make_client(self.config)
+            return self._client
+
+    @property
+    def stream_client(self) -> Any:
+        """A client without a read timeout, for log streams that follow a quiet replica."""
+        if not self._own_client:
+            return self.client
+        version = self.client.api.api_version
+        with self._lock:
+            if self._stream_client is None:
+                self._stream_client = make_client(self.config, streaming=True, version=version)
+            return self._stream_client
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[Future[R]]:
+        """Run ``fn`` on every item concurrently; the futures, in order (one item: inline)."""
+        if len(items) <= 1:
+            futures: list[Future[R]] = []
+            for item in items:
+                f: Future[R] = Future()
+                try:
+                    f.set_result(fn(item))
+                except BaseException as e:  # delivered through the future
+                    f.set_exception(e)
+                futures.append(f)
+            return futures
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.config.max_pool_size, thread_name_prefix="torchx-docker"
+                )
+            pool = self._pool
+        return [pool.submit(fn, item) for item in items]
+
+    def close(self) -> None:
+        """Close the client's connections and the thread pool. Safe to call twice."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            clients = [self._client if self._own_client else None, self._stream_client]
+            self._stream_client = None
+            if self._own_client:
+                self._client = None
+        if pool is not None:
+            pool.shutdown(wait=False)
+        for client in clients:
+            if client is not None:
+                client.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""The run options (``cfg``) of ``local_docker``, declared once as a dataclass.
+
+:class:`DockerOpts` is both the declaration (``DockerOpts.run_opts()``: names, types, defaults
+and help, as every backend's ``run_opts()`` returns them) and the typed value the translation
+reads (``DockerOpts.from_cfg(cfg)`` after ``run_opts().resolve(cfg)`` checked it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torchx_provider.specs.runopts import CfgVal, runopts
+
+#: The user-defined bridge network replicas join by default (TorchX's name).
+NETWORK = "torchx"
+
+
+@dataclass(frozen=True)
+class DockerOpts:
+    """The run options (``cfg``) of ``local_docker``; each field's help is its metadata."""
+
+    copy_env: list[str] | None = field(
+        default=None,
+        metadata={
+            "type": list[str],
+            "help": "glob patterns of host environment variables copied into every replica, "
+            "e.g. ['AWS_*', 'HF_TOKEN']; the env option and the role's env win",
+        },
+    )
+    env: dict[str, str] | None = field(
+        default=None,
+        metadata={
+            "type": dict[str, str],
+            "help": "environment variables set in every replica, applied over copy_env; "
+            "the role's own env wins",
+        },
+    )
+    privileged: bool = field(
+        default=False,
+        metadata={"type": bool, "help": "run every container privileged (docker run --privileged)"},
+    )
+    image_repo: str | None = field(
+        default=None,
+        metadata={
+            "type": str,
+            "help": "repository that workspace images are tagged with and pushed to, e.g. "
+            "registry.example.com/team/app; unset: they stay on the local engine",
+        },
+    )
+    quiet: bool = field(
+        default=False,
+        metadata={
+            "type": bool,
+            "help": "log image pull/build/push progress at debug level instead of info",
+        },
+    )
+    network: str = field(
+        default=NETWORK,
+        metadata={
+            "type": str,
+            "help": "user-defined bridge network the replicas join (created when missing)",
+        },
+    )
+    remove: bool = field(
+        default=True,
+        metadata={
+            "type": bool,
+            "help": "remove the app's containers once it has finished and every replica's "
+            "log has been read to its end",
+        },
+    )
+
+    @classmethod
+    def run_opts(cls) -> runopts:
+        """The :class:`runopts` declared by the fields above."""
+        opts = runopts()
+        for f in dataclasses.fields(cls):
+            default: CfgVal = f.default  # type: ignore[assignment]
+            opts.add(f.name, f.metadata["type"], f.metadata["help"], default=default)
+        return opts
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, CfgVal]) -> DockerOpts:
+        """Typed options from a resolved ``cfg`` (``run_opts().resolve`` did the checking)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in cfg.items() if k in names and v is not None}
+        return cls(**values)  # type: ignore[arg-type]
