@@ -109,7 +109,7 @@ def torchx_samples(replicas: int, runs: int) -> dict[str, list[float]]:
 
 def our_samples(replicas: int, runs: int) -> dict[str, list[float]]:
     from torchx_provider import specs
-    from torchx_provider.schedulers.registry import create_scheduler
+    from torchx_provider.backends import create_scheduler
 
     def app() -> specs.AppDef:
         role = specs.Role(

@@ -19,22 +19,19 @@ README = REPO / "README.md"
 #: The RBAC the integration tests run under (least privilege): what the README documents.
 RBAC = REPO / "tests" / "cluster" / "rbac.yaml"
 
-BACKENDS = {
-    "kubernetes": "Volcano (`TorchXKubernetesOperator`)",
-    "kubernetes_mcad": "MCAD AppWrapper (`TorchXMCADOperator`)",
-    "local_docker": "Docker (`TorchXDockerOperator`)",
-}
-
 
 def run_options() -> str:
-    """One table of run options per backend, from each scheduler's ``run_opts()``."""
-    from torchx_provider.schedulers.registry import create_scheduler
+    """One table of run options per built-in backend (the backend table's rows, in order),
+    from each scheduler's ``run_opts()``."""
+    from torchx_provider.backends import BUILTIN_BACKENDS
 
     parts = []
-    for backend, title in BACKENDS.items():
+    for backend in BUILTIN_BACKENDS:
         # Schedulers connect lazily: creating one to read its options contacts nothing.
-        scheduler = create_scheduler(backend)
-        parts.append(f"#### `{backend}` — {title}\n\n{scheduler.run_opts().to_markdown()}\n")
+        scheduler = backend.create_scheduler()
+        operator = backend.operator.rpartition(":")[2]
+        title = f"{backend.title} (`{operator}`)"
+        parts.append(f"#### `{backend.name}` — {title}\n\n{scheduler.run_opts().to_markdown()}\n")
     return "\n".join(parts)
 
 

@@ -1,13 +1,16 @@
 """What Airflow learns about this provider through the ``apache_airflow_provider`` entry point.
 
-``airflow providers list|hooks|triggers|links`` read it; the connection forms (fields and
-their labels) are declared here, so the UI builds them without importing the hooks.
+``airflow providers list|hooks|triggers|links`` read it. The hooks, connection types and
+operators come from the built-in rows of the backend table (:mod:`torchx_provider.backends`);
+the connection forms (fields and their labels), keyed by connection type, are declared here,
+so the UI builds them without importing the hooks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from torchx_provider.backends import BUILTIN_BACKENDS, Backend
 from torchx_provider.version import __version__
 
 INTEGRATION = "TorchX"
@@ -64,6 +67,61 @@ DOCKER_FIELDS: dict[str, Any] = {
 }
 
 
+#: connection type -> its form in the UI: hook name, fields and the standard fields' behaviour
+CONNECTION_FORMS: dict[str, dict[str, Any]] = {
+    "torchx_kubernetes": {
+        "hook-name": "TorchX Kubernetes",
+        "conn-fields": KUBERNETES_FIELDS,
+        "ui-field-behaviour": {
+            "hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
+            "relabeling": {},
+            "placeholders": {},
+        },
+    },
+    "torchx_docker": {
+        "hook-name": "TorchX Docker",
+        "conn-fields": DOCKER_FIELDS,
+        "ui-field-behaviour": {
+            "hidden-fields": ["schema", "extra"],
+            "relabeling": {
+                "host": "Engine URL",
+                "login": "Registry user",
+                "password": "Registry password",
+            },
+            "placeholders": {
+                "host": "unix:///var/run/docker.sock or tcp://host:2376",
+                "port": "2376 (when host has no scheme)",
+            },
+        },
+    },
+}
+
+#: the module of :class:`~torchx_provider.operators.TorchXOperator` (no row names it: it
+#: takes any backend)
+GENERIC_OPERATOR_MODULE = "torchx_provider.operators.torchx"
+
+
+def _module(path: str) -> str:
+    return path.partition(":")[0]
+
+
+def _unique(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def connection_types(rows: tuple[Backend, ...] = BUILTIN_BACKENDS) -> list[dict[str, Any]]:
+    """One entry per connection type of the rows (backends may share one), with its form."""
+    by_type = {row.connection_type: row for row in rows}
+    return [
+        {
+            "connection-type": conn_type,
+            "hook-class-name": row.hook.replace(":", "."),
+            **CONNECTION_FORMS[conn_type],
+        }
+        for conn_type, row in by_type.items()
+    ]
+
+
 def get_provider_info() -> dict[str, Any]:
     """The provider's metadata: package name, hooks, operators, triggers, connection types."""
     return {
@@ -82,51 +140,20 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["torchx_provider.operators.torchx"],
+                "python-modules": _unique(
+                    [GENERIC_OPERATOR_MODULE] + [_module(b.operator) for b in BUILTIN_BACKENDS]
+                ),
             }
         ],
         "hooks": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": [
-                    "torchx_provider.hooks.kubernetes",
-                    "torchx_provider.hooks.docker",
-                ],
+                "python-modules": _unique([_module(b.hook) for b in BUILTIN_BACKENDS]),
             }
         ],
         "triggers": [
             {"integration-name": INTEGRATION, "python-modules": ["torchx_provider.triggers.job"]}
         ],
-        "connection-types": [
-            {
-                "connection-type": "torchx_kubernetes",
-                "hook-class-name": "torchx_provider.hooks.kubernetes.TorchXKubernetesHook",
-                "hook-name": "TorchX Kubernetes",
-                "conn-fields": KUBERNETES_FIELDS,
-                "ui-field-behaviour": {
-                    "hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
-                    "relabeling": {},
-                    "placeholders": {},
-                },
-            },
-            {
-                "connection-type": "torchx_docker",
-                "hook-class-name": "torchx_provider.hooks.docker.TorchXDockerHook",
-                "hook-name": "TorchX Docker",
-                "conn-fields": DOCKER_FIELDS,
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "extra"],
-                    "relabeling": {
-                        "host": "Engine URL",
-                        "login": "Registry user",
-                        "password": "Registry password",
-                    },
-                    "placeholders": {
-                        "host": "unix:///var/run/docker.sock or tcp://host:2376",
-                        "port": "2376 (when host has no scheme)",
-                    },
-                },
-            },
-        ],
+        "connection-types": connection_types(),
         "extra-links": ["torchx_provider.links.TorchXJobLink"],
     }

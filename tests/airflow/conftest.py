@@ -51,6 +51,7 @@ def fake_cluster(airflow_db: Path) -> Iterator[object]:
     cluster = torchx_fakes.reset()
     yield cluster
     torchx_fakes.reset()
+    torchx_fakes.unregister()
 
 
 @pytest.fixture(scope="session")

@@ -136,6 +136,47 @@ with DAG("fake_templates", **ARGS) as dag:
     assert rendered["app"]["roles"][0]["args"] == ["hi there", "train"]
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_backend_added_through_the_table_only_runs(
+    dag_runner: Any, airflow_db: Any, deferrable: bool
+) -> None:
+    """A backend is one row: registering it (no module dictionary patched) is all it takes
+    for ``TorchXOperator(scheduler=...)`` to run it, deferred or not; unregistered, it is gone."""
+    import torchx_fakes
+
+    from torchx_provider.backends import get_backend, register_backend, unregister_backend
+    from torchx_provider.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError):
+        get_backend("fake")
+    cluster = torchx_fakes.reset()
+    register_backend(torchx_fakes.FAKE_BACKEND)
+    try:
+        dag_run = dag_runner.run(
+            f"fake_table_{deferrable}",
+            HEADER
+            + f"""
+with DAG("fake_table_{deferrable}", **ARGS) as dag:
+    TorchXOperator(
+        task_id="train",
+        app=torchx_fakes.make_app(),
+        scheduler="fake",
+        deferrable={deferrable},
+        poll_interval=0.05,
+    )
+""",
+        )
+    finally:
+        unregister_backend("fake")
+        torchx_fakes.reset()
+    assert task_instances(dag_run)["train"].state == "success"
+    [app_id] = cluster.submitted
+    assert xcoms(dag_run, "train")["final_state"] == "SUCCEEDED"
+    assert cluster.deleted == [app_id]
+    with pytest.raises(InvalidOptionError, match="unknown scheduler 'fake'"):
+        get_backend("fake")
+
+
 CRASHING = (
     HEADER
     + """

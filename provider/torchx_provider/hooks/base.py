@@ -29,7 +29,7 @@ from torchx_provider.specs.runopts import bool_value
 
 if TYPE_CHECKING:
     from torchx_provider.schedulers.api import AsyncSchedulerClient, Scheduler
-    from torchx_provider.specs.runopts import CfgVal
+    from torchx_provider.specs.runopts import CfgVal, runopts
 
 REDACTED = "***"
 
@@ -78,7 +78,8 @@ class BackendTarget:
     """A backend and how to reach it, resolved from a connection.
 
     Args:
-        backend: the scheduler name (``kubernetes``, ``kubernetes_mcad``, ``local_docker``).
+        backend: the backend's name in :mod:`torchx_provider.backends` (``kubernetes``,
+            ``kubernetes_mcad``, ``local_docker``, ...).
         client_kwargs: keyword arguments of the backend's ``create_scheduler`` and
             ``create_async_client`` (plain values: strings, bools, numbers).
         cfg_defaults: run-option defaults from the connection; the task's ``cfg`` wins.
@@ -124,23 +125,28 @@ class BackendTarget:
 
     def create_scheduler(self, session_name: str = "") -> Scheduler[Any]:
         """The sync scheduler (worker side); imports the backend's client library."""
-        from torchx_provider.schedulers.registry import create_scheduler
+        from torchx_provider.backends import get_backend
 
-        return create_scheduler(self.backend, session_name, **self.client_kwargs)
+        scheduler: Scheduler[Any] = get_backend(self.backend).create_scheduler(
+            session_name, **self.client_kwargs
+        )
+        return scheduler
 
     def create_async_client(self) -> AsyncSchedulerClient:
         """The async client (triggerer side)."""
-        from torchx_provider.schedulers.registry import create_async_client
+        from torchx_provider.backends import get_backend
 
-        return create_async_client(self.backend, **self.client_kwargs)
+        client: AsyncSchedulerClient = get_backend(self.backend).create_async_client(
+            **self.client_kwargs
+        )
+        return client
 
-    def checked_cfg_defaults(self, scheduler: Scheduler[Any]) -> dict[str, CfgVal]:
-        """``cfg_defaults`` restricted to the run options of ``scheduler``.
+    def checked_cfg_defaults(self, opts: runopts) -> dict[str, CfgVal]:
+        """``cfg_defaults`` restricted to the backend's run options ``opts``.
 
         A default that is no run option of this backend is an error naming the connection,
         because a typo in a connection extra must not be ignored silently.
         """
-        opts = scheduler.run_opts()
         unknown = sorted(k for k in self.cfg_defaults if k not in opts)
         if unknown:
             valid = ", ".join(name for name, _ in opts)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.triggers.selection import LogSelection
 
 
 class OnKillAction(str, enum.Enum):
@@ -113,9 +114,10 @@ class Following:
                 f"poll_interval must be a positive number of seconds, got {poll_interval!r}",
                 "poll_interval",
             )
-        if isinstance(log_replicas, str):
-            log_replicas = [p for p in log_replicas.split(",")]
-        replicas = (
-            None if log_replicas is None else tuple(p.strip() for p in log_replicas if p.strip())
-        )
+        replicas = LogSelection.parse(log_replicas).patterns
         return cls(deferrable=bool(deferrable), poll_interval=interval, log_replicas=replicas)
+
+    @property
+    def selection(self) -> LogSelection:
+        """``log_replicas`` as the follow loop asks it."""
+        return LogSelection(self.log_replicas)

@@ -1,7 +1,9 @@
 """The TorchX operators: run one TorchX app as one Airflow task.
 
-``TorchXOperator`` takes the backend as ``scheduler=``; ``TorchXKubernetesOperator``
-(Volcano), ``TorchXMCADOperator`` (MCAD AppWrapper) and ``TorchXDockerOperator`` fix it::
+``TorchXOperator`` takes the backend as ``scheduler=`` (a name of the backend table,
+:mod:`torchx_provider.backends`); ``TorchXKubernetesOperator`` (Volcano),
+``TorchXMCADOperator`` (MCAD AppWrapper) and ``TorchXDockerOperator``
+(:mod:`~torchx_provider.operators.per_backend`) fix it::
 
     TorchXKubernetesOperator(
         task_id="train",
@@ -15,8 +17,9 @@
 What a task does:
 
 1. **Prepare** (no backend contacted): render the templates, resolve ``app`` into one AppDef
-   (shown in the task's "Rendered Template" view), read the connection, create the
-   scheduler, check ``cfg`` against its run options and dry-run the submission. A bad input
+   (shown in the task's "Rendered Template" view), read the connection with the backend's
+   hook, create the scheduler, merge ``cfg`` with the connection's defaults and check it
+   against the backend's run options (once), and dry-run the submission. A bad input
    -- unknown scheduler, unknown component or run option, missing connection, unreadable
    kubeconfig -- fails the task here, without retries, and nothing is submitted.
 2. **Submit or reattach**: every job carries labels/annotations with the dag id, task id,
@@ -61,52 +64,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
-from torchx_provider.links import TorchXJobLink, format_job_url
+from torchx_provider.links import TorchXJobLink
 from torchx_provider.operators.app_source import app_to_template, resolve_app
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
+from torchx_provider.operators.submission import SubmissionPlan, bad_input
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
+    from torchx_provider.hooks.base import TorchXHookBase
     from torchx_provider.schedulers.api import Scheduler
-    from torchx_provider.schedulers.labels import TaskInstanceKey
-    from torchx_provider.specs.api import AppDef, AppDryRunInfo
     from torchx_provider.triggers.events import JobEvent
-
-#: backend -> "module:Hook" resolving its connections
-HOOKS_BY_BACKEND: dict[str, str] = {
-    "kubernetes": "torchx_provider.hooks.kubernetes:TorchXKubernetesHook",
-    "kubernetes_mcad": "torchx_provider.hooks.kubernetes:TorchXKubernetesHook",
-    "local_docker": "torchx_provider.hooks.docker:TorchXDockerHook",
-}
-#: task_state_store key of the app handle a try submitted (Airflow 3.3+)
-STATE_STORE_KEY = "torchx_app_handle"
-
-
-@dataclass
-class SubmissionPlan:
-    """Everything prepared before anything is sent (worker side, never serialized)."""
-
-    target: BackendTarget
-    scheduler: Scheduler[Any]
-    app: AppDef
-    cfg: dict[str, Any]
-    dryrun: AppDryRunInfo[Any]
-    ti_key: TaskInstanceKey
-
-
-def _fail(e: Exception) -> Exception:
-    """A bad input: fail the task now, without retries, saying nothing was submitted."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    return AirflowFailException(f"{e} (nothing was submitted)")
 
 
 class TorchXOperator(BaseOperator):
@@ -117,7 +90,8 @@ class TorchXOperator(BaseOperator):
     :param app_args: the component's arguments (dict of keyword arguments or list). Templated.
     :param cfg: run options: a dict, or TorchX's string form ``"queue=default,namespace=ml"``.
         Templated. Defaults come from the connection's extras.
-    :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad`` or ``local_docker``.
+    :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad``, ``local_docker``, or
+        any other backend registered in :mod:`torchx_provider.backends`.
     :param conn_id: the Airflow connection; ``None`` uses the worker's environment defaults.
     :param app_name: overrides the app's name. Templated.
     :param deferrable: follow from the triggerer (default ``[operators] default_deferrable``).
@@ -197,7 +171,7 @@ class TorchXOperator(BaseOperator):
                 search_paths=self._search_paths(),
             )
         except (InvalidAppError, InvalidOptionError) as e:
-            raise _fail(e) from e
+            raise bad_input(e) from e
         from torchx_provider.specs.serialization import to_dict
 
         self.app = to_dict(app)
@@ -215,68 +189,24 @@ class TorchXOperator(BaseOperator):
             paths.extend(searchpath)
         return paths
 
-    def _backend(self) -> str:
-        from torchx_provider.schedulers.registry import backend_names
-
-        if self.scheduler not in backend_names():
-            raise InvalidOptionError(
-                f"unknown scheduler {self.scheduler!r}; use one of {backend_names()}",
-                "scheduler",
-            )
-        return self.scheduler
-
     def get_hook(self) -> TorchXHookBase:
-        """The hook that resolves ``conn_id`` for this task's backend."""
-        import importlib
+        """The hook that resolves ``conn_id`` for this task's backend (from the backend table;
+        an unknown ``scheduler`` fails here, listing the known ones)."""
+        from torchx_provider.backends import get_backend
 
-        backend = self._backend()
-        path = HOOKS_BY_BACKEND.get(backend)
-        if path is None:
-            raise InvalidOptionError(
-                f"scheduler {backend!r} has no connection hook; "
-                f"use one of {sorted(HOOKS_BY_BACKEND)}",
-                "scheduler",
-            )
-        module, _, name = path.partition(":")
-        hook_cls = getattr(importlib.import_module(module), name)
-        hook: TorchXHookBase = hook_cls(conn_id=self.conn_id, backend=backend)
-        return hook
-
-    def _cfg(self, scheduler: Scheduler[Any], target: BackendTarget) -> dict[str, Any]:
-        cfg: Any = self.cfg
-        if isinstance(cfg, str):
-            cfg = scheduler.run_opts().cfg_from_str(cfg)
-        elif cfg is None:
-            cfg = {}
-        elif not isinstance(cfg, Mapping):
-            raise InvalidOptionError(
-                f"cfg must be a dict or a 'key=value,...' string, got {type(cfg).__name__}", "cfg"
-            )
-        cfg = {**target.checked_cfg_defaults(scheduler), **dict(cfg)}
-        if "remove" in scheduler.run_opts() and "remove" not in cfg:
-            # The backend's own clean-up (Docker: remove containers once their logs were read)
-            # would pre-empt on_finish_action; the operator owns the clean-up.
-            cfg["remove"] = False
-        return cfg
-
-    @staticmethod
-    def _ti_key(context: Context) -> TaskInstanceKey:
-        from torchx_provider.schedulers.labels import TaskInstanceKey
-
-        ti = context["ti"]
-        return TaskInstanceKey(
-            dag_id=ti.dag_id,
-            task_id=ti.task_id,
-            run_id=ti.run_id,
-            map_index=int(ti.map_index if ti.map_index is not None else -1),
-            try_number=int(ti.try_number or 1),
+        hook: TorchXHookBase = get_backend(self.scheduler).hook_class()(
+            conn_id=self.conn_id, backend=self.scheduler
         )
+        return hook
 
     def prepare(self, context: Context) -> SubmissionPlan:
         """Step 1 (module doc): everything up to the dry run; bad input fails the task."""
+        from torchx_provider.backends import get_backend
+        from torchx_provider.operators.submission import merge_cfg, task_instance_key
         from torchx_provider.specs.serialization import from_dict
 
         try:
+            backend = get_backend(self.scheduler)
             target = self.get_hook().get_target()
             scheduler = target.create_scheduler(self.session_name)
             try:
@@ -286,45 +216,24 @@ class TorchXOperator(BaseOperator):
                     app = resolve_app(
                         self.app, self.app_args, self.app_name, search_paths=self._search_paths()
                     )
-                cfg = self._cfg(scheduler, target)
-                ti_key = self._ti_key(context)
+                cfg = merge_cfg(self.cfg, scheduler.run_opts(), target, backend)
+                ti_key = task_instance_key(context["ti"])
                 dryrun = scheduler.submit_dryrun(app, cfg, ti_key=ti_key)
             except BaseException:
                 scheduler.close()
                 raise
         except (InvalidAppError, InvalidOptionError) as e:
-            raise _fail(e) from e
+            raise bad_input(e) from e
         self.log.info("backend %s, client %s", target.backend, target.redacted() or "defaults")
         return SubmissionPlan(target, scheduler, app, cfg, dryrun, ti_key)
 
     # -- submit or reattach ------------------------------------------------------------------------
-    def _live_apps(self, plan: SubmissionPlan, context: Context) -> list[str]:
-        """Live jobs of earlier tries of this task instance, the one to prefer first."""
-        from torchx_provider.specs.api import is_terminal
-        from torchx_provider.specs.names import parse_app_handle
-
-        scheduler = plan.scheduler
-        found: list[str] = []
-        store = context.get("task_state_store")
-        if store is not None:
-            try:
-                handle = store.get(STATE_STORE_KEY)
-            except Exception as e:  # the store is an optimisation; labels still find the job
-                self.log.warning("could not read task_state_store: %s", e)
-                handle = None
-            if isinstance(handle, str):
-                app_id = parse_app_handle(handle).app_id
-                desc = scheduler.describe(app_id)
-                if desc is not None and not is_terminal(desc.state):
-                    found.append(app_id)
-        for listed in scheduler.find_apps(plan.ti_key):
-            if not is_terminal(listed.state) and listed.app_id not in found:
-                found.append(listed.app_id)
-        return found
-
     def submit_or_reattach(self, plan: SubmissionPlan, context: Context) -> tuple[str, bool]:
         """Step 2 (module doc): the app id to follow and whether it was reattached."""
-        live = self._live_apps(plan, context)
+        from torchx_provider.operators.submission import live_apps, remember
+
+        store = context.get("task_state_store")
+        live = live_apps(plan.scheduler, plan.ti_key, store, self.log)
         keep = live[0] if live and self.lifecycle.reattach else None
         for app_id in live:
             if app_id != keep:
@@ -337,38 +246,16 @@ class TorchXOperator(BaseOperator):
             self.log.info("reattaching to app %s left running by an earlier try", keep)
             return keep, True
         app_id = plan.scheduler.schedule(plan.dryrun)
-        self.log.info("submitted app %s", plan.scheduler.app_handle(app_id))
-        store = context.get("task_state_store")
-        if store is not None:
-            try:
-                store.set(STATE_STORE_KEY, plan.scheduler.app_handle(app_id))
-            except Exception as e:
-                self.log.warning("could not write task_state_store: %s", e)
+        handle = plan.scheduler.app_handle(app_id)
+        self.log.info("submitted app %s", handle)
+        remember(store, handle, self.log)
         return app_id, False
-
-    def _job_url(self, plan: SubmissionPlan, app_id: str) -> str | None:
-        try:
-            desc = plan.scheduler.describe(app_id)
-        except Exception:
-            desc = None
-        if desc is not None and desc.ui_url:
-            return desc.ui_url
-        if not plan.target.job_url_template:
-            return None
-        namespace = plan.cfg.get("namespace") or plan.target.client_kwargs.get("namespace") or ""
-        return format_job_url(
-            plan.target.job_url_template,
-            {
-                "app_id": app_id,
-                "app_name": plan.app.name,
-                "backend": plan.target.backend,
-                "namespace": namespace,
-                "session": self.session_name,
-            },
-        )
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
+        from torchx_provider.operators.following import follow_here, job_trigger
+        from torchx_provider.operators.submission import job_url
+
         plan = self.prepare(context)
         self._scheduler_client = plan.scheduler
         app_id, _ = self.submit_or_reattach(plan, context)
@@ -377,63 +264,20 @@ class TorchXOperator(BaseOperator):
         handle = plan.scheduler.app_handle(app_id)
         ti.xcom_push(key="app_handle", value=handle)
         ti.xcom_push(key="app_id", value=app_id)
-        TorchXJobLink.persist(ti, self._job_url(plan, app_id))
+        TorchXJobLink.persist(ti, job_url(plan, app_id, self.session_name))
         if not self.lifecycle.wait_for_completion:
             plan.scheduler.close()
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
         if self.following.deferrable:
+            from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
+
             plan.scheduler.close()
             self._scheduler_client = None
-            self.defer(
-                trigger=self._trigger(plan.target, app_id, context), method_name="execute_complete"
-            )
-        event = asyncio.run(self._follow_here(plan.target, app_id))
+            ti.xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
+            trigger = job_trigger(plan.target, app_id, plan.ti_key, self.following, self.lifecycle)
+            self.defer(trigger=trigger, method_name="execute_complete")
+        event = asyncio.run(follow_here(plan.target, app_id, self.following, self.log))
         return self._finish(context, event, plan.scheduler)
-
-    def _trigger(self, target: BackendTarget, app_id: str, context: Context) -> Any:
-        from torchx_provider.triggers.job import (
-            CHECKPOINT_XCOM_KEY,
-            JobTriggerArgs,
-            TorchXJobTrigger,
-            checkpoint_value,
-        )
-
-        context["ti"].xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
-        key = self._ti_key(context)
-        args = JobTriggerArgs(
-            scheduler=target.backend,
-            app_id=app_id,
-            client_kwargs=dict(target.client_kwargs),
-            poll_interval=self.following.poll_interval,
-            log_replicas=None
-            if self.following.log_replicas is None
-            else list(self.following.log_replicas),
-            cancel_on_kill=self.lifecycle.on_kill_action == OnKillAction.CANCEL,
-            task_instance={
-                "dag_id": key.dag_id,
-                "task_id": key.task_id,
-                "run_id": key.run_id,
-                "map_index": key.map_index,
-            },
-            secret_keys=list(target.secret_keys),
-        )
-        return TorchXJobTrigger.from_args(args)
-
-    async def _follow_here(self, target: BackendTarget, app_id: str) -> JobEvent:
-        from torchx_provider.triggers.follow import JobFollower, LogSelection
-
-        client = target.create_async_client()
-        try:
-            follower = JobFollower(
-                client,
-                app_id,
-                log=self.log,
-                poll_interval=self.following.poll_interval,
-                selection=LogSelection(self.following.log_replicas),
-            )
-            return await follower.run()
-        finally:
-            await client.close()
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> Any:
         """Resumed from :class:`~torchx_provider.triggers.TorchXJobTrigger` with its event."""
@@ -442,48 +286,31 @@ class TorchXOperator(BaseOperator):
         return self._finish(context, JobEvent.from_payload(event), None)
 
     def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
+        """Step 4 (module doc): XComs, clean-up, and the outcome."""
         from airflow.sdk.exceptions import AirflowException
 
-        from torchx_provider.triggers.events import EventKind, replica_table
-
-        ti = context["ti"]
-        replicas = [
-            {
-                "role": r.role,
-                "replica_id": r.replica_id,
-                "state": r.state.name,
-                "exit_code": r.exit_code,
-            }
-            for r in event.replicas
-        ]
-        ti.xcom_push(key="final_state", value=event.state.name)
-        ti.xcom_push(key="replicas", value=replicas)
-        if event.ui_url:
-            TorchXJobLink.persist(ti, event.ui_url)
-        if event.kind == EventKind.ERROR:
-            raise AirflowException(
-                f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
-                f"{event.message}. It may still be running; a retry of this task reattaches to it."
-            )
-        if self.lifecycle.deletes(event.succeeded):
-            self._delete(event.app_id, scheduler)
+        from torchx_provider.operators.finishing import (
+            failure,
+            lost_track,
+            replica_results,
+            task_result,
+        )
         from torchx_provider.specs.names import make_app_handle
 
-        handle = make_app_handle(self.scheduler, self.session_name, event.app_id)
-        result = {
-            "app_handle": handle,
-            "app_id": event.app_id,
-            "state": event.state.name,
-            "replicas": replicas,
-        }
-        if event.succeeded:
-            self.log.info("app %s SUCCEEDED", event.app_id)
-            return result
-        message = f": {event.message}" if event.message else ""
-        raise AirflowException(
-            f"TorchX app {event.app_id} ended {event.state.name}{message}\n"
-            f"{replica_table(event.replicas)}"
-        )
+        ti = context["ti"]
+        ti.xcom_push(key="final_state", value=event.state.name)
+        ti.xcom_push(key="replicas", value=replica_results(event))
+        if event.ui_url:
+            TorchXJobLink.persist(ti, event.ui_url)
+        lost = lost_track(event)
+        if lost is not None:
+            raise AirflowException(lost)
+        if self.lifecycle.deletes(event.succeeded):
+            self._delete(event.app_id, scheduler)
+        if not event.succeeded:
+            raise AirflowException(failure(event))
+        self.log.info("app %s SUCCEEDED", event.app_id)
+        return task_result(event, make_app_handle(self.scheduler, self.session_name, event.app_id))
 
     def _delete(self, app_id: str, scheduler: Scheduler[Any] | None) -> None:
         try:
@@ -512,35 +339,3 @@ class TorchXOperator(BaseOperator):
             self.log.info("task killed; cancelled app %s", self._app_id)
         except Exception as e:
             self.log.warning("task killed; could not cancel app %s: %s", self._app_id, e)
-
-
-class TorchXKubernetesOperator(TorchXOperator):
-    """:class:`TorchXOperator` on Volcano (``scheduler="kubernetes"``); ``conn_id`` is a
-    ``torchx_kubernetes`` or ``kubernetes`` connection."""
-
-    default_scheduler: ClassVar[str] = "kubernetes"
-
-    def __init__(self, *, app: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("scheduler", "kubernetes")
-        super().__init__(app=app, **kwargs)
-
-
-class TorchXMCADOperator(TorchXOperator):
-    """:class:`TorchXOperator` on MCAD AppWrappers (``scheduler="kubernetes_mcad"``)."""
-
-    default_scheduler: ClassVar[str] = "kubernetes_mcad"
-
-    def __init__(self, *, app: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("scheduler", "kubernetes_mcad")
-        super().__init__(app=app, **kwargs)
-
-
-class TorchXDockerOperator(TorchXOperator):
-    """:class:`TorchXOperator` on a Docker engine (``scheduler="local_docker"``); ``conn_id``
-    is a ``torchx_docker`` connection."""
-
-    default_scheduler: ClassVar[str] = "local_docker"
-
-    def __init__(self, *, app: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("scheduler", "local_docker")
-        super().__init__(app=app, **kwargs)

@@ -7,6 +7,7 @@
 Importing this package imports no client library.
 """
 
+from torchx_provider.backends import create_async_client, create_scheduler
 from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
     DescribeAppResponse,
@@ -18,7 +19,6 @@ from torchx_provider.schedulers.api import (
     get_scheduler_factories,
     split_lines,
 )
-from torchx_provider.schedulers.registry import create_async_client, create_scheduler
 
 __all__ = [
     "AsyncSchedulerClient",

@@ -279,7 +279,7 @@ def split_lines(text: str) -> list[str]:
 
 def get_scheduler_factories() -> dict[str, Any]:
     """Backend name -> ``create_scheduler(session_name, **kwargs)`` for every backend."""
-    from torchx_provider.schedulers.registry import scheduler_factories
+    from torchx_provider.backends import scheduler_factories
 
     return scheduler_factories()
 

@@ -4,6 +4,7 @@
   ends with; pure.
 * :mod:`~torchx_provider.triggers.follow` -- the one async follow loop (states, status lines,
   log forwarding with cursors), shared by the trigger and the operator's non-deferrable mode.
+* :mod:`~torchx_provider.triggers.selection` -- which replicas' logs are forwarded; pure.
 * :mod:`~torchx_provider.triggers.job` -- :class:`TorchXJobTrigger`.
 
 Importing this package imports no client library (and not Airflow's trigger base either).

@@ -27,10 +27,8 @@ restart -- per replica, what it wrote during about one poll interval.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from torchx_provider.errors import BackendUnavailableError, TorchXProviderError, UnknownAppError
@@ -44,43 +42,7 @@ from torchx_provider.triggers.events import (
     replica_rows,
     status_line,
 )
-
-
-@dataclass(frozen=True)
-class LogSelection:
-    """Which replicas' logs to forward.
-
-    ``patterns`` is ``None`` for every replica, else ``fnmatch`` patterns matched against
-    ``role`` and ``role/replica``: ``["trainer"]`` is every trainer replica,
-    ``["trainer/0", "ps/*"]`` is trainer 0 and every ps replica, ``[]`` is none.
-
-    >>> LogSelection(("trainer/0",)).wants("trainer", 1)
-    False
-    >>> LogSelection(("trainer",)).wants("trainer", 1)
-    True
-    """
-
-    patterns: tuple[str, ...] | None = None
-
-    @classmethod
-    def parse(cls, value: str | Iterable[str] | None) -> LogSelection:
-        """From the operator's ``log_replicas``: ``None``, a comma-separated string or a list."""
-        if value is None:
-            return cls(None)
-        if isinstance(value, str):
-            value = [v for v in value.split(",")]
-        return cls(tuple(v.strip() for v in value if v.strip()))
-
-    def wants(self, role: str, replica_id: int) -> bool:
-        if self.patterns is None:
-            return True
-        key = f"{role}/{replica_id}"
-        return any(
-            fnmatch.fnmatchcase(role, p) or fnmatch.fnmatchcase(key, p) for p in self.patterns
-        )
-
-    def to_json(self) -> list[str] | None:
-        return None if self.patterns is None else list(self.patterns)
+from torchx_provider.triggers.selection import LogSelection
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:

@@ -70,8 +70,8 @@ class JobTriggerArgs:
         log_replicas: which replicas' logs to forward (see ``LogSelection``); ``None``: all.
         log_cursors: ``role/replica`` -> cursor dict where forwarding starts.
         cancel_on_kill: whether ``on_kill`` cancels the app.
-        task_instance: ``dag_id``, ``task_id``, ``run_id``, ``map_index`` of the deferred
-            task, where log cursors are checkpointed; ``None`` turns checkpoints off.
+        task_instance: the deferred task's key (``TaskInstanceKey.to_dict()``): where log
+            cursors are checkpointed; ``None`` turns checkpoints off.
         secret_keys: which ``client_kwargs`` are secret (redacted in ``repr``).
     """
 
@@ -132,9 +132,9 @@ class TorchXJobTrigger(BaseTrigger):
 
     # -- running -----------------------------------------------------------------------------------
     def _create_client(self) -> Any:
-        from torchx_provider.schedulers.registry import create_async_client
+        from torchx_provider.backends import get_backend
 
-        return create_async_client(self.args.scheduler, **self.args.client_kwargs)
+        return get_backend(self.args.scheduler).create_async_client(**self.args.client_kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         args = self.args
@@ -192,12 +192,14 @@ class TorchXJobTrigger(BaseTrigger):
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _xcom_scope(self) -> dict[str, Any]:
-        ti = self.args.task_instance or {}
+        from torchx_provider.schedulers.labels import TaskInstanceKey
+
+        key = TaskInstanceKey.from_dict(self.args.task_instance or {})
         return {
-            "dag_id": ti["dag_id"],
-            "task_id": ti["task_id"],
-            "run_id": ti["run_id"],
-            "map_index": int(ti.get("map_index", -1)),
+            "dag_id": key.dag_id,
+            "task_id": key.task_id,
+            "run_id": key.run_id,
+            "map_index": key.map_index,
         }
 
     async def _load_checkpoint(self) -> dict[str, LogCursor]:

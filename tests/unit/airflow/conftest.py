@@ -30,3 +30,4 @@ def fake_cluster() -> Iterator[torchx_fakes.FakeCluster]:
     cluster = torchx_fakes.reset()
     yield cluster
     torchx_fakes.reset()
+    torchx_fakes.unregister()

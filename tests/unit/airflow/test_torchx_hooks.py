@@ -126,12 +126,12 @@ def test_missing_and_wrong_type_connections(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_connection_run_option_defaults_are_checked(fake_cluster: Any) -> None:
-    scheduler = torchx_fakes.FakeScheduler()
+    opts = torchx_fakes.FakeScheduler().run_opts()
     target = BackendTarget("fake", cfg_defaults={"queue": "q"}, optional_cfg_defaults={"nope": 1})
-    assert target.checked_cfg_defaults(scheduler) == {"queue": "q"}
+    assert target.checked_cfg_defaults(opts) == {"queue": "q"}
     target = BackendTarget("fake", cfg_defaults={"queu": "q"}, conn_id="c")
     with pytest.raises(InvalidOptionError, match=r"connection 'c' has extra\(s\) \['queu'\]"):
-        target.checked_cfg_defaults(scheduler)
+        target.checked_cfg_defaults(opts)
 
 
 # -- docker --------------------------------------------------------------------------------------

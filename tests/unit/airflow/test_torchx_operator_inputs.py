@@ -94,14 +94,15 @@ def test_deferrable_defaults_to_the_airflow_setting(monkeypatch: pytest.MonkeyPa
 
 def test_cfg_string_form_and_connection_defaults(fake_cluster: Any) -> None:
     from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import merge_cfg
 
-    scheduler = torchx_fakes.FakeScheduler()
-    op = TorchXOperator(task_id="t", app=APP, scheduler="fake", cfg="queue=gpu,priority=3")
+    opts = torchx_fakes.FakeScheduler().run_opts()
+    row = torchx_fakes.FAKE_BACKEND
     target = BackendTarget("fake", cfg_defaults={"queue": "cpu", "namespace": "ml"})
-    assert op._cfg(scheduler, target) == {"queue": "gpu", "namespace": "ml", "priority": 3}
-    op = TorchXOperator(task_id="t", app=APP, scheduler="fake", cfg="queu=x")
+    merged = merge_cfg("queue=gpu,priority=3", opts, target, row)
+    assert merged == {"queue": "gpu", "namespace": "ml", "priority": 3}
     with pytest.raises(InvalidOptionError, match=r"unknown run option.*queu"):
-        op._cfg(scheduler, target)
+        merge_cfg("queu=x", opts, target, row)
 
 
 def test_provider_info_matches_airflows_schema() -> None:
@@ -149,7 +150,7 @@ def test_on_kill_cancels_unless_keep(fake_cluster: Any) -> None:
 
 def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) -> None:
     from torchx_provider.hooks.base import BackendTarget
-    from torchx_provider.operators.torchx import SubmissionPlan
+    from torchx_provider.operators.submission import SubmissionPlan, job_url
     from torchx_provider.schedulers.labels import TaskInstanceKey
 
     scheduler = torchx_fakes.FakeScheduler()
@@ -163,6 +164,22 @@ def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) 
     plan = SubmissionPlan(
         target, scheduler, app, {}, scheduler.submit_dryrun(app), TaskInstanceKey("d", "t", "r")
     )
-    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
-    assert op._job_url(plan, app_id) == f"https://fake.example/apps/{app_id}"  # backend's own
-    assert op._job_url(plan, "gone-1") == "https://ui.example/ml/echo/gone-1"  # template
+    assert job_url(plan, app_id, "") == f"https://fake.example/apps/{app_id}"  # backend's own
+    assert job_url(plan, "gone-1", "") == "https://ui.example/ml/echo/gone-1"  # template
+
+
+def test_the_rows_operator_run_options_fill_what_nobody_set(fake_cluster: Any) -> None:
+    import dataclasses
+
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import merge_cfg
+
+    opts = torchx_fakes.FakeScheduler().run_opts()
+    row = dataclasses.replace(torchx_fakes.FAKE_BACKEND, operator_run_options={"priority": 7})
+    none = BackendTarget("fake")
+    assert merge_cfg(None, opts, none, row) == {"priority": 7}
+    assert merge_cfg({"priority": 1}, opts, none, row) == {"priority": 1}  # the task's wins
+    conn = BackendTarget("fake", cfg_defaults={"priority": 2})
+    assert merge_cfg(None, opts, conn, row) == {"priority": 2}  # so does the connection's
+    with pytest.raises(InvalidOptionError, match="cfg must be a dict"):
+        merge_cfg(3, opts, none, row)  # type: ignore[arg-type]

@@ -4,6 +4,9 @@ Apps advance one step each time they are described: PENDING, then RUNNING for
 ``fake.ticks`` describes while each replica writes ``fake.lines`` log lines spread over those
 ticks, then the outcome in ``fake.outcome`` (SUCCEEDED by default; a replica listed in
 ``fake.fail_replicas`` as ``role/id`` exits 1). Apps are set through ``AppDef.metadata``.
+
+The backend is one row of the backend table (:data:`FAKE_BACKEND`), added with
+:func:`register` and removed with :func:`unregister`, as a third-party backend would be.
 """
 
 from __future__ import annotations
@@ -11,13 +14,12 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
+from torchx_provider.backends import Backend, register_backend, unregister_backend
 from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
-from torchx_provider.operators import torchx as operators_module
-from torchx_provider.schedulers import registry
 from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
     DescribeAppResponse,
@@ -169,6 +171,15 @@ def _tick(app_id: str) -> FakeApp | None:
         return app
 
 
+@dataclass
+class FakeOpts:
+    """The fake backend's run options."""
+
+    queue: str = "default"
+    namespace: str = "default"
+    priority: int = 0
+
+
 class FakeScheduler(Scheduler[dict]):
     def __init__(self, session_name: str = "", **client_kwargs: Any) -> None:
         super().__init__("fake", session_name)
@@ -176,9 +187,8 @@ class FakeScheduler(Scheduler[dict]):
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("queue", str, "queue name", default="default")
-        opts.add("namespace", str, "namespace", default="default")
-        opts.add("priority", int, "priority", default=0)
+        for f in fields(FakeOpts):
+            opts.add(f.name, type(f.default), f.name, default=f.default)
         return opts
 
     def _submit_dryrun(
@@ -297,11 +307,29 @@ class FakeHook(TorchXHookBase):
         )
 
 
-def register() -> None:
-    registry.register_backend(
-        "fake", f"{__name__}:create_scheduler", f"{__name__}:create_async_client"
+def fake_backend(name: str = "fake") -> Backend:
+    """A row of the backend table whose parts all live in this module."""
+    return Backend(
+        name=name,
+        title="In-memory fake",
+        scheduler_factory=f"{__name__}:create_scheduler",
+        async_client_factory=f"{__name__}:create_async_client",
+        options=f"{__name__}:FakeOpts",
+        hook=f"{__name__}:FakeHook",
+        connection_type=FakeHook.conn_type,
+        operator="torchx_provider.operators:TorchXOperator",
     )
-    operators_module.HOOKS_BY_BACKEND["fake"] = f"{__name__}:FakeHook"
+
+
+FAKE_BACKEND = fake_backend()
+
+
+def register() -> None:
+    register_backend(FAKE_BACKEND)
+
+
+def unregister() -> None:
+    unregister_backend(FAKE_BACKEND.name)
 
 
 def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:

@@ -255,7 +255,7 @@ def _ti_key(name: str) -> Any:
 
 def manifest(backend: str, name: str, **cfg_overrides: Any) -> dict[str, Any]:
     """The manifest of representative app ``name`` on ``backend`` (fixed name suffix)."""
-    from torchx_provider.schedulers.registry import create_scheduler
+    from torchx_provider.backends import create_scheduler
 
     scheduler = create_scheduler(backend, "test", namespace=NAMESPACE)
     app = representative_apps()[name]

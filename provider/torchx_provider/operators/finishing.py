@@ -1,0 +1,53 @@
+"""Step 4 of :mod:`~torchx_provider.operators.torchx`: what a finished follow becomes.
+
+Pure: a :class:`~torchx_provider.triggers.events.JobEvent` in, the ``replicas`` XCom, the
+task's return value, or the message of the exception the task fails with, out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx_provider.triggers.events import EventKind, JobEvent, replica_table
+
+
+def replica_results(event: JobEvent) -> list[dict[str, Any]]:
+    """The ``replicas`` XCom: role, replica id, state and exit code of every replica."""
+    return [
+        {
+            "role": r.role,
+            "replica_id": r.replica_id,
+            "state": r.state.name,
+            "exit_code": r.exit_code,
+        }
+        for r in event.replicas
+    ]
+
+
+def lost_track(event: JobEvent) -> str | None:
+    """The failure message of a follow that lost the app (``None``: it saw the end)."""
+    if event.kind != EventKind.ERROR:
+        return None
+    return (
+        f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
+        f"{event.message}. It may still be running; a retry of this task reattaches to it."
+    )
+
+
+def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
+    """The task's return value."""
+    return {
+        "app_handle": handle,
+        "app_id": event.app_id,
+        "state": event.state.name,
+        "replicas": replica_results(event),
+    }
+
+
+def failure(event: JobEvent) -> str:
+    """Why a finished app that did not succeed fails the task, with the replica table."""
+    message = f": {event.message}" if event.message else ""
+    return (
+        f"TorchX app {event.app_id} ended {event.state.name}{message}\n"
+        f"{replica_table(event.replicas)}"
+    )

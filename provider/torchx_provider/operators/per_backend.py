@@ -1,0 +1,31 @@
+"""The operators fixed to one backend: :class:`TorchXOperator` with a default ``scheduler``.
+
+Each is the ``operator`` of its row in :mod:`torchx_provider.backends`; a DAG may still pass
+``scheduler=`` to pick a sibling backend served by the same connection type.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torchx_provider.operators.torchx import TorchXOperator
+
+
+class TorchXKubernetesOperator(TorchXOperator):
+    """:class:`TorchXOperator` on Volcano (``scheduler="kubernetes"``); ``conn_id`` is a
+    ``torchx_kubernetes`` or ``kubernetes`` connection."""
+
+    default_scheduler: ClassVar[str] = "kubernetes"
+
+
+class TorchXMCADOperator(TorchXOperator):
+    """:class:`TorchXOperator` on MCAD AppWrappers (``scheduler="kubernetes_mcad"``)."""
+
+    default_scheduler: ClassVar[str] = "kubernetes_mcad"
+
+
+class TorchXDockerOperator(TorchXOperator):
+    """:class:`TorchXOperator` on a Docker engine (``scheduler="local_docker"``); ``conn_id``
+    is a ``torchx_docker`` connection."""
+
+    default_scheduler: ClassVar[str] = "local_docker"

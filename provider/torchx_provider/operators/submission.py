@@ -1,0 +1,139 @@
+"""Before and at submission: the task's key, its run options, the jobs earlier tries left.
+
+The pieces of steps 1 and 2 of :mod:`~torchx_provider.operators.torchx` that need no
+operator: what :class:`SubmissionPlan` holds, how ``cfg`` is merged (once, against the
+backend's run options), which live jobs of this task instance exist and the job's URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.links import format_job_url
+
+if TYPE_CHECKING:
+    from torchx_provider.backends import Backend
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.schedulers.api import Scheduler
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+    from torchx_provider.specs.api import AppDef, AppDryRunInfo
+    from torchx_provider.specs.runopts import CfgVal, runopts
+
+#: task_state_store key of the app handle a try submitted (Airflow 3.3+)
+STATE_STORE_KEY = "torchx_app_handle"
+
+
+@dataclass
+class SubmissionPlan:
+    """Everything prepared before anything is sent (worker side, never serialized)."""
+
+    target: BackendTarget
+    scheduler: Scheduler[Any]
+    app: AppDef
+    cfg: dict[str, Any]
+    dryrun: AppDryRunInfo[Any]
+    ti_key: TaskInstanceKey
+
+
+def bad_input(e: Exception) -> Exception:
+    """A bad input: fail the task now, without retries, saying nothing was submitted."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(f"{e} (nothing was submitted)")
+
+
+def task_instance_key(ti: Any) -> TaskInstanceKey:
+    """The key of the running task instance (and try); built once per task."""
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+
+    return TaskInstanceKey(
+        dag_id=ti.dag_id,
+        task_id=ti.task_id,
+        run_id=ti.run_id,
+        map_index=int(ti.map_index if ti.map_index is not None else -1),
+        try_number=int(ti.try_number or 1),
+    )
+
+
+def merge_cfg(
+    cfg: Mapping[str, Any] | str | None, opts: runopts, target: BackendTarget, backend: Backend
+) -> dict[str, CfgVal]:
+    """The task's run options: the connection's defaults, then the task's ``cfg`` (a dict or
+    the ``"key=value,..."`` string form), then the operator's defaults of the backend for
+    what neither set. ``opts`` are the backend's run options, read once by the caller."""
+    if isinstance(cfg, str):
+        given = opts.cfg_from_str(cfg)
+    elif cfg is None:
+        given = {}
+    elif isinstance(cfg, Mapping):
+        given = dict(cfg)
+    else:
+        raise InvalidOptionError(
+            f"cfg must be a dict or a 'key=value,...' string, got {type(cfg).__name__}", "cfg"
+        )
+    merged = {**target.checked_cfg_defaults(opts), **given}
+    for name, value in backend.operator_run_options.items():
+        merged.setdefault(name, value)
+    return merged
+
+
+def live_apps(
+    scheduler: Scheduler[Any], ti_key: TaskInstanceKey, store: Any, log: Any
+) -> list[str]:
+    """Live jobs of earlier tries of this task instance, the one to prefer first: the one
+    in ``store`` (Airflow 3.3's ``task_state_store``), then those found by labels."""
+    from torchx_provider.specs.api import is_terminal
+    from torchx_provider.specs.names import parse_app_handle
+
+    found: list[str] = []
+    if store is not None:
+        try:
+            handle = store.get(STATE_STORE_KEY)
+        except Exception as e:  # the store is an optimisation; labels still find the job
+            log.warning("could not read task_state_store: %s", e)
+            handle = None
+        if isinstance(handle, str):
+            app_id = parse_app_handle(handle).app_id
+            desc = scheduler.describe(app_id)
+            if desc is not None and not is_terminal(desc.state):
+                found.append(app_id)
+    for listed in scheduler.find_apps(ti_key):
+        if not is_terminal(listed.state) and listed.app_id not in found:
+            found.append(listed.app_id)
+    return found
+
+
+def remember(store: Any, handle: str, log: Any) -> None:
+    """Store the submitted app's handle in ``task_state_store`` (when Airflow has one)."""
+    if store is None:
+        return
+    try:
+        store.set(STATE_STORE_KEY, handle)
+    except Exception as e:
+        log.warning("could not write task_state_store: %s", e)
+
+
+def job_url(plan: SubmissionPlan, app_id: str, session_name: str) -> str | None:
+    """The job's URL: the backend's own, else the connection's template filled in."""
+    try:
+        desc = plan.scheduler.describe(app_id)
+    except Exception:
+        desc = None
+    if desc is not None and desc.ui_url:
+        return desc.ui_url
+    if not plan.target.job_url_template:
+        return None
+    namespace = plan.cfg.get("namespace") or plan.target.client_kwargs.get("namespace") or ""
+    return format_job_url(
+        plan.target.job_url_template,
+        {
+            "app_id": app_id,
+            "app_name": plan.app.name,
+            "backend": plan.target.backend,
+            "namespace": namespace,
+            "session": session_name,
+        },
+    )
