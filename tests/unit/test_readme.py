@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -41,3 +43,17 @@ def test_ci_reads_three_commands_from_the_readme() -> None:
         script = command.split()[1] if command.startswith("bash ") else None
         if script:
             assert (REPO / script).is_file(), f"{command!r} names a missing script"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="README.md has relative links: remove this mark once they are absolute"
+)
+def test_links_work_on_pypi() -> None:
+    # PyPI shows README.md as the project description, where a relative link has no target.
+    text = (REPO / "README.md").read_text()
+    relative = [
+        target
+        for target in re.findall(r"\]\(([^)\s]+)\)", text)
+        if not re.match(r"(https?://|mailto:|#)", target)
+    ]
+    assert relative == [], f"make these links absolute (https://github.com/...): {relative}"
