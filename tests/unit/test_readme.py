@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -45,9 +43,6 @@ def test_ci_reads_three_commands_from_the_readme() -> None:
             assert (REPO / script).is_file(), f"{command!r} names a missing script"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="README.md has relative links: remove this mark once they are absolute"
-)
 def test_links_work_on_pypi() -> None:
     # PyPI shows README.md as the project description, where a relative link has no target.
     text = (REPO / "README.md").read_text()

@@ -73,6 +73,7 @@ from torchx_provider.links import TorchXJobLink
 from torchx_provider.operators.app_source import app_to_template, resolve_app
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
 from torchx_provider.operators.submission import SubmissionPlan, bad_input
+from torchx_provider.optional import MissingExtraError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -170,7 +171,7 @@ class TorchXOperator(BaseOperator):
                 render_text=lambda text: str(self.render_template(text, context, env)),
                 search_paths=self._search_paths(),
             )
-        except (InvalidAppError, InvalidOptionError) as e:
+        except (InvalidAppError, InvalidOptionError, MissingExtraError) as e:
             raise bad_input(e) from e
         from torchx_provider.specs.serialization import to_dict
 
@@ -222,7 +223,7 @@ class TorchXOperator(BaseOperator):
             except BaseException:
                 scheduler.close()
                 raise
-        except (InvalidAppError, InvalidOptionError) as e:
+        except (InvalidAppError, InvalidOptionError, MissingExtraError) as e:
             raise bad_input(e) from e
         self.log.info("backend %s, client %s", target.backend, target.redacted() or "defaults")
         return SubmissionPlan(target, scheduler, app, cfg, dryrun, ti_key)

@@ -204,7 +204,9 @@ def make_client(
     replica which may say nothing for longer than ``config.timeout``; ``version`` skips the
     version query (pass the one the first client found).
     """
-    import docker
+    from torchx_provider.optional import require
+
+    docker = require("docker")
 
     common: dict[str, Any] = {
         "timeout": None if streaming else config.timeout,

@@ -147,9 +147,11 @@ class KubeClientConfig:
     # -- the two clients --------------------------------------------------------------------------
     def sync_api_client(self) -> Any:
         """A configured ``kubernetes.client.ApiClient``."""
-        from kubernetes import client, config
-
+        from torchx_provider.optional import require
         from torchx_provider.schedulers.kube.core import run_sync
+
+        client = require("kubernetes.client")
+        config = require("kubernetes.config")
 
         configuration = client.Configuration()
         run_sync(self._load(config, configuration, persist_config=False))
@@ -158,8 +160,10 @@ class KubeClientConfig:
 
     async def async_api_client(self) -> Any:
         """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices)."""
-        from kubernetes_asyncio import client, config
+        from torchx_provider.optional import require
 
+        client = require("kubernetes_asyncio.client")
+        config = require("kubernetes_asyncio.config")
         configuration = client.Configuration()
         await self._load(config, configuration)
         self._tune(configuration)
