@@ -334,10 +334,14 @@ def test_volcano_abort_command_validates() -> None:
 def test_strict_schema_rejects_a_misspelt_field() -> None:
     from torchx_provider import specs
     from torchx_provider.schedulers.kube.volcano import VolcanoOpts
-    from torchx_provider.schedulers.kube.volcano.translation import app_to_volcano_job
+    from torchx_provider.schedulers.kube.volcano.translation import (
+        VolcanoTranslation,
+        app_to_volcano_job,
+    )
 
     app = specs.AppDef("a", [specs.Role("r", image="i", entrypoint="e")])
-    job = app_to_volcano_job(app, VolcanoOpts(queue="q"), namespace="ns", suffix="s1234567")
+    at = VolcanoTranslation().placement(app, "ns", "s1234567")
+    job = app_to_volcano_job(app, VolcanoOpts(queue="q"), at)
     validate_volcano_job(job)
     bad = copy.deepcopy(job)
     bad["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["comand"] = ["x"]

@@ -20,10 +20,10 @@ from test_kube_manifests import validate_appwrapper, validate_volcano_job
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import naming
-from torchx_provider.schedulers.kube.mcad import McadOpts
+from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
 from torchx_provider.schedulers.kube.mcad.state import describe_appwrapper
 from torchx_provider.schedulers.kube.mcad.translation import app_to_appwrapper
-from torchx_provider.schedulers.kube.volcano import VolcanoOpts
+from torchx_provider.schedulers.kube.volcano import VolcanoOpts, VolcanoTranslation
 from torchx_provider.schedulers.kube.volcano.state import describe_job
 from torchx_provider.schedulers.kube.volcano.translation import app_to_volcano_job
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -181,9 +181,8 @@ def check_describe_roundtrip(app: specs.AppDef, resp: Any) -> None:
 def test_volcano_jobs_are_valid(
     app: specs.AppDef, suffix: str, ti_key: TaskInstanceKey | None
 ) -> None:
-    job = app_to_volcano_job(
-        app, VolcanoOpts(queue="default"), namespace="ns", suffix=suffix, ti_key=ti_key
-    )
+    at = VolcanoTranslation().placement(app, "ns", suffix, ti_key)
+    job = app_to_volcano_job(app, VolcanoOpts(queue="default"), at)
     validate_volcano_job(job)
     name = job["metadata"]["name"]
     assert is_rfc1123_name(name)
@@ -210,7 +209,7 @@ def test_appwrappers_are_valid(
     app: specs.AppDef, suffix: str, coscheduler: bool, ti_key: TaskInstanceKey | None
 ) -> None:
     opts = McadOpts(coscheduler_name="cosched" if coscheduler else None, network="net")
-    aw = app_to_appwrapper(app, opts, namespace="ns", suffix=suffix, ti_key=ti_key)
+    aw = app_to_appwrapper(app, opts, McadTranslation().placement(app, "ns", suffix, ti_key))
     validate_appwrapper(aw)
     name = aw["metadata"]["name"]
     assert is_rfc1123_name(name)

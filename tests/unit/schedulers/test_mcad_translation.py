@@ -26,7 +26,7 @@ SUFFIX = "abcd1234"
 
 def aw_of(app: specs.AppDef, **opts: Any) -> dict[str, Any]:
     app.validate()
-    return app_to_appwrapper(app, McadOpts(**opts), namespace="ns", suffix=SUFFIX)
+    return app_to_appwrapper(app, McadOpts(**opts), McadTranslation().placement(app, "ns", SUFFIX))
 
 
 def role(name: str = "worker", **kw: Any) -> specs.Role:

@@ -32,7 +32,8 @@ SUFFIX = "abcd1234"
 
 def job_of(app: specs.AppDef, **opts: Any) -> dict[str, Any]:
     app.validate()
-    return app_to_volcano_job(app, VolcanoOpts(queue="q", **opts), namespace="ns", suffix=SUFFIX)
+    at = VolcanoTranslation().placement(app, "ns", SUFFIX)
+    return app_to_volcano_job(app, VolcanoOpts(queue="q", **opts), at)
 
 
 def role(name: str = "worker", **kw: Any) -> specs.Role:
@@ -244,7 +245,7 @@ def test_describe_reads_an_unstored_role_from_its_first_replica_as_mcad_does() -
 
     app = specs.AppDef("app", [role("r", args=["--rank", "${replica_id}"], num_replicas=2)])
     job = job_of(app)
-    aw = app_to_appwrapper(app, McadOpts(), namespace="ns", suffix=SUFFIX)
+    aw = app_to_appwrapper(app, McadOpts(), McadTranslation().placement(app, "ns", SUFFIX))
     templates = [*VolcanoTranslation().pod_templates(job), *McadTranslation().pod_templates(aw)]
     for template in templates:  # objects made before roles were stored
         template["metadata"]["annotations"].pop(ANNOTATION_ROLE, None)

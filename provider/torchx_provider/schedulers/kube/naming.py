@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torchx_provider.errors import InvalidAppError
+from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.names import MAX_NAME_LEN, normalize_rfc1123_name, short_hash
 
 if TYPE_CHECKING:
@@ -120,3 +121,13 @@ class AppNames:
         name = job_name(app.name, suffix)
         budgets = [role_budget(name, r.num_replicas, overhead) for r in app.roles]
         return cls(name, role_slugs([r.name for r in app.roles], budgets))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an app's object is created and what identifies it: its namespace, its
+    :class:`AppNames`, and the Airflow task instance submitting it (``None``: none)."""
+
+    namespace: str
+    names: AppNames
+    ti_key: TaskInstanceKey | None = None

@@ -12,13 +12,13 @@ manifest → request) is written here once. The operations in
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
-from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.status import parse_time
@@ -139,6 +139,12 @@ class KubeTranslation(abc.ABC):
         """Backend rules on top of ``AppDef.validate``: its options' :meth:`KubeOpts.check`."""
         self.options.from_cfg(cfg).check()
 
+    def placement(
+        self, app: AppDef, namespace: str, suffix: str, ti_key: TaskInstanceKey | None = None
+    ) -> Placement:
+        """Where ``app`` goes and its names; ``suffix`` makes the object name unique."""
+        return Placement(namespace, AppNames.of(app, suffix, self.name_overhead), ti_key)
+
     def request(
         self,
         app: AppDef,
@@ -150,12 +156,12 @@ class KubeTranslation(abc.ABC):
     ) -> KubeRequest:
         """The request for ``app``; ``suffix`` makes the object name unique."""
         opts = self.options.from_cfg(cfg)
-        names = AppNames.of(app, suffix, self.name_overhead)
+        at = self.placement(app, namespace, suffix, ti_key)
         return KubeRequest(
             resource=self.resource(opts),
             namespace=namespace,
-            body=self.manifest(app, opts, namespace=namespace, names=names, ti_key=ti_key),
-            builds=image_builds(app, names.slugs, opts.image_repo),
+            body=self.manifest(app, opts, at),
+            builds=image_builds(app, at.names.slugs, opts.image_repo),
             validate_spec=opts.validate_spec,
         )
 
@@ -163,17 +169,9 @@ class KubeTranslation(abc.ABC):
     def resource(self, opts: Any) -> CustomResource:
         """The resource type the app is created as (``opts``: :attr:`options`)."""
 
-    @abc.abstractmethod
-    def manifest(
-        self,
-        app: AppDef,
-        opts: Any,
-        *,
-        namespace: str,
-        names: AppNames,
-        ti_key: TaskInstanceKey | None,
-    ) -> dict[str, Any]:
-        """The object of ``app`` (pure: same input, same manifest)."""
+    #: The object of an app, ``manifest(app, opts, at)`` with ``at`` a :class:`Placement` (pure:
+    #: same input, same manifest); a backend sets its module function as a ``staticmethod``.
+    manifest: Callable[..., dict[str, Any]]
 
     @abc.abstractmethod
     def read_resources(self) -> Sequence[CustomResource]:
@@ -191,11 +189,9 @@ class KubeTranslation(abc.ABC):
         """Whether :meth:`describe` needs the app's pods (an extra list call)."""
         return True
 
-    @abc.abstractmethod
-    def describe(
-        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
-    ) -> DescribeAppResponse:
-        """The app, its roles and each replica from the object and its pods."""
+    #: The app, its roles and each replica from a stored object and its pods,
+    #: ``describe(app_id, obj, pods)`` (pure); set like :attr:`manifest`.
+    describe: Callable[[str, Mapping[str, Any], Sequence[Mapping[str, Any]]], DescribeAppResponse]
 
     @abc.abstractmethod
     def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:

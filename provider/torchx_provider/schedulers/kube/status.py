@@ -12,6 +12,7 @@ it finds its replicas and their states.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,6 +28,8 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
 )
 from torchx_provider.specs.api import NONE, AppState, ReplicaStatus, Role, RoleStatus
+
+log = logging.getLogger(__name__)
 
 #: Pod phase → replica state. https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/
 POD_PHASE_STATE: dict[str, AppState] = {
@@ -50,6 +53,24 @@ class ReplicaKey:
     role: str
     role_index: int
     replica_id: int
+
+
+def app_state_of(
+    table: Mapping[str, AppState], value: str | None, what: str, where: str = ""
+) -> AppState:
+    """The app state of a controller's status ``value`` by its backend's ``table``.
+
+    No value yet means the controller has not seen the object: ``SUBMITTED``. A value the
+    table does not know (a newer controller) is ``UNKNOWN``, with a warning naming ``what``,
+    the raw value and ``where`` (the object) -- never a ``KeyError``.
+    """
+    if not value:
+        return AppState.SUBMITTED
+    state = table.get(str(value))
+    if state is None:
+        log.warning("unknown %s %r%s; reporting UNKNOWN", what, value, where)
+        return AppState.UNKNOWN
+    return state
 
 
 def replica_of(metadata: Mapping[str, Any]) -> ReplicaKey | None:

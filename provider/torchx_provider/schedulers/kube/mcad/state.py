@@ -6,20 +6,12 @@ MCAD reports pod counts, not replicas: the AppWrapper's ``status.state`` gives t
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
-from torchx_provider.schedulers.kube.status import (
-    ReplicaRecord,
-    describe_app,
-    pods_by_replica,
-    replica_of,
-)
+from torchx_provider.schedulers.kube import status as readback
 from torchx_provider.specs.api import NONE, AppState, is_terminal
-
-log = logging.getLogger(__name__)
 
 #: AppWrapper ``status.state`` → app state (MCAD ``AppWrapperState``).
 #: https://github.com/project-codeflare/multi-cluster-app-dispatcher/blob/v1.40.0/pkg/apis/controller/v1beta1/appwrapper.go
@@ -41,13 +33,7 @@ JOB_STATE: dict[str, AppState] = {
 
 def appwrapper_state(status: Mapping[str, Any], where: str = "") -> AppState:
     """The app state of an AppWrapper status; ``Completed`` with a failed pod is ``FAILED``."""
-    state = status.get("state")
-    if not state:
-        return AppState.SUBMITTED  # created, not yet seen by MCAD
-    app_state = JOB_STATE.get(str(state))
-    if app_state is None:
-        log.warning("unknown AppWrapper state %r%s; reporting UNKNOWN", state, where)
-        return AppState.UNKNOWN
+    app_state = readback.app_state_of(JOB_STATE, status.get("state"), "AppWrapper state", where)
     if app_state is AppState.SUCCEEDED and int(status.get("failed") or 0) > 0:
         return AppState.FAILED
     return app_state
@@ -69,10 +55,10 @@ def describe_appwrapper(
     status = obj.get("status") or {}
     name = str((obj.get("metadata") or {}).get("name"))
     app_state = appwrapper_state(status, f" (AppWrapper {name})")
-    pod_index = pods_by_replica(pods)
-    replicas: list[tuple[ReplicaRecord, Mapping[str, Any]]] = []
+    pod_index = readback.pods_by_replica(pods)
+    replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
     for template in pod_items(obj):
-        key = replica_of(template.get("metadata") or {})
+        key = readback.replica_of(template.get("metadata") or {})
         if key is None:
             continue
         spec = template.get("spec") or {}
@@ -80,11 +66,13 @@ def describe_appwrapper(
         pod = pod_index.get(key)
         # The pod, once there is one, is the replica's state: MCAD counts only pods.
         state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
-        record = ReplicaRecord(key, state, hostname).with_pod(pod, prefer_pod_state=True)
+        record = readback.ReplicaRecord(key, state, hostname).with_pod(pod, prefer_pod_state=True)
         replicas.append((record, template))
     if app_state is AppState.SUCCEEDED and any(r.state is AppState.FAILED for r, _ in replicas):
         app_state = AppState.FAILED
     conditions = status.get("conditions") or []
     msg = status.get("message") or (conditions[-1].get("message") if conditions else None)
     restarts = int(status.get("numberOfRequeueings") or 0)
-    return describe_app(app_id, app_state, replicas, num_restarts=restarts, msg=str(msg or NONE))
+    return readback.describe_app(
+        app_id, app_state, replicas, num_restarts=restarts, msg=str(msg or NONE)
+    )

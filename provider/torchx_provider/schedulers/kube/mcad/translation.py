@@ -28,7 +28,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.mcad.options import McadOpts
 from torchx_provider.schedulers.kube.mcad.state import (
@@ -36,7 +35,7 @@ from torchx_provider.schedulers.kube.mcad.state import (
     describe_appwrapper,
     pod_items,
 )
-from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.overlay import clone
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -58,7 +57,6 @@ from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
     LABEL_APP_ID,
     RANK0_HOST_ENV,
-    TaskInstanceKey,
     label_value,
 )
 from torchx_provider.specs.api import AppDef, AppState
@@ -92,17 +90,9 @@ def service_ports(app: AppDef) -> list[dict[str, Any]]:
     return out
 
 
-def app_to_appwrapper(
-    app: AppDef,
-    opts: McadOpts,
-    *,
-    namespace: str,
-    suffix: str,
-    ti_key: TaskInstanceKey | None = None,
-    names: AppNames | None = None,
-) -> dict[str, Any]:
-    """The AppWrapper of ``app`` (pure: same input, same manifest)."""
-    names = names or AppNames.of(app, suffix, overhead=0)
+def app_to_appwrapper(app: AppDef, opts: McadOpts, at: Placement) -> dict[str, Any]:
+    """The AppWrapper of ``app`` placed ``at`` (pure: same input, same manifest)."""
+    namespace, names, ti_key = at.namespace, at.names, at.ti_key
     name, slugs = names.name, names.slugs
     rank0_host = f"{naming.mcad_pod_name(name, slugs[0], 0)}.{name}"
     settings = opts.pod_settings()
@@ -200,18 +190,8 @@ class McadTranslation(KubeTranslation):
     def resource(self, opts: McadOpts) -> CustomResource:
         return appwrapper(opts.api_group)
 
-    def manifest(
-        self,
-        app: AppDef,
-        opts: McadOpts,
-        *,
-        namespace: str,
-        names: AppNames,
-        ti_key: TaskInstanceKey | None,
-    ) -> dict[str, Any]:
-        return app_to_appwrapper(
-            app, opts, namespace=namespace, suffix="", ti_key=ti_key, names=names
-        )
+    manifest = staticmethod(app_to_appwrapper)
+    describe = staticmethod(describe_appwrapper)
 
     def read_resources(self) -> Sequence[CustomResource]:
         return tuple(appwrapper(g) for g in APPWRAPPER_GROUPS)
@@ -221,11 +201,6 @@ class McadTranslation(KubeTranslation):
 
     def app_state(self, obj: Mapping[str, Any]) -> AppState:
         return appwrapper_state(obj.get("status") or {})
-
-    def describe(
-        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
-    ) -> DescribeAppResponse:
-        return describe_appwrapper(app_id, obj, pods)
 
     def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
         # MCAD has no abort: deleting the AppWrapper removes its pods and Service.

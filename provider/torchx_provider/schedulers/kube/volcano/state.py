@@ -7,23 +7,13 @@ here), and the task's pod, when it was read, adds exit code, error and restarts.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
-from torchx_provider.schedulers.kube.status import (
-    POD_PHASE_STATE,
-    ReplicaKey,
-    ReplicaRecord,
-    describe_app,
-    pods_by_replica,
-    replica_of,
-)
+from torchx_provider.schedulers.kube import status as readback
 from torchx_provider.specs.api import NONE, AppState, is_terminal
-
-log = logging.getLogger(__name__)
 
 #: Job phase (``status.state.phase``) → app state.
 #: https://github.com/volcano-sh/apis/blob/master/pkg/apis/batch/v1alpha1/job.go
@@ -52,7 +42,7 @@ JOB_STATE: dict[str, AppState] = {
 
 #: Task pod phase (the keys of ``status.taskStatusCount[task].phase``) → replica state.
 #: Volcano counts the pods of each task by ``pod.status.phase``; one task is one replica here.
-TASK_STATE: dict[str, AppState] = dict(POD_PHASE_STATE)
+TASK_STATE: dict[str, AppState] = dict(readback.POD_PHASE_STATE)
 
 #: Of several phases counted for one task (an old pod and its replacement), the live one wins.
 _TASK_PHASE_ORDER = ("Running", "Pending", "Unknown", "Failed", "Succeeded")
@@ -60,13 +50,7 @@ _TASK_PHASE_ORDER = ("Running", "Pending", "Unknown", "Failed", "Succeeded")
 
 def job_state(phase: str | None, where: str = "") -> AppState:
     """The app state of a job phase; an unknown phase is ``UNKNOWN`` (with a warning)."""
-    if not phase:
-        return AppState.SUBMITTED  # created, not yet seen by the controller
-    state = JOB_STATE.get(phase)
-    if state is None:
-        log.warning("unknown Volcano job phase %r%s; reporting UNKNOWN", phase, where)
-        return AppState.UNKNOWN
-    return state
+    return readback.app_state_of(JOB_STATE, phase, "Volcano job phase", where)
 
 
 def task_state(counts: Mapping[str, Any] | None) -> AppState | None:
@@ -102,12 +86,14 @@ def describe_job(
     name = str((job.get("metadata") or {}).get("name"))
     app_state = job_state(state_info.get("phase"), f" (job {name})")
     counts = status.get("taskStatusCount") or {}
-    pod_index = pods_by_replica(pods)
-    replicas: list[tuple[ReplicaRecord, Mapping[str, Any]]] = []
+    pod_index = readback.pods_by_replica(pods)
+    replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
     for task in (job.get("spec") or {}).get("tasks") or []:
         template = task.get("template") or {}
         task_name = str(task.get("name"))
-        key = replica_of(template.get("metadata") or {}) or ReplicaKey(task_name, -1, 0)
+        key = readback.replica_of(template.get("metadata") or {}) or readback.ReplicaKey(
+            task_name, -1, 0
+        )
         state = task_state(counts.get(task_name))
         pod = pod_index.get(key)
         # No count for the task yet: its pod, if read, knows more than the job.
@@ -115,7 +101,11 @@ def describe_job(
         if state is None:
             state = app_state if is_terminal(app_state) else AppState.PENDING
         hostname = f"{naming.volcano_pod_name(name, task_name)}.{name}"
-        record = ReplicaRecord(key, state, hostname).with_pod(pod, prefer_pod_state=prefer_pod)
+        record = readback.ReplicaRecord(key, state, hostname).with_pod(
+            pod, prefer_pod_state=prefer_pod
+        )
         replicas.append((record, template))
     msg = state_info.get("message") or state_info.get("reason") or NONE
-    return describe_app(app_id, app_state, replicas, num_restarts=restarts(job), msg=str(msg))
+    return readback.describe_app(
+        app_id, app_state, replicas, num_restarts=restarts(job), msg=str(msg)
+    )

@@ -35,9 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import naming
-from torchx_provider.schedulers.kube.naming import AppNames
+from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
     RolePodBuilder,
@@ -49,7 +48,7 @@ from torchx_provider.schedulers.kube.request import KubeTranslation
 from torchx_provider.schedulers.kube.resources import VOLCANO_COMMAND, VOLCANO_JOB, CustomResource
 from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
 from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
-from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV, TaskInstanceKey
+from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState, RetryPolicy, Role, is_terminal
 
 BACKEND = "kubernetes"
@@ -78,17 +77,9 @@ def task_policies(role: Role, required: bool) -> list[dict[str, str]]:
     return [{"event": event, "action": action} for event in _FAILURE_EVENTS]
 
 
-def app_to_volcano_job(
-    app: AppDef,
-    opts: VolcanoOpts,
-    *,
-    namespace: str,
-    suffix: str,
-    ti_key: TaskInstanceKey | None = None,
-    names: AppNames | None = None,
-) -> dict[str, Any]:
-    """The Volcano Job of ``app`` (pure: same input, same manifest)."""
-    names = names or AppNames.of(app, suffix, NAME_OVERHEAD)
+def app_to_volcano_job(app: AppDef, opts: VolcanoOpts, at: Placement) -> dict[str, Any]:
+    """The Volcano Job of ``app`` placed ``at`` (pure: same input, same manifest)."""
+    namespace, names, ti_key = at.namespace, at.names, at.ti_key
     job, slugs = names.name, names.slugs
     rank0_task = naming.volcano_task_name(slugs[0], 0)
     rank0_host = f"{naming.volcano_pod_name(job, rank0_task)}.{job}"
@@ -187,18 +178,8 @@ class VolcanoTranslation(KubeTranslation):
     def resource(self, opts: VolcanoOpts) -> CustomResource:
         return VOLCANO_JOB
 
-    def manifest(
-        self,
-        app: AppDef,
-        opts: VolcanoOpts,
-        *,
-        namespace: str,
-        names: AppNames,
-        ti_key: TaskInstanceKey | None,
-    ) -> dict[str, Any]:
-        return app_to_volcano_job(
-            app, opts, namespace=namespace, suffix="", ti_key=ti_key, names=names
-        )
+    manifest = staticmethod(app_to_volcano_job)
+    describe = staticmethod(describe_job)
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (VOLCANO_JOB,)
@@ -214,11 +195,6 @@ class VolcanoTranslation(KubeTranslation):
         # Pods add exit codes and errors: worth a list call once something ended.
         status = obj.get("status") or {}
         return is_terminal(self.app_state(obj)) or bool(status.get("failed"))
-
-    def describe(
-        self, app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
-    ) -> DescribeAppResponse:
-        return describe_job(app_id, obj, pods)
 
     def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
         return VOLCANO_COMMAND, abort_command(obj)
