@@ -22,16 +22,15 @@ RBAC = REPO / "tests" / "cluster" / "rbac.yaml"
 
 def run_options() -> str:
     """One table of run options per built-in backend (the backend table's rows, in order),
-    from each scheduler's ``run_opts()``."""
+    from each row's run-option dataclass."""
     from torchx_provider.backends import BUILTIN_BACKENDS
 
     parts = []
     for backend in BUILTIN_BACKENDS:
-        # Schedulers connect lazily: creating one to read its options contacts nothing.
-        scheduler = backend.create_scheduler()
+        options = backend.options_class().run_opts()
         operator = backend.operator.rpartition(":")[2]
         title = f"{backend.title} (`{operator}`)"
-        parts.append(f"#### `{backend.name}` — {title}\n\n{scheduler.run_opts().to_markdown()}\n")
+        parts.append(f"#### `{backend.name}` — {title}\n\n{options.to_markdown()}\n")
     return "\n".join(parts)
 
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.logs import LogCursor, TimestampedLine
+from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, require_aware
 from torchx_provider.specs.api import (
     NONE,
     AppDef,
@@ -48,6 +48,20 @@ class Stream:
     STDOUT = "stdout"
     STDERR = "stderr"
     COMBINED = "combined"
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    """One replica's log lines as :meth:`Scheduler.log_iter` asks for them (its arguments,
+    checked): replica ``replica_id`` of ``role_name``, stamped in ``[since, until]`` (aware
+    datetimes), followed until the replica ends with ``follow``, from ``streams``."""
+
+    role_name: str
+    replica_id: int = 0
+    since: datetime | None = None
+    until: datetime | None = None
+    follow: bool = False
+    streams: str | None = None
 
 
 @dataclass
@@ -201,10 +215,18 @@ class Scheduler(abc.ABC, Generic[T]):
     ) -> Iterable[str]:
         """Lines of replica ``k`` of ``role_name``, each ending with ``\\n``.
 
-        ``since``/``until`` bound the lines by time, ``regex`` keeps matching lines,
-        ``should_tail`` follows until the replica ends, ``streams`` is one of
-        :class:`Stream` (default: both streams, combined).
+        ``since``/``until`` bound the lines by time (timezone-aware: a naive one is refused
+        here, before the backend is asked), ``regex`` keeps matching lines, ``should_tail``
+        follows until the replica ends, ``streams`` is one of :class:`Stream` (default: both
+        streams, combined). Backends implement :meth:`_log_lines`.
         """
+        require_aware(since, "since")
+        require_aware(until, "until")
+        query = LogQuery(role_name, k, since, until, should_tail, streams)
+        return filter_regex(regex, self._log_lines(app_id, query))
+
+    def _log_lines(self, app_id: str, query: LogQuery) -> Iterable[str]:
+        """The lines ``query`` asks for; a backend that can read logs overrides it."""
         raise NotImplementedError(f"{self.backend} does not support log_iter")
 
     # -- options and lifecycle --------------------------------------------------------------------

@@ -63,6 +63,17 @@ def test_builtin_rows_agree_with_their_hooks_and_operators() -> None:
     assert get_backend("kubernetes").operator_run_options == {}
 
 
+def test_each_row_declares_the_run_options_its_scheduler_takes() -> None:
+    # The README documents the row's dataclass; the scheduler must accept exactly that.
+    for row in BUILTIN_BACKENDS:
+        declared = row.options_class().run_opts()
+        with row.create_scheduler() as scheduler:
+            taken = scheduler.run_opts()
+        assert [(name, opt.opt_type, opt.default, opt.help) for name, opt in declared] == [
+            (name, opt.opt_type, opt.default, opt.help) for name, opt in taken
+        ]
+
+
 def test_provider_info_lists_what_the_rows_name() -> None:
     info = get_provider_info()
     hook_modules = info["hooks"][0]["python-modules"]

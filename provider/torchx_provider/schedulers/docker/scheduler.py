@@ -13,15 +13,14 @@ import asyncio
 import builtins
 import os
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
     DescribeAppResponse,
     ListAppResponse,
+    LogQuery,
     Scheduler,
-    filter_regex,
 )
 from torchx_provider.schedulers.docker.client import DockerClientConfig
 from torchx_provider.schedulers.docker.engine import DockerEngine
@@ -84,21 +83,16 @@ class DockerScheduler(Scheduler[DockerJob]):
     def find_apps(self, ti_key: TaskInstanceKey) -> builtins.list[ListAppResponse]:
         return self.engine.find_apps(ti_key, self.app_handle)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: str | None = None,
-    ) -> Iterable[str]:
-        lines = self.engine.iter_logs(
-            app_id, role_name, k, since=since, until=until, follow=should_tail, streams=streams
+    def _log_lines(self, app_id: str, query: LogQuery) -> Iterable[str]:
+        return self.engine.iter_logs(
+            app_id,
+            query.role_name,
+            query.replica_id,
+            since=query.since,
+            until=query.until,
+            follow=query.follow,
+            streams=query.streams,
         )
-        return filter_regex(regex, lines)
 
     def close(self) -> None:
         self.engine.close()

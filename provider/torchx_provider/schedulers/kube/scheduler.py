@@ -10,15 +10,14 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterator, Mapping
-from datetime import datetime
 from typing import Any
 
 from torchx_provider.errors import SubmissionError
 from torchx_provider.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
+    LogQuery,
     Scheduler,
-    filter_regex,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import Immediate, KubeCore, run_sync
@@ -124,52 +123,34 @@ class KubeScheduler(Scheduler[KubeRequest]):
         run_sync(self.core.delete(app_id))
 
     # -- logs ------------------------------------------------------------------------------------
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: str | None = None,
-    ) -> Iterator[str]:
-        """Lines of replica ``k`` of ``role_name`` (see :meth:`Scheduler.log_iter`).
+    def _log_lines(self, app_id: str, query: LogQuery) -> Iterator[str]:
+        """The lines of one replica (see :meth:`Scheduler.log_iter`).
 
         Reads the role's own container (the pod's ``kubectl.kubernetes.io/default-container``),
         also when an overlay added sidecars. ``since``/``until`` are applied to the lines'
-        timestamps (the API has only whole-second ``sinceSeconds``); ``should_tail`` waits for
-        the pod to start and follows it until it ends; ``streams`` needs Kubernetes 1.32+
+        timestamps (the API has only whole-second ``sinceSeconds``); ``follow`` waits for the
+        pod to start and follows it until it ends; ``streams`` needs Kubernetes 1.32+
         (``PodLogsQuerySplitStreams``), older servers return both streams. A container that
         is (re)starting has no log yet: no lines (as the async client reads it).
         """
         namespace, name = parse_app_id(app_id)
         # Check the arguments now, not when the first line is asked for.
         log_request(
-            {"metadata": {"name": "-", "namespace": namespace}}, since=since, streams=streams
+            {"metadata": {"name": "-", "namespace": namespace}},
+            since=query.since,
+            streams=query.streams,
         )
-        lines = self._log_lines(namespace, name, role_name, k, since, until, should_tail, streams)
-        return filter_regex(regex, lines)
+        return self._lines(namespace, name, query)
 
-    def _log_lines(
-        self,
-        namespace: str,
-        name: str,
-        role_name: str,
-        k: int,
-        since: datetime | None,
-        until: datetime | None,
-        should_tail: bool,
-        streams: str | None,
-    ) -> Iterator[str]:
-        pod = self._replica_pod(namespace, name, role_name, k, wait=should_tail)
+    def _lines(self, namespace: str, name: str, query: LogQuery) -> Iterator[str]:
+        pod = self._replica_pod(namespace, name, query.role_name, query.replica_id, query.follow)
         if pod is None:
             return
-        follow = should_tail and not is_finished(pod)
-        kwargs = log_request(pod, since=since, follow=follow, streams=streams)
+        follow = query.follow and not is_finished(pod)
+        kwargs = log_request(pod, since=query.since, follow=follow, streams=query.streams)
         try:
-            for line in within(timestamped_lines(self.kube.log_chunks(kwargs)), since, until):
+            chunks = self.kube.log_chunks(kwargs)
+            for line in within(timestamped_lines(chunks), query.since, query.until):
                 yield line.text
         except SubmissionError as e:
             if not no_log_yet(e):
