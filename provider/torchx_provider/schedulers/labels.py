@@ -14,9 +14,11 @@ and reattach work the same way everywhere:
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.specs.names import short_hash
@@ -51,6 +53,8 @@ LABEL_TRY_NUMBER = "airflow.apache.org/try-number"
 
 #: Annotation holding the role (JSON, as ``specs.role_to_dict``) a replica was created from.
 ANNOTATION_ROLE = "torchx.pytorch.org/role"
+
+_T = TypeVar("_T")
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _BAD = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -214,3 +218,19 @@ def check_labels(labels: Mapping[str, str], option: str = "labels") -> None:
                 "63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric)",
                 option,
             )
+
+
+def stored_json(raw: str | None, parse: Callable[[Any], _T]) -> _T | None:
+    """``parse`` of the JSON a label or annotation holds (the role, the task instance); ``None``
+    when it is missing or unreadable -- an object made by another version, or edited by hand,
+    is still described, only without what it no longer tells.
+
+    >>> stored_json('{"a": 1}', dict), stored_json("{oops", dict), stored_json(None, dict)
+    ({'a': 1}, None, None)
+    """
+    if not raw:
+        return None
+    try:
+        return parse(json.loads(raw))
+    except (ValueError, TypeError, AttributeError):
+        return None

@@ -12,7 +12,6 @@ was cancelled and nothing failed; otherwise the earliest state among the unfinis
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
     TaskInstanceKey,
+    stored_json,
 )
 from torchx_provider.schedulers.logs import parse_timestamp
 from torchx_provider.specs.api import (
@@ -140,20 +140,10 @@ class ContainerInfo:
     def app_id(self) -> str:
         return self.labels.get(LABEL_APP_ID, "")
 
-    def _json_label(self, key: str, parse: Callable[[Any], T]) -> T | None:
-        """``parse`` of the JSON in label ``key`` (``None`` if the label is missing or bad)."""
-        raw = self.labels.get(key)
-        if not raw:
-            return None
-        try:
-            return parse(json.loads(raw))
-        except (ValueError, TypeError, AttributeError):
-            return None
-
     @property
     def role(self) -> Role | None:
         """The role the container was created from (``None`` if the label is missing/bad)."""
-        return self._json_label(LABEL_ROLE, role_from_dict)
+        return stored_json(self.labels.get(LABEL_ROLE), role_from_dict)
 
     @property
     def role_name(self) -> str:
@@ -179,7 +169,7 @@ class ContainerInfo:
     @property
     def task_instance(self) -> TaskInstanceKey | None:
         """The Airflow task instance that submitted the app, if one did."""
-        return self._json_label(LABEL_TASK_INSTANCE, TaskInstanceKey.from_annotations)
+        return stored_json(self.labels.get(LABEL_TASK_INSTANCE), TaskInstanceKey.from_annotations)
 
 
 def replica_state(c: ContainerInfo) -> ReplicaState:

@@ -11,7 +11,6 @@ it finds its replicas and their states.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_REPLICA_ID,
     LABEL_ROLE_INDEX,
     LABEL_ROLE_NAME,
+    stored_json,
 )
 from torchx_provider.specs.api import NONE, AppState, ReplicaStatus, Role, RoleStatus
 
@@ -90,16 +90,9 @@ def replica_of(metadata: Mapping[str, Any]) -> ReplicaKey | None:
 
 def stored_role(metadata: Mapping[str, Any]) -> Role | None:
     """The role kept in an object's ``ANNOTATION_ROLE``, if any and readable."""
-    raw = (metadata.get("annotations") or {}).get(ANNOTATION_ROLE)
-    if not raw:
-        return None
-    from torchx_provider.errors import InvalidAppError
     from torchx_provider.specs.serialization import role_from_dict
 
-    try:
-        return role_from_dict(json.loads(raw))
-    except (ValueError, TypeError, InvalidAppError):
-        return None
+    return stored_json((metadata.get("annotations") or {}).get(ANNOTATION_ROLE), role_from_dict)
 
 
 def role_from_template(name: str, template: Mapping[str, Any]) -> Role:
