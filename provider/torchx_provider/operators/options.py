@@ -113,8 +113,8 @@ class Following:
         deferrable: bool = False,
         poll_interval: float = 10.0,
         log_replicas: str | Iterable[str] | None = None,
-        outage_budget: float = OUTAGE_BUDGET,
-        follow_timeout: float | None = None,
+        outage_budget: float | timedelta = OUTAGE_BUDGET,
+        follow_timeout: float | timedelta | None = None,
     ) -> Following:
         replicas = LogSelection.parse(log_replicas).patterns
         return cls(

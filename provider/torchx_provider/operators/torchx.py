@@ -150,7 +150,7 @@ class TorchXOperator(BaseOperator):
         poll_interval: float = 10.0,
         log_replicas: str | Iterable[str] | None = None,
         outage_budget: float = OUTAGE_BUDGET,
-        follow_timeout: float | None = None,
+        follow_timeout: float | timedelta | None = None,
         wait_for_completion: bool = True,
         on_kill_action: str = "cancel",
         on_finish_action: str = "delete_succeeded",
