@@ -142,7 +142,7 @@ class BackendTarget:
         return scheduler
 
     def create_async_client(self) -> AsyncSchedulerClient:
-        """The async client (triggerer side)."""
+        """The async client (where the job is followed: the triggerer, or the worker)."""
         from torchx_provider.backends import get_backend
 
         client: AsyncSchedulerClient = get_backend(self.backend).create_async_client(

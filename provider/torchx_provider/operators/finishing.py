@@ -26,24 +26,20 @@ def replica_results(event: JobEvent) -> list[dict[str, Any]]:
     ]
 
 
-def lost_track(event: JobEvent) -> str | None:
-    """The failure message of a follow that lost the app (``None``: it saw the end)."""
-    if event.kind != EventKind.ERROR:
-        return None
-    return (
-        f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
-        f"{event.message}. It may still be running; a retry of this task reattaches to it."
-    )
-
-
-def timed_out(event: JobEvent) -> str | None:
-    """The failure message of a follow its deadline ended (``None``: it did not time out)."""
-    if event.kind != EventKind.TIMEOUT:
-        return None
-    return (
-        f"TorchX app {event.app_id} timed out (execution_timeout / follow_timeout) in state "
-        f"{event.state.name}: {event.message}"
-    )
+def unfinished(event: JobEvent) -> str | None:
+    """The failure message of a follow that did not see the app's end: it lost the app
+    (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    if event.kind == EventKind.ERROR:
+        return (
+            f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
+            f"{event.message}. It may still be running; a retry of this task reattaches to it."
+        )
+    if event.kind == EventKind.TIMEOUT:
+        return (
+            f"TorchX app {event.app_id} timed out (execution_timeout / follow_timeout) in "
+            f"state {event.state.name}: {event.message}"
+        )
+    return None
 
 
 def deferral_timed_out(next_method: str, next_kwargs: Mapping[str, Any] | None) -> bool:

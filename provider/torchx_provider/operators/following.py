@@ -12,7 +12,7 @@ Both stop at the same :func:`follow_deadline`, computed once per task: Airflow d
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
@@ -35,7 +35,6 @@ def follow_deadline(
     whichever is earlier; ``None`` when neither is set. ``started`` is the task's start
     (``now`` if unknown).
 
-    >>> from datetime import timezone
     >>> t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
     >>> follow_deadline(t0, timedelta(hours=1), 600, t0 + timedelta(minutes=55)).minute
     0
@@ -44,6 +43,8 @@ def follow_deadline(
     >>> follow_deadline(t0, None, None, t0) is None
     True
     """
+    if started is not None and started.tzinfo is None:  # Airflow's dates are UTC
+        started = started.replace(tzinfo=timezone.utc)
     candidates = []
     if execution_timeout is not None:
         candidates.append((started or now) + execution_timeout)

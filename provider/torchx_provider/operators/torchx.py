@@ -312,7 +312,7 @@ class TorchXOperator(BaseOperator):
             timeout = (
                 None
                 if deadline is None
-                else deadline - now + timedelta(seconds=DEFER_TIMEOUT_GRACE)
+                else max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
             )
             self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
         event = asyncio.run(
@@ -363,10 +363,9 @@ class TorchXOperator(BaseOperator):
 
         from torchx_provider.operators.finishing import (
             failure,
-            lost_track,
             replica_results,
             task_result,
-            timed_out,
+            unfinished,
         )
         from torchx_provider.specs.names import make_app_handle
 
@@ -375,9 +374,9 @@ class TorchXOperator(BaseOperator):
         ti.xcom_push(key="replicas", value=replica_results(event))
         if event.ui_url:
             TorchXJobLink.persist(ti, event.ui_url)
-        for unfinished in (timed_out(event), lost_track(event)):
-            if unfinished is not None:
-                raise AirflowException(unfinished)
+        not_seen_ending = unfinished(event)
+        if not_seen_ending is not None:
+            raise AirflowException(not_seen_ending)
         if self.lifecycle.deletes(event.succeeded):
             self._delete(event.app_id, scheduler)
         if not event.succeeded:

@@ -51,7 +51,9 @@ async def _resolve_now(key: Key) -> BackendTarget:
     from torchx_provider.backends import get_backend
 
     backend, conn_id = key
-    hook = get_backend(backend).hook_class()(conn_id=conn_id, backend=backend)
+    # the first use imports the hook's module: off the loop
+    hook_class = await asyncio.to_thread(get_backend(backend).hook_class)
+    hook = hook_class(conn_id=conn_id, backend=backend)
     target: BackendTarget = await hook.aget_target()
     _CACHE[key] = _Entry(target, clock() + TARGET_TTL)
     return target

@@ -13,7 +13,7 @@ import torchx_fakes
 from test_torchx_trigger import ListLog, submit, trigger_args
 
 from torchx_provider.errors import BackendUnavailableError, UnknownAppError
-from torchx_provider.operators.finishing import deferral_timed_out, timed_out
+from torchx_provider.operators.finishing import deferral_timed_out, unfinished
 from torchx_provider.operators.following import follow_deadline
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
@@ -243,7 +243,7 @@ async def test_the_deadline_ends_the_follow_and_cancels_per_on_kill_action(
     assert clock.now == 25.0  # the last sleep stopped at the deadline
     assert (app_id in fake_cluster.cancelled) is cancel
     assert ("cancelled" if cancel else "left running") in event.message
-    assert "timed out" in (timed_out(event) or "")
+    assert "timed out (execution_timeout / follow_timeout)" in (unfinished(event) or "")
 
 
 async def test_the_deadline_holds_during_an_outage(fake_cluster: Any) -> None:
@@ -260,6 +260,8 @@ def test_the_deadline_is_the_earlier_of_execution_and_follow_timeout() -> None:
     assert follow_deadline(t0, timedelta(hours=1), 600, now) == now + timedelta(seconds=600)
     assert follow_deadline(None, timedelta(minutes=5), None, now) == now + timedelta(minutes=5)
     assert follow_deadline(t0, None, None, now) is None
+    naive = t0.replace(tzinfo=None)  # read as UTC
+    assert follow_deadline(naive, timedelta(hours=1), None, now) == t0 + timedelta(hours=1)
 
 
 def test_airflows_deferral_timeout_is_told_from_other_resumptions() -> None:
@@ -268,4 +270,4 @@ def test_airflows_deferral_timeout_is_told_from_other_resumptions() -> None:
     assert not deferral_timed_out("execute_complete", {"error": "Trigger timeout"})
     assert not deferral_timed_out("__fail__", None)
     finished = JobEvent(kind=EventKind.FINISHED, app_id="a", state=AppState.SUCCEEDED)
-    assert timed_out(finished) is None
+    assert unfinished(finished) is None

@@ -179,27 +179,35 @@ async def test_a_rotated_token_file_is_picked_up_after_a_401(
             return await super().describe(app_id)
 
     monkeypatch.setattr(torchx_fakes, "create_async_client", lambda **kw: TokenChecking(**kw))
-    app_id = submit(ticks=40)
+    app_id = submit(ticks=1_000_000)
+    app = fake_cluster.apps[app_id]
     trigger = TorchXJobTrigger.from_args(trigger_args(app_id, conn_id="rotating"))
     events: list[Any] = []
 
     async def run() -> None:
         events.extend([e async for e in trigger.run()])
 
+    async def until(condition: Any) -> None:
+        for _ in range(10_000):
+            if condition():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("timed out")
+
     task = asyncio.create_task(run())
-    for _ in range(10_000):  # until the follow is under way
-        if fake_cluster.apps[app_id].ticks >= 5:
-            break
-        await asyncio.sleep(0.001)
+    await until(lambda: app.ticks >= 5)  # the follow is under way with token A
     # the token rotates: B is written, A is revoked
     token_file.write_text("token-B-9876543210")
     valid.clear()
     valid.add("token-B-9876543210")
+    rotated_at = app.ticks
+    await until(lambda: app.ticks >= rotated_at + 5)  # and goes on with token B
+    app.cancelled = True  # let it end
     await asyncio.wait_for(task, 10)
-    assert JobEvent.from_payload(events[0].payload).succeeded
-    assert trigger._target is not None and trigger._target.client_kwargs["token"] == (
-        "token-B-9876543210"
-    )
+    event = JobEvent.from_payload(events[0].payload)
+    assert event.kind.value == "finished" and event.state.name == "CANCELLED"
+    assert trigger._target is not None
+    assert trigger._target.client_kwargs["token"] == "token-B-9876543210"
 
 
 # -- on_kill -------------------------------------------------------------------------------------
