@@ -278,3 +278,39 @@ with DAG(
     ):
         assert message in text, message
     assert text.count("(nothing was submitted)") >= 5
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    ["follow_timeout=1.5", "execution_timeout=timedelta(seconds=2)"],
+    ids=["follow_timeout", "execution_timeout"],
+)
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_timeout_cancels_the_job_and_fails_the_task(
+    dag_runner: Any, fake_cluster: Any, capfd: Any, deferrable: bool, timeout: str
+) -> None:
+    """Airflow does not apply execution_timeout to a deferred task: the follow does."""
+    dag_id = f"fake_timeout_{deferrable}_{timeout.split('=')[0]}"
+    dag_run = dag_runner.run(
+        dag_id,
+        HEADER
+        + f"""
+from datetime import timedelta
+
+with DAG("{dag_id}", **ARGS) as dag:
+    TorchXOperator(
+        task_id="train",
+        app=torchx_fakes.make_app(ticks=100_000),
+        scheduler="fake",
+        deferrable={deferrable},
+        poll_interval=0.05,
+        {timeout},
+    )
+""",
+    )
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed"
+    [app_id] = fake_cluster.submitted
+    assert app_id in fake_cluster.cancelled
+    if deferrable or "follow_timeout" in timeout:
+        assert f"TorchX app {app_id} timed out" in text

@@ -3,6 +3,7 @@ plane (tests/cluster): pods are played by kwok, which serves the log lines the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -158,3 +159,85 @@ def test_retry_reattaches_on_volcano_by_labels(dag_runner: Any, kube_conn: Any, 
     app_id = xcoms(dag_run, "train")["app_id"]
     assert f"reattaching to app {app_id}" in text
     assert text.count("submitted app kubernetes://") == 1
+
+
+def test_a_rotated_token_file_is_picked_up_mid_follow(
+    dag_runner: Any, kube: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capfd: Any
+) -> None:
+    """The connection's kubeconfig reads its token from a file. Mid-follow the file gets a new
+    token and the old one is revoked (its bound Secret deleted): the API server answers 401,
+    the triggerer resolves the connection again, reads the new token and follows on."""
+    import threading
+    import time
+    import uuid
+
+    import yaml
+    from kubernetes import client
+
+    from torchx_provider.triggers.connections import forget_targets
+
+    forget_targets()  # an earlier test of this process resolved the same connection id
+    core = client.CoreV1Api(kube.api_client())
+    suffix = uuid.uuid4().hex[:6]
+
+    def bound_token(name: str) -> str:
+        secret = core.create_namespaced_secret(
+            kube.namespace, client.V1Secret(metadata=client.V1ObjectMeta(name=name))
+        )
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=600,
+                bound_object_ref=client.V1BoundObjectReference(
+                    kind="Secret", api_version="v1", name=name, uid=secret.metadata.uid
+                ),
+            )
+        )
+        reply = core.create_namespaced_service_account_token(
+            "torchx-provider", kube.namespace, request
+        )
+        return str(reply.status.token)
+
+    names = [f"torchx-rotate-a-{suffix}", f"torchx-rotate-b-{suffix}"]
+    token_a, token_b = bound_token(names[0]), bound_token(names[1])
+    token_file = tmp_path / "token"
+    token_file.write_text(token_a)
+    config = yaml.safe_load(open(kube.restricted_kubeconfig))  # noqa: SIM115
+    for user in config["users"]:
+        user["user"].pop("token", None)
+        user["user"]["tokenFile"] = str(token_file)
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": str(path), "namespace": kube.namespace, "queue": "default"},
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
+
+    def rotate() -> None:
+        batch = client.CustomObjectsApi(kube.api_client())
+        for _ in range(600):  # until the job exists and the follow had a few cycles
+            jobs = batch.list_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", kube.namespace, "jobs"
+            )["items"]
+            if any(j["metadata"]["name"].startswith("kube-t1") for j in jobs):
+                break
+            time.sleep(0.1)
+        time.sleep(3)
+        token_file.write_text(token_b)
+        core.delete_namespaced_secret(names[0], kube.namespace)  # token A is revoked
+
+    rotator = threading.Thread(target=rotate, daemon=True)
+    rotator.start()
+    try:
+        dag_id = "kube_token_rotation"
+        behaviour = kube.pod_behaviour(run_seconds=12)
+        dag_run = dag_runner.run(dag_id, dag_source(dag_id, behaviour, deferrable=True))
+        rotator.join(30)
+        text = "".join(capfd.readouterr())
+        assert task_instances(dag_run)["train"].state == "success", text[-3000:]
+        assert "the backend refused the credentials (401); resolving them again" in text
+    finally:
+        for name in names:
+            with contextlib.suppress(Exception):
+                core.delete_namespaced_secret(name, kube.namespace)

@@ -5,14 +5,19 @@ SQLite) running deferrable TorchX tasks on the real Docker engine:
   (the trigger's ``on_kill``);
 * restarting the triggerer while a job runs: the task still succeeds and its log has every
   line of every replica, with at most one poll cycle of repeats;
+* a deferred task's trigger row holds the connection id, not the connection's secret (read
+  from the deployment's metadata database), and the triggerer resolves the connection itself;
+* a deferred task whose ``follow_timeout`` passes fails and its job is cancelled;
 * the triggerer never reports a blocked event loop.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +31,8 @@ from torchx_deployment import Deployment, wait_for
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
 
 LINES = 120
+#: the registry password of the deployment's Docker connection
+SECRET = "registry-password-do-not-store-0f9e8d7c"
 DAGS = f'''
 import datetime
 from airflow.sdk import DAG
@@ -63,6 +70,24 @@ with DAG("torchx_deploy_kill_worker", **ARGS):
         task_id="train", app=app("killme", FOREVER), deferrable=False, poll_interval=1
     )
 
+with DAG("torchx_deploy_secret", **ARGS):
+    TorchXDockerOperator(
+        task_id="train",
+        app=app("secret", "sleep 6; echo done"),
+        conn_id="docker_with_secret",
+        deferrable=True,
+        poll_interval=1,
+    )
+
+with DAG("torchx_deploy_timeout", **ARGS):
+    TorchXDockerOperator(
+        task_id="train",
+        app=app("timeout", FOREVER),
+        deferrable=True,
+        poll_interval=1,
+        follow_timeout=8,
+    )
+
 with DAG("torchx_deploy_restart", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("restart", COUNT), deferrable=True, poll_interval=1
@@ -74,6 +99,10 @@ with DAG("torchx_deploy_restart", **ARGS):
 def deployment(docker_engine: Any) -> Iterator[Deployment]:
     home = Path(tempfile.mkdtemp(prefix="torchx-deployment-"))
     dep = Deployment(home, airflow_bin())
+    # the same connection for every component (workers and the triggerer), as required
+    dep.env["AIRFLOW_CONN_DOCKER_WITH_SECRET"] = json.dumps(
+        {"conn_type": "torchx_docker", "login": "robot", "password": SECRET}
+    )
     (home / "dags" / "torchx_deploy.py").write_text(DAGS)
     try:
         dep.start_all()
@@ -214,3 +243,58 @@ def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_en
         assert repeats[rid] <= 8, f"replica {rid} repeated {repeats[rid]} lines"
     print(f"lines repeated after the triggerer restart: {repeats}")
     assert deployment.restarts["triggerer"] == 2
+
+
+def metadata_rows(dep: Deployment, query: str) -> list[tuple[Any, ...]]:
+    """Rows of the deployment's SQLite metadata database."""
+    with sqlite3.connect(dep.home / "airflow.db", timeout=30) as db:
+        return list(db.execute(query).fetchall())
+
+
+def test_the_stored_trigger_holds_no_secret(deployment: Deployment, docker_engine: Any) -> None:
+    dag_id = "torchx_deploy_secret"
+    run_id = deployment.trigger(dag_id)
+    app_id = deferred_app(deployment, dag_id, run_id)
+    rows = metadata_rows(deployment, "SELECT classpath, kwargs FROM trigger")
+    mine = [json.loads(kw) for cp, kw in rows if cp.endswith("TorchXJobTrigger") and app_id in kw]
+    assert len(mine) == 1, rows
+    stored = json.dumps(mine[0])
+    assert SECRET not in stored
+    assert "docker_with_secret" in stored and "client_kwargs" not in stored
+    wait_for(
+        "the task to succeed",
+        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+        180,
+        interval=1,
+    )
+    for table, column in (("xcom", "value"), ("trigger", "kwargs")):
+        values = metadata_rows(deployment, f"SELECT {column} FROM {table}")
+        assert not [v for (v,) in values if v and SECRET in str(v)], table
+    assert not [e for e in deployment.task_log_events(dag_id, run_id, "train") if SECRET in e]
+    for c in containers(docker_engine, app_id):
+        c.remove(force=True)
+
+
+def test_a_deferred_task_times_out_and_its_job_is_cancelled(
+    deployment: Deployment, docker_engine: Any
+) -> None:
+    dag_id = "torchx_deploy_timeout"
+    run_id = deployment.trigger(dag_id)
+    app_id = deferred_app(deployment, dag_id, run_id)
+    wait_for(
+        "the task to fail",
+        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "failed",
+        120,
+        interval=1,
+    )
+
+    def stopped() -> bool:
+        cs = containers(docker_engine, app_id)
+        return bool(cs) and all(c.status != "running" for c in cs)
+
+    wait_for("the job to be cancelled", stopped, 30)
+    assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
+    events = deployment.task_log_events(dag_id, run_id, "train")
+    assert f"app {app_id}: deadline passed; the app was cancelled" in events, events[-20:]
+    for c in containers(docker_engine, app_id):
+        c.remove(force=True)

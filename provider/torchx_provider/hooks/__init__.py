@@ -1,12 +1,13 @@
-"""Hooks: an Airflow connection resolved, on the worker, into what a backend client needs.
+"""Hooks: an Airflow connection resolved, on the worker or in the triggerer, into what a
+backend client needs.
 
 * :class:`~torchx_provider.hooks.kubernetes.TorchXKubernetesHook` -- connection types
   ``torchx_kubernetes`` and (unchanged) ``kubernetes``; serves the Volcano and MCAD backends.
 * :class:`~torchx_provider.hooks.docker.TorchXDockerHook` -- connection type ``torchx_docker``.
 
 Both resolve to a :class:`~torchx_provider.hooks.base.BackendTarget`: plain values that
-create the sync scheduler on the worker and the async client in the triggerer, so the
-triggerer never reads the connection itself.
+create the sync scheduler on the worker and the async client where the job is followed. A
+deferred task's trigger carries only the connection id; the triggerer resolves it itself.
 """
 
 from __future__ import annotations

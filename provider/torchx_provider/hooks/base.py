@@ -1,12 +1,20 @@
 """What every TorchX hook shares: connection extras in, a :class:`BackendTarget` out.
 
-A hook runs on the worker. It reads the Airflow connection once, reads any file the
-connection points to (a kubeconfig, TLS certificates) and returns a :class:`BackendTarget`:
-plain, JSON-safe values. The worker creates its :class:`~torchx_provider.schedulers.Scheduler`
-from them, and the trigger gets them as its ``client_kwargs``, so the triggerer needs neither
-the connection nor the files. Airflow stores trigger kwargs encrypted and never shows them in
-its API; the secret values are also registered with the log masker (:func:`mask_secret`), and
-:meth:`BackendTarget.redacted` is the form that may be logged or shown.
+A hook reads the Airflow connection, reads any file the connection points to (a kubeconfig,
+the token file it names, TLS certificates) and returns a :class:`BackendTarget`: plain values
+that create a backend client. It runs in two places:
+
+* on the worker (:meth:`TorchXHookBase.get_target`), which submits and, with
+  ``deferrable=False``, follows;
+* in the triggerer (:meth:`TorchXHookBase.aget_target`, through
+  :mod:`~torchx_provider.triggers.connections`), which follows a deferred task. The trigger's
+  kwargs carry only the connection id, never what it resolves to, because Airflow stores
+  trigger kwargs as plain JSON in its metadata database. The triggerer therefore needs the
+  same connection (the same secrets backend) as the workers, and, for ``conn_id=None``, its
+  own environment (``KUBECONFIG``, in-cluster service account, ``DOCKER_HOST``).
+
+The secret values of a target are registered with the log masker (:func:`mask_secret`) where
+it is resolved, and :meth:`BackendTarget.redacted` is the form that may be logged or shown.
 
 Connection extras are split in two:
 
@@ -17,6 +25,7 @@ Connection extras are split in two:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -133,7 +142,7 @@ class BackendTarget:
         return scheduler
 
     def create_async_client(self) -> AsyncSchedulerClient:
-        """The async client (triggerer side)."""
+        """The async client (where the job is followed: the triggerer, or the worker)."""
         from torchx_provider.backends import get_backend
 
         client: AsyncSchedulerClient = get_backend(self.backend).create_async_client(
@@ -202,13 +211,30 @@ class TorchXHookBase(BaseHook):
         try:
             conn = self.get_connection(self.conn_id)
         except Exception as e:  # AirflowNotFoundException, or a secrets backend error
-            if type(e).__name__ not in {"AirflowNotFoundException", "AirflowRuntimeError"}:
-                raise
-            raise InvalidOptionError(
-                f"connection {self.conn_id!r} does not exist: create it (type "
-                f"{self.conn_type!r}) or leave conn_id unset to use the environment's defaults",
-                "conn_id",
-            ) from None
+            raise self._missing(e) from None
+        return self._loaded(conn)
+
+    async def _aload_connection(self) -> Any:
+        """The connection through Airflow's async API (triggerer side), or ``None``."""
+        if not self.conn_id:
+            return None
+        try:
+            return await self.aget_connection(self.conn_id)
+        except Exception as e:
+            raise self._missing(e) from None
+
+    def _missing(self, e: Exception) -> Exception:
+        """A failed lookup: "does not exist" for a missing connection, else ``e`` itself."""
+        if type(e).__name__ not in {"AirflowNotFoundException", "AirflowRuntimeError"}:
+            return e
+        return InvalidOptionError(
+            f"connection {self.conn_id!r} does not exist: create it (type "
+            f"{self.conn_type!r}) or leave conn_id unset to use the environment's defaults",
+            "conn_id",
+        )
+
+    def _loaded(self, conn: Any) -> tuple[str, dict[str, Any], Any]:
+        """A looked-up connection checked (its type) and its extras normalized."""
         conn_type = conn.conn_type or self.conn_type
         valid = (self.conn_type, *self.accepted_conn_types)
         if conn_type not in valid:
@@ -239,6 +265,20 @@ class TorchXHookBase(BaseHook):
             _mask(target.secrets())
             self._target = target
         return self._target
+
+    async def aget_target(self) -> BackendTarget:
+        """:meth:`get_target` for an event loop (the triggerer): the connection is looked up
+        with Airflow's async API, and the rest -- extras, files such as a kubeconfig and its
+        token file, masking -- runs in a worker thread. Not cached here: the caller decides
+        how long a target lives (:mod:`~torchx_provider.triggers.connections`)."""
+        conn = await self._aload_connection()
+
+        def build() -> BackendTarget:
+            target = self._target_from(None if conn is None else self._loaded(conn))
+            _mask(target.secrets())
+            return target
+
+        return await asyncio.to_thread(build)
 
     def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         raise NotImplementedError

@@ -9,15 +9,16 @@ Fields::
 Extras (optional)::
 
     registry          registry the credentials are for (default: Docker Hub)
-    tls_ca_cert       CA certificate (PEM content, or a path on the worker)
+    tls_ca_cert       CA certificate (PEM content, or a path on workers and triggerers)
     tls_client_cert   client certificate (PEM content or path)
     tls_client_key    client private key (PEM content or path)
     tls_verify        verify the engine's certificate (default true when a CA is given)
     job_url_template  URL of a job in some UI, e.g. "https://portainer/#/containers?app={app_id}"
 
 Any other extra is a default for the backend's run option of that name. Without a connection
-the worker's ``DOCKER_HOST`` is used (else the local socket). Certificate files are read on
-the worker and handed to the trigger as content.
+the process's ``DOCKER_HOST`` is used (else the local socket): the worker's when it submits,
+the triggerer's when it follows a deferred task. Certificate files are read where the
+connection is resolved, so a path must exist on the triggerers too (or give PEM content).
 """
 
 from __future__ import annotations

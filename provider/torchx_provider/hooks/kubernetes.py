@@ -5,7 +5,7 @@ is accepted, so an existing connection of the cncf.kubernetes provider works unc
 that provider need not be installed)::
 
     in_cluster          use the pod's service account (the worker and triggerer run in-cluster)
-    kube_config_path    path of a kubeconfig file on the worker
+    kube_config_path    path of a kubeconfig file (on the workers and the triggerers)
     kube_config         kubeconfig content, YAML or JSON (a string or a JSON object)
     cluster_context     the kubeconfig context to use (default: its current-context)
     namespace           namespace for jobs (default: the context's, else "default")
@@ -17,13 +17,17 @@ that provider need not be installed)::
 extra (``queue``, ``image_repo``, ``service_account``, ``priority_class``, ...) is a default
 for the backend's run option of that name; the task's ``cfg`` overrides it.
 
-Without a connection (``conn_id=None``) the worker's ``KUBECONFIG`` (or ``~/.kube/config``)
-is used, else the in-cluster service account.
+Without a connection (``conn_id=None``) the process's own ``KUBECONFIG`` (or
+``~/.kube/config``) is used, else the in-cluster service account: the worker's when it
+submits, the triggerer's when it follows a deferred task.
 
-The kubeconfig is read on the worker and handed to the trigger as content, with every file it
-refers to (certificate authority, client certificate and key, token file) inlined, so the
-triggerer needs no file. Kubeconfigs whose users authenticate through an ``exec`` or
-``auth-provider`` plugin need that plugin on the triggerer too.
+The kubeconfig is read and flattened where the connection is resolved -- every file it refers
+to (certificate authority, client certificate and key, token file) inlined -- on the worker
+and, for a deferred task, again in the triggerer, which resolves the connection itself (see
+:mod:`~torchx_provider.hooks.base`). A token file is read at that moment; the triggerer reads
+it again when the API server answers 401, so a rotated token (a bound service-account token,
+a refreshed kubeconfig) is picked up mid-job. Kubeconfigs whose users authenticate through an
+``exec`` or ``auth-provider`` plugin need that plugin on the triggerer too.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Step 4 of :mod:`~torchx_provider.operators.torchx`: what a finished follow becomes.
 
 Pure: a :class:`~torchx_provider.triggers.events.JobEvent` in, the ``replicas`` XCom, the
-task's return value, or the message of the exception the task fails with, out.
+task's return value, or the message of the exception the task fails with, out; and how to
+tell Airflow's deferral timeout from other resumptions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torchx_provider.triggers.events import EventKind, JobEvent, replica_table
@@ -24,14 +26,25 @@ def replica_results(event: JobEvent) -> list[dict[str, Any]]:
     ]
 
 
-def lost_track(event: JobEvent) -> str | None:
-    """The failure message of a follow that lost the app (``None``: it saw the end)."""
-    if event.kind != EventKind.ERROR:
-        return None
-    return (
-        f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
-        f"{event.message}. It may still be running; a retry of this task reattaches to it."
-    )
+def unfinished(event: JobEvent) -> str | None:
+    """The failure message of a follow that did not see the app's end: it lost the app
+    (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    if event.kind == EventKind.ERROR:
+        return (
+            f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
+            f"{event.message}. It may still be running; a retry of this task reattaches to it."
+        )
+    if event.kind == EventKind.TIMEOUT:
+        return (
+            f"TorchX app {event.app_id} timed out (execution_timeout / follow_timeout) in "
+            f"state {event.state.name}: {event.message}"
+        )
+    return None
+
+
+def deferral_timed_out(next_method: str, next_kwargs: Mapping[str, Any] | None) -> bool:
+    """Whether Airflow resumes the task only to fail it for its deferral timeout."""
+    return next_method == "__fail__" and (next_kwargs or {}).get("error") == "Trigger timeout"
 
 
 def task_result(event: JobEvent, handle: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Pure: no Airflow, no clients. :class:`Lifecycle` says what happens to the job around the
 task (submit or reattach, wait, kill, finish); :class:`Following` says how the task follows
-it (deferred or on the worker, how often, whose logs).
+it (deferred or on the worker, how often, whose logs, how long).
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.triggers.policy import OUTAGE_BUDGET
 from torchx_provider.triggers.selection import LogSelection
 
 
 class OnKillAction(str, enum.Enum):
-    """What killing the task (``on_kill``: mark failed/success, clear, timeout) does to the job."""
+    """What killing the task (``on_kill``: mark failed/success, clear) or its timeout
+    (``execution_timeout``, ``follow_timeout``) does to the job."""
 
     CANCEL = "cancel"
     KEEP = "keep"
@@ -92,11 +95,17 @@ class Following:
         poll_interval: seconds between state/log reads (> 0).
         log_replicas: whose logs reach the task log: ``None`` (all), or patterns such as
             ``["trainer"]``, ``["trainer/0", "ps/*"]``; ``[]`` forwards none.
+        outage_budget: seconds of backend outage a follow rides out before it gives up
+            (> 0; the task then fails and a retry reattaches to the job).
+        follow_timeout: seconds of following after which the job is cancelled (per
+            ``on_kill_action``) and the task fails; ``None``: only ``execution_timeout``.
     """
 
     deferrable: bool = False
     poll_interval: float = 10.0
     log_replicas: tuple[str, ...] | None = None
+    outage_budget: float = OUTAGE_BUDGET
+    follow_timeout: float | None = None
 
     @classmethod
     def build(
@@ -104,20 +113,36 @@ class Following:
         deferrable: bool = False,
         poll_interval: float = 10.0,
         log_replicas: str | Iterable[str] | None = None,
+        outage_budget: float | timedelta = OUTAGE_BUDGET,
+        follow_timeout: float | timedelta | None = None,
     ) -> Following:
-        try:
-            interval = float(poll_interval)
-        except (TypeError, ValueError):
-            interval = -1.0
-        if interval <= 0:
-            raise InvalidOptionError(
-                f"poll_interval must be a positive number of seconds, got {poll_interval!r}",
-                "poll_interval",
-            )
         replicas = LogSelection.parse(log_replicas).patterns
-        return cls(deferrable=bool(deferrable), poll_interval=interval, log_replicas=replicas)
+        return cls(
+            deferrable=bool(deferrable),
+            poll_interval=_seconds(poll_interval, "poll_interval"),
+            log_replicas=replicas,
+            outage_budget=_seconds(outage_budget, "outage_budget"),
+            follow_timeout=None
+            if follow_timeout is None
+            else _seconds(follow_timeout, "follow_timeout"),
+        )
 
     @property
     def selection(self) -> LogSelection:
         """``log_replicas`` as the follow loop asks it."""
         return LogSelection(self.log_replicas)
+
+
+def _seconds(value: object, name: str) -> float:
+    """A positive number of seconds (a ``timedelta`` too), or one error naming the option."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise InvalidOptionError(
+            f"{name} must be a positive number of seconds, got {value!r}", name
+        )
+    return seconds

@@ -51,19 +51,33 @@ Retries -- TorchX ``max_retries`` and Airflow ``retries`` are different layers:
 
 Killing: the operator's ``on_kill`` (worker side) and the trigger's ``on_kill`` (Airflow
 3.3+, when a user marks the deferred task failed/success or clears it) cancel the job unless
-``on_kill_action="keep"``. A triggerer restart never cancels anything (see
+``on_kill_action="keep"``. A triggerer restart, or a trigger moving to another triggerer,
+never cancels anything: the trigger cancels only once the task is no longer deferred (see
 :mod:`~torchx_provider.triggers.job` for the one case where a kill cannot reach the job).
 
-Secrets: the connection is read on the worker only. What the trigger needs to reach the
-backend (kubeconfig content, TLS material) travels in its kwargs, which Airflow stores
-encrypted and never shows; the values are registered with the log masker, and what this
-operator logs or pushes to XCom is redacted.
+Timeouts: ``execution_timeout`` counts from the task's start, ``follow_timeout`` from the
+start of the follow; the earlier is the follow's deadline, deferred or not (Airflow itself
+does not apply ``execution_timeout`` to a deferred task). At the deadline the job is
+cancelled (unless ``on_kill_action="keep"``) and the task fails naming the timeout. A
+deferred task also gets ``defer(timeout=...)`` a little later, as a backstop; if Airflow's
+timeout fires first, the job is cancelled when the task resumes to fail.
+
+Outages: a follow rides out an unreachable backend for ``outage_budget`` seconds (default 600)
+and never ends because one replica's logs cannot be read; only the job's state ends it.
+
+Secrets: no secret leaves the component that resolved it. The worker resolves the connection
+to submit; a deferred task's trigger carries only the connection id and plain settings (its
+kwargs are stored as plain JSON by Airflow), and the triggerer resolves the connection itself
+-- so the triggerer needs the same connection (the same secrets backend) and, for
+``conn_id=None``, its own environment. Resolved secrets are registered with the log masker,
+and what this operator logs or pushes to XCom is redacted.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
@@ -74,6 +88,7 @@ from torchx_provider.operators.app_source import app_to_template, resolve_app
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
 from torchx_provider.operators.submission import SubmissionPlan, bad_input
 from torchx_provider.optional import MissingExtraError
+from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -97,6 +112,11 @@ class TorchXOperator(BaseOperator):
     :param app_name: overrides the app's name. Templated.
     :param deferrable: follow from the triggerer (default ``[operators] default_deferrable``).
     :param poll_interval: seconds between state/log reads.
+    :param outage_budget: seconds of backend outage a follow rides out before it fails the
+        task (the job may still run; a retry reattaches to it).
+    :param follow_timeout: seconds of following after which the job is cancelled (per
+        ``on_kill_action``) and the task fails; ``execution_timeout`` applies too, deferred
+        or not, and the earlier deadline wins.
     :param log_replicas: whose logs reach the task log: ``None`` (all), or patterns like
         ``["trainer"]`` or ``"trainer/0,ps/*"``; ``[]`` for none.
     :param wait_for_completion: ``False`` submits and succeeds at once.
@@ -129,6 +149,8 @@ class TorchXOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float = 10.0,
         log_replicas: str | Iterable[str] | None = None,
+        outage_budget: float = OUTAGE_BUDGET,
+        follow_timeout: float | timedelta | None = None,
         wait_for_completion: bool = True,
         on_kill_action: str = "cancel",
         on_finish_action: str = "delete_succeeded",
@@ -151,7 +173,9 @@ class TorchXOperator(BaseOperator):
         self.lifecycle = Lifecycle.build(
             wait_for_completion, on_kill_action, on_finish_action, reattach
         )
-        self.following = Following.build(deferrable, poll_interval, log_replicas)
+        self.following = Following.build(
+            deferrable, poll_interval, log_replicas, outage_budget, follow_timeout
+        )
         # set while the task runs (worker side)
         self._app_resolved = False
         self._scheduler_client: Scheduler[Any] | None = None
@@ -254,7 +278,7 @@ class TorchXOperator(BaseOperator):
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from torchx_provider.operators.following import follow_here, job_trigger
+        from torchx_provider.operators.following import follow_deadline, follow_here, job_trigger
         from torchx_provider.operators.submission import job_url
 
         plan = self.prepare(context)
@@ -269,15 +293,31 @@ class TorchXOperator(BaseOperator):
         if not self.lifecycle.wait_for_completion:
             plan.scheduler.close()
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
+        now = datetime.now(timezone.utc)
+        deadline = follow_deadline(
+            getattr(ti, "start_date", None),
+            self.execution_timeout,
+            self.following.follow_timeout,
+            now,
+        )
         if self.following.deferrable:
             from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
 
             plan.scheduler.close()
             self._scheduler_client = None
             ti.xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
-            trigger = job_trigger(plan.target, app_id, plan.ti_key, self.following, self.lifecycle)
-            self.defer(trigger=trigger, method_name="execute_complete")
-        event = asyncio.run(follow_here(plan.target, app_id, self.following, self.log))
+            trigger = job_trigger(
+                plan.target, app_id, plan.ti_key, self.following, self.lifecycle, deadline
+            )
+            timeout = (
+                None
+                if deadline is None
+                else max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
+            )
+            self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+        event = asyncio.run(
+            follow_here(plan.target, app_id, self.following, self.lifecycle, self.log, deadline)
+        )
         return self._finish(context, event, plan.scheduler)
 
     def execute_complete(self, context: Context, event: Mapping[str, Any]) -> Any:
@@ -286,15 +326,46 @@ class TorchXOperator(BaseOperator):
 
         return self._finish(context, JobEvent.from_payload(event), None)
 
+    def resume_execution(
+        self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
+    ) -> Any:
+        """Resumed by Airflow; when its deferral timeout failed the task (the backstop of
+        ``defer(timeout=...)``: the trigger never acted on its deadline), cancel the job
+        first, per ``on_kill_action``, then fail as Airflow does."""
+        from torchx_provider.operators.finishing import deferral_timed_out
+
+        if deferral_timed_out(next_method, next_kwargs):
+            self._cancel_after_deferral_timeout(context)
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _cancel_after_deferral_timeout(self, context: Context) -> None:
+        from torchx_provider.specs.names import parse_app_handle
+
+        if self.lifecycle.on_kill_action != OnKillAction.CANCEL:
+            self.log.info("deferral timed out; the app is left running (on_kill_action=keep)")
+            return
+        ti = context["ti"]
+        handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
+        if not isinstance(handle, str):
+            self.log.warning("deferral timed out, and no app handle was stored to cancel")
+            return
+        app_id = parse_app_handle(handle).app_id
+        try:
+            with self.get_hook().get_target().create_scheduler(self.session_name) as s:
+                s.cancel(app_id)
+            self.log.info("deferral timed out; cancelled app %s", app_id)
+        except Exception as e:  # the task fails with the timeout either way
+            self.log.warning("deferral timed out; could not cancel app %s: %s", app_id, e)
+
     def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
         """Step 4 (module doc): XComs, clean-up, and the outcome."""
         from airflow.sdk.exceptions import AirflowException
 
         from torchx_provider.operators.finishing import (
             failure,
-            lost_track,
             replica_results,
             task_result,
+            unfinished,
         )
         from torchx_provider.specs.names import make_app_handle
 
@@ -303,9 +374,9 @@ class TorchXOperator(BaseOperator):
         ti.xcom_push(key="replicas", value=replica_results(event))
         if event.ui_url:
             TorchXJobLink.persist(ti, event.ui_url)
-        lost = lost_track(event)
-        if lost is not None:
-            raise AirflowException(lost)
+        not_seen_ending = unfinished(event)
+        if not_seen_ending is not None:
+            raise AirflowException(not_seen_ending)
         if self.lifecycle.deletes(event.succeeded):
             self._delete(event.app_id, scheduler)
         if not event.succeeded:

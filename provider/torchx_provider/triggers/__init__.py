@@ -5,6 +5,10 @@
 * :mod:`~torchx_provider.triggers.follow` -- the one async follow loop (states, status lines,
   log forwarding with cursors), shared by the trigger and the operator's non-deferrable mode.
 * :mod:`~torchx_provider.triggers.selection` -- which replicas' logs are forwarded; pure.
+* :mod:`~torchx_provider.triggers.policy` -- how long a follow waits and when it acts:
+  outage budget and backoff, deadlines, whether a kill cancels; pure.
+* :mod:`~torchx_provider.triggers.connections` -- connections resolved in the triggerer,
+  cached per process and resolved again after a 401.
 * :mod:`~torchx_provider.triggers.job` -- :class:`TorchXJobTrigger`.
 
 Importing this package imports no client library (and not Airflow's trigger base either).

@@ -33,6 +33,9 @@ class EventKind(str, enum.Enum):
     FINISHED = "finished"
     #: the follow hit an error it cannot recover from (the app may still be running)
     ERROR = "error"
+    #: the task's deadline (``execution_timeout`` / ``follow_timeout``) passed; the app was
+    #: cancelled unless ``on_kill_action="keep"``
+    TIMEOUT = "timeout"
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,45 @@
 """``TorchXJobTrigger``: follows a submitted app from the triggerer.
 
 The operator submits on the worker and defers here with :class:`JobTriggerArgs`: the backend
-name, the app id and the plain client parameters the worker resolved from the connection
-(the triggerer never reads the connection; Airflow stores trigger kwargs encrypted and its
-API does not show them; :meth:`TorchXJobTrigger.__repr__` redacts the secret ones).
+name, the app id, the connection id and plain settings -- never a secret. Airflow stores
+trigger kwargs as plain JSON in its metadata database, so the triggerer resolves the
+connection itself (:mod:`~torchx_provider.triggers.connections`: Airflow's async connection
+API, cached per process for a minute, re-resolved when the backend answers 401 so that rotated
+tokens are picked up). The triggerer needs the same connection as the workers (the same
+secrets backend) and, for ``conn_id=None``, its own environment (``KUBECONFIG``, in-cluster
+service account, ``DOCKER_HOST``).
 
 While the app runs the trigger writes every selected replica's new log lines through
 ``self.log`` (they land in the task's log), state transitions and per-replica status lines
 (see :mod:`~torchx_provider.triggers.follow`), and yields exactly one event: a
-:class:`~torchx_provider.triggers.events.JobEvent` payload.
+:class:`~torchx_provider.triggers.events.JobEvent` payload. A ``deadline`` (the operator's
+``execution_timeout`` / ``follow_timeout``, as an absolute time) ends it with a ``timeout``
+event, after cancelling the app unless ``on_kill_action="keep"``.
 
 Triggerer restarts and redistribution: the trigger is rebuilt from its kwargs, whose log
-cursors are the ones it was deferred with. To resume where it was, it stores its cursors in
-an XCom of the task instance (key :data:`CHECKPOINT_XCOM_KEY`; the operator writes the first
-one before deferring), and a rebuilt trigger starts from the furthest of the two. Cursors are
-stored one poll cycle late, so every line they cover has long been written to the task log:
-nothing is lost even when the triggerer is killed hard, and a restart repeats at most the
-lines forwarded in the one cycle before it -- per replica, what the replica wrote in about one
-``poll_interval`` (the deployment test, 4 lines/s with a 1 s interval, repeats 4 per replica).
+cursors are the ones it was deferred with. To resume where it was, it stores its progress --
+log cursors and the last state the backend reported -- in an XCom of the task instance (key
+:data:`CHECKPOINT_XCOM_KEY`; the operator writes the first one before deferring), and a
+rebuilt trigger starts from the furthest cursors; if the app is gone by then, the stored
+state says how it ended. Progress is stored one poll cycle late, so every line it covers has
+long been written to the task log: nothing is lost even when the triggerer is killed hard,
+and a restart repeats at most the lines forwarded in the one cycle before it -- per replica,
+what the replica wrote in about one ``poll_interval`` (the deployment test, 4 lines/s with a
+1 s interval, repeats 4 per replica).
 
 ``cleanup`` runs on every exit, restarts included, and only closes connections.
-``on_kill`` -- Airflow 3.3+, run when a user marks the deferred task failed or success or
-clears it -- cancels the app (unless the operator said ``on_kill_action="keep"``). It runs
-only for a trigger a triggerer is running: a task marked failed in the second or so between
-deferring and being picked up by a triggerer leaves its app running (as on Airflow < 3.3,
-where ``on_kill`` does not exist); cancel it with the app handle from the task's XCom.
+``on_kill`` -- Airflow 3.3+, run when a user marks the deferred task failed or success,
+clears it or deletes its run, but also (an Airflow bug) when the trigger moves to another
+triggerer -- asks Airflow for the task instance's state and cancels the app only if the task
+is no longer deferred (:func:`~torchx_provider.triggers.policy.kill_cancels`), and never with
+``on_kill_action="keep"``. It runs only for a trigger a triggerer is running: a task marked
+failed in the second or so between deferring and being picked up by a triggerer leaves its
+app running (as on Airflow < 3.3, where ``on_kill`` does not exist); cancel it with the app
+handle from the task's XCom.
+
+Trigger rows written by earlier versions carry ``client_kwargs`` (the connection as the worker
+resolved it) and ``secret_keys`` instead of ``conn_id``: they still load, follow with those
+client parameters as before (no re-resolution on 401), and are not written back.
 
 The triggerer imports this module on its event loop, so it imports nothing heavy at the top;
 clients are created and the follow machinery is loaded in worker threads.
@@ -42,8 +57,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from torchx_provider.triggers.policy import (
+    CANCEL_TIMEOUT,
+    OUTAGE_BUDGET,
+    kill_cancels,
+    monotonic_deadline,
+)
+
 if TYPE_CHECKING:
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.schedulers.api import AsyncSchedulerClient
     from torchx_provider.schedulers.logs import LogCursor
+    from torchx_provider.specs.api import AppState
 
 _FOLLOW_MODULE = "torchx_provider.triggers.follow"
 
@@ -52,10 +77,12 @@ def _follow_module() -> ModuleType:
     return importlib.import_module(_FOLLOW_MODULE)
 
 
-#: XCom key under which a running trigger stores its log cursors for its successor
+#: XCom key under which a running trigger stores its progress for its successor
 CHECKPOINT_XCOM_KEY = "torchx_log_cursors"
-#: seconds ``on_kill`` may spend cancelling (Airflow bounds it too, by default at 30 s)
-CANCEL_TIMEOUT = 20.0
+#: kwargs of trigger rows written by earlier versions (the connection resolved on the worker)
+LEGACY_KWARGS = ("client_kwargs", "secret_keys")
+
+__all__ = ["CANCEL_TIMEOUT", "CHECKPOINT_XCOM_KEY", "JobTriggerArgs", "TorchXJobTrigger"]
 
 
 @dataclass(frozen=True)
@@ -63,27 +90,29 @@ class JobTriggerArgs:
     """Everything a :class:`TorchXJobTrigger` is built from; its kwargs are exactly these fields.
 
     Args:
-        scheduler: backend name, as for ``create_async_client``.
+        scheduler: backend name, as in :mod:`torchx_provider.backends`.
         app_id: the app to follow.
-        client_kwargs: the backend's client parameters, resolved on the worker.
+        conn_id: the connection the triggerer resolves; ``None``: the triggerer's environment.
         poll_interval: seconds between status/log reads.
         log_replicas: which replicas' logs to forward (see ``LogSelection``); ``None``: all.
         log_cursors: ``role/replica`` -> cursor dict where forwarding starts.
-        cancel_on_kill: whether ``on_kill`` cancels the app.
-        task_instance: the deferred task's key (``TaskInstanceKey.to_dict()``): where log
-            cursors are checkpointed; ``None`` turns checkpoints off.
-        secret_keys: which ``client_kwargs`` are secret (redacted in ``repr``).
+        cancel_on_kill: whether ``on_kill`` and the deadline cancel the app.
+        task_instance: the deferred task's key (``TaskInstanceKey.to_dict()``): where progress
+            is checkpointed and whose state ``on_kill`` asks; ``None`` turns both off.
+        outage_budget: seconds of backend outage ridden out before giving up.
+        deadline: when to stop following (POSIX seconds, UTC); ``None``: never.
     """
 
     scheduler: str
     app_id: str
-    client_kwargs: dict[str, Any] = field(default_factory=dict)
+    conn_id: str | None = None
     poll_interval: float = 10.0
     log_replicas: list[str] | None = None
     log_cursors: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancel_on_kill: bool = True
     task_instance: dict[str, Any] | None = None
-    secret_keys: list[str] = field(default_factory=list)
+    outage_budget: float = OUTAGE_BUDGET
+    deadline: float | None = None
 
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger kwargs: one entry per field, JSON-safe."""
@@ -108,12 +137,18 @@ def _plain(value: Any) -> Any:
 
 class TorchXJobTrigger(BaseTrigger):
     """Follows one TorchX app; see the module documentation. Takes :class:`JobTriggerArgs`
-    fields as keyword arguments."""
+    fields as keyword arguments (and the :data:`LEGACY_KWARGS` of older trigger rows)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
+        legacy = kwargs.pop("client_kwargs", None)
+        kwargs.pop("secret_keys", None)
         self.args = JobTriggerArgs.from_kwargs(kwargs)
+        self._legacy_client_kwargs: dict[str, Any] | None = None if legacy is None else dict(legacy)
         self._checkpoints = bool(self.args.task_instance)
+        self._fired = False
+        self._target: BackendTarget | None = None
+        self._clients: list[AsyncSchedulerClient] = []
 
     @classmethod
     def from_args(cls, args: JobTriggerArgs) -> TorchXJobTrigger:
@@ -122,38 +157,60 @@ class TorchXJobTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", self.args.to_kwargs()
 
-    def __repr__(self) -> str:
-        kwargs = self.args.to_kwargs()
-        kwargs["client_kwargs"] = {
-            k: ("***" if k in self.args.secret_keys and v else v)
-            for k, v in self.args.client_kwargs.items()
-        }
-        return self.repr(self.serialize()[0], kwargs)
+    # -- clients -----------------------------------------------------------------------------------
+    async def _resolve(self, stale: BackendTarget | None = None) -> BackendTarget:
+        """The backend target: the connection resolved here, or an older row's client kwargs."""
+        from torchx_provider.hooks.base import BackendTarget
+        from torchx_provider.triggers.connections import resolve_target
+
+        if self._legacy_client_kwargs is not None:
+            return BackendTarget(self.args.scheduler, client_kwargs=self._legacy_client_kwargs)
+        return await resolve_target(self.args.scheduler, self.args.conn_id, stale=stale)
+
+    async def _client(self, stale: BackendTarget | None = None) -> AsyncSchedulerClient:
+        """A client of a (freshly) resolved target; closed by :meth:`_close_clients`."""
+        self._target = await self._resolve(stale)
+        # Creating a client may import its library and read files: off the loop.
+        client = await asyncio.to_thread(self._target.create_async_client)
+        self._clients.append(client)
+        return client
+
+    async def _reconnect(self) -> AsyncSchedulerClient:
+        """After a 401: the connection resolved again, a new client, the old one closed."""
+        old = list(self._clients)
+        client = await self._client(stale=self._target)
+        for c in old:
+            self._clients.remove(c)
+            await c.close()
+        return client
+
+    async def _close_clients(self) -> None:
+        while self._clients:
+            await self._clients.pop().close()
 
     # -- running -----------------------------------------------------------------------------------
-    def _create_client(self) -> Any:
-        from torchx_provider.backends import get_backend
-
-        return get_backend(self.args.scheduler).create_async_client(**self.args.client_kwargs)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         args = self.args
-        client = None
         follow = await asyncio.to_thread(_follow_module)
         try:
-            # Creating a client may import its library and open connections: off the loop.
-            client = await asyncio.to_thread(self._create_client)
-            cursors = follow.merge_cursors(
-                follow.cursors_from_json(args.log_cursors), await self._load_checkpoint()
-            )
+            client = await self._client()
+            stored_cursors, stored_state = await self._load_checkpoint()
             follower = follow.JobFollower(
                 client,
                 args.app_id,
                 log=self.log,
                 poll_interval=args.poll_interval,
                 selection=follow.LogSelection.parse(args.log_replicas),
-                cursors=cursors,
+                cursors=follow.merge_cursors(
+                    follow.cursors_from_json(args.log_cursors), stored_cursors
+                ),
+                state=stored_state,
                 checkpoint=self._store_checkpoint if self._checkpoints else None,
+                outage_budget=args.outage_budget,
+                deadline=None if args.deadline is None else monotonic_deadline(args.deadline),
+                cancel_on_timeout=args.cancel_on_kill,
+                # an older row has no connection id to resolve again
+                reconnect=None if self._legacy_client_kwargs is not None else self._reconnect,
             )
             event = await follower.run()
         except asyncio.CancelledError:
@@ -168,8 +225,8 @@ class TorchXJobTrigger(BaseTrigger):
                 log_cursors=args.log_cursors,
             )
         finally:
-            if client is not None:
-                await client.close()
+            await self._close_clients()
+        self._fired = True
         yield TriggerEvent(event.to_payload())
 
     async def cleanup(self) -> None:
@@ -177,18 +234,47 @@ class TorchXJobTrigger(BaseTrigger):
         the app. Connections are closed by ``run`` itself."""
 
     async def on_kill(self) -> None:
-        """A user killed the deferred task (Airflow 3.3+): cancel the app, within a bound."""
-        if not self.args.cancel_on_kill:
-            self.log.info(
-                "task killed; app %s left running (on_kill_action=keep)", self.args.app_id
-            )
+        """The triggerer cancelled this trigger for a "user action" (Airflow 3.3+): cancel the
+        app, within a bound, if the task really left the deferred state (module doc)."""
+        if self._fired:
             return
-        client = await asyncio.to_thread(self._create_client)
+        state, known = await self._task_state()
+        if not kill_cancels(self.args.cancel_on_kill, state, known=known):
+            why = "on_kill_action=keep" if not self.args.cancel_on_kill else "still deferred"
+            self.log.info("trigger stopped; app %s left running (%s)", self.args.app_id, why)
+            return
         try:
+            client = await self._client()
             await asyncio.wait_for(client.cancel(self.args.app_id), CANCEL_TIMEOUT)
             self.log.info("task killed; cancelled app %s", self.args.app_id)
         finally:
-            await client.close()
+            await self._close_clients()
+
+    async def _task_state(self) -> tuple[str | None, bool]:
+        """``(state, known)`` of the deferred task instance, asked from Airflow."""
+        if not self.args.task_instance:
+            return None, False
+        try:
+            from airflow.sdk.execution_time import task_runner
+            from airflow.sdk.execution_time.comms import GetTaskStates
+
+            from torchx_provider.schedulers.labels import TaskInstanceKey
+
+            key = TaskInstanceKey.from_dict(self.args.task_instance)
+            reply: Any = await task_runner.SUPERVISOR_COMMS.asend(
+                GetTaskStates(
+                    dag_id=key.dag_id,
+                    map_index=key.map_index,
+                    task_ids=[key.task_id],
+                    run_ids=[key.run_id],
+                )
+            )
+            # the reply names a mapped instance "<task_id>_<map_index>"
+            name = f"{key.task_id}_{key.map_index}" if key.map_index >= 0 else key.task_id
+            return reply.task_states[key.run_id][name], True
+        except Exception as e:
+            self.log.warning("could not read the task's state (%s); taking the kill as real", e)
+            return None, False
 
     # -- checkpoints -------------------------------------------------------------------------------
     def _xcom_scope(self) -> dict[str, Any]:
@@ -202,9 +288,10 @@ class TorchXJobTrigger(BaseTrigger):
             "map_index": key.map_index,
         }
 
-    async def _load_checkpoint(self) -> dict[str, LogCursor]:
+    async def _load_checkpoint(self) -> tuple[dict[str, LogCursor], AppState | None]:
+        """The cursors and last state a predecessor stored (empty without a checkpoint)."""
         if not self.args.task_instance:
-            return {}
+            return {}, None
         try:
             from airflow.sdk.execution_time.xcom import XCom
 
@@ -214,25 +301,40 @@ class TorchXJobTrigger(BaseTrigger):
             # nothing to resume from, and nowhere to store progress.
             self.log.info("log cursors are not checkpointed in this process")
             self._checkpoints = False
-            return {}
+            return {}, None
         except Exception as e:
             self.log.warning("could not read stored log cursors (%s); starting from kwargs", e)
-            return {}
+            return {}, None
         if not isinstance(stored, Mapping) or stored.get("app_id") != self.args.app_id:
-            return {}
-        cursors: dict[str, LogCursor] = _follow_module().cursors_from_json(stored.get("cursors"))
+            return {}, None
+        follow = _follow_module()
+        cursors: dict[str, LogCursor] = follow.cursors_from_json(stored.get("cursors"))
+        state = stored.get("state")  # absent in checkpoints of earlier versions
+        known = state in follow.AppState.__members__
+        last: AppState | None = follow.AppState[state] if known else None
         if cursors:
             self.log.info("resuming logs from stored cursors of %d replica(s)", len(cursors))
-        return cursors
+        return cursors, last
 
-    async def _store_checkpoint(self, cursors: dict[str, LogCursor]) -> None:
+    async def _store_checkpoint(
+        self, cursors: dict[str, LogCursor], state: AppState | None = None
+    ) -> None:
         from airflow.sdk.execution_time.xcom import XCom
 
-        value = checkpoint_value(self.args.app_id, cursors)
+        value = checkpoint_value(self.args.app_id, cursors, state)
         await XCom.aset(CHECKPOINT_XCOM_KEY, value, **self._xcom_scope())
 
 
-def checkpoint_value(app_id: str, cursors: Mapping[str, LogCursor]) -> dict[str, Any]:
-    """The XCom value of a checkpoint. The operator stores the first one before deferring,
-    so that a trigger always finds one (and Airflow logs no "XCom not found")."""
-    return {"app_id": app_id, "cursors": {k: c.to_dict() for k, c in sorted(cursors.items())}}
+def checkpoint_value(
+    app_id: str, cursors: Mapping[str, LogCursor], state: AppState | None = None
+) -> dict[str, Any]:
+    """The XCom value of a checkpoint: the app, its log cursors and (once seen) its last
+    state. The operator stores the first one before deferring, so that a trigger always finds
+    one (and Airflow logs no "XCom not found")."""
+    value: dict[str, Any] = {
+        "app_id": app_id,
+        "cursors": {k: c.to_dict() for k, c in sorted(cursors.items())},
+    }
+    if state is not None:
+        value["state"] = state.name
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,39 @@ def test_the_rows_operator_run_options_fill_what_nobody_set(fake_cluster: Any) -
     assert merge_cfg(None, opts, conn, row) == {"priority": 2}  # so does the connection's
     with pytest.raises(InvalidOptionError, match="cfg must be a dict"):
         merge_cfg(3, opts, none, row)  # type: ignore[arg-type]
+
+
+def test_airflows_deferral_timeout_cancels_the_job_before_failing(fake_cluster: Any) -> None:
+    """The backstop: Airflow's ``defer(timeout=...)`` fired before the trigger's deadline."""
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    scheduler = torchx_fakes.FakeScheduler()
+    app_id = scheduler.submit(torchx_fakes.make_app(ticks=100))
+
+    class TI:
+        task_id, map_index = "t", -1
+
+        def xcom_pull(self, *, task_ids: str, key: str, map_indexes: int) -> Any:
+            assert (task_ids, key, map_indexes) == ("t", "app_handle", -1)
+            return f"fake:///{app_id}"
+
+    timeout = ("__fail__", {"error": "Trigger timeout"})
+    kept = TorchXOperator(task_id="t", app=APP, scheduler="fake", on_kill_action="keep")
+    with pytest.raises(TaskDeferralTimeout):
+        kept.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
+    assert fake_cluster.cancelled == []
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    with pytest.raises(TaskDeferralTimeout):
+        op.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
+    assert fake_cluster.cancelled == [app_id]
+
+
+def test_outage_budget_and_follow_timeout_are_checked() -> None:
+    op = TorchXOperator(
+        task_id="t", app=APP, scheduler="fake", outage_budget=30, follow_timeout=timedelta(hours=1)
+    )
+    assert (op.following.outage_budget, op.following.follow_timeout) == (30.0, 3600.0)
+    assert TorchXOperator(task_id="u", app=APP).following.outage_budget == 600.0
+    for name in ("outage_budget", "follow_timeout"):
+        with pytest.raises(InvalidOptionError, match=f"{name} must be a positive"):
+            TorchXOperator(task_id="v", app=APP, **{name: 0})

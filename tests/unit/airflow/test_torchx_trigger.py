@@ -44,20 +44,58 @@ def trigger_args(app_id: str, **kw: Any) -> JobTriggerArgs:
 def test_serialize_is_the_args_and_rebuilds_the_same_trigger() -> None:
     args = trigger_args(
         "a-1",
-        client_kwargs={"token": "s3cr3t", "base_url": "tcp://x:2376"},
+        conn_id="my_conn",
         log_replicas=["trainer/0"],
         log_cursors={"trainer/0": LogCursor().to_dict()},
         task_instance={"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1},
-        secret_keys=["token"],
+        outage_budget=120.0,
+        deadline=1_700_000_000.0,
     )
     trigger = TorchXJobTrigger.from_args(args)
     classpath, kwargs = trigger.serialize()
     assert classpath == "torchx_provider.triggers.job.TorchXJobTrigger"
     assert set(kwargs) == {f for f in JobTriggerArgs.__dataclass_fields__}
+    assert "client_kwargs" not in kwargs and "secret_keys" not in kwargs
     rebuilt = TorchXJobTrigger(**kwargs)
     assert rebuilt.args == args
     assert rebuilt.serialize() == (classpath, kwargs)
-    assert "s3cr3t" not in repr(trigger) and "tcp://x:2376" in repr(trigger)
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+async def test_an_older_trigger_row_still_loads_and_follows_with_its_client_kwargs(
+    fake_cluster: Any,
+) -> None:
+    """Rows written by the previous version carry the resolved client kwargs, no conn_id."""
+    app_id = submit()
+    old_row = {
+        "scheduler": "fake",
+        "app_id": app_id,
+        "client_kwargs": {"token": "s3cr3t", "base_url": "tcp://x:2376"},
+        "poll_interval": 0.001,
+        "log_replicas": None,
+        "log_cursors": {},
+        "cancel_on_kill": True,
+        "task_instance": None,
+        "secret_keys": ["token"],
+    }
+    trigger = TorchXJobTrigger(**old_row)
+    assert trigger.args.conn_id is None
+    _, kwargs = trigger.serialize()
+    assert "s3cr3t" not in json.dumps(kwargs) and "s3cr3t" not in repr(trigger)
+    made: list[dict[str, Any]] = []
+    real = torchx_fakes.FakeAsyncClient.__init__
+
+    def spy(self: Any, **client_kwargs: Any) -> None:
+        made.append(client_kwargs)
+        real(self, **client_kwargs)
+
+    torchx_fakes.FakeAsyncClient.__init__ = spy  # type: ignore[method-assign]
+    try:
+        [event] = [e async for e in trigger.run()]
+    finally:
+        torchx_fakes.FakeAsyncClient.__init__ = real  # type: ignore[method-assign]
+    assert JobEvent.from_payload(event.payload).succeeded
+    assert made == [{"token": "s3cr3t", "base_url": "tcp://x:2376"}]
 
 
 def test_unknown_kwargs_are_refused() -> None:
@@ -104,7 +142,7 @@ async def test_failure_carries_state_message_and_exit_codes(fake_cluster: Any) -
     ]
 
 
-async def test_outages_are_retried_then_given_up(fake_cluster: Any) -> None:
+async def test_short_outages_are_retried(fake_cluster: Any) -> None:
     app_id = submit()
     fake_cluster.outages = 2
     log = ListLog()
@@ -113,17 +151,7 @@ async def test_outages_are_retried_then_given_up(fake_cluster: Any) -> None:
     ).run()
     assert event.succeeded
     assert sum("backend unreachable" in ln for ln in log.lines) == 2
-
-    app_id = submit()
-    fake_cluster.outages = 10
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(),
-        app_id,
-        log=ListLog(),
-        poll_interval=0.001,
-        max_consecutive_errors=3,
-    ).run()
-    assert event.kind == EventKind.ERROR and "4 times in a row" in event.message
+    assert any("reachable again" in ln for ln in log.lines)
 
 
 async def test_a_vanished_app_ends_with_an_error_event(fake_cluster: Any) -> None:
@@ -158,7 +186,7 @@ async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_
     app_id = submit(lines=40, ticks=20, replicas=2)
     stored: dict[str, LogCursor] = {}
 
-    async def checkpoint(cursors: dict[str, LogCursor]) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
         stored.clear()
         stored.update(cursors)
 

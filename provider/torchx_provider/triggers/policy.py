@@ -1,0 +1,94 @@
+"""How long a follow waits, and when it acts: outages, deadlines, kills. Pure.
+
+* **Outages are measured in time, not in failed attempts.** While the backend cannot be
+  reached, the follow retries with exponential backoff -- :data:`FIRST_RETRY` seconds,
+  doubling, capped at the poll interval, each delay varied by ±:data:`JITTER` so that many
+  follows do not retry in step -- for up to an outage budget (``outage_budget``, default
+  :data:`OUTAGE_BUDGET` seconds). Only then does it give up, saying how long it tried; the job
+  may still be running, and a retry of the task reattaches to it.
+* **A deadline** (``execution_timeout`` or ``follow_timeout``) ends a follow with a timeout;
+  the job is cancelled first unless ``on_kill_action="keep"``. A cancel is bounded by
+  :data:`CANCEL_TIMEOUT`.
+* **A trigger's kill** cancels the job only for a real user action (:func:`kill_cancels`).
+
+>>> [round(retry_delay(n, 10.0, 0.5), 1) for n in range(6)]
+[1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+>>> round(retry_delay(0, 10.0, 0.0), 2), round(retry_delay(0, 10.0, 1.0), 2)
+(0.8, 1.2)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+#: default seconds a follow rides out an unreachable backend before it gives up
+OUTAGE_BUDGET = 600.0
+#: seconds before the first retry of an outage (then doubling, capped at the poll interval)
+FIRST_RETRY = 1.0
+#: each retry delay is varied by up to this fraction, up or down
+JITTER = 0.2
+#: seconds a cancel (on a timeout, or from a trigger's ``on_kill``) may take
+CANCEL_TIMEOUT = 20.0
+#: seconds ``defer(timeout=...)`` waits beyond the follow's own deadline: Airflow's timeout is
+#: only the backstop for a triggerer that could not act on the deadline itself
+DEFER_TIMEOUT_GRACE = 120.0
+
+
+def retry_delay(attempt: int, cap: float, rand: float) -> float:
+    """Seconds to wait before retry number ``attempt`` (0-based) of an outage; ``rand`` is a
+    uniform random number in [0, 1)."""
+    base = min(FIRST_RETRY * 2 ** min(attempt, 32), cap)
+    return base * (1 - JITTER + 2 * JITTER * rand)
+
+
+@dataclass
+class Outage:
+    """One stretch of time during which the backend could not be reached."""
+
+    #: when it began (the follow's monotonic clock)
+    started: float
+    #: retries made so far
+    attempts: int = 0
+
+    def exceeded(self, now: float, budget: float) -> bool:
+        return now - self.started >= budget
+
+
+#: Airflow task-instance states in which a trigger's kill is no user action: the task is still
+#: deferred (the trigger moved to another triggerer, or this is a stale copy of it)
+_STILL_DEFERRED = frozenset({"deferred"})
+
+
+def kill_cancels(cancel_on_kill: bool, ti_state: str | None, *, known: bool = True) -> bool:
+    """Whether a trigger's ``on_kill`` cancels the job.
+
+    Airflow 3.3 calls ``on_kill`` both when a user marks the deferred task failed or success,
+    clears it or deletes its run, and -- wrongly -- when the trigger merely moved to another
+    triggerer. The task instance's state tells them apart: still ``deferred`` means the task
+    is being followed elsewhere, so the job must live on; anything else is a user action.
+    When the state could not be read (``known=False``), the kill is taken as the user's.
+
+    >>> kill_cancels(True, "deferred"), kill_cancels(True, "failed"), kill_cancels(True, None)
+    (False, True, True)
+    >>> kill_cancels(False, "failed"), kill_cancels(True, None, known=False)
+    (False, True)
+    """
+    if not cancel_on_kill:
+        return False
+    if not known:
+        return True
+    state = getattr(ti_state, "value", ti_state)  # an enum member or its value
+    return str(state or "").lower() not in _STILL_DEFERRED
+
+
+def monotonic_deadline(deadline: float, now: float | None = None) -> float:
+    """A deadline in POSIX seconds, on this process's monotonic clock (what a follow
+    measures time with, so that a wall-clock jump neither ends nor extends it); ``now`` is
+    the current POSIX time.
+
+    >>> monotonic_deadline(1000.0, now=990.0) - time.monotonic() <= 10.0
+    True
+    """
+    wall = time.time() if now is None else now
+    return time.monotonic() + (deadline - wall)

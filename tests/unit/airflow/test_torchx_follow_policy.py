@@ -1,0 +1,273 @@
+"""The follow loop's policies on the ``fake`` backend with a fake clock: outages measured in
+time, unreadable replicas, the final state from what the backend said, the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import torchx_fakes
+from test_torchx_trigger import ListLog, submit, trigger_args
+
+from torchx_provider.errors import BackendUnavailableError, UnknownAppError
+from torchx_provider.operators.finishing import deferral_timed_out, unfinished
+from torchx_provider.operators.following import follow_deadline
+from torchx_provider.schedulers.logs import LogCursor
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.events import EventKind, JobEvent
+from torchx_provider.triggers.follow import JobFollower
+from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger, checkpoint_value
+from torchx_provider.triggers.policy import retry_delay
+
+
+class Clock:
+    """A fake monotonic clock whose sleeps advance it (and yield to the loop)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+class DownUntil(torchx_fakes.FakeAsyncClient):
+    """Describes fail with 503 while the clock is before ``until``."""
+
+    def __init__(self, clock: Clock, until: float) -> None:
+        super().__init__()
+        self.clock, self.until = clock, until
+
+    async def describe(self, app_id: str) -> Any:
+        if self.clock() < self.until:
+            raise BackendUnavailableError("API server down", status=503)
+        return await super().describe(app_id)
+
+
+def follower(client: Any, app_id: str, clock: Clock, log: Any = None, **kw: Any) -> JobFollower:
+    kw.setdefault("poll_interval", 10.0)
+    return JobFollower(
+        client,
+        app_id,
+        log=log or ListLog(),
+        clock=clock,
+        sleep=clock.sleep,
+        rand=lambda: 0.5,
+        **kw,
+    )
+
+
+# -- outages -------------------------------------------------------------------------------------
+async def test_a_70s_outage_is_ridden_out(fake_cluster: Any) -> None:
+    app_id = submit(lines=4, ticks=3, replicas=2)
+    clock = Clock()
+    log = ListLog()
+    event = await follower(DownUntil(clock, 70.0), app_id, clock, log).run()
+    assert event.succeeded, event.message
+    assert clock.now >= 70.0
+    warnings = [ln for ln in log.lines if "backend unreachable" in ln]
+    # 1, 2, 4, 8, then the 10 s poll interval: 10 retries cover 70 s (6 would have given up)
+    assert len(warnings) == 10
+    assert any("reachable again after 75s" in ln for ln in log.lines)
+    assert len(log.replica_lines()) == 8
+
+
+async def test_retries_back_off_exponentially_up_to_the_poll_interval_with_jitter() -> None:
+    assert [retry_delay(n, 10.0, 0.5) for n in range(7)] == [1, 2, 4, 8, 10, 10, 10]
+    assert retry_delay(2, 10.0, 0.0) == pytest.approx(3.2)
+    assert retry_delay(2, 10.0, 0.999999) == pytest.approx(4.8)
+    assert retry_delay(100, 3.0, 0.5) == 3.0
+
+
+async def test_an_outage_past_the_budget_ends_with_an_error_naming_the_time(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(ticks=1000)
+    clock = Clock()
+    event = await follower(DownUntil(clock, 1e9), app_id, clock, outage_budget=120).run()
+    assert event.kind == EventKind.ERROR
+    assert "unreachable for 125s (outage_budget 120s)" in event.message
+    assert "it may still be running" in event.message
+    assert clock.sleeps[:6] == [1, 2, 4, 8, 10, 10]
+
+
+async def test_a_401_gets_fresh_credentials_once_then_counts_as_an_outage(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit()
+    clock = Clock()
+
+    class Refused(torchx_fakes.FakeAsyncClient):
+        async def describe(self, app_id: str) -> Any:
+            raise BackendUnavailableError("Unauthorized", status=401)
+
+    fresh: list[Any] = []
+
+    async def reconnect() -> Any:
+        fresh.append(torchx_fakes.FakeAsyncClient())
+        return fresh[-1]
+
+    f = follower(Refused(), app_id, clock, reconnect=reconnect)
+    event = await f.run()
+    assert event.succeeded and len(fresh) == 1 and f.client is fresh[0]
+    assert clock.sleeps[0] == 10.0  # no outage wait: the new client was used at once
+
+    async def still_refused() -> Any:
+        fresh.append(Refused())
+        return fresh[-1]
+
+    fresh.clear()
+    event = await follower(
+        Refused(), submit(), clock, reconnect=still_refused, outage_budget=30
+    ).run()
+    assert event.kind == EventKind.ERROR and "outage_budget 30s" in event.message
+    assert len(fresh) == 1  # re-resolved once, not in a loop
+
+
+# -- one replica's logs --------------------------------------------------------------------------
+async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(lines=6, ticks=4, replicas=3)
+    clock = Clock()
+    reads: dict[int, int] = {}
+
+    class NodeDown(torchx_fakes.FakeAsyncClient):
+        async def read_logs(
+            self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+        ) -> Any:
+            reads[replica_id] = reads.get(replica_id, 0) + 1
+            if replica_id == 1:  # its node does not answer
+                raise BackendUnavailableError("kubelet: 502 Bad Gateway", status=502)
+            if replica_id == 2 and reads[2] <= 2:  # its pod was gone between list and read
+                raise UnknownAppError(app_id, "pod not found")
+            return await super().read_logs(app_id, role_name, replica_id, cursor)
+
+    log = ListLog()
+    event = await follower(NodeDown(), app_id, clock, log).run()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.SUCCEEDED
+    assert sum("logs of worker/1 cannot be read" in ln for ln in log.lines) == 1
+    assert sum("logs of worker/2 cannot be read" in ln for ln in log.lines) == 1
+    assert any("logs of worker/2 readable again" in ln for ln in log.lines)
+    for rid in (0, 2):  # the readable replicas lost nothing
+        mine = [ln for ln in log.replica_lines() if ln.startswith(f"[worker/{rid}]")]
+        assert mine == [f"[worker/{rid}] worker {rid} line {i}" for i in range(6)]
+    assert any("last lines of worker/1 could not be read" in ln for ln in log.lines)
+    assert not any("backend unreachable" in ln for ln in log.lines)  # no outage
+
+
+# -- the final state -----------------------------------------------------------------------------
+@pytest.mark.parametrize("last", [AppState.SUCCEEDED, AppState.FAILED])
+async def test_an_app_seen_ended_then_removed_keeps_its_state(
+    fake_cluster: Any, last: AppState
+) -> None:
+    app_id = submit()
+    fake_cluster.apps[app_id].deleted = True  # a TTL removed it
+    event = await follower(torchx_fakes.FakeAsyncClient(), app_id, Clock(), state=last).run()
+    assert event.kind == EventKind.FINISHED and event.state == last
+    assert "then removed" in event.message
+
+
+async def test_a_restarted_trigger_reports_the_stored_state_of_a_vanished_app(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.sdk.execution_time import xcom
+
+    store: dict[str, Any] = {}
+
+    async def aget_one(*, key: str, **scope: Any) -> Any:
+        return store.get(key)
+
+    async def aset(key: str, value: Any, **scope: Any) -> None:
+        store[key] = json.loads(json.dumps(value))
+
+    monkeypatch.setattr(xcom.XCom, "aget_one", staticmethod(aget_one))
+    monkeypatch.setattr(xcom.XCom, "aset", staticmethod(aset))
+    ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
+
+    # a follow stores the last state with its cursors
+    app_id = submit(lines=2, ticks=2, replicas=1)
+    [event] = [
+        e async for e in TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).run()
+    ]
+    assert JobEvent.from_payload(event.payload).succeeded
+    assert store[CHECKPOINT_XCOM_KEY]["state"] == "SUCCEEDED"
+
+    # the successor finds the app deleted (TTL): it ended as it was last seen
+    fake_cluster.apps[app_id].deleted = True
+    [event] = [
+        e async for e in TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).run()
+    ]
+    payload = JobEvent.from_payload(event.payload)
+    assert payload.kind == EventKind.FINISHED and payload.state == AppState.SUCCEEDED
+
+    # seen running, then gone: deleted before it finished
+    store[CHECKPOINT_XCOM_KEY] = checkpoint_value(app_id, {}, AppState.RUNNING)
+    [event] = [
+        e async for e in TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).run()
+    ]
+    payload = JobEvent.from_payload(event.payload)
+    assert payload.kind == EventKind.FINISHED and payload.state == AppState.CANCELLED
+
+    # a checkpoint of an earlier version (no state): never seen, so an error as before
+    store[CHECKPOINT_XCOM_KEY] = {"app_id": app_id, "cursors": {}}
+    [event] = [
+        e async for e in TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).run()
+    ]
+    assert JobEvent.from_payload(event.payload).kind == EventKind.ERROR
+
+
+# -- the deadline --------------------------------------------------------------------------------
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancel", "keep"])
+async def test_the_deadline_ends_the_follow_and_cancels_per_on_kill_action(
+    fake_cluster: Any, cancel: bool
+) -> None:
+    app_id = submit(ticks=100_000)
+    clock = Clock()
+    event = await follower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        clock,
+        deadline=25.0,
+        cancel_on_timeout=cancel,
+    ).run()
+    assert event.kind == EventKind.TIMEOUT
+    assert clock.now == 25.0  # the last sleep stopped at the deadline
+    assert (app_id in fake_cluster.cancelled) is cancel
+    assert ("cancelled" if cancel else "left running") in event.message
+    assert "timed out (execution_timeout / follow_timeout)" in (unfinished(event) or "")
+
+
+async def test_the_deadline_holds_during_an_outage(fake_cluster: Any) -> None:
+    app_id = submit(ticks=100_000)
+    clock = Clock()
+    event = await follower(DownUntil(clock, 1e9), app_id, clock, deadline=12.0).run()
+    assert event.kind == EventKind.TIMEOUT and clock.now == 12.0
+
+
+def test_the_deadline_is_the_earlier_of_execution_and_follow_timeout() -> None:
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    now = t0 + timedelta(minutes=10)
+    assert follow_deadline(t0, timedelta(hours=1), None, now) == t0 + timedelta(hours=1)
+    assert follow_deadline(t0, timedelta(hours=1), 600, now) == now + timedelta(seconds=600)
+    assert follow_deadline(None, timedelta(minutes=5), None, now) == now + timedelta(minutes=5)
+    assert follow_deadline(t0, None, None, now) is None
+    naive = t0.replace(tzinfo=None)  # read as UTC
+    assert follow_deadline(naive, timedelta(hours=1), None, now) == t0 + timedelta(hours=1)
+
+
+def test_airflows_deferral_timeout_is_told_from_other_resumptions() -> None:
+    assert deferral_timed_out("__fail__", {"error": "Trigger timeout"})
+    assert not deferral_timed_out("__fail__", {"error": "Trigger failure"})
+    assert not deferral_timed_out("execute_complete", {"error": "Trigger timeout"})
+    assert not deferral_timed_out("__fail__", None)
+    finished = JobEvent(kind=EventKind.FINISHED, app_id="a", state=AppState.SUCCEEDED)
+    assert unfinished(finished) is None
