@@ -69,9 +69,7 @@ class RequestLog:
         self.requests: list[tuple[str, str, bool]] = []
 
     def count(self, verb: str, path_part: str, watch: bool = False) -> int:
-        return sum(
-            1 for v, p, w in self.requests if v == verb and path_part in p and w is watch
-        )
+        return sum(1 for v, p, w in self.requests if v == verb and path_part in p and w is watch)
 
 
 @pytest.fixture
@@ -153,7 +151,8 @@ async def test_fifty_jobs_one_watch_per_namespace_and_type(
 
     try:
         sampler = asyncio.create_task(sample())
-        results = await asyncio.gather(*(follow(c, a) for c, a in zip(clients, app_ids)))
+        pairs = zip(clients, app_ids, strict=True)
+        results = await asyncio.gather(*(follow(c, a) for c, a in pairs))
         await sampler
     finally:
         for client in clients:
