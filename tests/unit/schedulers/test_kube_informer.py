@@ -221,3 +221,30 @@ def test_status_error_reads_the_message_and_retry_after() -> None:
     assert (e.status, e.retry_after, str(e)) == (429, 3.0, "429: too many")
     e = status_error(500, {}, b"<html>oops")
     assert (e.status, e.retry_after) == (500, None) and "oops" in str(e)
+
+
+class RawAnswer:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.reason, self.headers, self.body = status, "x", {}, body
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def release(self) -> None:
+        self.released = True
+
+
+async def test_raw_answers_with_an_error_status_raise_like_preloaded_ones() -> None:
+    from torchx_provider.errors import BackendUnavailableError, SubmissionError
+    from torchx_provider.schedulers.kube.errors import api_errors
+    from torchx_provider.schedulers.kube.io_async import read_ok
+
+    ok = RawAnswer(200, b"line\n")
+    assert await read_ok(ok) == b"line\n" and ok.released
+    waiting = RawAnswer(400, b'{"kind": "Status", "message": "container is waiting"}')
+    with pytest.raises(SubmissionError, match="waiting") as e, api_errors("read", "a log"):
+        await read_ok(waiting)
+    assert e.value.status == 400 and waiting.released
+    with pytest.raises(BackendUnavailableError), api_errors("read", "a log"):
+        await read_ok(RawAnswer(503, b"unavailable"))

@@ -111,10 +111,7 @@ class AsyncKube:
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT,
             )
-            try:
-                data = json.loads(await resp.read())
-            finally:
-                resp.release()
+            data = json.loads(await read_ok(resp))
         return list(data.get("items") or [])
 
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
@@ -124,10 +121,7 @@ class AsyncKube:
             resp = await api.read_namespaced_pod_log(
                 **kwargs, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
-            try:
-                return bytes(await resp.read())
-            finally:
-                resp.release()
+            return await read_ok(resp)
 
     def list_watch(self, resource: CustomResource | None, namespace: str) -> ListWatch:
         """The informer source of this provider's objects of ``resource`` (``None``: pods)
@@ -148,6 +142,22 @@ class AsyncKube:
 
             self._api = None
             await InformerHub.current().release_client(self.config)
+
+
+async def read_ok(resp: Any) -> bytes:
+    """The body of a raw (``_preload_content=False``) answer; an error status raises the
+    client's ``ApiException``, as a preloaded call would (``api_errors`` translates it)."""
+    try:
+        data = bytes(await resp.read())
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        error = ApiException(status=resp.status, reason=resp.reason)
+        error.body, error.headers = data, resp.headers
+        raise error
+    return data
 
 
 #: Seconds to connect before a watch gives up, and beyond its ``timeoutSeconds`` to read.
