@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from torchx_provider.schedulers.kube.informer import Backoff, Informer, WatchError, object_name
+from torchx_provider.schedulers.backoff import Backoff
+from torchx_provider.schedulers.kube.informer import Informer, WatchError, object_name
 from torchx_provider.schedulers.kube.io_async import json_lines, status_error
 
 

@@ -35,6 +35,7 @@ from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, sta
 from torchx_provider.schedulers.kube.request import KubeTranslation, parse_app_id
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance, timestamped_lines
+from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.names import make_app_handle
 
 #: Seconds the first describe of an app waits for the shared caches' first list.
@@ -116,7 +117,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
 
     async def wait_changed(self, app_id: str, timeout: float) -> bool:
         """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's watch events."""
-        return await (await self.watch(app_id)).wait_changed(timeout)
+        return await wait_raised((await self.watch(app_id)).changed, timeout)
 
     async def list(self, session_name: str = "") -> builtins.list[ListAppResponse]:
         """As :meth:`KubeScheduler.list` (handles name ``session_name``)."""

@@ -111,17 +111,6 @@ class AppWatch:
             return False
         return True
 
-    async def wait_changed(self, timeout: float) -> bool:
-        """``True`` at once if :attr:`changed` is set, else when it is within ``timeout``
-        seconds (``False`` then); the flag is cleared either way."""
-        if not self.changed.is_set():
-            try:
-                await asyncio.wait_for(self.changed.wait(), timeout)
-            except TimeoutError:
-                return False
-        self.changed.clear()
-        return True
-
     def close(self) -> None:
         if not self.closed:
             self.closed = True

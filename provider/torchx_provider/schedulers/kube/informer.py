@@ -11,8 +11,9 @@ an index key (an object's name, or a pod's app label). The rules, each once, her
   means that version is too old: LIST again (the difference with the cache is reported as
   changes and deletions);
 * ``429`` waits the ``Retry-After`` the server sent; any other failure waits an exponential
-  :class:`Backoff` with jitter; after either, the informer lists again. From the failure to
-  that list it is *unhealthy* (:attr:`Informer.healthy`): its cache may be stale;
+  :class:`~torchx_provider.schedulers.backoff.Backoff` with jitter; after either, the
+  informer lists again. From the failure to that list it is *unhealthy*
+  (:attr:`Informer.healthy`): its cache may be stale;
 * a LIST answered ``404`` means the server does not serve the type (its CRD is missing): the
   cache is empty and correct, so the informer is healthy, and asks again after a while.
 
@@ -27,8 +28,9 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from torchx_provider.schedulers.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -62,30 +64,6 @@ class WatchSource(Protocol):
     def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict[str, Any]]:
         """The watch events after ``resource_version`` (``{"type": ..., "object": ...}``)
         until the server ends the stream; raises :class:`WatchError` for an HTTP error."""
-
-
-@dataclass
-class Backoff:
-    """Exponential delays with full jitter: attempt ``n`` waits a random time in
-    ``[base * 2**n / 2, base * 2**n]``, at most ``cap`` seconds.
-
-    >>> b = Backoff(base=1.0, cap=8.0, rng=random.Random(0))
-    >>> [round(b.next(), 2) for _ in range(5)]
-    [0.92, 1.52, 2.84, 5.05, 7.12]
-    """
-
-    base: float = 1.0
-    cap: float = 60.0
-    rng: random.Random | None = None
-    attempt: int = 0
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2**self.attempt)
-        self.attempt += 1
-        return (self.rng or random).uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
