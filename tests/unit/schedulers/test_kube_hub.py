@@ -27,9 +27,12 @@ class PushSource:
         self.fake, self.resource, self.namespace = fake, resource, namespace
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lists = 0
+        self.down = False
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
         self.lists += 1
+        if self.down:
+            raise ConnectionError("API server unreachable")
         if self.resource is None:
             return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
@@ -169,15 +172,27 @@ async def test_unseen_or_unhealthy_falls_back_to_the_api(hub: InformerHub) -> No
     # Created after the list, its event not arrived yet: the GET finds it.
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     assert [c[0] for c in fake.calls] == ["get"]
-    # A failing watch: the cache may be stale, so the API answers (and wait_changed woke).
-    await client.wait_changed(app_id, 0)
+    # A failing watch: the cache may be stale, so the API answers until the relist.
     jobs = kube.sources[(VOLCANO_JOB, "ns")]
+    jobs.down = True
     await jobs.events.put({"type": "ERROR", "object": {"code": 500, "message": "boom"}})
-    assert await client.wait_changed(app_id, 5) is True
+    informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
+    for _ in range(500):
+        if not informer.healthy:
+            break
+        await asyncio.sleep(0.01)
+    assert not informer.healthy
     fake.calls.clear()
     set_phase(fake, app_id, "Running")
     assert (await client.describe(app_id)).state is AppState.RUNNING
     assert [c[0] for c in fake.calls] == ["get"]
+    # Back: the relist makes the cache current, and wakes the follower.
+    await client.wait_changed(app_id, 0)
+    jobs.down = False
+    assert await client.wait_changed(app_id, 10) is True
+    fake.calls.clear()
+    assert (await client.describe(app_id)).state is AppState.RUNNING
+    assert fake.calls == []
     await client.close()
 
 

@@ -156,8 +156,7 @@ async def test_failures_back_off_with_jitter_and_make_the_cache_unhealthy() -> N
         ceiling = min(3, 2**n)
         assert ceiling / 2 <= waited <= ceiling
     assert len(rec.sleeps) == 3
-    assert informer.healthy and informer.backoff.attempt == 0  # reset by the list
-    assert health[-1] is True
+    assert informer.healthy and health == [True]  # told once: when current again
 
 
 async def test_a_failing_watch_makes_the_cache_unhealthy_until_the_relist() -> None:
@@ -169,10 +168,24 @@ async def test_a_failing_watch_makes_the_cache_unhealthy_until_the_relist() -> N
     task = asyncio.create_task(informer.run())
     await asyncio.wait_for(source.idle.wait(), 5)
     task.cancel()
-    # synced (healthy), then the watch failed (unhealthy); the relist waits for ever.
-    assert seen == [True, False]
+    # Told when synced; not when the watch failed (followers keep their pace), though the
+    # cache is unhealthy until the relist (which here waits for ever).
+    assert seen == [True]
     assert not informer.healthy and isinstance(informer.error, ConnectionError)
     assert informer.get("a")  # the last picture is kept
+
+
+async def test_a_watch_refused_after_good_lists_backs_off_longer_and_longer() -> None:
+    refused = WatchError(403, "cannot watch jobs")
+    source = ScriptedSource([([], "1")] * 5, [refused] * 5)
+    rec = Recorder()
+    informer = Informer(source, object_name, sleep=rec.sleep, backoff=Backoff(base=1, cap=60))
+    task = asyncio.create_task(informer.run())
+    await asyncio.wait_for(source.idle.wait(), 5)
+    task.cancel()
+    assert len(rec.sleeps) == 5
+    for n, waited in enumerate(rec.sleeps):
+        assert 2**n / 2 <= waited <= 2**n
 
 
 async def test_unserved_type_is_an_empty_healthy_cache_asked_again_later() -> None:

@@ -6,9 +6,10 @@ the containers this provider manages (label filter
 :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`), in one daemon thread (the
 docker SDK blocks), and marks the :class:`AppEvents` of the app a container belongs to
 (its ``LABEL_APP_ID`` label) as *changed*. A follower then inspects its app only when it
-changed, instead of on every poll. When the stream breaks, every app is marked changed (what
-happened meanwhile is unknown) and the stream is opened again after a
-:class:`~torchx_provider.schedulers.backoff.Backoff`.
+changed, instead of on every poll. When the stream breaks, it is opened again after a
+:class:`~torchx_provider.schedulers.backoff.Backoff` (meanwhile the client inspects on every
+describe); once it is open again every app is marked changed, as what happened while it
+was closed is unknown.
 
 Reference counted per (event loop, engine): the first subscriber opens the stream, which is
 closed :data:`LINGER` seconds after the last one left.
@@ -81,7 +82,7 @@ def event_app(event: Any) -> str | None:
 
 class AppEvents:
     """One app's subscription. When one of its containers has an event, or the stream
-    breaks or opens, both :attr:`changed` (what ``DockerAsyncClient.wait_changed`` waits for) and
+    opens (again), both :attr:`changed` (what ``DockerAsyncClient.wait_changed`` waits for) and
     :attr:`stale` (the last inspection is out of date) are set; each reader clears its own.
     :attr:`healthy` says whether the stream is open."""
 
@@ -192,7 +193,7 @@ class EngineEvents:
                     stream.close()
             if self._stop.is_set():
                 return
-            self._post(None, healthy=False)
+            self._post(None, healthy=False)  # no wake-up: followers keep their own pace
             self._stop.wait(backoff.next())
 
     def _post(self, app: str | None, *, healthy: bool) -> None:
@@ -202,9 +203,12 @@ class EngineEvents:
             self._stop.set()
 
     def _changed(self, app: str | None, healthy: bool) -> None:
-        self.healthy = healthy
+        was, self.healthy = self.healthy, healthy
+        if app is None and not healthy:
+            return
         if app is None:
-            subs = [s for group in self.subscribers.values() for s in group]
+            # (Re)connected: what happened while the stream was closed is unknown.
+            subs = [s for group in self.subscribers.values() for s in group] if not was else []
         else:
             self.events_seen += 1
             subs = list(self.subscribers.get(app, ()))

@@ -18,7 +18,9 @@ an index key (an object's name, or a pod's app label). The rules, each once, her
   cache is empty and correct, so the informer is healthy, and asks again after a while.
 
 Every change is reported to :attr:`Informer.listener` as ``(key, last object if the object
-was deleted else None)``; a change of health as ``(None, None)``. Nothing here imports a
+was deleted else None)``; the cache becoming current again (the first list, the list after
+a failure) as ``(None, None)`` -- not its failures: followers then keep to their own pace
+instead of all asking the API server at once when it struggles. Nothing here imports a
 Kubernetes client: :mod:`.io_async` provides the source.
 """
 
@@ -40,7 +42,7 @@ WATCH_TIMEOUT = 240
 #: Seconds before a type the server did not serve (LIST answered 404) is asked for again.
 UNSERVED_RETRY = 300.0
 
-#: ``(key, last object when deleted)``; ``(None, None)``: the informer's health changed.
+#: ``(key, last object when deleted)``; ``(None, None)``: the cache became current again.
 Listener = Callable[[str | None, Mapping[str, Any] | None], None]
 
 
@@ -156,11 +158,12 @@ class Informer:
             if old is None or resource_version(old) != resource_version(obj):
                 self._put(obj)
 
-    def _set_error(self, error: BaseException | None) -> None:
-        was = self.healthy
+    def _set_error(self, error: BaseException) -> None:
+        if self.healthy:
+            status = getattr(error, "status", None)
+            level = logging.WARNING if status in (401, 403) else logging.INFO
+            log.log(level, "list/watch failed (%s); the API answers until it recovers", error)
         self.error = error
-        if was != self.healthy:
-            self.listener(None, None)
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -206,11 +209,12 @@ class Informer:
         self._listed()
 
     def _listed(self) -> None:
-        self.backoff.reset()
-        first = not self.synced.is_set()
+        # The backoff is not reset here but by a watch event: a watch that keeps failing
+        # after good lists (e.g. a role without ``watch``) waits longer and longer.
+        was = self.healthy
         self.synced.set()
-        self._set_error(None)
-        if first:
+        self.error = None
+        if not was:
             self.listener(None, None)
 
     async def _watch(self) -> None:
