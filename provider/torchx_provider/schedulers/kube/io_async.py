@@ -9,6 +9,7 @@ JSON lines (``_preload_content=False``), never deserialized into the client's mo
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -160,6 +161,9 @@ async def read_ok(resp: Any) -> bytes:
     return data
 
 
+#: Bytes of JSON from which a list is parsed in a worker thread.
+LARGE_BODY = 1 << 20
+
 #: Seconds to connect before a watch gives up, and beyond its ``timeoutSeconds`` to read.
 WATCH_GRACE = 30
 
@@ -203,7 +207,9 @@ class ListWatch:
             resp.release()
         if resp.status != 200:
             raise status_error(resp.status, resp.headers, body)
-        data = json.loads(body)
+        # A namespace's pods can be megabytes of JSON: parse them off the event loop.
+        small = len(body) < LARGE_BODY
+        data = json.loads(body) if small else await asyncio.to_thread(json.loads, body)
         version = str((data.get("metadata") or {}).get("resourceVersion") or "")
         return list(data.get("items") or []), version
 
