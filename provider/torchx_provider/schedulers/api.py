@@ -18,6 +18,7 @@ the same for every backend (validation order, idempotent cancel, regex filtering
 from __future__ import annotations
 
 import abc
+import asyncio
 import builtins
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -275,6 +276,27 @@ class AsyncSchedulerClient(abc.ABC):
     @abc.abstractmethod
     async def cancel(self, app_id: str) -> None:
         """As :meth:`Scheduler.cancel` (idempotent)."""
+
+    async def wait_changed(self, app_id: str, timeout: float) -> bool:
+        """Wait until ``app_id`` may have changed, at most ``timeout`` seconds.
+
+        The contract a follow loop relies on:
+
+        * it returns ``True`` as soon as the backend reported a change of the app (its state,
+          or one of its replicas -- e.g. a pod started, so a log may now be read) since this
+          client's last :meth:`describe` of the app or last ``True`` from this method,
+          at once if that happened already; ``False`` when ``timeout`` passed without one;
+        * ``True`` may be spurious (nothing :meth:`describe` shows changed); ``False`` never
+          proves nothing changed (a backend that cannot tell just sleeps): after either,
+          the caller calls :meth:`describe` and decides from what it returns;
+        * it never raises for the backend's failures (an outage shows in :meth:`describe`),
+          and it is cancellable.
+
+        This default sleeps ``timeout`` and returns ``False``, which turns a follow loop into
+        polling every ``timeout`` seconds; backends that can watch override it.
+        """
+        await asyncio.sleep(timeout)
+        return False
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Safe to call more than once."""

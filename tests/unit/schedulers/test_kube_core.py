@@ -7,8 +7,9 @@ server, and that both faces decide alike; the real calls run in tests/integratio
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -20,7 +21,7 @@ from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_asy
 from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
-from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.labels import MANAGED_SELECTOR, TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, format_timestamp
 from torchx_provider.specs.api import AppState
 
@@ -140,8 +141,27 @@ class FakeAsyncKube:
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
         return b"".join(self.sync.log_chunks(kwargs))
 
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> FakeListWatch:
+        return FakeListWatch(self.sync, resource, namespace)
+
     async def close(self) -> None:
         pass
+
+
+class FakeListWatch:
+    """An informer source over :class:`FakeKube`: its list, then a watch that stays quiet."""
+
+    def __init__(self, sync: FakeKube, resource: CustomResource | None, namespace: str) -> None:
+        self.sync, self.resource, self.namespace = sync, resource, namespace
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        if self.resource is None:
+            return self.sync.pods(self.namespace, MANAGED_SELECTOR), "1"
+        return self.sync.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
+
+    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict]:
+        await asyncio.Event().wait()
+        yield {}
 
 
 def app(replicas: int = 2) -> specs.AppDef:

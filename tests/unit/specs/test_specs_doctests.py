@@ -25,6 +25,7 @@ MODULES = [
     "torchx_provider.errors",
     "torchx_provider.schedulers.logs",
     "torchx_provider.schedulers.labels",
+    "torchx_provider.schedulers.backoff",
 ]
 
 

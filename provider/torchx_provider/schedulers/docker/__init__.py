@@ -45,6 +45,8 @@ The package, one job per module (pure ones first):
 * :mod:`.state` -- containers -> replica and app states, and when an app may be removed;
 * :mod:`.client` -- client parameters, the clients, the one place errors are translated;
 * :mod:`.engine` -- :class:`~.engine.DockerEngine`, every docker SDK call;
+* :mod:`.events` -- :class:`~.events.EngineEvents`, the engine's event stream, one per
+  engine and event loop, which tells the async client when an app changed;
 * :mod:`.scheduler` -- :class:`~.scheduler.DockerScheduler` and
   :class:`~.scheduler.DockerAsyncClient` over the engine.
 

@@ -2,7 +2,9 @@
 
 :class:`DockerScheduler` is the TorchX-compatible ``Scheduler``: its dry run is
 :func:`~.translation.app_to_containers`, everything else an engine call.
-:class:`DockerAsyncClient` runs the same engine methods in worker threads for the triggerer.
+:class:`DockerAsyncClient` runs the same engine methods in worker threads for the triggerer,
+and inspects an app again only when the engine's event stream (:mod:`.events`) says it
+changed.
 What the backend does is told in :mod:`torchx_provider.schedulers.docker`; create both through
 its ``create_scheduler`` and ``create_async_client``.
 """
@@ -24,6 +26,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.docker.client import DockerClientConfig
 from torchx_provider.schedulers.docker.engine import DockerEngine
+from torchx_provider.schedulers.docker.events import AppEvents, EngineEvents
 from torchx_provider.schedulers.docker.options import DockerOpts
 from torchx_provider.schedulers.docker.translation import (
     DockerJob,
@@ -32,6 +35,7 @@ from torchx_provider.schedulers.docker.translation import (
 )
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, TimestampedLine
+from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.api import AppDef, AppDryRunInfo
 from torchx_provider.specs.runopts import CfgVal, runopts
 
@@ -106,10 +110,36 @@ class DockerAsyncClient(AsyncSchedulerClient):
     """
 
     def __init__(self, client: Any = None, **client_kwargs: Any) -> None:
-        self.engine = DockerEngine(DockerClientConfig.from_kwargs(**client_kwargs), client)
+        self.config = DockerClientConfig.from_kwargs(**client_kwargs)
+        self.engine = DockerEngine(self.config, client)
+        #: Each followed app's subscription to the engine's event stream, and what
+        #: describe said last.
+        self._events: dict[str, AppEvents] = {}
+        self._described: dict[str, DescribeAppResponse | None] = {}
+
+    def _subscription(self, app_id: str) -> AppEvents:
+        found = self._events.get(app_id)
+        if found is None:
+            found = self._events[app_id] = EngineEvents.of(self.config).subscribe(app_id)
+        return found
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
-        return await asyncio.to_thread(self.engine.describe, app_id)
+        """As :meth:`DockerScheduler.describe`; the containers are inspected only when the
+        engine's event stream said the app changed (or it is not open), else the last
+        answer is given again."""
+        sub = self._subscription(app_id)
+        if sub.healthy and not sub.stale and app_id in self._described:
+            return self._described[app_id]
+        sub.stale = False  # an event during the inspection sets it again
+        sub.changed.clear()
+        found = await asyncio.to_thread(self.engine.describe, app_id)
+        self._described[app_id] = found
+        return found
+
+    async def wait_changed(self, app_id: str, timeout: float) -> bool:
+        """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's containers'
+        events, and by the event stream opening again after a break."""
+        return await wait_raised(self._subscription(app_id).changed, timeout)
 
     async def read_logs(
         self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
@@ -121,4 +151,7 @@ class DockerAsyncClient(AsyncSchedulerClient):
             await asyncio.to_thread(self.engine.cancel, app_id)
 
     async def close(self) -> None:
+        subscriptions, self._events = self._events, {}
+        for sub in subscriptions.values():
+            sub.close()
         await asyncio.to_thread(self.engine.close)

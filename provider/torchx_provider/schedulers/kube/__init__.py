@@ -15,7 +15,10 @@ translation AppDef → object, the state table -- and its two factories:
 * :mod:`.request` -- the dry-run request and the translation interface;
 * :mod:`.core` -- every operation (create, describe, list, cancel...) once, async;
 * :mod:`.io_sync`, :mod:`.io_async` -- the thin API calls of the two clients;
-* :mod:`.scheduler` -- the sync face (worker); :mod:`.client` -- the async face (triggerer).
+* :mod:`.informer` -- one LIST + WATCH kept as a cache; :mod:`.hub` -- the informers and API
+  clients an event loop shares, one per (cluster, namespace, resource type);
+* :mod:`.scheduler` -- the sync face (worker); :mod:`.client` -- the async face (triggerer),
+  which follows apps from the shared caches.
 
 Nothing here imports ``kubernetes``, ``kubernetes_asyncio`` or ``yaml`` at module level.
 """

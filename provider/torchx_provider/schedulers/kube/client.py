@@ -3,6 +3,17 @@
 :class:`KubeAsyncClient` awaits the operations of :class:`~.core.KubeCore` over the async
 client (:class:`~.io_async.AsyncKube`): the same decisions as the worker's scheduler, and
 the same rule for a log that cannot be read yet.
+
+Following reads the event loop's shared caches (:class:`~.hub.InformerHub`): the first
+:meth:`~KubeAsyncClient.describe` of an app subscribes to it and waits (up to
+:data:`SYNC_WAIT` seconds) for the first list; from then on ``describe``, ``read_logs``'s
+choice of pod and :meth:`~KubeAsyncClient.last_seen` make no request, and
+:meth:`~KubeAsyncClient.wait_changed` sleeps until the app's object or pods change. The
+client falls back to the API calls -- one GET of the object, one LIST of its pods, exactly
+what :meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
+first list, while an informer is failing (its cache may be stale), and for an object the
+informer has never seen (not labelled as this provider's, or created after the last event
+arrived).
 """
 
 from __future__ import annotations
@@ -18,22 +29,35 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
+from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io_async import AsyncKube
-from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet
+from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, started_replica_pod
 from torchx_provider.schedulers.kube.request import KubeTranslation, parse_app_id
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance, timestamped_lines
+from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.names import make_app_handle
+
+#: Seconds the first describe of an app waits for the shared caches' first list.
+SYNC_WAIT = 10.0
 
 
 class KubeAsyncClient(AsyncSchedulerClient):
     """describe / read_logs / cancel (and list / find_apps) of a Kubernetes backend."""
 
-    def __init__(self, translation: KubeTranslation, client_config: KubeClientConfig) -> None:
+    def __init__(
+        self,
+        translation: KubeTranslation,
+        client_config: KubeClientConfig,
+        hub: InformerHub | None = None,
+    ) -> None:
         self.translation = translation
         self.client_config = client_config
         self.core = KubeCore(translation, None)
         self.kube = AsyncKube(client_config)
+        #: The shared caches (default: the running event loop's).
+        self.hub = hub
+        self._watches: dict[str, AppWatch] = {}
 
     @property
     def kube(self) -> Any:
@@ -44,8 +68,56 @@ class KubeAsyncClient(AsyncSchedulerClient):
     def kube(self, value: Any) -> None:
         self.core.io = value
 
+    async def watch(self, app_id: str) -> AppWatch:
+        """The app's subscription to the shared caches (made, and synced, on first use)."""
+        found = self._watches.get(app_id)
+        if found is None:
+            namespace, name = parse_app_id(app_id)
+            hub = self.hub or InformerHub.current()
+            resources = self.translation.read_resources()
+            found = hub.subscribe(
+                self.client_config, namespace, resources, name, self.kube.list_watch
+            )
+            self._watches[app_id] = found
+            await found.wait_synced(SYNC_WAIT)
+        return found
+
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """As :meth:`KubeScheduler.describe`, from the shared cache when it can answer (see
+        the module docstring); an app deleted since it was seen is ``None`` -- what it was
+        before is :meth:`last_seen`. Clears the app's :meth:`wait_changed` flag."""
+        watch = await self.watch(app_id)
+        watch.changed.clear()
+        if watch.healthy:
+            obj = watch.object()
+            if obj is not None:
+                return self._describe(app_id, obj, watch.pods())
+            if watch.last_seen is not None:
+                return None
         return await self.core.describe(app_id)
+
+    def _describe(
+        self, app_id: str, obj: dict[str, Any], pods: builtins.list[dict[str, Any]]
+    ) -> DescribeAppResponse:
+        return self.translation.describe(
+            app_id, obj, pods if self.translation.needs_pods(obj) else []
+        )
+
+    async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
+        """What the app was when the cache last saw it, if it has been deleted since (by its
+        TTL, or by someone) while this client followed it; ``None`` if it was not.
+
+        A job that ended and was then deleted keeps the state it ended in here, though
+        :meth:`describe` says ``None``: a follower ends with what the backend said."""
+        watch = await self.watch(app_id)
+        if watch.last_seen is None:
+            return None
+        obj, pods = watch.last_seen
+        return self._describe(app_id, obj, pods)
+
+    async def wait_changed(self, app_id: str, timeout: float) -> bool:
+        """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's watch events."""
+        return await wait_raised((await self.watch(app_id)).changed, timeout)
 
     async def list(self, session_name: str = "") -> builtins.list[ListAppResponse]:
         """As :meth:`KubeScheduler.list` (handles name ``session_name``)."""
@@ -67,7 +139,11 @@ class KubeAsyncClient(AsyncSchedulerClient):
         self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
     ) -> tuple[builtins.list[TimestampedLine], LogCursor]:
         namespace, name = parse_app_id(app_id)
-        pod = await self.core.started_pod(namespace, name, role_name, replica_id)
+        watch = await self.watch(app_id)
+        if watch.healthy:
+            pod = started_replica_pod(watch.pods(), role_name, replica_id)
+        else:
+            pod = await self.core.started_pod(namespace, name, role_name, replica_id)
         if pod is None:
             return [], cursor
         kwargs = log_request(pod, since=cursor.since)
@@ -83,4 +159,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
         await self.core.cancel(app_id)
 
     async def close(self) -> None:
+        """Leave the shared caches and give the API client back (safe to call twice)."""
+        watches, self._watches = self._watches, {}
+        for watch in watches.values():
+            watch.close()
         await self.kube.close()

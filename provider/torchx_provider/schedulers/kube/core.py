@@ -22,9 +22,8 @@ from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
-    has_started,
-    newest_pod,
     replica_selector,
+    started_replica_pod,
 )
 from torchx_provider.schedulers.kube.request import (
     KubeRequest,
@@ -174,8 +173,7 @@ class KubeCore:
         """The replica's newest pod once its containers started (before that there is no
         log to read), else ``None``."""
         pods = await self.io.pods(namespace, replica_selector(name, role_name, replica_id))
-        pod = newest_pod(pods, role_name)
-        return pod if pod is not None and has_started(pod) else None
+        return started_replica_pod(pods, role_name, replica_id)
 
     async def has_ended(self, namespace: str, name: str) -> bool:
         """Whether the app is gone or in a terminal state."""

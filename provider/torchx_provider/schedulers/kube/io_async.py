@@ -2,24 +2,34 @@
 
 The thin I/O under :class:`~torchx_provider.schedulers.kube.client.KubeAsyncClient`: the
 same calls as :mod:`.io_sync`, with the same arguments (:func:`~.io_sync.at`,
-:func:`~.io_sync.what`), awaited; no decision is made here (those are :mod:`.core`'s).
+:func:`~.io_sync.what`), awaited; no decision is made here (those are :mod:`.core`'s and
+:mod:`.informer`'s). :class:`ListWatch` is an informer's source: LIST and WATCH read as raw
+JSON lines (``_preload_content=False``), never deserialized into the client's models.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
+from torchx_provider.schedulers.kube.informer import WatchError
 from torchx_provider.schedulers.kube.io_sync import REQUEST_TIMEOUT, at, log_what, what
 from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
 
 class AsyncKube:
-    """The async API calls (``kubernetes_asyncio``), each translated by ``api_errors``."""
+    """The async API calls (``kubernetes_asyncio``), each translated by ``api_errors``.
+
+    The API client (connection pool, SSL context) is the one the event loop's
+    :class:`~.hub.InformerHub` shares between every user of the same cluster; :meth:`close`
+    gives it back.
+    """
 
     def __init__(self, config: KubeClientConfig) -> None:
         self.config = config
@@ -27,7 +37,9 @@ class AsyncKube:
 
     async def api(self) -> Any:
         if self._api is None:
-            self._api = await self.config.async_api_client()
+            from torchx_provider.schedulers.kube.hub import InformerHub
+
+            self._api = await InformerHub.current().acquire_client(self.config)
         return self._api
 
     async def _custom(self) -> Any:
@@ -100,10 +112,7 @@ class AsyncKube:
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT,
             )
-            try:
-                data = json.loads(await resp.read())
-            finally:
-                resp.release()
+            data = json.loads(await read_ok(resp))
         return list(data.get("items") or [])
 
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
@@ -113,12 +122,144 @@ class AsyncKube:
             resp = await api.read_namespaced_pod_log(
                 **kwargs, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
-            try:
-                return bytes(await resp.read())
-            finally:
-                resp.release()
+            return await read_ok(resp)
+
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> ListWatch:
+        """The informer source of this provider's objects of ``resource`` (``None``: pods)
+        in ``namespace``, over the cluster's shared client."""
+        from torchx_provider.schedulers.kube.hub import InformerHub
+
+        hub = InformerHub.current()
+        return ListWatch(
+            lambda: hub.acquire_client(self.config, count=False),
+            resource,
+            namespace,
+            MANAGED_SELECTOR,
+        )
 
     async def close(self) -> None:
         if self._api is not None:
-            api, self._api = self._api, None
-            await api.close()
+            from torchx_provider.schedulers.kube.hub import InformerHub
+
+            self._api = None
+            await InformerHub.current().release_client(self.config)
+
+
+async def read_ok(resp: Any) -> bytes:
+    """The body of a raw (``_preload_content=False``) answer; an error status raises the
+    client's ``ApiException``, as a preloaded call would (``api_errors`` translates it)."""
+    try:
+        data = bytes(await resp.read())
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        error = ApiException(status=resp.status, reason=resp.reason)
+        error.body, error.headers = data, resp.headers
+        raise error
+    return data
+
+
+#: Bytes of JSON from which a list is parsed in a worker thread.
+LARGE_BODY = 1 << 20
+
+#: Seconds to connect before a watch gives up, and beyond its ``timeoutSeconds`` to read.
+WATCH_GRACE = 30
+
+
+class ListWatch:
+    """The :class:`~.informer.WatchSource` of the objects of ``resource`` (``None``: pods)
+    in ``namespace`` that match ``selector``, over the API client ``api()`` returns."""
+
+    def __init__(
+        self,
+        api: Callable[[], Awaitable[Any]],
+        resource: CustomResource | None,
+        namespace: str,
+        selector: str,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.namespace = namespace
+        self.selector = selector
+
+    async def _call(self, **params: Any) -> Any:
+        from kubernetes_asyncio import client
+
+        api_client = await self.api()
+        if self.resource is None:
+            return await client.CoreV1Api(api_client).list_namespaced_pod(
+                self.namespace, label_selector=self.selector, _preload_content=False, **params
+            )
+        return await client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            *at(self.resource, self.namespace),
+            label_selector=self.selector,
+            _preload_content=False,
+            **params,
+        )
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        resp = await self._call(_request_timeout=REQUEST_TIMEOUT)
+        try:
+            body = await resp.read()
+        finally:
+            resp.release()
+        if resp.status != 200:
+            raise status_error(resp.status, resp.headers, body)
+        # A namespace's pods can be megabytes of JSON: parse them off the event loop.
+        small = len(body) < LARGE_BODY
+        data = json.loads(body) if small else await asyncio.to_thread(json.loads, body)
+        version = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        return list(data.get("items") or []), version
+
+    async def watch(
+        self, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        resp = await self._call(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            _request_timeout=(WATCH_GRACE, timeout_seconds + WATCH_GRACE),
+        )
+        ended = False
+        try:
+            if resp.status != 200:
+                body = await resp.read()
+                raise status_error(resp.status, resp.headers, body)
+            async for line in json_lines(resp.content.iter_any()):
+                yield json.loads(line)
+            ended = True
+        finally:
+            # A stream left half-read cannot go back to the pool.
+            resp.release() if ended else resp.close()
+
+
+def status_error(status: int, headers: Mapping[str, str], body: bytes) -> WatchError:
+    """The :class:`WatchError` of an HTTP error answer (its ``Status`` message, and the
+    ``Retry-After`` seconds when the server sent them)."""
+    try:
+        message = str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        message = body[:200].decode("utf-8", errors="replace")
+    retry = headers.get("Retry-After")
+    try:
+        retry_after = float(retry) if retry is not None else None
+    except ValueError:
+        retry_after = None
+    return WatchError(status, message, retry_after)
+
+
+async def json_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The non-empty lines of a byte stream, whatever their length (a watch event is one
+    line of JSON; a large object is longer than a stream reader's line limit)."""
+    rest = b""
+    async for chunk in chunks:
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if rest.strip():
+        yield rest

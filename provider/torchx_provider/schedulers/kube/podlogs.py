@@ -67,6 +67,22 @@ def newest_pod(pods: Iterable[Mapping[str, Any]], role_name: str) -> Mapping[str
     return best
 
 
+def started_replica_pod(
+    pods: Iterable[Mapping[str, Any]], role_name: str, replica_id: int
+) -> Mapping[str, Any] | None:
+    """The newest of ``pods`` that is replica ``replica_id`` of ``role_name``, once its
+    containers started (before that there is no log to read); else ``None``."""
+    from torchx_provider.schedulers.kube.status import replica_of
+
+    mine = [
+        p
+        for p in pods
+        if (key := replica_of(p.get("metadata") or {})) is not None and key.replica_id == replica_id
+    ]
+    pod = newest_pod(mine, role_name)
+    return pod if pod is not None and has_started(pod) else None
+
+
 def has_started(pod: Mapping[str, Any]) -> bool:
     """Whether the pod's containers have started (before that the API has no log to read)."""
     status = pod.get("status") or {}

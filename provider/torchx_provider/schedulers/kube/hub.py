@@ -1,0 +1,256 @@
+"""One status source per (cluster, namespace, resource type) per event loop, shared.
+
+A triggerer runs every trigger of the process on one event loop, so module state is shared
+by all of them. :class:`InformerHub` (one per running loop: :meth:`InformerHub.current`)
+keeps, for each cluster, one API client (connection pool, SSL context), and for each
+(cluster, namespace, resource type) one :class:`~.informer.Informer` -- a LIST then WATCH
+of the objects this provider manages (label ``app.kubernetes.io/managed-by``). The pods of
+a namespace are one more informer, indexed by their app label. A cluster is known by the
+content of its :class:`~.client_config.KubeClientConfig` (:meth:`cache_key`), not by who
+asks.
+
+A follower calls :meth:`InformerHub.subscribe` for its app and gets an :class:`AppWatch`:
+the app's object and pods read from the caches, and a flag raised when either changes.
+Informers are reference counted: the first subscriber starts one, and it stops
+:data:`LINGER` seconds after the last one left (a follow that restarts finds it still
+running). Its API client is given back when the informer stops, and closed with its last
+user.
+
+The informers' tasks are our own: they have no Airflow greenback portal, so they only ever
+await async APIs (nothing here calls Airflow).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torchx_provider.schedulers.kube.client_config import KubeClientConfig
+from torchx_provider.schedulers.kube.informer import Informer, WatchSource, object_name
+from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
+
+#: Seconds an informer keeps running after its last subscriber left.
+LINGER = 30.0
+
+#: Builds an informer's source: ``(resource type, or None for pods; namespace)``.
+SourceFactory = Callable[[CustomResource | None, str], WatchSource]
+
+
+def cache_key(config: KubeClientConfig) -> str:
+    """Which cluster (and user) ``config`` reaches, as a digest of its content: two configs
+    with the same content share a client; the digest keeps credentials out of the key."""
+    text = json.dumps(asdict(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pod_app(pod: Mapping[str, Any]) -> str | None:
+    """The index key of a pod: its app label (``label_value`` of its app object's name)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_APP_ID)
+
+
+@dataclass
+class _Client:
+    users: int = 0
+    api: Any = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass
+class _Shared:
+    """One running informer, its users and its subscribers by index key."""
+
+    informer: Informer
+    task: asyncio.Task[None] | None = None
+    users: int = 0
+    subscribers: dict[str, set[AppWatch]] = field(default_factory=dict)
+    linger: asyncio.TimerHandle | None = None
+
+
+class AppWatch:
+    """One app seen through the hub: its object (from the informer of each resource type
+    it may be stored as), its pods, and :attr:`changed`, set when either changes or an
+    informer's health does. :meth:`close` gives the subscription back."""
+
+    def __init__(self, hub: InformerHub, name: str, objects: list[_Shared], pods: _Shared):
+        self.hub = hub
+        self.name = name
+        self._objects = objects
+        self._pods = pods
+        self.changed = asyncio.Event()
+        #: ``(object, pods)`` as last seen when the object was deleted, else ``None``.
+        self.last_seen: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
+        self.closed = False
+
+    @property
+    def healthy(self) -> bool:
+        """Whether every cache this app is read from is listed and current."""
+        return all(s.informer.healthy for s in (*self._objects, self._pods))
+
+    def object(self) -> dict[str, Any] | None:
+        for shared in self._objects:
+            found = shared.informer.get(self.name)
+            if found:
+                return found[0]
+        return None
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self._pods.informer.get(label_value(self.name))
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every cache's first list; whether they have."""
+        waits = [s.informer.synced.wait() for s in (*self._objects, self._pods)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.hub.unsubscribe(self)
+
+    def entries(self) -> list[tuple[_Shared, str]]:
+        """Each cache this app is read from, with its key there."""
+        return [(s, self.name) for s in self._objects] + [(self._pods, label_value(self.name))]
+
+
+class InformerHub:
+    """The shared clients and informers of one event loop (see the module docstring)."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, InformerHub] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self, *, linger: float = LINGER) -> None:
+        self.linger = linger
+        self.clients: dict[str, _Client] = {}
+        self.informers: dict[tuple[str, str, CustomResource | None], _Shared] = {}
+
+    @classmethod
+    def current(cls) -> InformerHub:
+        """The hub of the running event loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        hub = cls._by_loop.get(loop)
+        if hub is None:
+            hub = cls._by_loop[loop] = cls()
+        return hub
+
+    # -- API clients ------------------------------------------------------------------------------
+    async def acquire_client(self, config: KubeClientConfig, *, count: bool = True) -> Any:
+        """The cluster's shared API client; ``count``: one more user, who must
+        :meth:`release_client` it."""
+        entry = self.clients.setdefault(cache_key(config), _Client())
+        async with entry.lock:
+            if entry.api is None:
+                entry.api = await config.async_api_client()
+        if count:
+            entry.users += 1
+        return entry.api
+
+    async def release_client(self, config: KubeClientConfig) -> None:
+        """One user less; the last one closes the client."""
+        key = cache_key(config)
+        entry = self.clients.get(key)
+        if entry is None:
+            return
+        entry.users -= 1
+        if entry.users <= 0:
+            del self.clients[key]
+            if entry.api is not None:
+                await entry.api.close()
+
+    # -- informers --------------------------------------------------------------------------------
+    def subscribe(
+        self,
+        config: KubeClientConfig,
+        namespace: str,
+        resources: Sequence[CustomResource],
+        name: str,
+        source: SourceFactory,
+    ) -> AppWatch:
+        """Follow object ``name`` in ``namespace``, stored as one of ``resources``: its
+        informers (and the namespace's pods informer) start if they are not running, over
+        the sources ``source`` makes (which select
+        :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`)."""
+        objects = [self._use(config, namespace, r, object_name, source) for r in resources]
+        pods = self._use(config, namespace, None, pod_app, source)
+        watch = AppWatch(self, name, objects, pods)
+        for shared, key in watch.entries():
+            shared.subscribers.setdefault(key, set()).add(watch)
+        return watch
+
+    def unsubscribe(self, watch: AppWatch) -> None:
+        for shared, key in watch.entries():
+            group = shared.subscribers.get(key, set())
+            group.discard(watch)
+            if not group:
+                shared.subscribers.pop(key, None)
+            shared.users -= 1
+            if shared.users == 0:
+                loop = asyncio.get_running_loop()
+                shared.linger = loop.call_later(self.linger, self._stop, shared)
+
+    def _use(
+        self,
+        config: KubeClientConfig,
+        namespace: str,
+        resource: CustomResource | None,
+        index: Callable[[Mapping[str, Any]], str | None],
+        source: SourceFactory,
+    ) -> _Shared:
+        key = (cache_key(config), namespace, resource)
+        shared = self.informers.get(key)
+        if shared is None:
+            informer = Informer(source(resource, namespace), index)
+            shared = self.informers[key] = _Shared(informer)
+            informer.listener = lambda k, deleted: self._changed(shared, k, deleted)
+            shared.task = asyncio.get_running_loop().create_task(self._run(shared, config))
+        if shared.linger is not None:
+            shared.linger.cancel()
+            shared.linger = None
+        shared.users += 1
+        return shared
+
+    async def _run(self, shared: _Shared, config: KubeClientConfig) -> None:
+        self.clients.setdefault(cache_key(config), _Client()).users += 1
+        try:
+            await shared.informer.run()
+        finally:
+            await self.release_client(config)
+
+    def _stop(self, shared: _Shared) -> None:
+        if shared.users > 0:
+            return
+        for key, found in list(self.informers.items()):
+            if found is shared:
+                del self.informers[key]
+        if shared.task is not None:
+            shared.task.cancel()
+
+    async def close(self) -> None:
+        """Stop every informer now (their clients go back); subscriptions stay readable."""
+        stopping = [s for s in self.informers.values() if s.task is not None]
+        self.informers.clear()
+        for shared in stopping:
+            if shared.linger is not None:
+                shared.linger.cancel()
+            assert shared.task is not None
+            shared.task.cancel()
+        await asyncio.gather(*(s.task for s in stopping if s.task), return_exceptions=True)
+
+    def _changed(self, shared: _Shared, key: str | None, deleted: Mapping[str, Any] | None) -> None:
+        if key is None:
+            watches = {w for group in shared.subscribers.values() for w in group}
+        else:
+            watches = set(shared.subscribers.get(key, ()))
+        for watch in watches:
+            if deleted is not None and shared in watch._objects:
+                watch.last_seen = (dict(deleted), watch.pods())
+            watch.changed.set()

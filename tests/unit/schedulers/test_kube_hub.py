@@ -1,0 +1,244 @@
+"""The shared caches: one informer per (cluster, namespace, type), reference counted, and the
+async client answering describe / wait_changed / last_seen / read_logs from them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from test_kube_core import FakeAsyncKube, FakeKube, add_pod, app, set_phase
+
+from torchx_provider.schedulers.kube.client_config import KubeClientConfig
+from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
+from torchx_provider.schedulers.kube.resources import VOLCANO_JOB, CustomResource
+from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+from torchx_provider.schedulers.labels import MANAGED_SELECTOR
+from torchx_provider.schedulers.logs import LogCursor
+from torchx_provider.specs.api import AppState
+
+
+class PushSource:
+    """Lists what :class:`FakeKube` holds; the test pushes watch events."""
+
+    def __init__(self, fake: FakeKube, resource: CustomResource | None, namespace: str):
+        self.fake, self.resource, self.namespace = fake, resource, namespace
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.lists = 0
+        self.down = False
+
+    async def list(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        if self.down:
+            raise ConnectionError("API server unreachable")
+        if self.resource is None:
+            return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
+        return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
+
+    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[Any]:
+        while True:
+            yield await self.events.get()
+
+
+class PushKube(FakeAsyncKube):
+    def __init__(self, sync: FakeKube) -> None:
+        super().__init__(sync)
+        self.sources: dict[tuple[CustomResource | None, str], PushSource] = {}
+
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:  # type: ignore[override]
+        source = self.sources[(resource, namespace)] = PushSource(self.sync, resource, namespace)
+        return source
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[InformerHub]:
+    hub = InformerHub(linger=0.05)
+    yield hub
+    await hub.close()
+
+
+def client_for(hub: InformerHub, kube: PushKube) -> Any:
+    client = create_async_client(namespace="ns")
+    client.kube = kube
+    client.hub = hub
+    return client
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: InformerHub) -> None:
+    fake = FakeKube()
+    kube = PushKube(fake)
+    first, second = client_for(hub, kube), client_for(hub, kube)
+    await first.describe("ns:a")
+    await second.describe("ns:b")
+    await first.describe("other:c")
+    assert len(kube.sources) == 4  # (jobs, pods) x (ns, other), each made once
+    assert {k[1:] for k in hub.informers} == {
+        ("ns", VOLCANO_JOB),
+        ("ns", None),
+        ("other", VOLCANO_JOB),
+        ("other", None),
+    }
+    await first.close()
+    await settle()
+    assert ("other", VOLCANO_JOB) in {k[1:] for k in hub.informers}  # lingering
+    await asyncio.sleep(0.1)
+    assert {k[1:] for k in hub.informers} == {("ns", VOLCANO_JOB), ("ns", None)}
+    # Back within the linger: the same informer, no new list.
+    await second.close()
+    third = client_for(hub, kube)
+    await third.describe("ns:a")
+    await asyncio.sleep(0.1)
+    assert len(kube.sources) == 4
+    assert kube.sources[(VOLCANO_JOB, "ns")].lists == 1
+    await third.close()
+    await asyncio.sleep(0.1)
+    assert hub.informers == {}
+
+
+async def test_describe_reads_the_cache_and_wait_changed_wakes_on_its_app_only(
+    hub: InformerHub,
+) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns")
+    volcano.kube = fake
+    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, mine, "Running")
+    add_pod(fake, job, 0, "Running", ["a"])
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    assert await client.describe(mine) == volcano.describe(mine)
+    fake.calls.clear()
+    assert (await client.describe(mine)).state is AppState.RUNNING
+    lines, _ = await client.read_logs(mine, "my-role", 0, LogCursor())
+    assert [line.text for line in lines] == ["a\n"]
+    assert [c[0] for c in fake.calls] == ["log"]  # no GET, no LIST: the cache answered
+
+    jobs = kube.sources[(VOLCANO_JOB, "ns")]
+    other_job = copy.deepcopy(fake.objects[("jobs", "ns", other.split(":")[1])])
+    other_job["metadata"]["resourceVersion"] = "2"
+    await jobs.events.put({"type": "MODIFIED", "object": other_job})
+    assert await client.wait_changed(mine, 0.05) is False  # another app's change
+    done = set_phase(fake, mine, "Completed")
+    done["metadata"]["resourceVersion"] = "3"
+    await jobs.events.put({"type": "MODIFIED", "object": copy.deepcopy(done)})
+    assert await client.wait_changed(mine, 5) is True
+    fake.calls.clear()
+    described = await client.describe(mine)
+    assert described is not None and described.state is AppState.SUCCEEDED
+    assert [c[0] for c in fake.calls] == []
+    assert await client.wait_changed(mine, 0.01) is False  # describe consumed the change
+    await client.close()
+
+
+async def test_deleted_app_is_none_but_last_seen_keeps_its_final_state(hub: InformerHub) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns")
+    volcano.kube = fake
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    assert (await client.describe(app_id)).state is AppState.SUBMITTED
+    assert await client.last_seen(app_id) is None
+    done = copy.deepcopy(set_phase(fake, app_id, "Completed"))
+    fake.objects.clear()  # deleted by its TTL
+    await kube.sources[(VOLCANO_JOB, "ns")].events.put({"type": "DELETED", "object": done})
+    assert await client.wait_changed(app_id, 5) is True
+    fake.calls.clear()
+    assert await client.describe(app_id) is None
+    assert fake.calls == []
+    last = await client.last_seen(app_id)
+    assert last is not None and last.state is AppState.SUCCEEDED
+    await client.close()
+
+
+async def test_unseen_or_unhealthy_falls_back_to_the_api(hub: InformerHub) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns")
+    volcano.kube = fake
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    assert await client.describe("ns:later") is None  # never seen: one GET says none
+    assert ("get", VOLCANO_JOB.group, "later") in fake.calls
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    fake.calls.clear()
+    # Created after the list, its event not arrived yet: the GET finds it.
+    assert (await client.describe(app_id)).state is AppState.SUBMITTED
+    assert [c[0] for c in fake.calls] == ["get"]
+    # A failing watch: the cache may be stale, so the API answers until the relist.
+    jobs = kube.sources[(VOLCANO_JOB, "ns")]
+    jobs.down = True
+    await jobs.events.put({"type": "ERROR", "object": {"code": 500, "message": "boom"}})
+    informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
+    for _ in range(500):
+        if not informer.healthy:
+            break
+        await asyncio.sleep(0.01)
+    assert not informer.healthy
+    fake.calls.clear()
+    set_phase(fake, app_id, "Running")
+    assert (await client.describe(app_id)).state is AppState.RUNNING
+    assert [c[0] for c in fake.calls] == ["get"]
+    # Back: the relist makes the cache current, and wakes the follower.
+    await client.wait_changed(app_id, 0)
+    jobs.down = False
+    assert await client.wait_changed(app_id, 10) is True
+    fake.calls.clear()
+    assert (await client.describe(app_id)).state is AppState.RUNNING
+    assert fake.calls == []
+    await client.close()
+
+
+async def test_one_api_client_per_cluster_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[Any] = []
+
+    class Api:
+        closed = False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def fake_client(self: KubeClientConfig) -> Api:
+        made.append(Api())
+        return made[-1]
+
+    monkeypatch.setattr(KubeClientConfig, "async_api_client", fake_client)
+    hub = InformerHub.current()
+    a = KubeClientConfig.from_kwargs(kubeconfig={"k": "v"}, namespace="n")
+    b = KubeClientConfig.from_kwargs(kubeconfig={"k": "v"}, namespace="n")
+    c = KubeClientConfig.from_kwargs(kubeconfig={"k": "w"}, namespace="n")
+    assert cache_key(a) == cache_key(b) != cache_key(c)
+    assert "v" not in cache_key(a)
+    first = await hub.acquire_client(a)
+    assert await hub.acquire_client(b) is first
+    assert await hub.acquire_client(c) is not first
+    await hub.release_client(a)
+    assert not first.closed
+    await hub.release_client(b)
+    assert first.closed and len(made) == 2
+
+
+async def test_default_wait_changed_sleeps() -> None:
+    from torchx_provider.schedulers.api import AsyncSchedulerClient
+
+    class Plain(AsyncSchedulerClient):
+        async def describe(self, app_id: str) -> None:
+            return None
+
+        async def read_logs(self, *args: Any) -> Any:
+            return [], None
+
+        async def cancel(self, app_id: str) -> None:
+            pass
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert await Plain().wait_changed("x", 0.05) is False
+    assert loop.time() - start >= 0.04
