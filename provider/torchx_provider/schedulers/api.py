@@ -293,10 +293,21 @@ class AsyncSchedulerClient(abc.ABC):
           and it is cancellable.
 
         This default sleeps ``timeout`` and returns ``False``, which turns a follow loop into
-        polling every ``timeout`` seconds; backends that can watch override it.
+        polling every ``timeout`` seconds; backends that can watch override it and set
+        :attr:`reports_changes`.
         """
         await asyncio.sleep(timeout)
         return False
+
+    #: Whether :meth:`wait_changed` is woken by the backend's own change reports (a watch, an
+    #: event stream); ``False``: it only sleeps, and a follow loop keeps its own clock.
+    reports_changes: bool = False
+
+    async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
+        """What the app was when last seen, if it was deleted since while this client
+        followed it (a TTL after it ended, a user); ``None`` if it was not, or the backend
+        cannot tell. A follow that finds the app gone ends with what the backend said last."""
+        return None
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections. Safe to call more than once."""

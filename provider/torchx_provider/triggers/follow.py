@@ -191,7 +191,12 @@ class JobFollower:
                 return self._event(EventKind.ERROR, f"{type(e).__name__}: {e}")
             self._recovered()
             if resp is None:
-                return self._gone()
+                resp = await self.client.last_seen(self.app_id)
+                if resp is None or not is_terminal(resp.state):
+                    return self._gone()
+                # Seen ended just before it was removed (a TTL shorter than our wake-up):
+                # end with what the backend said, not with the disappearance.
+                self._observe(resp)
             self._observe(resp)
             failed = await self._forward_logs()
             if self.state is not None and is_terminal(self.state):
@@ -199,7 +204,7 @@ class JobFollower:
                 await self._persist(self.cursors)
                 return self._event(EventKind.FINISHED, self._message)
             pending = dict(self.cursors)
-            await self._wait(self.poll_interval)
+            await self._until_changed(self.poll_interval)
 
     # -- how it ends -------------------------------------------------------------------------------
     def _gone(self) -> JobEvent:
@@ -247,9 +252,20 @@ class JobFollower:
 
     async def _wait(self, seconds: float) -> None:
         """Sleep, but never past the deadline."""
+        await self.sleep(self._clipped(seconds))
+
+    def _clipped(self, seconds: float) -> float:
         if self.deadline is not None:
             seconds = max(0.0, min(seconds, self.deadline - self.clock()))
-        await self.sleep(seconds)
+        return seconds
+
+    async def _until_changed(self, seconds: float) -> None:
+        """Until the backend reports a change of the app (a client that watches), else
+        ``seconds`` -- never past the deadline."""
+        if self.client.reports_changes:
+            await self.client.wait_changed(self.app_id, self._clipped(seconds))
+        else:
+            await self._wait(seconds)
 
     # -- outages -----------------------------------------------------------------------------------
     async def _reconnect(self) -> bool:

@@ -176,6 +176,45 @@ async def test_an_app_seen_ended_then_removed_keeps_its_state(
     assert "then removed" in event.message
 
 
+@pytest.mark.parametrize("last", [AppState.SUCCEEDED, AppState.FAILED])
+async def test_an_app_removed_between_two_looks_ends_as_the_watch_last_saw_it(
+    fake_cluster: Any, last: AppState
+) -> None:
+    # Seen RUNNING; it ends and a short TTL removes it before the follow looks again. A
+    # client that watches still knows the state it ended in (``last_seen``).
+    app_id = submit()
+    app = fake_cluster.apps[app_id]
+    ended = app.describe()
+    ended.state = last
+
+    class Watching(torchx_fakes.FakeAsyncClient):
+        reports_changes = True
+
+        async def describe(self, app_id: str) -> Any:
+            return None if app.deleted else await super().describe(app_id)
+
+        async def wait_changed(self, app_id: str, timeout: float) -> bool:
+            app.deleted = True  # what happened while the follow waited
+            return True
+
+        async def last_seen(self, app_id: str) -> Any:
+            return ended if app.deleted else None
+
+    event = await follower(Watching(), app_id, Clock()).run()
+    assert event.kind == EventKind.FINISHED and event.state == last, event.message
+
+
+async def test_without_a_last_sight_a_running_app_that_vanished_was_cancelled(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit()
+    fake_cluster.apps[app_id].deleted = True
+    event = await follower(
+        torchx_fakes.FakeAsyncClient(), app_id, Clock(), state=AppState.RUNNING
+    ).run()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.CANCELLED
+
+
 async def test_a_restarted_trigger_reports_the_stored_state_of_a_vanished_app(
     fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -136,6 +136,8 @@ class DockerAsyncClient(AsyncSchedulerClient):
         self._described[app_id] = found
         return found
 
+    reports_changes = True
+
     async def wait_changed(self, app_id: str, timeout: float) -> bool:
         """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's containers'
         events, and by the event stream opening again after a break."""

@@ -103,6 +103,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
             app_id, obj, pods if self.translation.needs_pods(obj) else []
         )
 
+    reports_changes = True
+
     async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
         """What the app was when the cache last saw it, if it has been deleted since (by its
         TTL, or by someone) while this client followed it; ``None`` if it was not.
