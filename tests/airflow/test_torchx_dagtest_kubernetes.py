@@ -134,12 +134,18 @@ def test_failure_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any) -> None
         scheduler.delete(got["app_id"])
 
 
-def test_retry_reattaches_on_volcano_by_labels(dag_runner: Any, kube_conn: Any, capfd: Any) -> None:
+@pytest.mark.parametrize("namespace", [None, "torchx-test-other"], ids=["client", "cfg"])
+def test_retry_reattaches_on_volcano_by_labels(
+    dag_runner: Any, kube_conn: Any, capfd: Any, namespace: str | None
+) -> None:
     """Try 1 dies after submitting; try 2 finds the Volcano Job by its task-instance labels
-    (the task_state_store is hidden from both tries) and follows it to the end."""
+    (the task_state_store is hidden from both tries) and follows it to the end: in the
+    client's namespace, or in the one the ``namespace`` run option named."""
     behaviour = kube_conn.pod_behaviour(run_seconds=6)
+    dag_id = f"kube_reattach_{namespace or 'client'}".replace("-", "_")
+    cfg = {"cfg": {"namespace": namespace}} if namespace else {}
     source = dag_source(
-        "kube_reattach", behaviour, deferrable=True, retries=1, retry_delay=0
+        dag_id, behaviour, deferrable=True, retries=1, retry_delay=0, **cfg
     ).replace(
         "class LoggedKubernetesOperator(TorchXKubernetesOperator):",
         "class LoggedKubernetesOperator(TorchXKubernetesOperator):\n"
@@ -152,13 +158,15 @@ def test_retry_reattaches_on_volcano_by_labels(dag_runner: Any, kube_conn: Any, 
         '            raise RuntimeError("simulated worker crash after submission")\n'
         "        return app_id, reattached\n",
     )
-    dag_run = dag_runner.run("kube_reattach", source)
+    dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
     ti = task_instances(dag_run)["train"]
     assert ti.state == "success" and ti.try_number == 2, text[-3000:]
     app_id = xcoms(dag_run, "train")["app_id"]
     assert f"reattaching to app {app_id}" in text
     assert text.count("submitted app kubernetes://") == 1
+    if namespace:
+        assert app_id.startswith(f"{namespace}:")
 
 
 def test_a_rotated_token_file_is_picked_up_mid_follow(

@@ -65,6 +65,7 @@ def give_logs(dryrun: Any, lines: int = 4) -> None:
         CLUSTER.set_pod_logs(
             pod,
             [f"{role} {replica} line {n}" for n in range(lines)],
+            namespace=dryrun.request.namespace,
             start=start,
             interval=dt.timedelta(milliseconds=200),
         )

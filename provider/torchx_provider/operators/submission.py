@@ -80,14 +80,21 @@ def merge_cfg(
     return merged
 
 
-def live_apps(
-    scheduler: Scheduler[Any], ti_key: TaskInstanceKey, store: Any, log: Any
-) -> list[str]:
+def job_namespaces(plan: SubmissionPlan) -> list[str]:
+    """Where this task's jobs may live besides the client's default namespace: the
+    ``namespace`` run option (where this try submits), then the connection's namespace."""
+    given = (plan.cfg.get("namespace"), plan.target.client_kwargs.get("namespace"))
+    return list(dict.fromkeys(str(ns) for ns in given if ns))
+
+
+def live_apps(plan: SubmissionPlan, store: Any, log: Any) -> list[str]:
     """Live jobs of earlier tries of this task instance, the one to prefer first: the one
-    in ``store`` (Airflow 3.3's ``task_state_store``), then those found by labels."""
+    in ``store`` (Airflow 3.3's ``task_state_store``), then those found by labels in every
+    namespace the task's jobs may live in (:func:`job_namespaces`)."""
     from torchx_provider.specs.api import is_terminal
     from torchx_provider.specs.names import parse_app_handle
 
+    scheduler = plan.scheduler
     found: list[str] = []
     if store is not None:
         try:
@@ -100,7 +107,7 @@ def live_apps(
             desc = scheduler.describe(app_id)
             if desc is not None and not is_terminal(desc.state):
                 found.append(app_id)
-    for listed in scheduler.find_apps(ti_key):
+    for listed in scheduler.find_apps(plan.ti_key, job_namespaces(plan)):
         if not is_terminal(listed.state) and listed.app_id not in found:
             found.append(listed.app_id)
     return found

@@ -258,7 +258,7 @@ class TorchXOperator(BaseOperator):
         from torchx_provider.operators.submission import live_apps, remember
 
         store = context.get("task_state_store")
-        live = live_apps(plan.scheduler, plan.ti_key, store, self.log)
+        live = live_apps(plan, store, self.log)
         keep = live[0] if live and self.lifecycle.reattach else None
         for app_id in live:
             if app_id != keep:

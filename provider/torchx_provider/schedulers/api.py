@@ -21,7 +21,7 @@ import abc
 import asyncio
 import builtins
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -182,9 +182,15 @@ class Scheduler(abc.ABC, Generic[T]):
         self._cancel_existing(app_id)
 
     # -- reattach (Airflow retries) ----------------------------------------------------------------
-    def find_apps(self, ti_key: TaskInstanceKey) -> builtins.list[ListAppResponse]:
+    def find_apps(
+        self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()
+    ) -> builtins.list[ListAppResponse]:
         """The apps stamped with ``ti_key``'s dag id, task id, run id and map index (any try
         number), newest first.
+
+        ``namespaces`` are where the task's apps may live besides the client's default
+        namespace (e.g. the ``namespace`` run option the task submits with, first); each is
+        searched once. Backends without namespaces ignore them.
 
         Backends select on ``ti_key.selector()`` (labels) and check the full values in the
         annotations (``TaskInstanceKey.from_annotations``), since label values may be hashed.
@@ -192,13 +198,14 @@ class Scheduler(abc.ABC, Generic[T]):
         """
         return []
 
-    def find_live_app(self, ti_key: TaskInstanceKey) -> str | None:
-        """The newest app of this task instance that is not finished, or ``None``.
+    def find_live_app(self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()) -> str | None:
+        """The newest app of this task instance that is not finished, or ``None``
+        (``namespaces`` as in :meth:`find_apps`).
 
         An Airflow retry calls this before submitting, to follow a job a previous try left
         running instead of starting a second one.
         """
-        for found in self.find_apps(ti_key):
+        for found in self.find_apps(ti_key, namespaces):
             if not is_terminal(found.state):
                 return found.app_id
         return None

@@ -280,6 +280,35 @@ def test_list_and_find_by_task_instance(kube_cluster: Any, scheduler: Any) -> No
     assert scheduler.find_live_app(key) == app_id
 
 
+def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """The ``namespace`` run option puts the job outside the client's namespace; with no
+    ``task_state_store`` handle, the retry's search there is all that stops a second job."""
+    import logging
+
+    from conftest import OTHER_NAMESPACE
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import SubmissionPlan, live_apps
+
+    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-01T11:00:00+00:00", -1, 1)
+    app = specs.AppDef("it-ns", [role("t", 1, kube_cluster.pod_behaviour(keep_running=True))])
+    cfg = {"queue": QUEUE, "namespace": OTHER_NAMESPACE}
+    app_id = scheduler.schedule(scheduler.submit_dryrun(app, cfg, ti_key=key))
+    scheduler.created.append(app_id)
+    assert app_id.startswith(f"{OTHER_NAMESPACE}:")
+    assert scheduler.find_live_app(key) is None  # the client's namespace holds no job
+    assert scheduler.find_live_app(key, [OTHER_NAMESPACE]) == app_id
+
+    retry = TaskInstanceKey(**{**key.__dict__, "try_number": 2})
+    target = BackendTarget("kubernetes", client_kwargs={"namespace": kube_cluster.namespace})
+    plan = SubmissionPlan(
+        target, scheduler, app, cfg, scheduler.submit_dryrun(app, cfg, ti_key=retry), retry
+    )
+    assert live_apps(plan, None, logging.getLogger(__name__)) == [app_id]
+    assert [f.app_id for f in scheduler.find_apps(retry, [OTHER_NAMESPACE])] == [app_id]
+
+
 def test_restricted_credentials_cannot_reach_other_namespaces(kube_cluster: Any) -> None:
     if not kube_cluster.local:
         pytest.skip("needs the local cluster's RBAC")

@@ -169,6 +169,30 @@ def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) 
     assert job_url(plan, "gone-1", "") == "https://ui.example/ml/echo/gone-1"  # template
 
 
+def test_a_retry_searches_every_namespace_the_tasks_jobs_may_live_in(fake_cluster: Any) -> None:
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import SubmissionPlan, live_apps
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+
+    scheduler = torchx_fakes.FakeScheduler()
+    app = torchx_fakes.make_app(ticks=100)
+    key = TaskInstanceKey("d", "t", "r")
+    app_id = scheduler.schedule(scheduler.submit_dryrun(app, ti_key=key))
+
+    def plan(cfg: dict[str, Any], conn_namespace: str | None) -> SubmissionPlan:
+        kwargs = {"namespace": conn_namespace} if conn_namespace else {}
+        target = BackendTarget("fake", client_kwargs=kwargs)
+        return SubmissionPlan(target, scheduler, app, cfg, scheduler.submit_dryrun(app), key)
+
+    import logging
+
+    log = logging.getLogger("test")
+    assert live_apps(plan({"namespace": "team"}, "ml"), None, log) == [app_id]
+    assert live_apps(plan({"namespace": "ml"}, "ml"), None, log) == [app_id]
+    assert live_apps(plan({}, None), None, log) == [app_id]
+    assert fake_cluster.searched == [["team", "ml"], ["ml"], []]
+
+
 def test_the_rows_operator_run_options_fill_what_nobody_set(fake_cluster: Any) -> None:
     import dataclasses
 

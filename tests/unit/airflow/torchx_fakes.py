@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
@@ -139,6 +139,8 @@ class FakeCluster:
     submitted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    #: the namespaces each find_apps call was given
+    searched: list[list[str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: describe calls that raise BackendUnavailableError before succeeding again
     outages: int = 0
@@ -227,7 +229,10 @@ class FakeScheduler(Scheduler[dict]):
             ListAppResponse(a.app_id, a.state(), created=a.created) for a in CLUSTER.apps.values()
         ]
 
-    def find_apps(self, ti_key: TaskInstanceKey) -> list[ListAppResponse]:
+    def find_apps(
+        self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()
+    ) -> list[ListAppResponse]:
+        CLUSTER.searched.append(list(namespaces))
         mine = [
             a
             for a in CLUSTER.apps.values()

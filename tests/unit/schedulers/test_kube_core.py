@@ -39,7 +39,7 @@ def _matches(selector: str, labels: Mapping[str, str]) -> bool:
 class FakeKube:
     """An in-memory API: objects by (plural, namespace, name), pods, logs by pod name."""
 
-    def __init__(self, unserved: set[str] | None = None) -> None:
+    def __init__(self, unserved: set[str] | None = None, forbidden: set[str] | None = None) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.pod_list: list[dict[str, Any]] = []
         self.logs: dict[str, bytes] = {}
@@ -47,11 +47,20 @@ class FakeKube:
         self.log_errors: dict[str, int] = {}
         self.calls: list[tuple[str, ...]] = []
         self.unserved = unserved or set()
+        #: namespaces where listing is forbidden (403)
+        self.forbidden = forbidden or set()
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
         if res.group in self.unserved:
             raise BackendUnavailableError("not served", status=404)
+
+    def _stored(self, res: CustomResource, key: tuple[str, str, str]) -> dict[str, Any] | None:
+        """The object at ``key`` if it was created under ``res``'s API group."""
+        obj = self.objects.get(key)
+        if obj is None or not str(obj.get("apiVersion", "")).startswith(f"{res.group}/"):
+            return None
+        return obj
 
     def create(
         self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
@@ -74,24 +83,27 @@ class FakeKube:
     def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         self._check(res)
         self.calls.append(("get", res.group, name))
-        return copy.deepcopy(self.objects.get((res.plural, namespace, name)))
+        return copy.deepcopy(self._stored(res, (res.plural, namespace, name)))
 
     def list_objects(
         self, res: CustomResource, namespace: str, selector: str
     ) -> list[dict[str, Any]]:
         self._check(res)
+        if namespace in self.forbidden:
+            raise BackendUnavailableError("forbidden", status=403)
         self.calls.append(("list", res.plural, selector))
         return [
             copy.deepcopy(o)
-            for (plural, ns, _), o in self.objects.items()
-            if plural == res.plural
-            and ns == namespace
+            for key, o in self.objects.items()
+            if key[:2] == (res.plural, namespace)
+            and self._stored(res, key) is not None
             and _matches(selector, o["metadata"]["labels"])
         ]
 
     def delete(self, res: CustomResource, namespace: str, name: str) -> None:
-        self.calls.append(("delete", res.plural, name))
-        self.objects.pop((res.plural, namespace, name), None)
+        self.calls.append(("delete", res.group, name))
+        if self._stored(res, (res.plural, namespace, name)) is not None:
+            del self.objects[(res.plural, namespace, name)]
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         self.calls.append(("pods", selector))
@@ -270,6 +282,41 @@ def test_list_and_find_apps(volcano: Any, fake: FakeKube) -> None:
     assert volcano.find_live_app(key) == second
 
 
+def test_find_apps_searches_the_namespace_the_task_submitted_to(
+    volcano: Any, fake: FakeKube
+) -> None:
+    """A job submitted with the ``namespace`` run option is outside the client's default
+    namespace: a retry finds it only if it searches there too (else it submits again)."""
+    key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", 0, 1)
+    job = volcano.schedule(
+        volcano.submit_dryrun(app(), {"queue": "q", "namespace": "team"}, ti_key=key)
+    )
+    assert job.startswith("team:")
+    assert volcano.find_live_app(key) is None  # the default namespace "ns" only
+    assert volcano.find_live_app(key, ["team"]) == job
+    here = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
+    fake.calls.clear()
+    found = volcano.find_apps(key, ["team", "ns", "team"])
+    assert [f.app_id for f in found] == [here, job]  # both namespaces, newest first
+    assert [c for c in fake.calls if c[0] == "list"] == [("list", "jobs", key.selector())] * 2
+
+
+def test_find_apps_skips_a_later_namespace_it_may_not_list(fake: FakeKube) -> None:
+    scheduler = create_scheduler("s", namespace="default-ns")
+    scheduler.kube = fake
+    key = TaskInstanceKey("dag", "task", "run", -1, 1)
+    job = scheduler.schedule(
+        scheduler.submit_dryrun(app(), {"queue": "q", "namespace": "team"}, ti_key=key)
+    )
+    fake.forbidden = {"default-ns"}
+    assert scheduler.find_live_app(key, ["team"]) == job
+    with pytest.raises(BackendUnavailableError):  # where the task submits: not skipped
+        scheduler.find_apps(key)
+    fake.forbidden = {"team"}
+    with pytest.raises(BackendUnavailableError):
+        scheduler.find_apps(key, ["team"])
+
+
 def test_log_iter_bounds_filters_and_picks_the_replica(volcano: Any, fake: FakeKube) -> None:
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     job = set_phase(fake, app_id, "Running")
@@ -351,8 +398,39 @@ def test_mcad_falls_back_to_the_legacy_group_and_cancel_deletes() -> None:
     assert resp is not None and resp.state is AppState.RUNNING
     assert [r.state for r in resp.roles_statuses[0].replicas] == [AppState.PENDING] * 2
     scheduler.cancel(app_id)
-    assert ("delete", "appwrappers", name) in fake.calls
+    assert ("delete", "mcad.ibm.com", name) in fake.calls
     assert scheduler.describe(app_id) is None
+
+
+def test_mcad_apps_are_found_under_either_group_when_both_are_served() -> None:
+    """A cluster serving both AppWrapper groups: an app created under the legacy group
+    (``api_group``) is described, listed, found and deleted there, not reported missing."""
+    fake = FakeKube()
+    scheduler = mcad_scheduler("s", namespace="ns")
+    scheduler.kube = fake
+    key = TaskInstanceKey("dag", "task", "run", -1, 1)
+    current = scheduler.schedule(scheduler.submit_dryrun(app(), {}, ti_key=key))
+    legacy = scheduler.schedule(
+        scheduler.submit_dryrun(app(), {"api_group": "mcad.ibm.com"}, ti_key=key)
+    )
+    other = mcad_scheduler("s", namespace="ns")  # knows nothing of how they were created
+    other.kube = fake
+    assert other.describe(current) is not None
+    fake.calls.clear()
+    assert other.describe(legacy) is not None
+    name = legacy.split(":")[1]
+    gets = [c for c in fake.calls if c[0] == "get"]
+    assert gets == [("get", "workload.codeflare.dev", name), ("get", "mcad.ibm.com", name)]
+    fake.calls.clear()
+    assert other.describe(legacy) is not None  # remembered: one look
+    assert [c for c in fake.calls if c[0] == "get"] == [("get", "mcad.ibm.com", name)]
+    assert {f.app_id for f in other.find_apps(key)} == {current, legacy}
+    assert {a.app_id for a in other.list()} == {current, legacy}
+    other.cancel(legacy)  # MCAD cancels by deleting, in the app's own group
+    assert ("delete", "mcad.ibm.com", name) in fake.calls
+    assert other.describe(legacy) is None
+    assert other.describe(current) is not None
+    assert other.describe("ns:missing") is None
 
 
 def test_unserved_everywhere_is_a_backend_error() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import (
@@ -84,7 +84,10 @@ class DockerScheduler(Scheduler[DockerJob]):
         # The containers (running ones are killed) and the workspace images built for the app.
         self.engine.delete(app_id)
 
-    def find_apps(self, ti_key: TaskInstanceKey) -> builtins.list[ListAppResponse]:
+    def find_apps(
+        self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()
+    ) -> builtins.list[ListAppResponse]:
+        # One engine, no namespaces: every app of the task instance is found without them.
         return self.engine.find_apps(ti_key, self.app_handle)
 
     def _log_lines(self, app_id: str, query: LogQuery) -> Iterable[str]:

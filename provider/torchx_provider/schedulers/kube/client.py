@@ -19,6 +19,7 @@ arrived).
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
 from torchx_provider.errors import SubmissionError
@@ -128,11 +129,11 @@ class KubeAsyncClient(AsyncSchedulerClient):
         )
 
     async def find_apps(
-        self, ti_key: TaskInstanceKey, session_name: str = ""
+        self, ti_key: TaskInstanceKey, session_name: str = "", namespaces: Sequence[str] = ()
     ) -> builtins.list[ListAppResponse]:
         """As :meth:`KubeScheduler.find_apps` (handles name ``session_name``)."""
-        namespace = self.client_config.default_namespace()
-        return await self.core.find_apps(namespace, ti_key, self._handle(session_name))
+        searched = [*namespaces, self.client_config.default_namespace()]
+        return await self.core.find_apps(searched, ti_key, self._handle(session_name))
 
     def _handle(self, session_name: str) -> Any:
         return lambda app_id: make_app_handle(self.translation.backend, session_name, app_id)

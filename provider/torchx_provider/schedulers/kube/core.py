@@ -7,15 +7,16 @@ with async ``create``/``get``/``list_objects``/``delete``/``pods`` methods. The 
 :class:`~.client.KubeAsyncClient` gives it :class:`~.io_async.AsyncKube`; the worker's
 :class:`~.scheduler.KubeScheduler` gives it :class:`~.io_sync.SyncKube` seen through
 :class:`Immediate` and runs each operation with :func:`run_sync` (a coroutine that never
-waits finishes on its first step: no event loop). So every decision -- which resource type
-the server serves, what cancel means, which objects ``list`` and ``find_apps`` return, which
-pod a log is read from -- exists once, and both faces behave alike.
+waits finishes on its first step: no event loop). So every decision -- which resource types
+the server serves and which one an app lives under, what cancel means, which objects ``list``
+and ``find_apps`` return (and in which namespaces), which pod a log is read from -- exists
+once, and both faces behave alike.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from torchx_provider.errors import BackendUnavailableError
@@ -74,36 +75,74 @@ class KubeCore:
     def __init__(self, translation: KubeTranslation, io: Any) -> None:
         self.translation = translation
         self.io = io
-        #: The resource type the server served last (see :meth:`served`).
-        self.resource: CustomResource | None = None
+        #: Resource types the server answered 404 for (CRD not installed): skipped.
+        self.unserved: set[CustomResource] = set()
+        #: (namespace, name) -> the resource type the app was found under (see :meth:`get`).
+        self.homes: dict[tuple[str, str], CustomResource] = {}
 
-    async def served(self, call: Callable[[CustomResource], Awaitable[_T]]) -> _T:
-        """``call`` on the first resource type the server serves (remembered for next time):
-        an MCAD app may be stored under either AppWrapper group. A 404 for the type itself
-        (its CRD is not installed) moves on to the next; the last one's error is raised."""
-        candidates = [self.resource] if self.resource else self.translation.read_resources()
+    async def served(
+        self,
+        call: Callable[[CustomResource], Awaitable[_T]],
+        *,
+        first: CustomResource | None = None,
+        enough: Callable[[_T], bool] = lambda result: False,
+    ) -> builtins.list[tuple[CustomResource, _T]]:
+        """``call`` on each resource type the server serves, ``first`` first, until a result
+        is ``enough``: an MCAD app may be stored under either AppWrapper group, and a cluster
+        may serve both. A 404 for the type itself (its CRD is not installed) moves on to the
+        next, and the type is not tried again while another one is served; if no type is
+        served, the last one's error is raised."""
+        known = [r for r in self.translation.read_resources() if r != first]
+        order = [first, *known] if first is not None else known
+        candidates = [r for r in order if r not in self.unserved] or order
+        results: builtins.list[tuple[CustomResource, _T]] = []
         for i, res in enumerate(candidates):
-            assert res is not None
             try:
                 result = await call(res)
             except BackendUnavailableError as e:
-                if e.status != 404 or i == len(candidates) - 1:
+                if e.status != 404:
                     raise
-                continue
-            self.resource = res
-            return result
-        raise AssertionError("a translation names at least one resource type")
+                self.unserved.add(res)
+                if results or i < len(candidates) - 1:
+                    continue
+                raise
+            self.unserved.discard(res)
+            results.append((res, result))
+            if enough(result):
+                break
+        return results
+
+    async def _find(
+        self, namespace: str, name: str
+    ) -> tuple[CustomResource, dict[str, Any]] | None:
+        """The app's object and the resource type it lives under, or ``None``."""
+        found = await self.served(
+            lambda res: self.io.get(res, namespace, name),
+            first=self.homes.get((namespace, name)),
+            enough=lambda obj: obj is not None,
+        )
+        for res, obj in found:
+            if obj is not None:
+                self.homes[(namespace, name)] = res
+                return res, obj
+        self.homes.pop((namespace, name), None)
+        return None
 
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The stored object, or ``None`` when there is none."""
-        return await self.served(lambda res: self.io.get(res, namespace, name))
+        """The stored object, or ``None`` when there is none under any served resource type
+        (a 404 for the object, under the type the app was last found under first, then the
+        others). The type it is found under is remembered for the app."""
+        found = await self._find(namespace, name)
+        return None if found is None else found[1]
 
     async def create(self, request: KubeRequest) -> str:
         """Create the request's object (validated server-side first if asked); its app id."""
         if request.validate_spec:
             await self.io.create(request.resource, request.namespace, request.body, dry_run=True)
         created = await self.io.create(request.resource, request.namespace, request.body)
-        return make_app_id(request.namespace, created["metadata"]["name"])
+        name = created["metadata"]["name"]
+        self.homes[(request.namespace, name)] = request.resource
+        return make_app_id(request.namespace, name)
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
         namespace, name = parse_app_id(app_id)
@@ -120,24 +159,44 @@ class KubeCore:
     async def list(
         self, namespace: str, handle: Callable[[str], str]
     ) -> builtins.list[ListAppResponse]:
-        """Every app this provider manages in ``namespace``; ``handle`` makes an app handle."""
-        objs = await self.served(lambda res: self.io.list_objects(res, namespace, MANAGED_SELECTOR))
+        """Every app this provider manages in ``namespace`` (under every served resource
+        type); ``handle`` makes an app handle."""
+        objs = await self._objects(namespace, MANAGED_SELECTOR)
         return [self._item(namespace, obj, handle) for obj in objs]
 
     async def find_apps(
-        self, namespace: str, ti_key: TaskInstanceKey, handle: Callable[[str], str]
+        self,
+        namespaces: Sequence[str],
+        ti_key: TaskInstanceKey,
+        handle: Callable[[str], str],
     ) -> builtins.list[ListAppResponse]:
-        """The apps of task instance ``ti_key`` (any try), newest first."""
-        objs = await self.served(
-            lambda res: self.io.list_objects(res, namespace, ti_key.selector())
-        )
-        found = [
-            obj
-            for obj in objs
-            if ti_key.same_instance(TaskInstanceKey.from_annotations(_annotations(obj)))
-        ]
-        found.sort(key=lambda o: str(o["metadata"].get("creationTimestamp")), reverse=True)
-        return [self._item(namespace, obj, handle) for obj in found]
+        """The apps of task instance ``ti_key`` (any try) in any of ``namespaces`` (each
+        searched once, under every served resource type), newest first.
+
+        The first namespace is where the task submits: its errors are raised. A later one
+        the client may not list (403) is skipped: the provider could not follow an app
+        there, so none of the task's apps lives there.
+        """
+        found: builtins.list[tuple[str, Mapping[str, Any]]] = []
+        for i, namespace in enumerate(dict.fromkeys(namespaces)):
+            try:
+                objs = await self._objects(namespace, ti_key.selector())
+            except BackendUnavailableError as e:
+                if i == 0 or e.status != 403:
+                    raise
+                continue
+            found.extend(
+                (namespace, obj)
+                for obj in objs
+                if ti_key.same_instance(TaskInstanceKey.from_annotations(_annotations(obj)))
+            )
+        found.sort(key=lambda o: str(o[1]["metadata"].get("creationTimestamp")), reverse=True)
+        return [self._item(namespace, obj, handle) for namespace, obj in found]
+
+    async def _objects(self, namespace: str, selector: str) -> builtins.list[dict[str, Any]]:
+        """The objects in ``namespace`` matching ``selector``, under every served type."""
+        listed = await self.served(lambda res: self.io.list_objects(res, namespace, selector))
+        return [obj for _, items in listed for obj in items]
 
     def _item(
         self, namespace: str, obj: Mapping[str, Any], handle: Callable[[str], str]
@@ -149,13 +208,13 @@ class KubeCore:
         """Stop a live app as its backend does (create its cancel object, or delete it); an
         ended or missing app is left alone."""
         namespace, name = parse_app_id(app_id)
-        obj = await self.get(namespace, name)
-        if obj is None or is_terminal(self.translation.app_state(obj)):
+        found = await self._find(namespace, name)
+        if found is None or is_terminal(self.translation.app_state(found[1])):
             return
+        home, obj = found
         plan = self.translation.cancel_plan(obj)
         if plan is None:
-            assert self.resource is not None
-            await self.io.delete(self.resource, namespace, name)
+            await self.io.delete(home, namespace, name)
         else:
             res, body = plan
             await self.io.create(res, namespace, body)
@@ -163,9 +222,9 @@ class KubeCore:
     async def delete(self, app_id: str) -> None:
         """Delete the app's object (and, with it, everything it owns) if it exists."""
         namespace, name = parse_app_id(app_id)
-        if await self.get(namespace, name) is not None:
-            assert self.resource is not None
-            await self.io.delete(self.resource, namespace, name)
+        found = await self._find(namespace, name)
+        if found is not None:
+            await self.io.delete(found[0], namespace, name)
 
     async def started_pod(
         self, namespace: str, name: str, role_name: str, replica_id: int

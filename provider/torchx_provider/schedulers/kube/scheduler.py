@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.errors import SubmissionError
@@ -113,8 +113,11 @@ class KubeScheduler(Scheduler[KubeRequest]):
     def list(self) -> builtins.list[ListAppResponse]:
         return run_sync(self.core.list(self.default_namespace(), self.app_handle))
 
-    def find_apps(self, ti_key: TaskInstanceKey) -> builtins.list[ListAppResponse]:
-        return run_sync(self.core.find_apps(self.default_namespace(), ti_key, self.app_handle))
+    def find_apps(
+        self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()
+    ) -> builtins.list[ListAppResponse]:
+        searched = [*namespaces, self.default_namespace()]
+        return run_sync(self.core.find_apps(searched, ti_key, self.app_handle))
 
     def _cancel_existing(self, app_id: str) -> None:
         run_sync(self.core.cancel(app_id))
