@@ -353,6 +353,10 @@ class JobFollower:
             ),
             return_exceptions=True,
         )
+        if any(_refused(r) for r in reads) and await self._reconnect():
+            # Credentials rotated (a watched app is described from a cache opened with the
+            # old ones): read again with fresh ones rather than lose the lines.
+            return await self._forward_logs()
         failed: list[str] = []
         for row, result in zip(wanted, reads, strict=True):
             if isinstance(result, asyncio.CancelledError):
@@ -431,3 +435,8 @@ class JobFollower:
             log_cursors=cursors_to_json(self.cursors),
             ui_url=self.ui_url,
         )
+
+
+def _refused(result: object) -> bool:
+    """Whether a read failed because the backend refused the credentials (HTTP 401)."""
+    return isinstance(result, BackendUnavailableError) and result.status == 401

@@ -92,8 +92,6 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
 RBAC_YAML = REPO_ROOT / "tests" / "cluster" / "rbac.yaml"
 NAMESPACE = "torchx-test"
-#: A second namespace the restricted ServiceAccount may run Volcano jobs in (rbac.yaml).
-OTHER_NAMESPACE = "torchx-test-other"
 SERVICE_ACCOUNT = "torchx-provider"
 ANNOTATION_PREFIX = "cluster.torchx.test/"
 

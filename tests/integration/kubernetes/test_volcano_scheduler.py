@@ -280,6 +280,11 @@ def test_list_and_find_by_task_instance(kube_cluster: Any, scheduler: Any) -> No
     assert scheduler.find_live_app(key) == app_id
 
 
+#: The test cluster's second namespace (tests/cluster/rbac.yaml grants the test account a Role
+#: there too).
+OTHER_NAMESPACE = "torchx-test-other"
+
+
 def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
     kube_cluster: Any, scheduler: Any
 ) -> None:
@@ -287,7 +292,6 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
     ``task_state_store`` handle, the retry's search there is all that stops a second job."""
     import logging
 
-    from conftest import OTHER_NAMESPACE
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.operators.submission import SubmissionPlan, live_apps
 

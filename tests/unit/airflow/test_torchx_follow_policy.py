@@ -164,6 +164,32 @@ async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
     assert not any("backend unreachable" in ln for ln in log.lines)  # no outage
 
 
+async def test_a_401_on_a_log_read_gets_fresh_credentials_and_loses_no_line(
+    fake_cluster: Any,
+) -> None:
+    # A watched app is described from a cache opened with the old credentials: only the log
+    # reads see the 401 once the token was rotated.
+    app_id = submit(lines=3, ticks=2, replicas=2)
+    clock = Clock()
+    log = ListLog()
+
+    class LogsRefused(torchx_fakes.FakeAsyncClient):
+        async def read_logs(self, *args: Any) -> Any:
+            raise BackendUnavailableError("Unauthorized", status=401)
+
+    fresh: list[Any] = []
+
+    async def reconnect() -> Any:
+        fresh.append(torchx_fakes.FakeAsyncClient())
+        return fresh[-1]
+
+    event = await follower(LogsRefused(), app_id, clock, log, reconnect=reconnect).run()
+    assert event.succeeded, event.message
+    assert len(fresh) == 1
+    assert len(log.replica_lines()) == 6
+    assert not any("cannot be read" in ln for ln in log.lines)
+
+
 # -- the final state -----------------------------------------------------------------------------
 @pytest.mark.parametrize("last", [AppState.SUCCEEDED, AppState.FAILED])
 async def test_an_app_seen_ended_then_removed_keeps_its_state(

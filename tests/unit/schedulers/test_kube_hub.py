@@ -13,7 +13,7 @@ from test_kube_core import FakeAsyncKube, FakeKube, add_pod, app, set_phase
 
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
-from torchx_provider.schedulers.kube.resources import VOLCANO_JOB, CustomResource
+from torchx_provider.schedulers.kube.resources import VOLCANO_JOB, CustomResource, appwrapper
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import LogCursor
@@ -156,6 +156,36 @@ async def test_deleted_app_is_none_but_last_seen_keeps_its_final_state(hub: Info
     assert fake.calls == []
     last = await client.last_seen(app_id)
     assert last is not None and last.state is AppState.SUCCEEDED
+    await client.close()
+
+
+async def test_after_its_own_cancel_the_client_reads_the_api_until_the_watch_shows_it(
+    hub: InformerHub,
+) -> None:
+    # MCAD's cancel deletes the AppWrapper: a describe right after must not answer from a
+    # cache whose DELETED event has not arrived yet.
+    from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_client
+    from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
+
+    fake = FakeKube()
+    mcad = mcad_scheduler("s", namespace="ns")
+    mcad.kube = fake
+    app_id = mcad.schedule(mcad.submit_dryrun(app(), {}))
+    kube = PushKube(fake)
+    client = mcad_client(namespace="ns")
+    client.kube, client.hub = kube, hub
+    assert (await client.describe(app_id)).state is AppState.SUBMITTED
+    resource = appwrapper()  # the group it was created in (the default api_group)
+    deleted = copy.deepcopy(fake.get(resource, "ns", app_id.partition(":")[2]))
+    await client.cancel(app_id)
+    fake.calls.clear()
+    assert await client.describe(app_id) is None  # read from the API server
+    assert fake.calls and {c[0] for c in fake.calls} == {"get"}
+    await kube.sources[(resource, "ns")].events.put({"type": "DELETED", "object": deleted})
+    assert await client.wait_changed(app_id, 5) is True
+    fake.calls.clear()
+    assert await client.describe(app_id) is None  # the watch has caught up: the cache again
+    assert fake.calls == []
     await client.close()
 
 

@@ -19,7 +19,7 @@ arrived).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torchx_provider.errors import SubmissionError
@@ -59,6 +59,9 @@ class KubeAsyncClient(AsyncSchedulerClient):
         #: The shared caches (default: the running event loop's).
         self.hub = hub
         self._watches: dict[str, AppWatch] = {}
+        #: apps this client changed (cancel) -> the version the cache held then; until the
+        #: cache holds another, describe reads the API server
+        self._changed_here: dict[str, str | None] = {}
 
     @property
     def kube(self) -> Any:
@@ -88,6 +91,12 @@ class KubeAsyncClient(AsyncSchedulerClient):
         the module docstring); an app deleted since it was seen is ``None`` -- what it was
         before is :meth:`last_seen`. Clears the app's :meth:`wait_changed` flag."""
         watch = await self.watch(app_id)
+        if app_id in self._changed_here:
+            if _version(watch.object()) == self._changed_here[app_id]:
+                # Changed through this client (cancel) and the watch has not shown it
+                # yet: read your own write from the API server, not the older cache.
+                return await self.core.describe(app_id)
+            del self._changed_here[app_id]
         watch.changed.clear()
         if watch.healthy:
             obj = watch.object()
@@ -160,6 +169,9 @@ class KubeAsyncClient(AsyncSchedulerClient):
 
     async def cancel(self, app_id: str) -> None:
         await self.core.cancel(app_id)
+        watch = self._watches.get(app_id)
+        if watch is not None:  # until the cache shows another version, it is older
+            self._changed_here[app_id] = _version(watch.object())
 
     async def close(self) -> None:
         """Leave the shared caches and give the API client back (safe to call twice)."""
@@ -167,3 +179,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
         for watch in watches.values():
             watch.close()
         await self.kube.close()
+
+
+def _version(obj: Mapping[str, Any] | None) -> str | None:
+    """An object's ``resourceVersion`` (``None``: no object)."""
+    return None if obj is None else str((obj.get("metadata") or {}).get("resourceVersion"))
