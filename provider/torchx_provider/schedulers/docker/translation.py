@@ -47,6 +47,7 @@ from torchx_provider.errors import InvalidAppError, InvalidOptionError, Submissi
 from torchx_provider.schedulers.docker.options import DockerOpts
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
+    LABEL_REPLICA_ID,
     RANK0_HOST_ENV,
     TaskInstanceKey,
     replica_labels,
@@ -62,6 +63,7 @@ from torchx_provider.specs.api import (
 )
 from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
 from torchx_provider.specs.serialization import role_to_dict
+from torchx_provider.specs.yaml_text import yaml_text
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +116,17 @@ class DockerJob:
     quiet: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The job as plain data; the containers are the job's own dicts, not copies."""
+        return {
+            "app_id": self.app_id,
+            "network": self.network,
+            "containers": self.containers,
+            "workspaces": [dataclasses.asdict(w) for w in self.workspaces],
+            "quiet": self.quiet,
+        }
 
     def __str__(self) -> str:
-        import yaml
-
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml_text(self.to_dict())
 
 
 def new_app_id(app_name: str) -> str:
@@ -138,6 +145,19 @@ def replica_name(app_id: str, role_name: str, replica_id: int) -> str:
     'echo-k3x9q2ab-trainer-v2-1'
     """
     return normalize_rfc1123_name(f"{app_id}-{role_name}-{replica_id}")
+
+
+def replica_names(app_id: str, role_name: str, num_replicas: int) -> list[str]:
+    """:func:`replica_name` of every replica of a role (computed once when it is already a
+    valid name with room for the replica ids, as it nearly always is).
+
+    >>> replica_names("echo-k3x9q2ab", "trainer", 2)
+    ['echo-k3x9q2ab-trainer-0', 'echo-k3x9q2ab-trainer-1']
+    """
+    prefix = f"{app_id}-{role_name}"
+    if normalize_rfc1123_name(prefix) == prefix and len(f"{prefix}-{num_replicas}") <= 63:
+        return [f"{prefix}-{i}" for i in range(num_replicas)]
+    return [replica_name(app_id, role_name, i) for i in range(num_replicas)]
 
 
 def select_env(patterns: list[str] | None, host_env: Mapping[str, str]) -> dict[str, str]:
@@ -283,50 +303,55 @@ def app_to_containers(
             workspaces.append(
                 WorkspaceBuild(role.name, role.workspace, role.image, opts.image_repo)
             )
+        # What all replicas of the role share is made once; per replica only the macros,
+        # the name and the replica id change.
         role_json = json.dumps(role_to_dict(role), sort_keys=True, separators=(",", ":"))
-        for replica_id in range(role.num_replicas):
+        labels = {
+            **replica_labels(app.name, app_id, role.name, role_idx, 0),
+            **ti_labels,
+            LABEL_ROLE: role_json,
+            LABEL_REMOVE: "true" if opts.remove else "false",
+        }
+        # A small init as PID 1 forwards SIGTERM (cancel stops promptly) and reaps.
+        shared: dict[str, Any] = {"network": opts.network, "init": True}
+        if opts.privileged:
+            shared["privileged"] = True
+        if role.max_retries > 0:
+            shared["restart_policy"] = {
+                "Name": "on-failure",
+                "MaximumRetryCount": role.max_retries,
+            }
+        shared.update(resource_kwargs(role))
+        shared.update(mount_kwargs(role, where))
+        # Each container gets its own copy of the nested values (json.loads is the fast copy).
+        shared_json = json.dumps(shared)
+        names = replica_names(app_id, role.name, role.num_replicas)
+        for replica_id, name in enumerate(names):
             values = macros.Values(
                 img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV
             )
-            replica = values.apply(role)
-            name = replica_name(app_id, role.name, replica_id)
+            # Macros are substituted in args and env (what ``Values.apply`` substitutes, without
+            # a deep copy of the role per replica); the entrypoint never.
             env = {
                 **base_env,
-                **replica.env,
+                **{k: values.substitute(v) for k, v in role.env.items()},
                 ENV_APP_ID: app_id,
                 ENV_ROLE_IDX: str(role_idx),
                 ENV_ROLE_NAME: role.name,
                 ENV_REPLICA_IDX: str(replica_id),
                 RANK0_HOST_ENV: rank0_host,
             }
-            labels = {
-                **replica_labels(app.name, app_id, role.name, role_idx, replica_id),
-                **ti_labels,
-                LABEL_ROLE: role_json,
-                LABEL_REMOVE: "true" if opts.remove else "false",
-            }
             spec: dict[str, Any] = {
-                "image": replica.image,
+                "image": role.image,
                 # As on Kubernetes, the role's entrypoint replaces the image's ENTRYPOINT.
-                "entrypoint": [replica.entrypoint],
-                "command": list(replica.args),
+                "entrypoint": [role.entrypoint],
+                "command": [values.substitute(a) for a in role.args],
                 "name": name,
                 "hostname": name,
                 "environment": env,
-                "labels": labels,
-                "network": opts.network,
-                # A small init as PID 1 forwards SIGTERM (cancel stops promptly) and reaps.
-                "init": True,
+                "labels": {**labels, LABEL_REPLICA_ID: str(replica_id)},
+                **json.loads(shared_json),
             }
-            if opts.privileged:
-                spec["privileged"] = True
-            if replica.max_retries > 0:
-                spec["restart_policy"] = {
-                    "Name": "on-failure",
-                    "MaximumRetryCount": replica.max_retries,
-                }
-            spec.update(resource_kwargs(replica))
-            spec.update(mount_kwargs(replica, where))
             containers.append(spec)
     return DockerJob(app_id, opts.network, containers, workspaces, opts.quiet)
 

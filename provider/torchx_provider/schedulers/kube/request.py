@@ -25,17 +25,7 @@ from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal, runopts
-
-
-def to_yaml(obj: Any) -> str:
-    """YAML of a manifest, keys in insertion order, never with ``&id`` anchors."""
-    import yaml
-
-    class _NoAliases(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True
-
-    return str(yaml.dump(obj, Dumper=_NoAliases, sort_keys=False, default_flow_style=False))
+from torchx_provider.specs.yaml_text import yaml_text
 
 
 @dataclass(frozen=True)
@@ -69,7 +59,7 @@ class KubeRequest:
         return make_app_id(self.namespace, self.name)
 
     def __str__(self) -> str:
-        return to_yaml(self.body)
+        return yaml_text(self.body)
 
     __repr__ = __str__
 
