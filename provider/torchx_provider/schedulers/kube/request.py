@@ -48,6 +48,8 @@ class KubeRequest:
     body: dict[str, Any]
     builds: list[ImageBuild] = field(default_factory=list)
     validate_spec: bool = False
+    #: Log workspace image builds at debug level (the ``quiet`` run option).
+    quiet: bool = False
 
     @property
     def name(self) -> str:
@@ -153,6 +155,7 @@ class KubeTranslation(abc.ABC):
             body=self.manifest(app, opts, at),
             builds=image_builds(app, at.names.slugs, opts.image_repo),
             validate_spec=opts.validate_spec,
+            quiet=opts.quiet,
         )
 
     @abc.abstractmethod
