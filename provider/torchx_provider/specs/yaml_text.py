@@ -19,6 +19,7 @@ by PyYAML whole: slower, the same text.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 #: PyYAML's defaults: the column a scalar may reach before it is folded, the longest
@@ -53,9 +54,30 @@ def _pyyaml(obj: Any, **kwargs: Any) -> str:
     )
 
 
+#: Strings PyYAML writes as they are: a letter, then letters, digits, ``_./-`` (no indicator,
+#: no space), unless YAML 1.1 reads them as a boolean or null (:data:`_KEYWORDS`).
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*\Z")
+_KEYWORDS = frozenset(
+    f(w)
+    for w in ("yes", "no", "true", "false", "on", "off", "null")
+    for f in (str, str.title, str.upper)
+)
+#: Strings PyYAML quotes because they read as an integer (decimal or octal): ``'0'``, ``'17'``.
+_INTEGER = re.compile(r"(?:0|[1-9][0-9]*|0[0-7]+)\Z")
+
+
 def _line(value: Any) -> str | None:
     """How PyYAML writes ``value`` as a mapping value when nothing folds it; ``None`` when
-    that takes more than one line (a string with line breaks)."""
+    that takes more than one line (a string with line breaks). The commonest values -- names,
+    paths, counts -- are answered without PyYAML."""
+    kind = type(value)
+    if kind is str:
+        if _PLAIN.match(value) and value not in _KEYWORDS:
+            return str(value)
+        if _INTEGER.match(value):
+            return f"'{value}'"
+    elif kind is int:
+        return str(value)
     text = _pyyaml({"k": value}, width=1 << 30)
     return text[3:-1] if text.count("\n") == 1 else None
 

@@ -29,7 +29,9 @@ def pyyaml(obj: Any) -> str:
 _words = st.sampled_from(
     ["", " ", "on", "yes", "null", "~", "1", "0x1f", "1e3", "-", "- a", "a: b", "#x", "'", '"',
      "\n", "a\nb", "\t", "é", "€", "${replica_id}", "--rank", "x" * 70, "status.podIP", "*a",
-     "&b", "!t", "%", "@", "`", "{", "[", "|", ">", "?", ":", "a ", " a"]
+     "&b", "!t", "%", "@", "`", "{", "[", "|", ">", "?", ":", "a ", " a", "0", "07", "08",
+     "0x1", "123", "1_0", "Yes", "NULL", "Off", "y", "n", "a/b-c.d_e", "trainer-0", "x.y:z",
+     "a:b", "inf", ".inf", "nan", "=", "<<", "True", "TRUE", "tRUE"]
 )  # fmt: skip
 _strings = st.one_of(
     _words,
@@ -39,6 +41,7 @@ _strings = st.one_of(
 )
 _scalars = st.one_of(
     _strings,
+    st.from_regex(r"[A-Za-z0-9_./:-]{1,12}", fullmatch=True),
     st.integers(),
     st.floats(allow_nan=False),
     st.booleans(),

@@ -316,15 +316,9 @@ def app_to_containers(
         shared: dict[str, Any] = {"network": opts.network, "init": True}
         if opts.privileged:
             shared["privileged"] = True
-        if role.max_retries > 0:
-            shared["restart_policy"] = {
-                "Name": "on-failure",
-                "MaximumRetryCount": role.max_retries,
-            }
-        shared.update(resource_kwargs(role))
-        shared.update(mount_kwargs(role, where))
-        # Each container gets its own copy of the nested values (json.loads is the fast copy).
-        shared_json = json.dumps(shared)
+        mounts = mount_kwargs(role, where)  # once: it warns about unknown devices
+        # Each container gets its own nested values (json.loads is the fast deep copy).
+        mounts_json = json.dumps(mounts) if mounts else ""
         names = replica_names(app_id, role.name, role.num_replicas)
         for replica_id, name in enumerate(names):
             values = macros.Values(
@@ -350,8 +344,16 @@ def app_to_containers(
                 "hostname": name,
                 "environment": env,
                 "labels": {**labels, LABEL_REPLICA_ID: str(replica_id)},
-                **json.loads(shared_json),
+                **shared,
             }
+            if role.max_retries > 0:
+                spec["restart_policy"] = {
+                    "Name": "on-failure",
+                    "MaximumRetryCount": role.max_retries,
+                }
+            spec.update(resource_kwargs(role))
+            if mounts_json:
+                spec.update(json.loads(mounts_json))
             containers.append(spec)
     return DockerJob(app_id, opts.network, containers, workspaces, opts.quiet)
 
