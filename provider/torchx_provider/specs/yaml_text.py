@@ -151,24 +151,30 @@ def _key(key: Any) -> str:
     return str(text)
 
 
+def _inline(value: Any, indent: int, key_width: int | None) -> str | None:
+    """``value`` on its line (a scalar, ``{}``, ``[]``); ``None`` for a block below it."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        return None if value else ("{}" if kind is dict else "[]")
+    if kind in _SCALARS:
+        return _value(value, indent, key_width)
+    raise _Unsure
+
+
 def _mapping(data: dict[Any, Any], indent: int, first: str, out: list[str]) -> None:
     pad = " " * indent
     prefix = first
     for key, value in data.items():
         k = _key(key)
-        kind = type(value)
-        if kind is dict and value:
+        text = _inline(value, indent, len(k))
+        if text is not None:
+            out.append(f"{prefix}{k}: {text}\n")
+        elif type(value) is dict:
             out.append(f"{prefix}{k}:\n")
             _mapping(value, indent + 2, " " * (indent + 2), out)
-        elif kind is list and value:
+        else:
             out.append(f"{prefix}{k}:\n")
             _sequence(value, indent, out)  # indentless, as PyYAML writes lists in mappings
-        elif kind is dict or kind is list:
-            out.append(f"{prefix}{k}: {'{}' if kind is dict else '[]'}\n")
-        elif kind in _SCALARS:
-            out.append(f"{prefix}{k}: {_value(value, indent, len(k))}\n")
-        else:
-            raise _Unsure
         prefix = pad
 
 
@@ -176,17 +182,13 @@ def _sequence(data: list[Any], indent: int, out: list[str], first: str | None = 
     dash = " " * indent + "- "
     prefix = dash if first is None else first
     for item in data:
-        kind = type(item)
-        if kind is dict and item:
+        text = _inline(item, indent, None)
+        if text is not None:
+            out.append(f"{prefix}{text}\n")
+        elif type(item) is dict:
             _mapping(item, indent + 2, prefix, out)
-        elif kind is list and item:
-            _sequence(item, indent + 2, out, prefix + "- ")
-        elif kind is dict or kind is list:
-            out.append(f"{prefix}{'{}' if kind is dict else '[]'}\n")
-        elif kind in _SCALARS:
-            out.append(f"{prefix}{_value(item, indent, None)}\n")
         else:
-            raise _Unsure
+            _sequence(item, indent + 2, out, prefix + "- ")
         prefix = dash
 
 
