@@ -7,8 +7,8 @@ the ``torchx`` network -- three ways, end to end (started, finished, every repli
 * **provider**: ``local_docker`` of this package (``submit``, ``describe`` until finished,
   ``log_iter`` of each replica, which also removes the containers);
 * **torchx**: TorchX 0.7.0's ``local_docker`` (same calls), from its own virtual environment
-  in a cache directory outside the repository, made on first use with ``python -m venv`` and
-  ``pip install torchx==0.7.0``. When that fails the column is skipped with the reason.
+  in a cache directory outside the repository, made on first use by
+  ``scripts/torchx_venv.py``. When that fails the column is skipped with the reason.
   TorchX always tries to pull the image first; without a reachable registry that attempt
   fails and it falls back to the local image, and it does not remove containers (they are
   removed after each round, untimed).
@@ -33,16 +33,17 @@ import statistics
 import subprocess
 import sys
 import time
-import venv
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from torchx_venv import TORCHX_VERSION, torchx_python  # noqa: E402
+
 IMAGE = "torchx-provider/busybox:latest"
 NETWORK = "torchx"
-TORCHX_VERSION = "0.7.0"
 POLL_SECONDS = 0.05
 
 # Runs inside TorchX's virtual environment: one timed round per "run" line on stdin, one JSON
@@ -76,11 +77,6 @@ for command in sys.stdin:
         c.remove(force=True)
     print(json.dumps({"submit": t1 - t0, "e2e": t2 - t0, "lines": len(lines)}), flush=True)
 """
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "airflow-provider-torchx" / "bench"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,26 +146,7 @@ class TorchX:
 
     @staticmethod
     def _python() -> Path:
-        env_dir = cache_dir() / f"torchx-{TORCHX_VERSION}"
-        python = env_dir / "bin" / "python"
-        marker = env_dir / ".installed"
-        if not marker.exists():
-            print(f"creating {env_dir} with torchx=={TORCHX_VERSION} (once)...", flush=True)
-            venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-            result = subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", f"torchx=={TORCHX_VERSION}"],
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            if result.returncode != 0:
-                raise RuntimeError(
-                    f"pip install torchx=={TORCHX_VERSION} failed: "
-                    f"{(result.stderr or result.stdout).strip()[-400:]}"
-                )
-            marker.write_text(TORCHX_VERSION)
-        return python
+        return torchx_python()
 
     def _read(self) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None

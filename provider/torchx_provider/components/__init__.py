@@ -33,6 +33,17 @@ def _registry() -> dict[str, Callable[..., AppDef]]:
     return out
 
 
+#: TorchX 0.7.0's built-in components this package does not ship, and why: naming one is
+#: refused with the reason before anything is submitted.
+NOT_SHIPPED = {
+    "metrics.tensorboard": "it runs TorchX's TensorBoard app, which watches a TorchX run's "
+    "files; run TensorBoard with utils.python(m='tensorboard.main', ...) instead",
+    "serve.torchserve": "it uploads a model with TorchX's TorchServe app; run your upload "
+    "with utils.python instead",
+    "utils.binary": "it is TorchX's test component (its image is '<NONE>'); use utils.sh",
+}
+
+
 def list_components() -> list[str]:
     """The names of every built-in component, e.g. ``["dist.ddp", "utils.echo", ...]``."""
     return sorted(_registry())
@@ -41,6 +52,11 @@ def list_components() -> list[str]:
 def get_component(name: str) -> Callable[..., AppDef]:
     """The component function called ``name``; an :class:`InvalidAppError` lists the names."""
     registry = _registry()
+    if name in NOT_SHIPPED:
+        raise InvalidAppError(
+            f"{name} is a TorchX 0.7.0 component this package does not ship: {NOT_SHIPPED[name]}",
+            "app",
+        )
     try:
         return registry[name]
     except KeyError:

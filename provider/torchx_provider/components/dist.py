@@ -20,7 +20,7 @@ DEFAULT_DDP_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"
 #: The rendezvous port on the rank-0 host.
 DEFAULT_RDZV_PORT = 29500
 
-__all__ = ["ddp", "parse_j"]
+__all__ = ["ddp", "parse_j", "spmd"]
 
 _J = re.compile(r"^(?:(\d+)(?::(\d+))?x)?(\d+)$")
 
@@ -68,6 +68,7 @@ def ddp(
     rdzv_backend: str = "c10d",
     mounts: list[str] | None = None,
     debug: bool = False,
+    tee: int = 3,
 ) -> AppDef:
     """Distributed data parallel training with ``torchrun``.
 
@@ -87,7 +88,11 @@ def ddp(
         rdzv_backend: torchrun's rendezvous backend.
         mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
         debug: turn on NCCL/torch distributed debug logging.
+        tee: which of the workers' streams ``torchrun`` copies to the console and its log
+            files (0 none, 1 stdout, 2 stderr, 3 both).
     """
+    if tee not in (0, 1, 2, 3):
+        raise InvalidAppError(f"tee={tee!r}: use 0 (none), 1 (stdout), 2 (stderr) or 3", "tee")
     if (script is None) == (m is None):
         raise InvalidAppError("give exactly one of script= or m=", "app_args")
     min_nodes, max_nodes, nproc = parse_j(j)
@@ -110,7 +115,7 @@ def ddp(
         "--nproc_per_node",
         str(nproc),
         "--tee",
-        "3",
+        str(tee),
         "--role",
         "",
     ]
@@ -145,4 +150,59 @@ def ddp(
                 mounts=parse_mounts(mounts) if mounts else [],
             )
         ],
+    )
+
+
+def spmd(
+    *args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = DEFAULT_DDP_IMAGE,
+    name: str = "spmd",
+    h: str = "gpu.small",
+    j: str = "1x1",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+) -> AppDef:
+    """Single program, multiple data: :func:`ddp` on hosts of the named resource ``h``.
+
+    ``j`` is ``NODESxPROCS``; ``j="NODES"`` runs one process per GPU of ``h``
+    (``spmd(script="train.py", h="aws_p4d.24xlarge", j="2")`` is ``2x8``), and is refused
+    when ``h`` has no GPU.
+
+    Args:
+        args: arguments passed to the script or module.
+        script, m: the script, or the module to run (exactly one).
+        image: an image with torch installed.
+        name: app name.
+        h: the named resource of each host (see ``specs.named_resources``).
+        j: ``NODESxPROCS`` or ``NODES``.
+        env: environment variables.
+        max_retries: how many times the app is restarted after a failure.
+        mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
+        debug: turn on NCCL/torch distributed debug logging.
+    """
+    gpus = resource(h=h).gpu
+    if j.strip().isdigit():
+        if gpus <= 0:
+            raise InvalidAppError(
+                f"j={j!r} leaves the processes per node to the GPUs of h={h!r}, which has none; "
+                f"give j as NODESxPROCS (e.g. {j.strip()}x8)",
+                "j",
+            )
+        j = f"{j.strip()}x{gpus}"
+    return ddp(
+        *args,
+        script=script,
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        j=j,
+        env=env,
+        max_retries=max_retries,
+        mounts=mounts,
+        debug=debug,
     )

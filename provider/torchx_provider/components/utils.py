@@ -1,7 +1,9 @@
-"""General-purpose components: echo, sh and python.
+"""General-purpose components: echo, sh, python, touch, copy and booth.
 
 Each returns a single-role :class:`AppDef`. They are useful to smoke-test a backend and as
-starting points for your own components.
+starting points for your own components. ``copy`` and ``booth`` run TorchX's own small
+programs (``torchx.apps.utils``), so their image must have TorchX installed, as TorchX's
+published image (:data:`TORCHX_IMAGE`, their default) has.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from torchx_provider.specs.mounts import parse_mounts
 DEFAULT_SHELL_IMAGE = "busybox:latest"
 #: Image used by python when none is given.
 DEFAULT_PYTHON_IMAGE = "python:3.11-slim"
+#: TorchX's published image, with torch and TorchX's programs installed.
+TORCHX_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"
 
-__all__ = ["echo", "python", "sh"]
+__all__ = ["booth", "copy", "echo", "python", "sh", "touch"]
 
 
 def echo(
@@ -155,3 +159,57 @@ def python(
             )
         ],
     )
+
+
+def touch(file: str, image: str = DEFAULT_SHELL_IMAGE) -> AppDef:
+    """Create ``file`` (``touch``) in one replica.
+
+    Args:
+        file: the file to create or whose times to update.
+        image: an image with ``touch`` on its PATH.
+    """
+    return _one_role("touch", image, "touch", [file])
+
+
+def copy(src: str, dst: str, image: str = TORCHX_IMAGE) -> AppDef:
+    """Copy ``src`` to ``dst``; both are any fsspec URL (``s3://...``, ``file:///...``).
+
+    Args:
+        src: the file to copy.
+        dst: where to copy it.
+        image: an image with TorchX installed (runs ``torchx.apps.utils.copy_main``).
+    """
+    args = ["-m", "torchx.apps.utils.copy_main", "--src", src, "--dst", dst]
+    return _one_role("torchx-utils-copy", image, "python", args)
+
+
+def booth(
+    x1: float,
+    x2: float,
+    trial_idx: int = 0,
+    tracker_base: str = "/tmp/torchx-util-booth",
+    image: str = TORCHX_IMAGE,
+) -> AppDef:
+    """Evaluate the Booth function at ``(x1, x2)`` and record it (a hyper-parameter search demo).
+
+    Args:
+        x1, x2: the point.
+        trial_idx: the trial this evaluation belongs to.
+        tracker_base: where TorchX's tracker writes the result.
+        image: an image with TorchX installed (runs ``torchx.apps.utils.booth_main``).
+    """
+    args = ["-m", "torchx.apps.utils.booth_main", "--x1", str(x1), "--x2", str(x2)]
+    args += ["--trial_idx", str(trial_idx), "--tracker_base", tracker_base]
+    return _one_role("torchx-utils-booth", image, "python", args)
+
+
+def _one_role(name: str, image: str, entrypoint: str, args: list[str]) -> AppDef:
+    """One replica of 1 CPU and 1 GiB, app and role named ``name`` (TorchX's small programs)."""
+    role = Role(
+        name=name,
+        image=image,
+        entrypoint=entrypoint,
+        args=args,
+        resource=resource(cpu=1, gpu=0, memMB=1024),
+    )
+    return AppDef(name=name, roles=[role])

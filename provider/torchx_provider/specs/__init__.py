@@ -23,11 +23,8 @@ from torchx_provider.specs.api import (
     Role,
     RoleStatus,
     VolumeMount,
-    get_named_resource,
-    get_named_resources,
     is_terminal,
     macros,
-    named_resources,
     resource,
 )
 from torchx_provider.specs.mounts import parse_mounts
@@ -39,6 +36,11 @@ from torchx_provider.specs.names import (
     normalize_rfc1123_name,
     parse_app_handle,
     random_id,
+)
+from torchx_provider.specs.resource_registry import (
+    get_named_resource,
+    get_named_resources,
+    named_resources,
 )
 from torchx_provider.specs.runopts import CfgVal, runopt, runopts
 from torchx_provider.specs.serialization import (

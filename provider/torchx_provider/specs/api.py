@@ -21,7 +21,7 @@ import copy
 import enum
 import functools
 import string
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -69,7 +69,9 @@ NULL_RESOURCE: Resource = Resource(cpu=-1, gpu=-1, memMB=-1)
 GiB: int = 1024
 
 #: Generic named resources (same names and sizes as TorchX's generic ones). They are sizes
-#: for examples and defaults, not instance types: register your own for real hardware.
+#: for examples and defaults, not instance types: add your own factories here, or register
+#: them as TorchX does (see :mod:`~torchx_provider.specs.resource_registry`, which also adds
+#: TorchX's ``aws_*`` hosts on first lookup).
 NAMED_RESOURCES: dict[str, Callable[[], Resource]] = {
     "gpu.small": lambda: Resource(cpu=8, gpu=1, memMB=32 * GiB),
     "gpu.medium": lambda: Resource(cpu=16, gpu=2, memMB=64 * GiB),
@@ -83,35 +85,6 @@ NAMED_RESOURCES: dict[str, Callable[[], Resource]] = {
     "cpu.xlarge": lambda: Resource(cpu=8, gpu=0, memMB=32 * GiB),
 }
 
-
-class _NamedResources(Mapping[str, Resource]):
-    """``named_resources["gpu.small"]``: a fresh :class:`Resource` per lookup (TorchX's API).
-
-    A read-only view of :data:`NAMED_RESOURCES` that calls the factory, so that callers who
-    change the returned Resource (``res.capabilities[...] = ...``) never change the next
-    caller's. Register sizes by adding factories to :data:`NAMED_RESOURCES`.
-
-    >>> named_resources["cpu.small"].memMB
-    2048
-    >>> "cpu.tiny" in named_resources
-    False
-    """
-
-    def __getitem__(self, name: str) -> Resource:
-        factory = NAMED_RESOURCES.get(name.lower()) if isinstance(name, str) else None
-        if factory is None:
-            raise KeyError(f"no named resource {name!r}; registered: {sorted(NAMED_RESOURCES)}")
-        return factory()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(NAMED_RESOURCES)
-
-    def __len__(self) -> int:
-        return len(NAMED_RESOURCES)
-
-
-#: TorchX's ``specs.named_resources``: maps a name to a new Resource of that size.
-named_resources: Mapping[str, Resource] = _NamedResources()
 
 #: What :func:`resource` uses for a number that is not given (TorchX's defaults).
 DEFAULT_CPU = 2
@@ -133,37 +106,14 @@ def resource(
     Resource(cpu=4, gpu=0, memMB=1024, capabilities={}, devices={})
     """
     if h:
+        from torchx_provider.specs.resource_registry import get_named_resource
+
         return get_named_resource(h)
     return Resource(
         cpu=cpu if cpu is not None else DEFAULT_CPU,
         gpu=gpu if gpu is not None else DEFAULT_GPU,
         memMB=memMB if memMB is not None else DEFAULT_MEM_MB,
     )
-
-
-def get_named_resource(name: str) -> Resource:
-    """The named resource ``name`` (case-insensitive); an error lists the valid names.
-
-    Raises :class:`~torchx_provider.errors.InvalidAppError` (field ``resource``), because
-    a wrong name is a mistake in the app, found before anything is submitted.
-
-    >>> get_named_resource("GPU.small").gpu
-    1
-    """
-    from torchx_provider.errors import InvalidAppError
-
-    try:
-        return named_resources[name]
-    except KeyError:
-        raise InvalidAppError(
-            f"unknown named resource {name!r}; use one of {sorted(NAMED_RESOURCES)} "
-            "or give cpu/gpu/memMB explicitly",
-            field="resource",
-        ) from None
-
-
-#: TorchX's name for :func:`get_named_resource`.
-get_named_resources = get_named_resource
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The syntax is Docker's ``--mount`` syntax, the same TorchX components accept:
 
-* ``type=bind,src=<host path>,dst=<container path>[,readonly]``
+* ``type=bind,src=<host path>,dst=<container path>[,readonly]`` (a source starting with ``~``
+  is expanded to the home directory of the user who submits, on the submitting machine)
 * ``type=volume,src=<volume or claim name>,dst=<container path>[,readonly]``
 * ``type=device,src=/dev/<name>[,dst=<container path>][,perm=rwm]``
 
@@ -14,6 +15,7 @@ Several mounts may follow each other in one list; each starts with its ``type=``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from torchx_provider.errors import InvalidAppError
@@ -136,7 +138,9 @@ def parse_mounts(opts: str | Iterable[str]) -> list[BindMount | VolumeMount | De
             raise InvalidAppError(f"type={kind} needs dst=...; {_SYNTAX_HELP}", where)
         read_only = g.get("readonly") == "true"
         if kind == "bind":
-            mounts.append(BindMount(src_path=g["src"], dst_path=g["dst"], read_only=read_only))
+            # A home-relative source (~/data, ~user/data) is the submitting user's, as in TorchX.
+            src = os.path.expanduser(g["src"]) if g["src"].startswith("~") else g["src"]
+            mounts.append(BindMount(src_path=src, dst_path=g["dst"], read_only=read_only))
         else:
             mounts.append(VolumeMount(src=g["src"], dst_path=g["dst"], read_only=read_only))
     return mounts

@@ -34,9 +34,9 @@ from torchx_provider.specs.api import (
     RetryPolicy,
     Role,
     VolumeMount,
-    get_named_resource,
 )
 from torchx_provider.specs.mounts import parse_mounts
+from torchx_provider.specs.resource_registry import get_named_resource
 
 _ROLE_FIELDS = tuple(f.name for f in dataclasses.fields(Role))
 _APP_FIELDS = tuple(f.name for f in dataclasses.fields(AppDef))
@@ -85,9 +85,9 @@ def to_dict(app: AppDef) -> dict[str, Any]:
 
 def to_yaml(app: AppDef) -> str:
     """An app as YAML text."""
-    import yaml
+    from torchx_provider.specs.yaml_text import yaml_text
 
-    return yaml.safe_dump(to_dict(app), sort_keys=False)
+    return yaml_text(to_dict(app))
 
 
 # ---------------------------------------------------------------------------------------------

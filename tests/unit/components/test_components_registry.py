@@ -13,7 +13,16 @@ from torchx_provider.specs import AppDef
 
 
 def test_list_components() -> None:
-    assert list_components() == ["dist.ddp", "utils.echo", "utils.python", "utils.sh"]
+    assert list_components() == [
+        "dist.ddp",
+        "dist.spmd",
+        "utils.booth",
+        "utils.copy",
+        "utils.echo",
+        "utils.python",
+        "utils.sh",
+        "utils.touch",
+    ]
 
 
 def test_get_component() -> None:
@@ -89,6 +98,10 @@ def test_every_component_returns_a_valid_app_with_defaults() -> None:
         "utils.sh": ["true"],
         "utils.python": {"c": "pass"},
         "dist.ddp": {"script": "t.py"},
+        "dist.spmd": {"script": "t.py"},
+        "utils.touch": {"file": "/tmp/x"},
+        "utils.copy": {"src": "s3://b/a", "dst": "/tmp/a"},
+        "utils.booth": {"x1": 1.0, "x2": 3.0},
     }
     for name in list_components():
         app = run_component(name, required.get(name))

@@ -378,3 +378,30 @@ def test_naive_log_bounds_are_refused_before_the_engine_is_asked(bound: str) -> 
     with pytest.raises(InvalidOptionError, match=f"{bound} must be timezone-aware") as e:
         scheduler.log_iter("app-1", "trainer", 0, **{bound: naive})
     assert e.value.option == bound
+
+
+def test_each_replica_gets_what_values_apply_gives_it() -> None:
+    # The role's macros are substituted once for all replicas; each replica must still see
+    # exactly what substituting its own values (Values.apply) gives, in the same key order.
+    role = Role(
+        "w",
+        image="img",
+        entrypoint="sh",
+        args=["-c", "echo ${replica_id} $$HOME ${app_id}", "$replica_id", "plain"],
+        env={"RANK": "${replica_id}", "TORCHX_APP_ID": "${replica_id}", "HOST": "${rank0_env}"},
+        num_replicas=3,
+    )
+    job = job_for(AppDef("a", roles=[role]), DockerOpts(env={"RANK": "cfg", "Z": "z"}))
+    for i, spec in enumerate(job.containers):
+        values = macros.Values(
+            img_root="", app_id=APP_ID, replica_id=str(i), rank0_env="TORCHX_RANK0_HOST"
+        )
+        replica = values.apply(role)
+        assert spec["command"] == replica.args
+        expected = {"RANK": replica.env["RANK"], "Z": "z", "TORCHX_APP_ID": APP_ID}
+        expected |= {"HOST": "TORCHX_RANK0_HOST", "TORCHX_ROLE_IDX": "0"}
+        assert {k: spec["environment"][k] for k in expected} == expected
+        assert list(spec["environment"])[:4] == ["RANK", "Z", "TORCHX_APP_ID", "HOST"]
+        assert spec["environment"]["TORCHX_REPLICA_IDX"] == str(i)
+        assert spec["labels"][LABEL_REPLICA_ID] == str(i)
+    assert job.containers[0]["entrypoint"] is not job.containers[1]["entrypoint"]

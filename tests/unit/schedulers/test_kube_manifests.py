@@ -283,7 +283,7 @@ def _without_version(obj: Any) -> Any:
 
 def check_golden(name: str, obj: Any) -> None:
     """Compare ``obj`` (as YAML) with ``golden/<name>.yaml``; rewrite it on request."""
-    from torchx_provider.schedulers.kube.request import to_yaml
+    from torchx_provider.specs.yaml_text import yaml_text as to_yaml
 
     text = to_yaml(_without_version(obj))
     path = GOLDEN / f"{name}.yaml"

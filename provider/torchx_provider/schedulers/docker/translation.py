@@ -1,7 +1,8 @@
 """AppDef + options -> the containers ``local_docker`` runs. Pure: no docker import, no I/O.
 
 Also pure and here: what the engine can hold (:func:`check_engine_resources`) and the
-parameters of a log read (:func:`log_params`).
+parameters of a log read (:func:`log_params`). A role's resources, devices and mounts become
+container arguments in :mod:`~torchx_provider.schedulers.docker.resources`.
 
 One container per replica. Each container spec is a plain dict of the keyword arguments of
 ``DockerClient.containers.create`` (``image``, ``entrypoint``, ``command``, ``name``, ...), so
@@ -37,16 +38,21 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
 from torchx_provider.schedulers.docker.options import DockerOpts
+from torchx_provider.schedulers.docker.resources import (
+    MiB,
+    mount_kwargs,
+    resource_kwargs,
+)
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
+    LABEL_REPLICA_ID,
     RANK0_HOST_ENV,
     TaskInstanceKey,
     replica_labels,
@@ -54,16 +60,11 @@ from torchx_provider.schedulers.labels import (
 from torchx_provider.schedulers.logs import require_aware
 from torchx_provider.specs.api import (
     AppDef,
-    BindMount,
-    DeviceMount,
-    Role,
-    VolumeMount,
     macros,
 )
 from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
 from torchx_provider.specs.serialization import role_to_dict
-
-log = logging.getLogger(__name__)
+from torchx_provider.specs.yaml_text import yaml_text
 
 ENV_APP_ID = "TORCHX_APP_ID"
 ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
@@ -78,10 +79,12 @@ LABEL_REMOVE = "torchx.pytorch.org/remove"
 #: containers have no annotations, and the ``airflow.apache.org/*`` labels may be hashed.
 LABEL_TASK_INSTANCE = "airflow.apache.org/task-instance"
 
+#: Stands for the replica id while a role's macros are substituted once for all its replicas;
+#: no argument or variable can hold it (a NUL character cannot be passed to a process).
+_REPLICA_ID = "\x00replica_id\x00"
+
 #: App names are cut to this length in app ids, leaving room for role names and indices.
 APP_NAME_MAX_LEN = 40
-
-MiB = 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,12 +117,17 @@ class DockerJob:
     quiet: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The job as plain data; the containers are the job's own dicts, not copies."""
+        return {
+            "app_id": self.app_id,
+            "network": self.network,
+            "containers": self.containers,
+            "workspaces": [dataclasses.asdict(w) for w in self.workspaces],
+            "quiet": self.quiet,
+        }
 
     def __str__(self) -> str:
-        import yaml
-
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml_text(self.to_dict())
 
 
 def new_app_id(app_name: str) -> str:
@@ -140,98 +148,24 @@ def replica_name(app_id: str, role_name: str, replica_id: int) -> str:
     return normalize_rfc1123_name(f"{app_id}-{role_name}-{replica_id}")
 
 
+def replica_names(app_id: str, role_name: str, num_replicas: int) -> list[str]:
+    """:func:`replica_name` of every replica of a role (computed once when it is already a
+    valid name with room for the replica ids, as it nearly always is).
+
+    >>> replica_names("echo-k3x9q2ab", "trainer", 2)
+    ['echo-k3x9q2ab-trainer-0', 'echo-k3x9q2ab-trainer-1']
+    """
+    prefix = f"{app_id}-{role_name}"
+    if normalize_rfc1123_name(prefix) == prefix and len(f"{prefix}-{num_replicas}") <= 63:
+        return [f"{prefix}-{i}" for i in range(num_replicas)]
+    return [replica_name(app_id, role_name, i) for i in range(num_replicas)]
+
+
 def select_env(patterns: list[str] | None, host_env: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``host_env`` whose names match one of the glob ``patterns``."""
     if not patterns:
         return {}
     return {k: v for k, v in host_env.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Resources, devices, mounts
-
-
-def _efa_devices(count: int) -> list[DeviceMount]:
-    return [
-        DeviceMount(f"/dev/infiniband/uverbs{i}", f"/dev/infiniband/uverbs{i}")
-        for i in range(count)
-    ]
-
-
-#: ``Resource.devices`` names this backend knows -> the host devices they stand for
-#: (TorchX's table: AWS EFA adapters are ``/dev/infiniband/uverbs{i}``).
-DEVICES: dict[str, Callable[[int], list[DeviceMount]]] = {
-    "vpc.amazonaws.com/efa": _efa_devices,
-}
-
-
-def device_mounts(devices: Mapping[str, int], where: str) -> list[DeviceMount]:
-    """Device mounts for a role's ``resource.devices``; unknown names are skipped (warned)."""
-    out: list[DeviceMount] = []
-    for name, count in devices.items():
-        factory = DEVICES.get(name)
-        if factory is None:
-            log.warning(
-                "%s: device %r has no Docker mapping (known: %s); it is ignored on local_docker",
-                where,
-                name,
-                sorted(DEVICES),
-            )
-            continue
-        out.extend(factory(count))
-    return out
-
-
-def resource_kwargs(role: Role) -> dict[str, Any]:
-    """``nano_cpus``, ``mem_limit``/``shm_size`` (bytes) and GPU ``device_requests``.
-
-    Unset values (``-1``) set nothing. ``/dev/shm`` gets the memory size, as in TorchX, since
-    PyTorch data loaders need more than Docker's 64 MiB default. GPUs are requested the way
-    ``docker run --gpus N`` does (capability ``gpu``, served by the NVIDIA runtime).
-    """
-    res = role.resource
-    out: dict[str, Any] = {}
-    if res.cpu > 0:
-        out["nano_cpus"] = int(res.cpu * 1e9)
-    if res.memMB > 0:
-        out["mem_limit"] = int(res.memMB) * MiB
-        out["shm_size"] = int(res.memMB) * MiB
-    if res.gpu > 0:
-        out["device_requests"] = [{"count": int(res.gpu), "capabilities": [["gpu"]]}]
-    return out
-
-
-def mount_kwargs(role: Role, where: str) -> dict[str, Any]:
-    """``mounts`` (bind and named volumes) and ``devices`` (device mounts and resource devices)."""
-    mounts: list[dict[str, Any]] = []
-    devices: list[str] = []
-    for mount in [*role.mounts, *device_mounts(role.resource.devices, where)]:
-        if isinstance(mount, BindMount):
-            mounts.append(
-                {
-                    "Type": "bind",
-                    "Source": mount.src_path,
-                    "Target": mount.dst_path,
-                    "ReadOnly": mount.read_only,
-                }
-            )
-        elif isinstance(mount, VolumeMount):
-            mounts.append(
-                {
-                    "Type": "volume",
-                    "Source": mount.src,
-                    "Target": mount.dst_path,
-                    "ReadOnly": mount.read_only,
-                }
-            )
-        elif isinstance(mount, DeviceMount):
-            devices.append(f"{mount.src_path}:{mount.dst_path}:{mount.permissions}")
-    out: dict[str, Any] = {}
-    if mounts:
-        out["mounts"] = mounts
-    if devices:
-        out["devices"] = devices
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,50 +217,70 @@ def app_to_containers(
             workspaces.append(
                 WorkspaceBuild(role.name, role.workspace, role.image, opts.image_repo)
             )
+        # What all replicas of the role share is made once; per replica only the macros,
+        # the name and the replica id change.
         role_json = json.dumps(role_to_dict(role), sort_keys=True, separators=(",", ":"))
-        for replica_id in range(role.num_replicas):
-            values = macros.Values(
-                img_root="", app_id=app_id, replica_id=str(replica_id), rank0_env=RANK0_HOST_ENV
-            )
-            replica = values.apply(role)
-            name = replica_name(app_id, role.name, replica_id)
-            env = {
-                **base_env,
-                **replica.env,
-                ENV_APP_ID: app_id,
-                ENV_ROLE_IDX: str(role_idx),
-                ENV_ROLE_NAME: role.name,
-                ENV_REPLICA_IDX: str(replica_id),
-                RANK0_HOST_ENV: rank0_host,
-            }
-            labels = {
-                **replica_labels(app.name, app_id, role.name, role_idx, replica_id),
-                **ti_labels,
-                LABEL_ROLE: role_json,
-                LABEL_REMOVE: "true" if opts.remove else "false",
-            }
-            spec: dict[str, Any] = {
-                "image": replica.image,
+        labels = {
+            **replica_labels(app.name, app_id, role.name, role_idx, 0),
+            **ti_labels,
+            LABEL_ROLE: role_json,
+            LABEL_REMOVE: "true" if opts.remove else "false",
+        }
+        # Replica 0's spec with a placeholder for the replica id; each replica is a copy of
+        # it with the placeholder replaced (macros are substituted in args and env, what
+        # ``Values.apply`` substitutes; the entrypoint never).
+        values = macros.Values(
+            img_root="", app_id=app_id, replica_id=_REPLICA_ID, rank0_env=RANK0_HOST_ENV
+        )
+        args = [values.substitute(a) for a in role.args]
+        role_env = {k: values.substitute(v) for k, v in role.env.items()}
+        # The keys in their order; per replica the placeholders are filled in.
+        template: dict[str, Any] = {
+            "image": role.image,
+            "entrypoint": None,
+            "command": None,
+            "name": "",
+            "hostname": "",
+            "environment": None,
+            "labels": None,
+            "network": opts.network,
+            # A small init as PID 1 forwards SIGTERM (cancel stops promptly) and reaps.
+            "init": True,
+        }
+        if opts.privileged:
+            template["privileged"] = True
+        mounts = mount_kwargs(role, where)  # once: it warns about unknown devices
+        # Each container gets its own copy of the mounts (json.loads: a fast deep copy).
+        mounts_json = json.dumps(mounts) if mounts else ""
+        # The environment up to the replica's own variables (the role's own values per
+        # replica only when a macro there names the replica id).
+        fixed = {ENV_APP_ID: app_id, ENV_ROLE_IDX: str(role_idx), ENV_ROLE_NAME: role.name}
+        env_head = {**base_env, **role_env, **fixed}
+        env_per_replica = any(_REPLICA_ID in v for v in role_env.values())
+        for replica_id, name in enumerate(replica_names(app_id, role.name, role.num_replicas)):
+            rid = str(replica_id)
+            env = env_head
+            if env_per_replica:
+                mine = {k: v.replace(_REPLICA_ID, rid) for k, v in role_env.items()}
+                env = {**base_env, **mine, **fixed}
+            spec = {
+                **template,
                 # As on Kubernetes, the role's entrypoint replaces the image's ENTRYPOINT.
-                "entrypoint": [replica.entrypoint],
-                "command": list(replica.args),
+                "entrypoint": [role.entrypoint],
+                "command": [a.replace(_REPLICA_ID, rid) for a in args],
                 "name": name,
                 "hostname": name,
-                "environment": env,
-                "labels": labels,
-                "network": opts.network,
-                # A small init as PID 1 forwards SIGTERM (cancel stops promptly) and reaps.
-                "init": True,
+                "environment": {**env, ENV_REPLICA_IDX: rid, RANK0_HOST_ENV: rank0_host},
+                "labels": {**labels, LABEL_REPLICA_ID: rid},
             }
-            if opts.privileged:
-                spec["privileged"] = True
-            if replica.max_retries > 0:
+            if role.max_retries > 0:
                 spec["restart_policy"] = {
                     "Name": "on-failure",
-                    "MaximumRetryCount": replica.max_retries,
+                    "MaximumRetryCount": role.max_retries,
                 }
-            spec.update(resource_kwargs(replica))
-            spec.update(mount_kwargs(replica, where))
+            spec.update(resource_kwargs(role))
+            if mounts_json:
+                spec.update(json.loads(mounts_json))
             containers.append(spec)
     return DockerJob(app_id, opts.network, containers, workspaces, opts.quiet)
 

@@ -72,6 +72,9 @@ class KubeOpts:
         "needed by roles with a workspace",
     )
     image_secret: str | None = option(str, "image pull secret of the pods (private registries)")
+    quiet: bool = option(
+        bool, "log the progress of workspace image builds at debug level only", default=False
+    )
     reserved_millicpu: int = option(
         int,
         "CPU (millicores) kept back from each replica's request for the node's own use",

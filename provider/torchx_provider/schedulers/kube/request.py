@@ -25,17 +25,7 @@ from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal, runopts
-
-
-def to_yaml(obj: Any) -> str:
-    """YAML of a manifest, keys in insertion order, never with ``&id`` anchors."""
-    import yaml
-
-    class _NoAliases(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True
-
-    return str(yaml.dump(obj, Dumper=_NoAliases, sort_keys=False, default_flow_style=False))
+from torchx_provider.specs.yaml_text import yaml_text
 
 
 @dataclass(frozen=True)
@@ -58,6 +48,8 @@ class KubeRequest:
     body: dict[str, Any]
     builds: list[ImageBuild] = field(default_factory=list)
     validate_spec: bool = False
+    #: Log workspace image builds at debug level (the ``quiet`` run option).
+    quiet: bool = False
 
     @property
     def name(self) -> str:
@@ -69,7 +61,7 @@ class KubeRequest:
         return make_app_id(self.namespace, self.name)
 
     def __str__(self) -> str:
-        return to_yaml(self.body)
+        return yaml_text(self.body)
 
     __repr__ = __str__
 
@@ -163,6 +155,7 @@ class KubeTranslation(abc.ABC):
             body=self.manifest(app, opts, at),
             builds=image_builds(app, at.names.slugs, opts.image_repo),
             validate_spec=opts.validate_spec,
+            quiet=opts.quiet,
         )
 
     @abc.abstractmethod

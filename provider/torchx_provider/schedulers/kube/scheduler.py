@@ -97,7 +97,11 @@ class KubeScheduler(Scheduler[KubeRequest]):
             images = {}
             for b in request.builds:
                 image = build_workspace_image(
-                    b.workspace, b.base_image, image_repo=b.image_repo, role=b.role
+                    b.workspace,
+                    b.base_image,
+                    image_repo=b.image_repo,
+                    role=b.role,
+                    quiet=request.quiet,
                 )
                 images[b.container] = (b.base_image, image)
             replace_images(self.translation.pod_templates(request.body), images)
