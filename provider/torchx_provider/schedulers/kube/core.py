@@ -27,6 +27,7 @@ from torchx_provider.schedulers.kube.podlogs import (
     replica_selector,
 )
 from torchx_provider.schedulers.kube.request import (
+    JsonPatch,
     KubeRequest,
     KubeTranslation,
     make_app_id,
@@ -147,16 +148,19 @@ class KubeCore:
         return self.translation.list_item(namespace, obj, handle(app_id))
 
     async def cancel(self, app_id: str) -> None:
-        """Stop a live app as its backend does (create its cancel object, or delete it); an
-        ended or missing app is left alone."""
+        """Stop a live app as its backend does (create its cancel object, patch or delete the
+        app's object); an ended or missing app is left alone."""
         namespace, name = parse_app_id(app_id)
         obj = await self.get(namespace, name)
         if obj is None or is_terminal(self.translation.app_state(obj)):
             return
         plan = self.translation.cancel_plan(obj)
-        if plan is None:
+        if plan is None or isinstance(plan, JsonPatch):
             assert self.resource is not None
-            await self.io.delete(self.resource, namespace, name)
+            if plan is None:
+                await self.io.delete(self.resource, namespace, name)
+            else:
+                await self.io.patch(self.resource, namespace, name, plan.ops)
         else:
             res, body = plan
             await self.io.create(res, namespace, body)
@@ -173,7 +177,8 @@ class KubeCore:
     ) -> Mapping[str, Any] | None:
         """The replica's newest pod once its containers started (before that there is no
         log to read), else ``None``."""
-        pods = await self.io.pods(namespace, replica_selector(name, role_name, replica_id))
+        selector = replica_selector(name, role_name, replica_id, self.translation.replica_label)
+        pods = await self.io.pods(namespace, selector)
         pod = newest_pod(pods, role_name)
         return pod if pod is not None and has_started(pod) else None
 

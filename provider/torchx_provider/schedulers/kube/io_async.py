@@ -78,6 +78,16 @@ class AsyncKube:
             )
         return list(resp.get("items") or [])
 
+    async def patch(
+        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Apply a JSON patch (a list body: ``application/json-patch+json``)."""
+        api = await self._custom()
+        with api_errors("patch", what(res, namespace, name), app_id=name):
+            await api.patch_namespaced_custom_object(
+                *at(res, namespace), name, ops, _request_timeout=REQUEST_TIMEOUT
+            )
+
     async def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         api = await self._custom()
         try:

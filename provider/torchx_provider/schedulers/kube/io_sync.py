@@ -102,6 +102,15 @@ class SyncKube:
             )
         return list(resp.get("items") or [])
 
+    def patch(
+        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Apply a JSON patch (a list body: ``application/json-patch+json``)."""
+        with api_errors("patch", what(res, namespace, name), app_id=name):
+            self._custom().patch_namespaced_custom_object(
+                *at(res, namespace), name, ops, _request_timeout=REQUEST_TIMEOUT
+            )
+
     def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         try:
             with api_errors("delete", what(res, namespace, name), app_id=name):
