@@ -14,7 +14,13 @@ from typing import Any
 from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
-from torchx_provider.schedulers.kube.io_sync import REQUEST_TIMEOUT, at, log_what, what
+from torchx_provider.schedulers.kube.io_sync import (
+    JSON_PATCH,
+    REQUEST_TIMEOUT,
+    at,
+    log_what,
+    what,
+)
 from torchx_provider.schedulers.kube.resources import CustomResource
 
 
@@ -81,11 +87,16 @@ class AsyncKube:
     async def patch(
         self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
     ) -> None:
-        """Apply a JSON patch (a list body: ``application/json-patch+json``)."""
+        """Apply a JSON patch (RFC 6902; the content type is named: the client would pick
+        another)."""
         api = await self._custom()
         with api_errors("patch", what(res, namespace, name), app_id=name):
             await api.patch_namespaced_custom_object(
-                *at(res, namespace), name, ops, _request_timeout=REQUEST_TIMEOUT
+                *at(res, namespace),
+                name,
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
             )
 
     async def delete(self, res: CustomResource, namespace: str, name: str) -> None:

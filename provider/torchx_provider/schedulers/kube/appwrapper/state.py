@@ -53,9 +53,9 @@ PHASE_STATE: dict[str, AppState] = {
 }
 
 #: Condition types, in the order their message explains the state best.
-#: ``Unhealthy`` (why it failed or resets), ``QuotaReserved`` (admitted or not),
-#: ``PodsReady`` (all pods up), ``ResourcesDeployed`` (components exist).
-CONDITION_ORDER = ("Unhealthy", "QuotaReserved", "PodsReady", "ResourcesDeployed")
+#: ``Unhealthy`` (why it failed or resets), ``PodsReady`` (all pods up), ``QuotaReserved``
+#: (admitted or not), ``ResourcesDeployed`` (components exist).
+CONDITION_ORDER = ("Unhealthy", "PodsReady", "QuotaReserved", "ResourcesDeployed")
 
 #: Phases in which a cancelled AppWrapper (:data:`ANNOTATION_CANCELLED`) is ``CANCELLED``.
 _CANCELLABLE_PHASES = ("", "Suspended", "Suspending", "Resuming", "Running", "Resetting")
