@@ -2,8 +2,10 @@
 
 The app is 1 role x 1,024 replicas (``python -m train --rank ${replica_id}``, 8 CPUs, 1 GPU,
 32 GB, a rendezvous port): the manifest of a large data-parallel job. The dry run is the
-whole of ``submit_dryrun``: options, validation and the translation to a Volcano Job or an
-MCAD AppWrapper -- what a worker does before it contacts the cluster, on every try.
+whole of ``submit_dryrun``: options, validation and the translation to a Volcano Job, an
+MCAD AppWrapper or an AppWrapper ``v1beta2`` (one Indexed Job of 1,024 completions: one pod
+template, so it is the cheapest) -- what a worker does before it contacts the cluster, on
+every try. TorchX has no AppWrapper ``v1beta2`` scheduler: that row has no TorchX columns.
 
 The same app goes through TorchX 0.7.0's ``kubernetes`` and ``kubernetes_mcad`` schedulers
 in the same run, from TorchX's own virtual environment, kept outside the repository in
@@ -124,7 +126,12 @@ def our_samples(replicas: int, runs: int) -> dict[str, list[float]]:
         return specs.AppDef("bench", roles=[role])
 
     out: dict[str, list[float]] = {}
-    for backend, cfg in (("kubernetes", {"queue": "default"}), ("kubernetes_mcad", {})):
+    backends = (
+        ("kubernetes", {"queue": "default"}),
+        ("kubernetes_mcad", {}),
+        ("kubernetes_appwrapper", {}),
+    )
+    for backend, cfg in backends:
         scheduler = create_scheduler(backend, "bench", namespace="default")
         scheduler.submit_dryrun(app(), cfg)  # warm up imports
         samples = []
@@ -133,16 +140,20 @@ def our_samples(replicas: int, runs: int) -> dict[str, list[float]]:
             t = time.perf_counter()
             info = scheduler.submit_dryrun(a, cfg)
             samples.append((time.perf_counter() - t) * 1000)
-        assert len(pods(backend, info.request.body)) == replicas
+        assert pod_count(backend, info.request.body) == replicas
         out[backend] = samples
     return out
 
 
-def pods(backend: str, body: dict[str, Any]) -> list[Any]:
+def pod_count(backend: str, body: dict[str, Any]) -> int:
+    """How many pods the manifest asks for (an AppWrapper v1beta2 counts its podSets)."""
     if backend == "kubernetes":
-        return list(body["spec"]["tasks"])
+        return len(body["spec"]["tasks"])
+    if backend == "kubernetes_appwrapper":
+        components = body["spec"]["components"]
+        return sum(ps["replicas"] for c in components for ps in c.get("podSets") or [])
     items = body["spec"]["resources"]["GenericItems"]
-    return [i for i in items if i["generictemplate"]["kind"] == "Pod"]
+    return sum(i["generictemplate"]["kind"] == "Pod" for i in items)
 
 
 def main() -> int:
@@ -162,13 +173,13 @@ def main() -> int:
 
     median: Callable[[list[float]], float] = statistics.median
     print(f"\ndry run of 1 role x {args.replicas} replicas, {args.runs} runs (ms)")
-    header = f"{'backend':<17}{'ours median':>12}{'ours min':>10}"
+    header = f"{'backend':<23}{'ours median':>12}{'ours min':>10}"
     if theirs:
         header += f"{'torchx median':>15}{'torchx min':>12}{'torchx/ours':>13}"
     print(header)
     ok = True
     for backend, samples in ours.items():
-        line = f"{backend:<17}{median(samples):>12.1f}{min(samples):>10.1f}"
+        line = f"{backend:<23}{median(samples):>12.1f}{min(samples):>10.1f}"
         if backend in theirs:
             t = theirs[backend]
             line += f"{median(t):>15.1f}{min(t):>12.1f}{median(t) / median(samples):>12.1f}x"
