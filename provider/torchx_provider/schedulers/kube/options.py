@@ -1,11 +1,11 @@
 """The run options every Kubernetes backend accepts, each declared once as a dataclass field.
 
-Volcano, MCAD and AppWrapper v1beta2 place pods the same way (:mod:`.pod`), so the options that shape those pods
-and the object around them -- namespace, service account, workspace image repository, pull
-secret, reserved resources, server-side validation, extra labels and annotations -- mean the
-same on all. Each is a field of :class:`KubeOpts` whose metadata holds its type and help;
-:meth:`KubeOpts.run_opts` derives the :class:`runopts` from the fields, so names, types,
-defaults and help cannot drift apart. A backend subclasses :class:`KubeOpts` with only what
+Volcano, MCAD and AppWrapper v1beta2 place pods the same way (:mod:`.pod`), so the options
+that shape those pods and the object around them -- namespace, service account, workspace
+image repository, pull secret, reserved resources, server-side validation, extra labels and
+annotations -- mean the same on all. Each is a field of :class:`KubeOpts` whose metadata
+holds its type and help; :meth:`KubeOpts.run_opts` derives the :class:`runopts` from the
+fields, so names, types, defaults and help cannot drift apart. A backend subclasses :class:`KubeOpts` with only what
 its object has of its own (Volcano's ``queue``, MCAD's ``priority`` and coscheduling) and
 sets :attr:`KubeOpts.KIND`, the object ``{kind}`` names in the help texts.
 
