@@ -334,3 +334,22 @@ async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
         assert resp is not None and resp.state is AppState.CANCELLED
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(("group", "resource"), [("batch", "jobs"), ("", "services")])
+def test_the_webhooks_rbac_check_would_admit_us(
+    kube_cluster: Any, group: str, resource: str
+) -> None:
+    """The AppWrapper webhook (off here, on by default) admits an AppWrapper only if its
+    submitter may create every kind it wraps: the restricted identity may."""
+    from kubernetes import client
+
+    api = client.AuthorizationV1Api(kube_cluster.api_client(restricted=True))
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=kube_cluster.namespace, verb="create", group=group, resource=resource
+            )
+        )
+    )
+    assert api.create_self_subject_access_review(review).status.allowed

@@ -21,8 +21,9 @@ pods, the AppWrapper stays with its status (state ``CANCELLED``); ``delete`` rem
 (the default with ``local_queue``: Kueue owns ``spec.suspend``). :meth:`delete` removes it.
 
 **RBAC** (in the namespace): ``workload.codeflare.dev/appwrappers`` create, get, list, patch,
-delete; ``pods`` get, list; ``pods/log`` get. (The controller, not the provider, creates the
-Jobs and the Service.)
+delete; ``pods`` get, list; ``pods/log`` get. The controller creates the Jobs and the Service,
+but its admission webhook (``userRBACAdmissionCheck``, on by default) admits an AppWrapper
+only if the submitter may create them too: ``batch/jobs`` and ``services`` create.
 """
 
 from __future__ import annotations
