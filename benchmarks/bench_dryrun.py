@@ -2,7 +2,9 @@
 
 The app is 1 role x 1,024 replicas (``python -m train --rank ${replica_id}``, 8 CPUs, 1 GPU,
 32 GB, a rendezvous port): the request of a large data-parallel job. Two things are timed on
-each backend (``kubernetes``, ``kubernetes_mcad``, ``local_docker``):
+each backend (``kubernetes``, ``kubernetes_mcad``, ``kubernetes_appwrapper``,
+``local_docker``; an AppWrapper ``v1beta2`` wraps one Indexed Job of 1,024 completions, one
+pod template, so it is the cheapest, and TorchX has no such scheduler: no TorchX columns):
 
 * ``dry run``: the whole of ``submit_dryrun`` -- options, validation and the translation to a
   Volcano Job, an MCAD AppWrapper or the Docker containers; what a worker does before it
@@ -43,7 +45,7 @@ from torchx_venv import TORCHX_VERSION, torchx_python
 BUDGET_MS = 100.0
 #: How many times faster than TorchX ours must be, dry run alone and with rendering.
 MIN_SPEEDUP = 10.0
-BACKENDS = ("kubernetes", "kubernetes_mcad", "local_docker")
+BACKENDS = ("kubernetes", "kubernetes_mcad", "kubernetes_appwrapper", "local_docker")
 COLUMNS = ("dry run", "+ render")
 
 # Runs inside TorchX's virtual environment; prints one JSON object of timings (ms).
@@ -120,6 +122,7 @@ def our_samples(replicas: int, runs: int) -> Samples:
     configs: dict[str, dict[str, Any]] = {
         "kubernetes": {"queue": "default"},
         "kubernetes_mcad": {},
+        "kubernetes_appwrapper": {},
         "local_docker": {},
     }
     out: Samples = {}
@@ -148,6 +151,11 @@ def replica_requests(backend: str, request: Any) -> list[Any]:
     if backend == "local_docker":
         return list(request.containers)
     body = request.body
+    if backend == "kubernetes_appwrapper":  # replicas of the Indexed Jobs' pod sets
+        components = body["spec"]["components"]
+        return [
+            None for c in components for ps in c.get("podSets") or [] for _ in range(ps["replicas"])
+        ]
     if backend == "kubernetes":
         return list(body["spec"]["tasks"])
     items = body["spec"]["resources"]["GenericItems"]

@@ -28,16 +28,21 @@ with DAG(
     job = TorchXDockerOperator(
         task_id="job",
         app="utils.echo",
-        app_args={"msg": "result line", "image": "torchx-provider/busybox:latest",
-                  "num_replicas": 2},
+        app_args={
+            "msg": "result line",
+            "image": "torchx-provider/busybox:latest",
+            "num_replicas": 2,
+        },
         poll_interval=1,
     )
 
     @task
     def report(handle: str, replicas: list[dict]) -> int:
         for r in replicas:
-            print(f"{handle}: {r['role']}/{r['replica_id']} -> {r['state']} "
-                  f"(exit code {r['exit_code']})")
+            print(
+                f"{handle}: {r['role']}/{r['replica_id']} -> {r['state']} "
+                f"(exit code {r['exit_code']})"
+            )
         return sum(1 for r in replicas if r["exit_code"] == 0)
 
     report(job.output["app_handle"], job.output["replicas"])

@@ -135,6 +135,16 @@ BUILTIN_BACKENDS: tuple[Backend, ...] = (
         operator=f"{_OPERATORS}:TorchXMCADOperator",
     ),
     Backend(
+        name="kubernetes_appwrapper",
+        title="AppWrapper (Kueue)",
+        scheduler_factory="torchx_provider.schedulers.kube.appwrapper:create_scheduler",
+        async_client_factory="torchx_provider.schedulers.kube.appwrapper:create_async_client",
+        options="torchx_provider.schedulers.kube.appwrapper:AppWrapperOpts",
+        hook=_KUBE_HOOK,
+        connection_type="torchx_kubernetes",
+        operator=f"{_OPERATORS}:TorchXAppWrapperOperator",
+    ),
+    Backend(
         name="local_docker",
         title="Docker",
         scheduler_factory="torchx_provider.schedulers.docker:create_scheduler",

@@ -51,6 +51,9 @@ KUBERNETES_FIELDS: dict[str, Any] = {
     "namespace": _text("Namespace", "Namespace of the jobs"),
     "disable_verify_ssl": _flag("Disable SSL verification", "Do not verify the API server (tests)"),
     "queue": _text("Default queue", "Run option default: Volcano queue / MCAD queue"),
+    "local_queue": _text(
+        "Default Kueue local queue", "Run option default: Kueue LocalQueue of AppWrappers v1beta2"
+    ),
     "image_repo": _text("Default image repo", "Run option default: where workspace images go"),
     "service_account": _text("Default service account", "Run option default"),
     "priority_class": _text("Default priority class", "Run option default"),
@@ -128,7 +131,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-provider-torchx",
         "name": "TorchX",
         "description": "Run TorchX-style distributed apps (roles x replicas) on Volcano, "
-        "MCAD/AppWrapper or Docker from Airflow.",
+        "MCAD, AppWrapper v1beta2 (Kueue) or Docker from Airflow.",
         "versions": [__version__],
         "integrations": [
             {

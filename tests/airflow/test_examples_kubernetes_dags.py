@@ -75,7 +75,9 @@ def watch_pods(kube: Any, mcad: bool) -> Iterator[Callable[[str], list[str]]]:
                     labels = pod.metadata.labels
                     line = replica_line(
                         labels["torchx.pytorch.org/role-name"],
-                        labels["torchx.pytorch.org/replica-id"],
+                        # An AppWrapper v1beta2 replica is its Indexed Job's completion index.
+                        labels.get("torchx.pytorch.org/replica-id")
+                        or labels["batch.kubernetes.io/job-completion-index"],
                     )
                     kube.set_pod_logs(name, [line], mcad=mcad)
                     seen.append((labels["torchx.pytorch.org/app-name"], name))
@@ -125,3 +127,51 @@ def test_mcad_example_runs_end_to_end(
     assert len(mcad_pod_logs("infer")) == 2, mcad_pod_logs("infer")
     for replica in ("0", "1"):
         assert f"[infer/{replica}] {replica_line('infer', replica)}" in output
+
+
+@pytest.fixture
+def kueue_admits(kube: Any) -> Iterator[list[str]]:
+    """Play Kueue's admission: unsuspend every suspended AppWrapper in the test namespace
+    (there is no Kueue controller on the local cluster); yields the names admitted."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(kube.api_client())
+    args = ("workload.codeflare.dev", "v1beta2", kube.namespace, "appwrappers")
+    admitted: list[str] = []
+    stop = threading.Event()
+
+    def admit() -> None:
+        while not stop.wait(0.5):
+            for aw in api.list_namespaced_custom_object(*args).get("items", []):
+                if aw["spec"].get("suspend") and not aw["metadata"].get("deletionTimestamp"):
+                    name = aw["metadata"]["name"]
+                    patch = [{"op": "replace", "path": "/spec/suspend", "value": False}]
+                    api.patch_namespaced_custom_object(
+                        *args, name, patch, _content_type="application/json-patch+json"
+                    )
+                    admitted.append(name)
+
+    thread = threading.Thread(target=admit, daemon=True)
+    thread.start()
+    yield admitted
+    stop.set()
+    thread.join(timeout=10)
+
+
+def test_appwrapper_example_runs_end_to_end(
+    kube: Any, pod_logs: Callable[[str], list[str]], kueue_admits: list[str], tmp_path: Path
+) -> None:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig},
+    }
+    output = run_example(
+        "torchx_appwrapper",
+        tmp_path / "home",
+        extra_env={"AIRFLOW_CONN_TORCHX_APPWRAPPER_DEFAULT": json.dumps(conn)},
+        conf={"namespace": kube.namespace, "local_queue": "it-team"},
+    )
+    assert len(kueue_admits) == 1, kueue_admits
+    assert len(pod_logs("infer-aw")) == 2, pod_logs("infer-aw")
+    for replica in ("0", "1"):
+        assert f"[infer-aw/{replica}] {replica_line('infer-aw', replica)}" in output

@@ -62,6 +62,7 @@ AW_HEALTH_PORT=$((PORT_BASE + 11))
 MCAD_HEALTH_PORT=$((PORT_BASE + 12))
 MCAD_KWOK_PORT=$((PORT_BASE + 13))
 MCAD_KCM_PORT=$((PORT_BASE + 14))
+JOB_CONTROLLER_PORT=$((PORT_BASE + 15))
 
 TEST_NAMESPACE="torchx-test"
 NODE_COUNT=2                          # fake nodes kwok-node-0..N-1
@@ -575,6 +576,8 @@ apply_crds() {
   # Upstream CRDs that the controllers watch but the provider never touches come
   # from the module sources fetched at build time.
   for f in "$(volcano_dir)"/crds/*.yaml "$(kwok_dir)"/crds/*.yaml; do args+=(-f "$f"); done
+  # Kueue's CRDs (queues, quotas, priorities; no Kueue controller): see kueue/README.md.
+  for f in "$HERE"/kueue/*.yaml; do args+=(-f "$f"); done
   for f in "${mcad_crds[@]}"; do margs+=(-f "$CRD_DIR/$f"); done
   kubectl_admin apply --server-side --force-conflicts "${args[@]}" >/dev/null
   kubectl_mcad apply --server-side --force-conflicts "${margs[@]}" >/dev/null
@@ -584,7 +587,8 @@ apply_crds() {
 
 # Garbage collection (deleting a Job deletes its pods), namespaces, the default
 # ServiceAccount that admission requires, node health. Controllers that act on
-# workloads the provider never creates (Deployments, batch Jobs, ...) stay off.
+# workloads the provider never creates (Deployments, ...) stay off; the batch Job
+# controller runs as its own process (start_job_controller).
 KCM_CONTROLLERS=namespace-controller,garbage-collector-controller,serviceaccount-controller
 KCM_CONTROLLERS+=,serviceaccount-token-controller,pod-garbage-collector-controller
 KCM_CONTROLLERS+=,root-ca-certificate-publisher-controller,node-lifecycle-controller
@@ -622,6 +626,26 @@ start_scheduler() {
 start_control_plane() {
   start_kcm kube-controller-manager "$RUN/kubeconfig/controller-manager.yaml" "$KCM_PORT"
   start_scheduler kube-scheduler "$RUN/kubeconfig/scheduler.yaml" "$SCHEDULER_PORT"
+  start_job_controller
+}
+
+# The batch/v1 Job controller, as its own kube-controller-manager process: AppWrapper v1beta2
+# apps wrap one Indexed Job per role. A process of its own so that 'up' can add it to a
+# cluster started before it existed (start skips what runs) without restarting the other.
+start_job_controller() {
+  start kube-job-controller "$(kube_dir)/kube-controller-manager" \
+    --kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authentication-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authorization-kubeconfig="$RUN/kubeconfig/controller-manager.yaml" \
+    --authentication-skip-lookup=true \
+    --bind-address=127.0.0.1 \
+    --secure-port="$JOB_CONTROLLER_PORT" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --controllers=job-controller \
+    --v=1
 }
 
 # kwok NAME KUBECONFIG PORT: the fake kubelet for every node annotated kwok.x-k8s.io/node=fake.
@@ -900,7 +924,7 @@ mcad_ready() {
 ALL_PROCESSES=(
   kar-controllers mcad-kube-scheduler mcad-kube-controller-manager mcad-kwok
   appwrapper-controller vc-controller-manager vc-scheduler kwok
-  kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
+  kube-job-controller kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
 )
 
 # stop_many NAME...: SIGTERM to all of them at once, SIGKILL to any still

@@ -12,6 +12,7 @@ until a task runs), so DAG files can import them freely.
 
 from torchx_provider.operators.options import Following, Lifecycle, OnFinishAction, OnKillAction
 from torchx_provider.operators.per_backend import (
+    TorchXAppWrapperOperator,
     TorchXDockerOperator,
     TorchXKubernetesOperator,
     TorchXMCADOperator,
@@ -23,6 +24,7 @@ __all__ = [
     "Lifecycle",
     "OnFinishAction",
     "OnKillAction",
+    "TorchXAppWrapperOperator",
     "TorchXDockerOperator",
     "TorchXKubernetesOperator",
     "TorchXMCADOperator",

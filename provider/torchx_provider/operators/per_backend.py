@@ -24,6 +24,14 @@ class TorchXMCADOperator(TorchXOperator):
     default_scheduler: ClassVar[str] = "kubernetes_mcad"
 
 
+class TorchXAppWrapperOperator(TorchXOperator):
+    """:class:`TorchXOperator` on AppWrappers ``v1beta2``, usually admitted by Kueue
+    (``scheduler="kubernetes_appwrapper"``); ``conn_id`` is a ``torchx_kubernetes`` or
+    ``kubernetes`` connection."""
+
+    default_scheduler: ClassVar[str] = "kubernetes_appwrapper"
+
+
 class TorchXDockerOperator(TorchXOperator):
     """:class:`TorchXOperator` on a Docker engine (``scheduler="local_docker"``); ``conn_id``
     is a ``torchx_docker`` connection."""

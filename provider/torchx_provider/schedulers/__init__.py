@@ -3,6 +3,8 @@
 * ``local_docker`` -- :mod:`torchx_provider.schedulers.docker`
 * ``kubernetes`` (Volcano) -- :mod:`torchx_provider.schedulers.kube.volcano`
 * ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.kube.mcad`
+* ``kubernetes_appwrapper`` (AppWrapper v1beta2, Kueue) --
+  :mod:`torchx_provider.schedulers.kube.appwrapper`
 
 Importing this package imports no client library.
 """

@@ -53,7 +53,12 @@ def test_every_unknown_name_check_reads_the_table() -> None:
 
 
 def test_builtin_rows_agree_with_their_hooks_and_operators() -> None:
-    assert [r.name for r in BUILTIN_BACKENDS] == ["kubernetes", "kubernetes_mcad", "local_docker"]
+    assert [r.name for r in BUILTIN_BACKENDS] == [
+        "kubernetes",
+        "kubernetes_mcad",
+        "kubernetes_appwrapper",
+        "local_docker",
+    ]
     for row in BUILTIN_BACKENDS:
         hook = row.hook_class()
         assert hook.conn_type == row.connection_type

@@ -34,6 +34,7 @@ CRD_FILES = {
     "volcano_command": "volcano-v1.15.1_bus.volcano.sh_commands.yaml",
     "workload.codeflare.dev": "mcad-v1.40.0_workload.codeflare.dev_appwrappers.yaml",
     "mcad.ibm.com": "mcad-v1.34.0_mcad.ibm.com_appwrappers.yaml",
+    "appwrapper_v1beta2": "appwrapper-v1.2.1_workload.codeflare.dev_appwrappers.yaml",
     "scheduling.x-k8s.io": "scheduler-plugins-v0.34.7_scheduling.x-k8s.io_podgroups.yaml",
     "scheduling.sigs.k8s.io": "scheduler-plugins-v0.24.9_scheduling.sigs.k8s.io_podgroups.yaml",
 }
@@ -126,6 +127,41 @@ def validate_appwrapper(aw: Mapping[str, Any]) -> None:
                 assert set(port) <= {"name", "port", "targetPort", "protocol"}
         else:
             raise AssertionError(f"unexpected generic item kind {kind}")
+
+
+def validate_appwrapper_v1beta2(aw: Mapping[str, Any]) -> None:
+    """A ``v1beta2`` AppWrapper against its CRD, each role's Job (its pod template against
+    the PodTemplateSpec schema) and the Service; every podSet path names a pod template whose
+    replicas are the Job's."""
+    assert aw["apiVersion"] == "workload.codeflare.dev/v1beta2"
+    _check("appwrapper_v1beta2", aw)
+    components = aw["spec"]["components"]
+    assert 1 <= sum(len(c.get("podSets") or []) for c in components) <= 8
+    for component in components:
+        template = component["template"]
+        kind = template["kind"]
+        if kind == "Job":
+            assert template["apiVersion"] == "batch/v1"
+            spec = template["spec"]
+            assert set(spec) == {
+                "completionMode",
+                "completions",
+                "parallelism",
+                "backoffLimit",
+                "template",
+            }
+            assert spec["completionMode"] == "Indexed"
+            assert spec["completions"] == spec["parallelism"] >= 1
+            (podset,) = component["podSets"]
+            assert podset["path"] == "template.spec.template"
+            assert podset["replicas"] == spec["completions"]
+            validate_pod(spec["template"])
+        elif kind == "Service":
+            assert "podSets" not in component
+            assert template["apiVersion"] == "v1"
+            assert template["spec"]["clusterIP"] == "None"
+        else:
+            raise AssertionError(f"unexpected component kind {kind}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,6 +265,26 @@ def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
                 "annotations": {"example.com/owner": "ada"},
             },
         }
+    if backend == "kubernetes_appwrapper":
+        return {
+            "echo": {},
+            "ddp": {
+                "service_account": "trainer",
+                "image_secret": "regcred",
+                "local_queue": "team-vision",
+                "priority_class": "high",
+                "pod_priority_class": "gpu-high",
+            },
+            "multi": {
+                "labels": {"team": "vision"},
+                "failure_grace_period": "30s",
+                "retry_pause_period": "10s",
+                "deletion_on_failure_grace_period": "1h",
+                "success_ttl": "24h",
+                "terminal_exit_codes": "2,3",
+                "cancel_by": "delete",
+            },
+        }
     return {
         "echo": {},
         "ddp": {
@@ -305,6 +361,13 @@ def test_mcad_golden(name: str) -> None:
     aw = manifest("kubernetes_mcad", name)
     validate_appwrapper(aw)
     check_golden(f"mcad_{name}", aw)
+
+
+@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
+def test_appwrapper_v1beta2_golden(name: str) -> None:
+    aw = manifest("kubernetes_appwrapper", name)
+    validate_appwrapper_v1beta2(aw)
+    check_golden(f"appwrapper_{name}", aw)
 
 
 def test_mcad_legacy_groups_validate() -> None:

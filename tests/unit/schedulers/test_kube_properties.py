@@ -16,10 +16,17 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kube_manifests import validate_appwrapper, validate_volcano_job
+from test_kube_manifests import (
+    validate_appwrapper,
+    validate_appwrapper_v1beta2,
+    validate_volcano_job,
+)
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import naming
+from torchx_provider.schedulers.kube.appwrapper import AppWrapperOpts, AppWrapperTranslation
+from torchx_provider.schedulers.kube.appwrapper import state as aw_state
+from torchx_provider.schedulers.kube.appwrapper import translation as aw_translation
 from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
 from torchx_provider.schedulers.kube.mcad.state import describe_appwrapper
 from torchx_provider.schedulers.kube.mcad.translation import app_to_appwrapper
@@ -230,6 +237,35 @@ def test_appwrappers_are_valid(
     assert sum(kind == "Pod" for kind, _ in seen) == sum(r.num_replicas for r in app.roles)
     assert all(LABEL_VALUE.match(v) and len(v) <= 63 for v in all_label_values(aw))
     check_describe_roundtrip(app, describe_appwrapper(f"ns:{name}", aw))
+
+
+@SETTINGS
+@given(app=apps(), suffix=suffixes, ti_key=ti_keys, queue=st.booleans())
+def test_appwrappers_v1beta2_are_valid(
+    app: specs.AppDef, suffix: str, ti_key: TaskInstanceKey | None, queue: bool
+) -> None:
+    opts = AppWrapperOpts(local_queue="team-a" if queue else None, success_ttl="1h")
+    at = AppWrapperTranslation().placement(app, "ns", suffix, ti_key)
+    aw = aw_translation.app_to_appwrapper(app, opts, at)
+    validate_appwrapper_v1beta2(aw)
+    name = aw["metadata"]["name"]
+    assert is_rfc1123_name(name)
+    assert aw["spec"].get("suspend", False) is queue
+    seen: set[tuple[str, str]] = set()
+    for component in aw["spec"]["components"]:
+        template = component["template"]
+        kind, obj_name = template["kind"], template["metadata"]["name"]
+        assert is_rfc1123_name(obj_name), obj_name
+        assert (kind, obj_name) not in seen
+        seen.add((kind, obj_name))
+        if kind == "Job":
+            # The Job controller names each pod's host {job}-{index}: an RFC 1123 label.
+            last = template["spec"]["completions"] - 1
+            assert is_rfc1123_name(f"{obj_name}-{last}"), obj_name
+            assert template["spec"]["template"]["spec"]["subdomain"] == name
+    assert sum(kind == "Job" for kind, _ in seen) == len(app.roles)
+    assert all(LABEL_VALUE.match(v) and len(v) <= 63 for v in all_label_values(aw))
+    check_describe_roundtrip(app, aw_state.describe_appwrapper(f"ns:{name}", aw))
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,8 +1,9 @@
-"""What the two Kubernetes backends (Volcano and MCAD) share, written once.
+"""What the Kubernetes backends (Volcano, MCAD, AppWrapper v1beta2) share, written once.
 
 Each backend is a package of its own, holding only its pure parts -- run options, the
 translation AppDef → object, the state table -- and its two factories:
-:mod:`.volcano` (``kubernetes``) and :mod:`.mcad` (``kubernetes_mcad``). Shared here:
+:mod:`.volcano` (``kubernetes``), :mod:`.mcad` (``kubernetes_mcad``) and
+:mod:`.appwrapper` (``kubernetes_appwrapper``). Shared here:
 
 * :mod:`.resources` -- the custom resource types (group, version, plural, kind);
 * :mod:`.kubeconfig` -- where a kubeconfig is found and how it is parsed;
@@ -10,8 +11,9 @@ translation AppDef → object, the state table -- and its two factories:
 * :mod:`.errors` -- the one place client exceptions become the provider's;
 * :mod:`.naming` -- object and pod names within 63 characters;
 * :mod:`.pod` -- role → pod template; :mod:`.overlay` -- the pod overlay;
+* :mod:`.service` -- the headless Service that makes replicas resolvable (MCAD, AppWrapper);
 * :mod:`.status` -- pods and templates → replica statuses; :mod:`.podlogs` -- log requests;
-* :mod:`.options` -- the run options both backends share, one dataclass field each;
+* :mod:`.options` -- the run options the backends share, one dataclass field each;
 * :mod:`.request` -- the dry-run request and the translation interface;
 * :mod:`.core` -- every operation (create, describe, list, cancel...) once, async;
 * :mod:`.io_sync`, :mod:`.io_async` -- the thin API calls of the two clients;

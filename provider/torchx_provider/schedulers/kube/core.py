@@ -27,6 +27,7 @@ from torchx_provider.schedulers.kube.podlogs import (
     started_replica_pod,
 )
 from torchx_provider.schedulers.kube.request import (
+    JsonPatch,
     KubeRequest,
     KubeTranslation,
     make_app_id,
@@ -205,8 +206,8 @@ class KubeCore:
         return self.translation.list_item(namespace, obj, handle(app_id))
 
     async def cancel(self, app_id: str) -> None:
-        """Stop a live app as its backend does (create its cancel object, or delete it); an
-        ended or missing app is left alone."""
+        """Stop a live app as its backend does (create its cancel object, patch or delete the
+        app's object); an ended or missing app is left alone."""
         namespace, name = parse_app_id(app_id)
         found = await self._find(namespace, name)
         if found is None or is_terminal(self.translation.app_state(found[1])):
@@ -215,6 +216,8 @@ class KubeCore:
         plan = self.translation.cancel_plan(obj)
         if plan is None:
             await self.io.delete(home, namespace, name)
+        elif isinstance(plan, JsonPatch):
+            await self.io.patch(home, namespace, name, plan.ops)
         else:
             res, body = plan
             await self.io.create(res, namespace, body)
@@ -231,7 +234,8 @@ class KubeCore:
     ) -> Mapping[str, Any] | None:
         """The replica's newest pod once its containers started (before that there is no
         log to read), else ``None``."""
-        pods = await self.io.pods(namespace, replica_selector(name, role_name, replica_id))
+        selector = replica_selector(name, role_name, replica_id, self.translation.replica_label)
+        pods = await self.io.pods(namespace, selector)
         return started_replica_pod(pods, role_name, replica_id)
 
     async def has_ended(self, namespace: str, name: str) -> bool:

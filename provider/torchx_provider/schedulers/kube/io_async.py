@@ -18,7 +18,13 @@ from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
 from torchx_provider.schedulers.kube.informer import WatchError
-from torchx_provider.schedulers.kube.io_sync import REQUEST_TIMEOUT, at, log_what, what
+from torchx_provider.schedulers.kube.io_sync import (
+    JSON_PATCH,
+    REQUEST_TIMEOUT,
+    at,
+    log_what,
+    what,
+)
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
@@ -89,6 +95,21 @@ class AsyncKube:
                 *at(res, namespace), label_selector=selector, _request_timeout=REQUEST_TIMEOUT
             )
         return list(resp.get("items") or [])
+
+    async def patch(
+        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Apply a JSON patch (RFC 6902; the content type is named: the client would pick
+        another)."""
+        api = await self._custom()
+        with api_errors("patch", what(res, namespace, name), app_id=name):
+            await api.patch_namespaced_custom_object(
+                *at(res, namespace),
+                name,
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
 
     async def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         api = await self._custom()

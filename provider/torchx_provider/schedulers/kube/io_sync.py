@@ -19,6 +19,8 @@ from torchx_provider.schedulers.kube.resources import CustomResource
 
 #: Seconds before a single (non-following) API call gives up.
 REQUEST_TIMEOUT = 60
+#: The content type of a JSON patch (RFC 6902).
+JSON_PATCH = "application/json-patch+json"
 
 
 def at(res: CustomResource, namespace: str) -> tuple[str, str, str, str]:
@@ -101,6 +103,20 @@ class SyncKube:
                 _request_timeout=REQUEST_TIMEOUT,
             )
         return list(resp.get("items") or [])
+
+    def patch(
+        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Apply a JSON patch (RFC 6902; the content type is named: the client would pick
+        another)."""
+        with api_errors("patch", what(res, namespace, name), app_id=name):
+            self._custom().patch_namespaced_custom_object(
+                *at(res, namespace),
+                name,
+                ops,
+                _content_type=JSON_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
 
     def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         try:

@@ -1,13 +1,14 @@
-"""The run options both Kubernetes backends accept, each declared once as a dataclass field.
+"""The run options every Kubernetes backend accepts, each declared once as a dataclass field.
 
-Volcano and MCAD place pods the same way (:mod:`.pod`), so the options that shape those pods
-and the object around them -- namespace, service account, workspace image repository, pull
-secret, reserved resources, server-side validation, extra labels and annotations -- mean the
-same on both. Each is a field of :class:`KubeOpts` whose metadata holds its type and help;
-:meth:`KubeOpts.run_opts` derives the :class:`runopts` from the fields, so names, types,
-defaults and help cannot drift apart. A backend subclasses :class:`KubeOpts` with only what
-its object has of its own (Volcano's ``queue``, MCAD's ``priority`` and coscheduling) and
-sets :attr:`KubeOpts.KIND`, the object ``{kind}`` names in the help texts.
+Volcano, MCAD and AppWrapper v1beta2 place pods the same way (:mod:`.pod`), so the options
+that shape those pods and the object around them -- namespace, service account, workspace
+image repository, pull secret, reserved resources, server-side validation, extra labels and
+annotations -- mean the same on all. Each is a field of :class:`KubeOpts` whose metadata
+holds its type and help; :meth:`KubeOpts.run_opts` derives the :class:`runopts` from the
+fields, so names, types, defaults and help cannot drift apart. A backend subclasses
+:class:`KubeOpts` with only what its object has of its own (Volcano's ``queue``, MCAD's
+``priority`` and coscheduling, the AppWrapper's Kueue queue) and sets :attr:`KubeOpts.KIND`,
+the object ``{kind}`` names in the help texts.
 
 >>> @dataclass(frozen=True, kw_only=True)
 ... class JobOpts(KubeOpts):

@@ -37,12 +37,16 @@ STREAM_PARAM: dict[str | None, str | None] = {
 }
 
 
-def replica_selector(app_name: str, role_name: str, replica_id: int) -> str:
-    """The label selector of the pods of one replica of app object ``app_name``."""
+def replica_selector(
+    app_name: str, role_name: str, replica_id: int, replica_label: str = LABEL_REPLICA_ID
+) -> str:
+    """The label selector of the pods of one replica of app object ``app_name``;
+    ``replica_label`` is the pod label holding the replica id (see
+    :attr:`~torchx_provider.schedulers.kube.request.KubeTranslation.replica_label`)."""
     return (
         f"{LABEL_APP_ID}={label_value(app_name)},"
         f"{LABEL_ROLE_NAME}={label_value(role_name)},"
-        f"{LABEL_REPLICA_ID}={int(replica_id)}"
+        f"{replica_label}={int(replica_id)}"
     )
 
 

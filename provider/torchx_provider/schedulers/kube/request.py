@@ -4,7 +4,8 @@
 that ``schedule`` will create, the workspace images to build first, and the options that
 change how it is created. :class:`KubeTranslation` is what a backend implements in its pure
 package (:mod:`~torchx_provider.schedulers.kube.volcano`,
-:mod:`~torchx_provider.schedulers.kube.mcad`); the dry run itself (options → names →
+:mod:`~torchx_provider.schedulers.kube.mcad`, :mod:`~torchx_provider.schedulers.kube.appwrapper`);
+the dry run itself (options → names →
 manifest → request) is written here once. The operations in
 :mod:`~torchx_provider.schedulers.kube.core` only do the I/O around it.
 """
@@ -22,7 +23,7 @@ from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.status import parse_time
-from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal, runopts
 from torchx_provider.specs.yaml_text import yaml_text
@@ -64,6 +65,14 @@ class KubeRequest:
         return yaml_text(self.body)
 
     __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class JsonPatch:
+    """A JSON patch (RFC 6902) of an app's own object: how a backend whose controller stops an
+    app through its spec (AppWrapper ``spec.suspend``) cancels it."""
+
+    ops: list[dict[str, Any]]
 
 
 def make_app_id(namespace: str, name: str) -> str:
@@ -122,6 +131,8 @@ class KubeTranslation(abc.ABC):
     options: type[KubeOpts]
     #: What the backend's pod names add to a role slug (see :meth:`AppNames.of`).
     name_overhead: int = 0
+    #: The pod label holding a replica's id (a role run as an Indexed Job has its index).
+    replica_label: str = LABEL_REPLICA_ID
 
     def run_opts(self) -> runopts:
         """The backend's run options."""
@@ -187,8 +198,11 @@ class KubeTranslation(abc.ABC):
     describe: Callable[[str, Mapping[str, Any], Sequence[Mapping[str, Any]]], DescribeAppResponse]
 
     @abc.abstractmethod
-    def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
-        """What stops a live app: an object to create (``None``: delete it instead)."""
+    def cancel_plan(
+        self, obj: Mapping[str, Any]
+    ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
+        """What stops a live app: an object to create, a patch of the app's object, or
+        ``None``: delete it instead."""
 
     def list_item(self, namespace: str, obj: Mapping[str, Any], handle: str) -> ListAppResponse:
         """One entry of ``list``."""

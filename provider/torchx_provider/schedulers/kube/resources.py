@@ -7,6 +7,8 @@ clients refer to these descriptors and never spell an API group as a string lite
 'batch.volcano.sh/v1alpha1'
 >>> appwrapper("mcad.ibm.com").api_version
 'mcad.ibm.com/v1beta1'
+>>> APPWRAPPER_V1BETA2.api_version
+'workload.codeflare.dev/v1beta2'
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ VOLCANO_COMMAND = CustomResource("bus.volcano.sh", "v1alpha1", "commands", "Comm
 APPWRAPPER_GROUP = "workload.codeflare.dev"
 APPWRAPPER_LEGACY_GROUP = "mcad.ibm.com"
 APPWRAPPER_GROUPS = (APPWRAPPER_GROUP, APPWRAPPER_LEGACY_GROUP)
+
+#: The AppWrapper of project-codeflare/appwrapper (MCAD's successor, usually admitted by Kueue):
+#: the same group and plural as MCAD's, version ``v1beta2`` only. The two CRDs share a name, so
+#: one cluster serves one or the other, never both.
+APPWRAPPER_V1BETA2 = CustomResource(APPWRAPPER_GROUP, "v1beta2", "appwrappers", "AppWrapper")
 
 #: The coscheduler's PodGroup (kubernetes-sigs/scheduler-plugins) and its pre-v0.25 group.
 PODGROUP_GROUP = "scheduling.x-k8s.io"

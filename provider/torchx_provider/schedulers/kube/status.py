@@ -46,6 +46,13 @@ POD_PHASE_STATE: dict[str, AppState] = {
 }
 
 
+#: The label the Job controller puts on each pod of an Indexed Job: its completion index. Pods
+#: of one Job share a template, so where a backend runs a role as an Indexed Job (AppWrapper
+#: ``v1beta2``) this index, not ``LABEL_REPLICA_ID``, is the replica id.
+#: https://kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode
+JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
 @dataclass(frozen=True)
 class ReplicaKey:
     """Which replica an object belongs to, as stored in its labels and annotations."""
@@ -74,12 +81,13 @@ def app_state_of(
 
 
 def replica_of(metadata: Mapping[str, Any]) -> ReplicaKey | None:
-    """The replica an object (pod or pod template) belongs to, or ``None`` if not ours."""
+    """The replica an object (pod or pod template) belongs to, or ``None`` if not ours; a pod
+    of an Indexed Job without ``LABEL_REPLICA_ID`` is replica :data:`JOB_INDEX_LABEL`."""
     labels = metadata.get("labels") or {}
     annotations = metadata.get("annotations") or {}
     role = annotations.get(ANNOTATION_ROLE_NAME) or labels.get(LABEL_ROLE_NAME)
     try:
-        replica_id = int(labels[LABEL_REPLICA_ID])
+        replica_id = int(labels.get(LABEL_REPLICA_ID) or labels[JOB_INDEX_LABEL])
         role_index = int(labels.get(LABEL_ROLE_INDEX, -1))
     except (KeyError, TypeError, ValueError):
         return None

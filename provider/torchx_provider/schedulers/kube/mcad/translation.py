@@ -42,7 +42,6 @@ from torchx_provider.schedulers.kube.pod import (
     RolePodBuilder,
     macro_values,
     object_metadata,
-    port_name,
     role_annotation,
 )
 from torchx_provider.schedulers.kube.request import KubeTranslation
@@ -53,41 +52,17 @@ from torchx_provider.schedulers.kube.resources import (
     appwrapper,
     podgroup,
 )
-from torchx_provider.schedulers.labels import (
-    ANNOTATION_ROLE,
-    LABEL_APP_ID,
-    RANK0_HOST_ENV,
-    label_value,
-)
+from torchx_provider.schedulers.kube.service import headless_service
+from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState
 
 BACKEND = "kubernetes_mcad"
-#: The rendezvous port the Service exposes when no role has a ``port_map``.
-DEFAULT_PORT = 29500
 #: What MCAD looks for in each pod's condition types (it matches by substring) before it
 #: counts the item complete; every pod the kubelet has seen has a ``Ready`` condition, so the
 #: AppWrapper completes exactly when no pod is pending or running any more.
 COMPLETION_STATUS = "Ready"
 #: Requeuing when ``max_retries`` > 0 (MCAD's own defaults, made explicit).
 REQUEUE_SECONDS = 300
-
-
-def service_ports(app: AppDef) -> list[dict[str, Any]]:
-    """The Service's ports: every distinct ``port_map`` port, else :data:`DEFAULT_PORT`."""
-    ports: dict[int, str] = {}
-    for role in app.roles:
-        for key, port in role.port_map.items():
-            ports.setdefault(int(port), port_name(key) or f"port-{port}")
-    if not ports:
-        ports[DEFAULT_PORT] = "c10d"
-    used: set[str] = set()
-    out = []
-    for port, name in ports.items():
-        if name in used:
-            name = f"port-{port}"
-        used.add(name)
-        out.append({"name": name, "port": port, "targetPort": port, "protocol": "TCP"})
-    return out
 
 
 def app_to_appwrapper(app: AppDef, opts: McadOpts, at: Placement) -> dict[str, Any]:
@@ -142,22 +117,7 @@ def app_to_appwrapper(app: AppDef, opts: McadOpts, at: Placement) -> dict[str, A
                     "generictemplate": {"apiVersion": "v1", "kind": "Pod", **pod},
                 }
             )
-    items.append(
-        {
-            "replicas": 1,
-            "generictemplate": {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": clone(meta),
-                "spec": {
-                    "clusterIP": "None",
-                    "publishNotReadyAddresses": True,
-                    "selector": {LABEL_APP_ID: label_value(name)},
-                    "ports": service_ports(app),
-                },
-            },
-        }
-    )
+    items.append({"replicas": 1, "generictemplate": headless_service(app, meta)})
     spec: dict[str, Any] = {"resources": {"GenericItems": items}}
     if opts.priority is not None:
         spec["priority"] = opts.priority

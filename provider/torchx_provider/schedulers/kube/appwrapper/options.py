@@ -1,0 +1,129 @@
+"""The ``kubernetes_appwrapper`` backend's run options: the shared ones and its own.
+
+Its own are Kueue's (``local_queue``, ``priority_class``), the AppWrapper controller's
+fault-tolerance periods and exit codes, what happens to the pods after success or failure,
+and what ``cancel`` does. Periods are Go durations (``90s``, ``5m``, ``1h30m``), as the
+controller reads them from the AppWrapper's annotations; unset ones take the controller's
+configured defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.options import KubeOpts, option
+from torchx_provider.schedulers.kube.pod import PodSettings
+
+#: What ``cancel_by`` takes: keep the AppWrapper suspended (its status and conditions stay
+#: readable; the controller deletes its pods) or delete it with everything it wraps.
+CANCEL_SUSPEND = "suspend"
+CANCEL_DELETE = "delete"
+CANCEL_ACTIONS = (CANCEL_SUSPEND, CANCEL_DELETE)
+
+#: A Go ``time.ParseDuration`` string without sign (what the controller accepts).
+_GO_DURATION = re.compile(r"^((\d+(\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^0$")
+_EXIT_CODES = re.compile(r"^\d+(,\d+)*$")
+
+#: The period options, in the order their annotations are written.
+DURATION_OPTIONS = (
+    "admission_grace_period",
+    "warmup_grace_period",
+    "failure_grace_period",
+    "retry_pause_period",
+    "forceful_deletion_grace_period",
+    "deletion_on_failure_grace_period",
+    "success_ttl",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppWrapperOpts(KubeOpts):
+    """The resolved run options; the shared ones come from :class:`KubeOpts`."""
+
+    KIND: ClassVar[str] = "AppWrapper"
+
+    local_queue: str | None = option(
+        str,
+        "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the AppWrapper is "
+        "created suspended and runs once Kueue admits it",
+    )
+    priority_class: str | None = option(
+        str, "Kueue WorkloadPriorityClass of the AppWrapper (label kueue.x-k8s.io/priority-class)"
+    )
+    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
+    cancel_by: str | None = option(
+        str,
+        "what cancel does: 'suspend' keeps the AppWrapper (status, conditions) and removes its "
+        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
+        "Kueue owns spec.suspend)",
+    )
+    admission_grace_period: str | None = option(
+        str, "how long (Go duration) the pods may take to be created and scheduled"
+    )
+    warmup_grace_period: str | None = option(
+        str, "how long (Go duration) scheduled pods may take to become ready"
+    )
+    failure_grace_period: str | None = option(
+        str, "how long (Go duration) a failed pod is tolerated before the app is reset or failed"
+    )
+    retry_pause_period: str | None = option(
+        str, "pause (Go duration) between deleting the failed app's pods and recreating them"
+    )
+    forceful_deletion_grace_period: str | None = option(
+        str, "how long (Go duration) to wait before pods that do not terminate are force-deleted"
+    )
+    deletion_on_failure_grace_period: str | None = option(
+        str,
+        "keep a failed app's pods (and their logs) this long (Go duration) before deleting "
+        "them (default: delete at once)",
+    )
+    success_ttl: str | None = option(
+        str,
+        "delete a succeeded app's pods this long (Go duration) after success (default and "
+        "maximum: the controller's successTTL)",
+    )
+    terminal_exit_codes: str | None = option(
+        str, "comma-separated exit codes that fail the app at once, without retries"
+    )
+    retryable_exit_codes: str | None = option(
+        str, "comma-separated exit codes that may be retried (any other fails the app at once)"
+    )
+
+    def check(self) -> None:
+        super().check()
+        for key in DURATION_OPTIONS:
+            value = getattr(self, key)
+            if value is not None and not _GO_DURATION.match(value):
+                raise InvalidOptionError(
+                    f"run option {key}={value!r} is not a Go duration (e.g. 90s, 5m, 1h30m)",
+                    option=key,
+                )
+        for key in ("terminal_exit_codes", "retryable_exit_codes"):
+            value = getattr(self, key)
+            if value is not None and not _EXIT_CODES.match(value.replace(" ", "")):
+                raise InvalidOptionError(
+                    f"run option {key}={value!r} is not a comma-separated list of exit codes",
+                    option=key,
+                )
+        if self.cancel_by is not None and self.cancel_by not in CANCEL_ACTIONS:
+            raise InvalidOptionError(
+                f"run option cancel_by={self.cancel_by!r}; use one of {list(CANCEL_ACTIONS)}",
+                option="cancel_by",
+            )
+        for key in ("local_queue", "priority_class"):
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                raise InvalidOptionError(f"run option {key} is empty", option=key)
+
+    def cancel_action(self) -> str:
+        """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
+        admit a suspended AppWrapper again)."""
+        if self.cancel_by:
+            return self.cancel_by
+        return CANCEL_DELETE if self.local_queue else CANCEL_SUSPEND
+
+    def pod_settings(self) -> PodSettings:
+        return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

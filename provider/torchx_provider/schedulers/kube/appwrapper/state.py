@@ -1,0 +1,152 @@
+"""AppWrapper ``v1beta2`` status → app and replica states (pure).
+
+The AppWrapper's ``status.phase`` gives the app state (:data:`PHASE_STATE`), its
+``status.conditions`` the message (why it waits, why it is unhealthy), and
+``status.resettingCount`` how often it restarted. The controller counts pods, not replicas:
+each replica's state is read from its pod, found by the Indexed Job's completion index.
+
+Source: project-codeflare/appwrapper v1.2.1, ``api/v1beta2/appwrapper_types.go`` (phases,
+conditions, annotations) and ``internal/controller/appwrapper/appwrapper_controller.go``
+(the transitions).
+https://github.com/project-codeflare/appwrapper/blob/v1.2.1/internal/controller/appwrapper/appwrapper_controller.go
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.kube import status as readback
+from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
+from torchx_provider.schedulers.labels import LABEL_ROLE_INDEX
+from torchx_provider.specs.api import NONE, AppState, is_terminal
+
+#: The annotation cancel sets (with ``spec.suspend: true``): a suspended AppWrapper carrying it
+#: was cancelled, not preempted or queued.
+ANNOTATION_CANCELLED = "torchx.pytorch.org/cancelled"
+#: The annotation that records what cancel does to this AppWrapper (``suspend``/``delete``).
+ANNOTATION_CANCEL_BY = "torchx.pytorch.org/cancel-by"
+
+#: ``status.phase`` → app state. The empty phase (not reconciled yet) is ``SUBMITTED``
+#: (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
+PHASE_STATE: dict[str, AppState] = {
+    # No components deployed; ``spec.suspend`` is true: queued until Kueue (or whoever owns
+    # suspend) admits it, or preempted and requeued.
+    "Suspended": AppState.PENDING,
+    # Admitted (suspend false): the controller is creating the components; pods follow.
+    "Resuming": AppState.PENDING,
+    # Components deployed; pods pending or running (PodsReady says whether all are up).
+    "Running": AppState.RUNNING,
+    # A failure is being retried: components deleted, recreated after the retry pause
+    # (``resettingCount`` was incremented).
+    "Resetting": AppState.RUNNING,
+    # Suspend set while deployed (Kueue preemption): components are being deleted, then it
+    # waits in Suspended for admission again.
+    "Suspending": AppState.PENDING,
+    # Every expected pod succeeded, none pending, running or failed.
+    "Succeeded": AppState.SUCCEEDED,
+    # Retries used up, a terminal exit code, a failed or missing component.
+    "Failed": AppState.FAILED,
+    # Deleted (deletionTimestamp): its components are being removed.
+    "Terminating": AppState.CANCELLED,
+}
+
+#: Condition types, in the order their message explains the state best.
+#: ``Unhealthy`` (why it failed or resets), ``PodsReady`` (all pods up), ``QuotaReserved``
+#: (admitted or not), ``ResourcesDeployed`` (components exist).
+CONDITION_ORDER = ("Unhealthy", "PodsReady", "QuotaReserved", "ResourcesDeployed")
+
+#: Phases in which a cancelled AppWrapper (:data:`ANNOTATION_CANCELLED`) is ``CANCELLED``.
+_CANCELLABLE_PHASES = ("", "Suspended", "Suspending", "Resuming", "Running", "Resetting")
+
+
+def is_cancelled(obj: Mapping[str, Any]) -> bool:
+    """Whether cancel suspended this AppWrapper."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_CANCELLED) == "true"
+
+
+def appwrapper_state(obj: Mapping[str, Any], where: str = "") -> AppState:
+    """The app state of an AppWrapper; one cancelled by suspension is ``CANCELLED``."""
+    phase = (obj.get("status") or {}).get("phase")
+    if is_cancelled(obj) and (phase or "") in _CANCELLABLE_PHASES:
+        return AppState.CANCELLED
+    return readback.app_state_of(PHASE_STATE, phase, "AppWrapper phase", where)
+
+
+def conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The status conditions by type."""
+    return {str(c.get("type")): c for c in status.get("conditions") or []}
+
+
+def status_message(obj: Mapping[str, Any]) -> str:
+    """What the task log shows: the phase and the condition that explains it. A suspended
+    AppWrapper without quota is queued (for Kueue, in its local queue)."""
+    status = obj.get("status") or {}
+    phase = status.get("phase") or "not reconciled yet"
+    if is_cancelled(obj):
+        return f"{phase}: cancelled (suspended; its pods are removed)"
+    by_type = conditions(status)
+    if phase == "Suspended" and (obj.get("spec") or {}).get("suspend"):
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        queue = labels.get("kueue.x-k8s.io/queue-name")
+        where = f" in Kueue local queue {queue!r}" if queue else ""
+        return f"Suspended: queued{where}, waiting for admission"
+    unhealthy = by_type.get("Unhealthy") or {}
+    if unhealthy.get("status") == "True":
+        detail = unhealthy.get("message") or unhealthy.get("reason") or ""
+        return f"{phase}: unhealthy: {detail}".rstrip(": ")
+    for kind in CONDITION_ORDER[1:]:
+        cond = by_type.get(kind)
+        if cond and cond.get("message"):
+            return f"{phase}: {kind}={cond.get('status')}: {cond['message']}"
+    return str(phase)
+
+
+def job_components(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Job templates among an AppWrapper's components (one per role)."""
+    for component in (obj.get("spec") or {}).get("components") or []:
+        template = component.get("template") or {}
+        if template.get("kind") == "Job":
+            yield template
+
+
+def pod_templates(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pod template of every role's Job."""
+    for job in job_components(obj):
+        yield job["spec"]["template"]
+
+
+def describe_appwrapper(
+    app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()
+) -> DescribeAppResponse:
+    """The app, roles and replicas of an AppWrapper and its pods."""
+    status = obj.get("status") or {}
+    name = str((obj.get("metadata") or {}).get("name"))
+    app_state = appwrapper_state(obj, f" (AppWrapper {name})")
+    pod_index = readback.pods_by_replica(pods)
+    replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
+    for job in job_components(obj):
+        template = job["spec"]["template"]
+        meta = template.get("metadata") or {}
+        role = str((meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME))
+        role_index = int((meta.get("labels") or {}).get(LABEL_ROLE_INDEX, -1))
+        subdomain = (template.get("spec") or {}).get("subdomain")
+        for index in range(int(job["spec"].get("completions") or 0)):
+            key = readback.ReplicaKey(role, role_index, index)
+            pod = pod_index.get(key)
+            # The pod, once there is one, is the replica's state: the controller counts pods.
+            state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
+            hostname = f"{job['metadata']['name']}-{index}.{subdomain}"
+            record = readback.ReplicaRecord(key, state, hostname).with_pod(
+                pod, prefer_pod_state=True
+            )
+            replicas.append((record, template))
+    return readback.describe_app(
+        app_id,
+        app_state,
+        replicas,
+        num_restarts=int(status.get("resettingCount") or 0),
+        msg=status_message(obj) or NONE,
+    )
