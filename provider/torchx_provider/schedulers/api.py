@@ -20,14 +20,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import builtins
+import contextlib
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, require_aware
+from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine, require_aware
 from torchx_provider.specs.api import (
     NONE,
     AppDef,
@@ -260,6 +261,10 @@ class Scheduler(abc.ABC, Generic[T]):
         self.close()
 
 
+#: Seconds within which a followed line reaches the task log (a polling reader's interval).
+LOG_LATENCY = 1.0
+
+
 class AsyncSchedulerClient(abc.ABC):
     """The async twins of the calls a trigger needs: describe, read logs, cancel.
 
@@ -283,6 +288,47 @@ class AsyncSchedulerClient(abc.ABC):
     @abc.abstractmethod
     async def cancel(self, app_id: str) -> None:
         """As :meth:`Scheduler.cancel` (idempotent)."""
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+        """Every line of ``source`` after ``cursor``, as it is written: batches of lines in
+        order, each with the cursor after it (a batch may be empty, to move the cursor only).
+
+        The contract a follow loop relies on:
+
+        * lines come within about :data:`LOG_LATENCY` seconds of being written, from every
+          container instance of the replica in turn (a replaced pod, a restarted container),
+          each read to its end;
+        * once ``ended`` is set (the app is terminal), the iteration ends as soon as every
+          instance that ran has been read to its end;
+        * a failure to read raises a :class:`~torchx_provider.errors.TorchXProviderError`;
+          the caller calls again from the last cursor it got (nothing is lost).
+
+        This default reads :meth:`read_logs` every :attr:`log_poll_interval` seconds and once
+        more after ``ended`` is set; backends that can stream override it.
+        """
+        if source.container is not None:
+            from torchx_provider.errors import InvalidOptionError
+
+            raise InvalidOptionError(
+                f"log_replicas selects container {source.container!r} of {source.key}, but "
+                "this backend runs one container per replica; select the replica without "
+                "':<container>'",
+                option="log_replicas",
+            )
+        while True:
+            last = ended.is_set()
+            lines, cursor = await self.read_logs(app_id, source.role, source.replica_id, cursor)
+            if lines:
+                yield lines, cursor
+            if last:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), self.log_poll_interval)
+
+    #: Seconds between the default :meth:`follow_logs`' reads.
+    log_poll_interval: float = LOG_LATENCY
 
     async def wait_changed(self, app_id: str, timeout: float) -> bool:
         """Wait until ``app_id`` may have changed, at most ``timeout`` seconds.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -72,24 +72,54 @@ class TimestampedLine:
 
 
 def split_timestamp(raw: str) -> TimestampedLine:
-    """Split ``"<RFC 3339> text"`` into its parts; a line without a timestamp keeps ``None``."""
+    """Split ``"<RFC 3339> text"`` into its parts; a line without a timestamp keeps ``None``.
+
+    The text is the line as the user last saw it: a line redrawn with ``\\r`` (a progress
+    bar) is its last state, see :func:`last_state`.
+    """
     m = _TS.match(raw)
     text = raw if m is None else raw[m.end() :]
+    if "\r" in text:
+        text = last_state(text)
     if not text.endswith("\n"):
         text += "\n"
     return TimestampedLine(None if m is None else _from_match(m), text)
+
+
+def last_state(text: str) -> str:
+    """What a terminal shows of a line redrawn with carriage returns: the text after the
+    last ``\\r`` that is followed by anything (tqdm ends its bars with ``\\r`` too).
+
+    >>> last_state("10%\\r50%\\r100%\\r\\n")
+    '100%\\n'
+    """
+    end = "\n" if text.endswith("\n") else ""
+    states = [s for s in text.removesuffix("\n").split("\r") if s]
+    return (states[-1] if states else "") + end
+
+
+#: Characters of one line kept in the task log; the rest is cut, and the line ends with
+#: :data:`CUT_MARKER` saying how much (a line without a newline never grows a buffer past it).
+MAX_LINE_CHARS = 64 * 1024
+#: What ends a cut line, formatted with the number of characters cut.
+CUT_MARKER = " [... {} more characters cut]"
 
 
 class LineDecoder:
     """Turn a stream of byte/str chunks into complete lines.
 
     A chunk may end in the middle of a line (or of a UTF-8 character); the rest is kept until
-    the next chunk or :meth:`flush`. ``\\r\\n`` and ``\\r`` end lines too.
+    the next chunk or :meth:`flush`. Lines end with ``\\n`` (a ``\\r`` before it is dropped);
+    a bare ``\\r`` stays in the line (a redrawn progress line, see :func:`last_state`).
+    Invalid UTF-8 is replaced with U+FFFD, never dropped. A line longer than ``max_chars``
+    is cut there and ends with :data:`CUT_MARKER`; only ``max_chars`` of it are ever held.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int = MAX_LINE_CHARS) -> None:
+        self.max_chars = max_chars
         self._buffer = ""
         self._pending = b""
+        self._cut = 0  # characters of the current line dropped so far
 
     def decode(self, chunk: bytes | str) -> list[str]:
         """The complete lines (each with ``\\n``) that ``chunk`` finishes."""
@@ -99,30 +129,41 @@ class LineDecoder:
                 text = data.decode("utf-8")
                 self._pending = b""
             except UnicodeDecodeError as e:
-                if e.reason == "unexpected end of data":
-                    text = data[: e.start].decode("utf-8")
+                if e.reason == "unexpected end of data" and len(data) - e.start < 4:
+                    text = data[: e.start].decode("utf-8", errors="replace")
                     self._pending = data[e.start :]
                 else:
                     text = data.decode("utf-8", errors="replace")
                     self._pending = b""
         else:
             text = chunk
-        self._buffer += text
-        if not self._buffer:
+        if not text:
             return []
-        # A trailing "\r" may be the first half of a "\r\n" split across chunks: keep it.
-        held = ""
-        if self._buffer.endswith("\r"):
-            self._buffer, held = self._buffer[:-1], "\r"
-        parts = self._buffer.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        self._buffer = parts.pop() + held
-        return [p + "\n" for p in parts]
+        parts = (self._buffer + text).split("\n")
+        rest = parts.pop()
+        lines: list[str] = []
+        for part in parts:
+            lines.append(self._finish(part.removesuffix("\r")))
+        self._buffer = rest
+        if len(rest) > self.max_chars:
+            self._cut += len(rest) - self.max_chars
+            self._buffer = rest[: self.max_chars]
+        return lines
+
+    def _finish(self, line: str) -> str:
+        cut, self._cut = self._cut, 0
+        if len(line) > self.max_chars:
+            cut += len(line) - self.max_chars
+            line = line[: self.max_chars]
+        return line + (CUT_MARKER.format(cut) if cut else "") + "\n"
 
     def flush(self) -> list[str]:
         """Whatever is left, as a last line (when the stream ended without ``\\n``)."""
-        rest = self._buffer.removesuffix("\r") + self._pending.decode("utf-8", errors="replace")
+        rest = self._buffer + self._pending.decode("utf-8", errors="replace")
         self._buffer, self._pending = "", b""
-        return [rest + "\n"] if rest else []
+        if not rest and not self._cut:
+            return []
+        return [self._finish(rest.removesuffix("\r"))]
 
 
 def timestamped_lines(chunks: Iterable[bytes | str]) -> Iterator[TimestampedLine]:
@@ -183,30 +224,54 @@ def _within(
             yield line
 
 
+#: Finished container instances a cursor remembers (a replica restarting more often than
+#: this while its follow is down has its oldest instances read again).
+DONE_KEPT = 16
+
+
 @dataclass(frozen=True)
 class LogCursor:
     """Where a reader is in one replica's log.
 
     ``since`` is the timestamp of the last line emitted (``None``: nothing emitted yet) and
     ``seen_at_since`` how many emitted lines carried exactly that timestamp.
+
+    A replica's log may come from several container instances one after the other (a pod
+    replaced after a crash, a container restarted in place): ``instance`` names the one
+    ``since`` belongs to, and ``done`` the instances read to their end (the last
+    :data:`DONE_KEPT`). A cursor without ``instance`` (a reader that does not tell instances
+    apart, or one stored before instances were tracked) applies ``since`` to every instance.
     """
 
     since: datetime | None = None
     seen_at_since: int = 0
+    instance: str | None = None
+    done: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (for trigger kwargs and events)."""
-        return {
+        out: dict[str, Any] = {
             "since": format_timestamp(self.since) if self.since else None,
             "seen_at_since": self.seen_at_since,
         }
+        if self.instance is not None:
+            out["instance"] = self.instance
+        if self.done:
+            out["done"] = list(self.done)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> LogCursor:
         if not data:
             return cls()
         since = data.get("since")
-        return cls(parse_timestamp(since) if since else None, int(data.get("seen_at_since", 0)))
+        instance = data.get("instance")
+        return cls(
+            parse_timestamp(since) if since else None,
+            int(data.get("seen_at_since", 0)),
+            None if instance is None else str(instance),
+            tuple(str(d) for d in data.get("done") or ()),
+        )
 
     def after(self, line: TimestampedLine) -> LogCursor:
         """The cursor once ``line`` has been emitted too (a reader that emits every line it
@@ -218,8 +283,26 @@ class LogCursor:
         if ts is None or (self.since is not None and ts < self.since):
             return self
         if ts == self.since:
-            return LogCursor(ts, self.seen_at_since + 1)
-        return LogCursor(ts, 1)
+            return replace(self, seen_at_since=self.seen_at_since + 1)
+        return replace(self, since=ts, seen_at_since=1)
+
+    def is_done(self, instance: str) -> bool:
+        """Whether ``instance`` was read to its end."""
+        return instance in self.done
+
+    def at(self, instance: str) -> LogCursor:
+        """The cursor to read ``instance`` from: this one if it is the cursor's instance (or
+        the cursor names none), else the start of that instance's log."""
+        if self.instance is None:
+            return replace(self, instance=instance)
+        if self.instance == instance:
+            return self
+        return LogCursor(None, 0, instance, self.done)
+
+    def finished(self, instance: str) -> LogCursor:
+        """The cursor once ``instance`` has been read to its end."""
+        done = (*(d for d in self.done if d != instance), instance)
+        return replace(self, instance=instance, done=done[-DONE_KEPT:])
 
 
 def advance(
@@ -244,6 +327,53 @@ def advance(
         new.append(line)
         moved = moved.after(line)
     return new, moved
+
+
+class Resumed:
+    """Drop the lines of a log read again from a cursor that the cursor has emitted, across
+    the batches of one stream, and keep the cursor after each line passed on.
+
+    Unlike :func:`advance` (one batch), it stops dropping at the first line past the cursor:
+    later lines with the cursor's timestamp are new ones.
+    """
+
+    def __init__(self, cursor: LogCursor) -> None:
+        self.cursor = cursor
+        self._skip = cursor.seen_at_since
+        self._catching_up = cursor.since is not None
+
+    def feed(self, lines: Iterable[TimestampedLine]) -> list[TimestampedLine]:
+        """The lines of ``lines`` not emitted yet (the cursor moves past them)."""
+        new: list[TimestampedLine] = []
+        since = self.cursor.since
+        for line in lines:
+            ts = line.timestamp
+            if self._catching_up and ts is not None and since is not None:
+                if ts < since:
+                    continue
+                if ts == since and self._skip > 0:
+                    self._skip -= 1
+                    continue
+                self._catching_up = False
+            new.append(line)
+            self.cursor = self.cursor.after(line)
+        return new
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One log a follow forwards: a replica's main container, or another container of it
+    (an init container, a sidecar) when ``container`` names one."""
+
+    role: str
+    replica_id: int
+    container: str | None = None
+
+    @property
+    def key(self) -> str:
+        """``role/replica`` or ``role/replica:container``: its cursor's key and log prefix."""
+        base = f"{self.role}/{self.replica_id}"
+        return base if self.container is None else f"{base}:{self.container}"
 
 
 def prefix_line(role: str, replica_id: int, text: str) -> str:

@@ -3,15 +3,16 @@
 The one follow loop. :class:`TorchXJobTrigger` runs it in the triggerer; the operator runs
 the same loop on the worker (``asyncio.run``) when it does not defer. Each cycle:
 
-1. persist the progress of the previous cycle -- log cursors and the last state the backend
-   reported (the trigger stores them in an XCom), so a rebuilt trigger resumes there;
-2. ``describe`` the app; log a state transition, and a compact per-replica status line when
+1. ``describe`` the app; log a state transition, and a compact per-replica status line when
    any replica changed;
-3. read every selected replica's new log lines from its cursor and write them, in order, as
-   ``[role/replica] text``;
-4. stop with a :class:`~torchx_provider.triggers.events.JobEvent` when the app is terminal
-   (its logs were read after the terminal state was seen, so no final line is missed), else
-   sleep ``poll_interval``.
+2. start a log pump (:mod:`~torchx_provider.triggers.logpump`) for every selected replica
+   not pumped yet: from then on its lines reach the task log as they are written, as
+   ``[role/replica] text``, independently of this loop;
+3. when the app is terminal, let every pump read its replica's log to the end, then log the
+   terminal state (after every replica's last line) and, if the app failed, the failure
+   summary (:mod:`~torchx_provider.triggers.summary`), and stop with a
+   :class:`~torchx_provider.triggers.events.JobEvent`; else wait until the backend reports
+   a change (or ``poll_interval`` passes).
 
 What ends a follow is the app's own state, as the backend reported it:
 
@@ -25,15 +26,14 @@ What ends a follow is the app's own state, as the backend reported it:
   :mod:`~torchx_provider.triggers.policy`); any other provider error from ``describe`` ->
   ``ERROR``. A 401 first gets a fresh client from ``reconnect`` (credentials re-resolved).
 
-A replica whose logs cannot be read (its node unreachable, its pod gone between the describe
-and the read, a 5xx) never ends or pauses the follow: a warning names it once per outage and
-its cursor stays where it was, so its lines come once it is readable again.
+A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) never ends or
+pauses the follow: its pump says so once and retries from its cursor.
 
-Repeats after a restart: cursors are persisted one cycle late (at the start of the next
-cycle), so a line already handed to the log has had a whole poll interval to reach the task
-log before the cursor that covers it is stored. A follow rebuilt from the stored cursors
-therefore loses nothing and repeats at most the lines forwarded in the one cycle before the
-restart -- per replica, what it wrote during about one poll interval.
+Progress (the log cursors and the last state seen) is checkpointed every
+:data:`CHECKPOINT_EVERY` seconds while it changes, each time as it was one period before, so
+a line handed to the log has had a whole period to reach the task log before the cursor that
+covers it is stored. A follow rebuilt from the stored cursors (a triggerer restart) therefore
+loses nothing and repeats at most what each replica wrote during about two periods.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 from torchx_provider.errors import BackendUnavailableError, TorchXProviderError, UnknownAppError
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
-from torchx_provider.schedulers.logs import LogCursor, prefix_line
+from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import (
     EventKind,
@@ -55,6 +55,7 @@ from torchx_provider.triggers.events import (
     replica_rows,
     status_line,
 )
+from torchx_provider.triggers.logpump import LogPumps
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
@@ -62,6 +63,7 @@ from torchx_provider.triggers.policy import (
     retry_delay,
 )
 from torchx_provider.triggers.selection import LogSelection
+from torchx_provider.triggers.summary import failure_summary
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
@@ -91,11 +93,10 @@ def merge_cursors(*maps: Mapping[str, LogCursor]) -> dict[str, LogCursor]:
     return out
 
 
-#: seconds of log writing after which the follow yields to the event loop (writing a line to
-#: the task log is a synchronous call; a backlog of thousands must not block other triggers)
-YIELD_EVERY = 0.02
-#: reads of the replicas' last lines once the app is terminal, when some read failed
-FINAL_LOG_ATTEMPTS = 3
+#: Seconds between checkpoints of a follow's progress (see the module docstring).
+CHECKPOINT_EVERY = 2.0
+#: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
+FINAL_DRAIN = 120.0
 
 #: persists ``(cursors, last state)``
 Checkpoint = Callable[[dict[str, LogCursor], "AppState | None"], Awaitable[None]]
@@ -114,7 +115,10 @@ class JobFollower:
     :param selection: which replicas' logs to forward.
     :param cursors: where each replica's log was left (``role/replica`` keys).
     :param state: the last state a previous follow of this app persisted, if any.
-    :param checkpoint: called with the cursors and state to persist (one cycle late).
+    :param checkpoint: called with the cursors and state to persist, every
+        ``checkpoint_every`` seconds while they change, each time with what they were one
+        period before (see the module docstring), and once more at the end.
+    :param checkpoint_every: seconds between checkpoints.
     :param outage_budget: seconds of backend outage ridden out before giving up.
     :param deadline: when to stop following, on :attr:`clock`; ``None``: never.
     :param cancel_on_timeout: cancel the app when the deadline passes.
@@ -135,6 +139,7 @@ class JobFollower:
         cursors: Mapping[str, LogCursor] | None = None,
         state: AppState | None = None,
         checkpoint: Checkpoint | None = None,
+        checkpoint_every: float = CHECKPOINT_EVERY,
         outage_budget: float = OUTAGE_BUDGET,
         deadline: float | None = None,
         cancel_on_timeout: bool = True,
@@ -150,6 +155,7 @@ class JobFollower:
         self.selection = selection or LogSelection()
         self.cursors: dict[str, LogCursor] = dict(cursors or {})
         self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
@@ -160,22 +166,45 @@ class JobFollower:
         self.state: AppState | None = state
         self.rows: tuple[ReplicaRow, ...] = ()
         self.ui_url: str | None = None
-        self.lines_forwarded = 0
         self._persisted: tuple[dict[str, LogCursor], AppState | None] = (dict(self.cursors), state)
         self._outage: Outage | None = None
         self._reconnected = False
-        self._unreadable: set[str] = set()
         self._checkpoint_failures = 0
-        self._last_yield = time.monotonic()
+        self._held: list[str] = []
+        self.pumps = LogPumps(
+            lambda: self.client,
+            app_id,
+            log,
+            self.cursors,
+            retry_base=poll_interval,
+            reconnect=self._reconnect,
+            rand=rand,
+        )
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> JobEvent:
         """Follow until the app is terminal, gone, timed out or unreachable for too long."""
-        pending = dict(self.cursors)
+        checkpoints = asyncio.ensure_future(self._checkpoints())
+        try:
+            return await self._run()
+        finally:
+            checkpoints.cancel()
+            await asyncio.gather(checkpoints, return_exceptions=True)
+            await self.pumps.close()
+
+    async def _checkpoints(self) -> None:
+        """Persist the progress of one period ago, every period (see the module doc)."""
+        previous = (dict(self.cursors), self.state)
+        while self.checkpoint is not None:
+            await asyncio.sleep(self.checkpoint_every)
+            current = (dict(self.cursors), self.state)
+            await self._persist(*previous)
+            previous = current
+
+    async def _run(self) -> JobEvent:
         while True:
             if self._past_deadline():
                 return await self._time_out()
-            await self._persist(pending)
             try:
                 resp = await self.client.describe(self.app_id)
             except BackendUnavailableError as e:
@@ -193,21 +222,43 @@ class JobFollower:
             if resp is None:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
-                    return self._gone()
+                    return await self._gone()
                 # Seen ended just before it was removed (a TTL shorter than our wake-up):
                 # end with what the backend said, not with the disappearance.
-                self._observe(resp)
             self._observe(resp)
-            failed = await self._forward_logs()
+            self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
-                await self._last_lines(failed)
-                await self._persist(self.cursors)
+                await self._finish_logs()
+                await self._persist(self.cursors, self.state)
                 return self._event(EventKind.FINISHED, self._message)
-            pending = dict(self.cursors)
             await self._until_changed(self.poll_interval)
 
+    def _sources(self) -> list[LogSource]:
+        return [s for r in self.rows for s in self.selection.sources(r.role, r.replica_id)]
+
+    async def _finish_logs(self) -> None:
+        """The app is terminal: every source read to its end, then the terminal state line
+        (after every replica's last line), then the failure summary if it failed."""
+        await self.pumps.finish(FINAL_DRAIN)
+        for line in self._held:
+            self.log.info("%s", line)
+        self._held = []
+        if self.pumps.unread:
+            self.log.warning(
+                "app %s ended; the last lines of %s could not be read",
+                self.app_id,
+                ", ".join(sorted(self.pumps.unread)),
+            )
+        if self.state == AppState.FAILED:
+            for line in failure_summary(self.rows, self.pumps.tails):
+                self.log.info("%s", line)
+
+    @property
+    def lines_forwarded(self) -> int:
+        return self.pumps.lines_forwarded
+
     # -- how it ends -------------------------------------------------------------------------------
-    def _gone(self) -> JobEvent:
+    async def _gone(self) -> JobEvent:
         """``describe`` found no app: what the backend said before decides the end."""
         if self.state is None:
             return self._event(
@@ -217,6 +268,7 @@ class JobFollower:
             )
         if is_terminal(self.state):
             # Seen ended, then removed (a TTL, or a clean-up): it ended as it was seen.
+            await self._finish_logs()
             self.log.info("app %s: removed from the backend after it ended", self.app_id)
             return self._event(
                 EventKind.FINISHED,
@@ -227,6 +279,7 @@ class JobFollower:
         # It existed and was removed before it finished (MCAD's cancel deletes the
         # AppWrapper; a user may delete a job): it will not run on, so this is its end,
         # not a lost track that a retry could reattach to.
+        await self.pumps.finish(FINAL_DRAIN)
         self.log.info("app %s: %s -> CANCELLED (deleted)", self.app_id, self.state.name)
         self.state = AppState.CANCELLED
         return self._event(
@@ -319,95 +372,34 @@ class JobFollower:
     _message: str = ""
 
     def _observe(self, resp: DescribeAppResponse) -> None:
+        """Take in a describe: log a state transition and a status line when the replicas
+        changed -- held back, when the app is terminal, until its logs are read."""
         msg = "" if resp.msg in (None, "<NONE>") else str(resp.msg)
+        out = self._held if is_terminal(resp.state) else None
         if resp.state != self.state:
             before = "-" if self.state is None else self.state.name
-            self.log.info(
-                "app %s: %s -> %s%s",
-                self.app_id,
-                before,
-                resp.state.name,
-                f" ({msg})" if msg else "",
+            self._say(
+                out,
+                f"app {self.app_id}: {before} -> {resp.state.name}" + (f" ({msg})" if msg else ""),
             )
             self.state = resp.state
         rows = replica_rows(resp)
         if rows != self.rows:
-            self.log.info("replicas: %s", status_line(rows))
+            self._say(out, f"replicas: {status_line(rows)}")
             self.rows = rows
         self._message = msg or (
             resp.structured_error_msg if resp.structured_error_msg != "<NONE>" else ""
         )
         self.ui_url = resp.ui_url or self.ui_url
 
-    async def _forward_logs(self) -> list[str]:
-        """Forward the selected replicas' new lines; returns the replicas whose read failed."""
-        wanted = [r for r in self.rows if self.selection.wants(r.role, r.replica_id)]
-        if not wanted:
-            return []
-        reads = await asyncio.gather(
-            *(
-                self.client.read_logs(
-                    self.app_id, r.role, r.replica_id, self.cursors.get(r.key, LogCursor())
-                )
-                for r in wanted
-            ),
-            return_exceptions=True,
-        )
-        if any(_refused(r) for r in reads) and await self._reconnect():
-            # Credentials rotated (a watched app is described from a cache opened with the
-            # old ones): read again with fresh ones rather than lose the lines.
-            return await self._forward_logs()
-        failed: list[str] = []
-        for row, result in zip(wanted, reads, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, TorchXProviderError):
-                self._unreadable_replica(row.key, result)
-                failed.append(row.key)
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            if row.key in self._unreadable:
-                self._unreadable.discard(row.key)
-                self.log.info("logs of %s readable again", row.key)
-            lines, cursor = result
-            for line in lines:
-                self.log.info("%s", prefix_line(row.role, row.replica_id, line.text))
-                if time.monotonic() - self._last_yield > YIELD_EVERY:
-                    await asyncio.sleep(0)  # a big batch must not hold the event loop
-                    self._last_yield = time.monotonic()
-            self.lines_forwarded += len(lines)
-            self.cursors[row.key] = cursor
-        return failed
+    def _say(self, held: list[str] | None, line: str) -> None:
+        if held is None:
+            self.log.info("%s", line)
+        else:
+            held.append(line)
 
-    def _unreadable_replica(self, key: str, e: TorchXProviderError) -> None:
-        """One replica's logs could not be read: say so once, keep following the app."""
-        if key in self._unreadable:
-            return
-        self._unreadable.add(key)
-        self.log.warning(
-            "logs of %s cannot be read (%s); following the app on, its lines come once "
-            "they are readable",
-            key,
-            e,
-        )
-
-    async def _last_lines(self, failed: list[str]) -> None:
-        """The app is terminal but some replicas' reads failed: try them a few more times."""
-        for attempt in range(FINAL_LOG_ATTEMPTS):
-            if not failed:
-                return
-            await self._wait(retry_delay(attempt, self.poll_interval, self.rand()))
-            failed = await self._forward_logs()
-        if failed:
-            self.log.warning(
-                "app %s ended; the last lines of %s could not be read",
-                self.app_id,
-                ", ".join(failed),
-            )
-
-    async def _persist(self, cursors: dict[str, LogCursor]) -> None:
-        progress = (dict(cursors), self.state)
+    async def _persist(self, cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        progress = (dict(cursors), state)
         if self.checkpoint is None or progress == self._persisted:
             return
         try:
@@ -435,8 +427,3 @@ class JobFollower:
             log_cursors=cursors_to_json(self.cursors),
             ui_url=self.ui_url,
         )
-
-
-def _refused(result: object) -> bool:
-    """Whether a read failed because the backend refused the credentials (HTTP 401)."""
-    return isinstance(result, BackendUnavailableError) and result.status == 401

@@ -179,7 +179,7 @@ async def test_an_app_deleted_before_it_finished_ends_cancelled(fake_cluster: An
     assert "deleted from the backend before it finished" in event.message
 
 
-async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_cycle(
+async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_two_periods(
     fake_cluster: Any,
 ) -> None:
     """A follow stopped mid-way (triggerer restart) and rebuilt from its last checkpoint."""
@@ -197,6 +197,7 @@ async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_
         log=first_log,
         poll_interval=0.001,
         checkpoint=checkpoint,
+        checkpoint_every=0.002,
     )
     task = asyncio.create_task(first.run())
     for _ in range(10_000):  # until about 30 lines were forwarded
@@ -216,6 +217,7 @@ async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_
         poll_interval=0.001,
         cursors=merge_cursors({}, stored),
         checkpoint=checkpoint,
+        checkpoint_every=0.002,
     ).run()
     assert event.succeeded
     for rid in range(2):
@@ -226,8 +228,9 @@ async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_one_
         # nothing lost: the union, in order, is every line
         assert sorted(set(before) | set(after), key=expected.index) == expected
         repeated = set(before) & set(after)
-        # the fake writes 2 lines per replica per cycle: at most one cycle repeats
-        assert len(repeated) <= 2
+        # the fake writes 2 lines per replica per describe (about one per millisecond):
+        # what two 2 ms checkpoint periods forwarded may repeat, not everything
+        assert len(repeated) <= 12 and len(repeated) < len(before)
         assert after == expected[len(before) - len(repeated) :]
 
 

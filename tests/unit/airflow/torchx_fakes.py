@@ -259,6 +259,7 @@ class FakeScheduler(Scheduler[dict]):
 
 class FakeAsyncClient(AsyncSchedulerClient):
     closed: ClassVar[int] = 0
+    log_poll_interval = 0.001
 
     def __init__(self, **client_kwargs: Any) -> None:
         self.client_kwargs = client_kwargs

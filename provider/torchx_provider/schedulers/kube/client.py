@@ -18,8 +18,9 @@ arrived).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.errors import SubmissionError
@@ -32,10 +33,17 @@ from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io_async import AsyncKube
+from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
 from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, started_replica_pod
 from torchx_provider.schedulers.kube.request import KubeTranslation, parse_app_id
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.logs import LogCursor, TimestampedLine, advance, timestamped_lines
+from torchx_provider.schedulers.logs import (
+    LogCursor,
+    LogSource,
+    TimestampedLine,
+    advance,
+    timestamped_lines,
+)
 from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.names import make_app_handle
 
@@ -166,6 +174,14 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 return [], cursor
             raise
         return advance(cursor, timestamped_lines([data]))
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[builtins.list[TimestampedLine], LogCursor]]:
+        """See :meth:`AsyncSchedulerClient.follow_logs`: every container instance of the
+        replica as a stream (:mod:`.logfollow`)."""
+        async for batch in ReplicaLogFollower(self, app_id, source, ended).follow(cursor):
+            yield batch
 
     async def cancel(self, app_id: str) -> None:
         await self.core.cancel(app_id)

@@ -238,6 +238,13 @@ class KubeCore:
         pods = await self.io.pods(namespace, selector)
         return started_replica_pod(pods, role_name, replica_id)
 
+    async def replica_pods(
+        self, namespace: str, name: str, role_name: str, replica_id: int
+    ) -> builtins.list[dict[str, Any]]:
+        """Every pod of one replica (what a log reader looks at when no cache can answer)."""
+        selector = replica_selector(name, role_name, replica_id, self.translation.replica_label)
+        return list(await self.io.pods(namespace, selector))
+
     async def has_ended(self, namespace: str, name: str) -> bool:
         """Whether the app is gone or in a terminal state."""
         obj = await self.get(namespace, name)

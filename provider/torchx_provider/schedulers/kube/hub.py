@@ -83,6 +83,7 @@ class AppWatch:
         self._objects = objects
         self._pods = pods
         self.changed = asyncio.Event()
+        self._listeners: set[asyncio.Event] = set()
         #: ``(object, pods)`` as last seen when the object was deleted, else ``None``.
         self.last_seen: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         self.closed = False
@@ -110,6 +111,17 @@ class AppWatch:
         except TimeoutError:
             return False
         return True
+
+    def listen(self) -> asyncio.Event:
+        """An event of its own, set on every change :attr:`changed` is set for (a log
+        stream waits on one without taking :attr:`changed` from the follow loop);
+        :meth:`unlisten` it when done."""
+        event = asyncio.Event()
+        self._listeners.add(event)
+        return event
+
+    def unlisten(self, event: asyncio.Event) -> None:
+        self._listeners.discard(event)
 
     def close(self) -> None:
         if not self.closed:
@@ -254,3 +266,5 @@ class InformerHub:
             if deleted is not None and shared in watch._objects:
                 watch.last_seen = (dict(deleted), watch.pods())
             watch.changed.set()
+            for event in watch._listeners:
+                event.set()

@@ -145,6 +145,28 @@ class AsyncKube:
             )
             return await read_ok(resp)
 
+    async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
+        """Open a pod's log (``query``: the API's own parameters, ``sinceTime`` included,
+        which the generated method lacks) and return the raw response, whose ``content``
+        the caller reads and which it must ``release()``. An error status raises here."""
+        api = await self.api()
+        subject = f"the log of pod {namespace}/{pod}"
+        with api_errors("read", subject):
+            resp = await api.call_api(
+                "/api/v1/namespaces/{namespace}/pods/{name}/log",
+                "GET",
+                {"namespace": namespace, "name": pod},
+                query,
+                {"Accept": "text/plain"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                # Connect within the usual time; a followed log may be quiet for hours.
+                _request_timeout=(REQUEST_TIMEOUT, None),
+            )
+            if not 200 <= resp.status <= 299:
+                await read_ok(resp)  # raises the client's ApiException for api_errors
+            return resp
+
     def list_watch(self, resource: CustomResource | None, namespace: str) -> ListWatch:
         """The informer source of this provider's objects of ``resource`` (``None``: pods)
         in ``namespace``, over the cluster's shared client."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -150,3 +151,130 @@ def no_log_yet(error: SubmissionError) -> bool:
     """Whether a failed log read means "no log to read yet" rather than an error: the API
     answers 400 while the container is (re)starting. Both readers then return no lines."""
     return error.status == 400
+
+
+# -- container instances: what a followed replica's log is read from ----------------------------
+
+
+@dataclass(frozen=True)
+class ContainerInstance:
+    """One run of one container of one pod: what a log stream reads, start to end.
+
+    A replica's log is the logs of its instances in order: each pod that ran it (Volcano and
+    the Job controller replace a failed pod by a new one, often with the same name) and,
+    within a pod, each restart of the container (the kubelet keeps the log of the current
+    run and, as ``previous``, of the run before).
+    """
+
+    #: ``<pod uid>/<container>/<restart count>``: the key a :class:`LogCursor` names
+    key: str
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+    restart: int
+    #: the pod's ``creationTimestamp`` (instances are read in this order, then by restart)
+    created: str
+    #: the container of this run has started (there is a log to read)
+    started: bool
+    #: this run has ended (no more lines will come)
+    ended: bool
+    #: this run's log is the container's ``previous`` one (it was restarted since)
+    previous: bool
+
+    def query(self, since: datetime | None, *, follow: bool) -> list[tuple[str, str]]:
+        """The log request's query: timestamps, this container, from ``since`` (an absolute
+        time: the kubelet compares it with its own timestamps, so no clock but the node's
+        takes part), following unless this run has ended."""
+        query = [("container", self.container), ("timestamps", "true")]
+        if since is not None:
+            # Whole seconds (the API's resolution), rounded down: the lines of that second
+            # already emitted are dropped by the cursor.
+            second = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            query.append(("sinceTime", second))
+        if self.previous:
+            query.append(("previous", "true"))
+        elif follow:
+            query.append(("follow", "true"))
+        return query
+
+
+def replica_instances(
+    pods: Iterable[Mapping[str, Any]],
+    role_name: str,
+    replica_id: int,
+    container: str | None = None,
+) -> list[ContainerInstance]:
+    """The instances of ``container`` (default: the replica's main container) in the pods of
+    replica ``replica_id`` of ``role_name``, oldest first. Only instances whose log can still
+    be read are listed: the current run of each pod's container, and the previous one."""
+    from torchx_provider.schedulers.kube.status import replica_of
+
+    out: list[ContainerInstance] = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        key = replica_of(metadata)
+        if key is None or key.role != role_name or key.replica_id != replica_id:
+            continue
+        name = container or _main_container(pod)
+        if name is None:
+            continue
+        out.extend(_pod_instances(pod, name))
+    out.sort(key=lambda i: (i.created, i.uid, i.restart))
+    return out
+
+
+def _main_container(pod: Mapping[str, Any]) -> str | None:
+    metadata = pod.get("metadata") or {}
+    named = (metadata.get("annotations") or {}).get(ANNOTATION_DEFAULT_CONTAINER)
+    if named:
+        return str(named)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return str(containers[0]["name"]) if containers and containers[0].get("name") else None
+
+
+def _pod_instances(pod: Mapping[str, Any], container: str) -> list[ContainerInstance]:
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    mine = next((cs for cs in statuses if cs.get("name") == container), None)
+    restart = int((mine or {}).get("restartCount") or 0)
+    state = (mine or {}).get("state") or {}
+    pod_ended = phase in ("Succeeded", "Failed")
+    started = "running" in state or "terminated" in state or phase in ("Succeeded", "Failed")
+    if mine is None and phase == "Running":
+        started = True
+    base = {
+        "namespace": str(metadata.get("namespace") or ""),
+        "pod": str(metadata.get("name") or ""),
+        "uid": str(metadata.get("uid") or metadata.get("name") or ""),
+        "container": container,
+        "created": str(metadata.get("creationTimestamp") or ""),
+    }
+    out = []
+    if restart > 0:
+        out.append(
+            ContainerInstance(
+                key=f"{base['uid']}/{container}/{restart - 1}",
+                restart=restart - 1,
+                started=True,
+                ended=True,
+                previous=True,
+                **base,
+            )
+        )
+    out.append(
+        ContainerInstance(
+            key=f"{base['uid']}/{container}/{restart}",
+            restart=restart,
+            started=started,
+            ended=pod_ended or "terminated" in state,
+            previous=False,
+            **base,
+        )
+    )
+    return out

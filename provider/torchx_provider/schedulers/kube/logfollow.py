@@ -1,0 +1,242 @@
+"""Follow one replica's log on Kubernetes: every container instance, as a stream.
+
+A replica's log is the logs of its container instances one after the other
+(:func:`~.podlogs.replica_instances`: each pod that ran it, each restart of the container).
+:class:`ReplicaLogFollower` reads them oldest first, each as one ``follow`` stream opened as
+soon as the container has started and read to its end, so a crashing replica's last lines
+are read while the backend still has them -- before Volcano or the Job controller replaces
+the pod, before a TTL removes the job. Which pods exist and when a container ends comes
+from the event loop's shared pod cache (:class:`~.hub.AppWatch`); no request is made to find
+out.
+
+Cursors are absolute: a stream is (re)opened with ``sinceTime`` (the kubelet compares it with
+its own timestamps, so the triggerer's clock takes no part) and the lines of that second
+already emitted are dropped by :class:`~torchx_provider.schedulers.logs.Resumed`.
+
+A kubelet ends a followed stream when the container exits. A stream may also stay open
+after its container ended (a fake kubelet does, a stuck connection might): once the pod cache
+shows the instance ended, the stream is closed after it has been quiet for
+:data:`DRAIN_IDLE` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
+from torchx_provider.schedulers.kube.podlogs import (
+    ContainerInstance,
+    no_log_yet,
+    replica_instances,
+)
+from torchx_provider.schedulers.logs import (
+    LineDecoder,
+    LogCursor,
+    LogSource,
+    Resumed,
+    TimestampedLine,
+    split_timestamp,
+)
+from torchx_provider.schedulers.streams import StreamSlots
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.kube.client import KubeAsyncClient
+    from torchx_provider.schedulers.kube.hub import AppWatch
+
+#: Seconds an ended container's stream must be quiet before it is closed.
+DRAIN_IDLE = 1.0
+#: Seconds between looks at the pod cache while waiting (a change wakes the reader sooner).
+RECHECK = 5.0
+#: Seconds between checks, while a stream is quiet, of whether its container ended.
+QUIET_CHECK = 0.25
+#: Bytes read from a stream at once (the most a single parse handles between yields).
+READ_BYTES = 64 * 1024
+#: Streams of one instance that may break in a row, without a line read, before the
+#: failure is reported (the caller then retries with backoff).
+BREAKS_TOLERATED = 2
+
+
+class ReplicaLogFollower:
+    """Reads one :class:`LogSource` of one app (see the module docstring)."""
+
+    def __init__(
+        self, client: KubeAsyncClient, app_id: str, source: LogSource, ended: asyncio.Event
+    ) -> None:
+        self.client = client
+        self.app_id = app_id
+        self.source = source
+        self.ended = ended
+        self.warn: list[str] = []  # instances whose end could not be read (for the caller)
+
+    async def follow(
+        self, cursor: LogCursor
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+        """Batches of new lines with the cursor after each (the contract of
+        :meth:`~torchx_provider.schedulers.api.AsyncSchedulerClient.follow_logs`)."""
+        watch = await self.client.watch(self.app_id)
+        changed = watch.listen()
+        breaks = 0
+        try:
+            while True:
+                ended_before = self.ended.is_set()
+                changed.clear()
+                instances = await self._instances(watch)
+                todo = [i for i in instances if i.started and not cursor.is_done(i.key)]
+                lost = self._lost(cursor, instances)
+                if lost is not None:
+                    cursor = cursor.finished(lost)
+                    yield [], cursor
+                    continue
+                if not todo:
+                    if ended_before:
+                        return
+                    await _wait_any(changed, self.ended, RECHECK)
+                    continue
+                instance = todo[0]
+                progressed = False
+                finished = False
+                async for lines, moved, done in self._read(instance, cursor, watch, changed):
+                    progressed = progressed or bool(lines)
+                    cursor, finished = moved, done
+                    yield lines, cursor
+                if finished:
+                    breaks = 0
+                    continue
+                breaks = 0 if progressed else breaks + 1
+                if breaks > BREAKS_TOLERATED:
+                    raise BackendUnavailableError(
+                        f"the log stream of {self.source.key} (pod {instance.namespace}/"
+                        f"{instance.pod}) keeps breaking"
+                    )
+                # The stream ended before the cache shows the container ended (the watch
+                # is a moment behind the kubelet): wait for the change, then look again.
+                await _wait_any(changed, None, 1.0)
+        finally:
+            watch.unlisten(changed)
+
+    async def _instances(self, watch: AppWatch) -> list[ContainerInstance]:
+        s = self.source
+        if watch.healthy:
+            pods = watch.pods()
+        else:
+            from torchx_provider.schedulers.kube.request import parse_app_id
+
+            namespace, name = parse_app_id(self.app_id)
+            pods = await self.client.core.replica_pods(namespace, name, s.role, s.replica_id)
+        return replica_instances(pods, s.role, s.replica_id, s.container)
+
+    def _lost(self, cursor: LogCursor, instances: list[ContainerInstance]) -> str | None:
+        """The cursor's instance, if it was being read and its pod is gone (replaced or
+        removed) before its end was read: what it wrote after the cursor cannot be read."""
+        current = cursor.instance
+        if current is None or cursor.is_done(current):
+            return None
+        if any(i.key == current for i in instances):
+            return None
+        if cursor.since is None and not any(i.started for i in instances):
+            return None  # nothing of it was read: maybe not listed yet
+        self.warn.append(current)
+        return current
+
+    async def _read(
+        self,
+        instance: ContainerInstance,
+        cursor: LogCursor,
+        watch: AppWatch,
+        changed: asyncio.Event,
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor, bool]]:
+        """One stream of ``instance``: ``(lines, cursor, finished)`` batches; the last says
+        whether the instance has been read to its end (else the caller opens it again)."""
+        resume = Resumed(cursor.at(instance.key))
+        async with StreamSlots.current().hold() as slot:
+            try:
+                resp = await self.client.kube.open_log(
+                    instance.namespace,
+                    instance.pod,
+                    instance.query(resume.cursor.since, follow=not instance.ended),
+                )
+            except UnknownAppError:
+                # The pod is gone: if the cache agrees, so is its log (reported as lost by
+                # the caller); else the cache is a moment behind.
+                yield [], resume.cursor, False
+                return
+            except SubmissionError as e:
+                if not no_log_yet(e):
+                    raise
+                await _wait_any(changed, None, 1.0)  # (re)starting: no log to read yet
+                yield [], resume.cursor, False
+                return
+            decoder = LineDecoder()
+            reader: asyncio.Future[bytes] | None = None
+            ended_at: float | None = None
+            last_data = time.monotonic()
+            clean = False
+            try:
+                while True:
+                    if reader is None:
+                        reader = asyncio.ensure_future(resp.content.read(READ_BYTES))
+                    done, _ = await asyncio.wait({reader}, timeout=QUIET_CHECK)
+                    if reader in done:
+                        try:
+                            chunk = reader.result()
+                        except (OSError, asyncio.TimeoutError, _client_errors()):
+                            break  # the stream broke: opened again from the cursor
+                        finally:
+                            reader = None
+                        if not chunk:
+                            clean = True
+                            break
+                        last_data = time.monotonic()
+                        new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
+                        if new:
+                            yield new, resume.cursor, False
+                        continue
+                    if slot.should_yield:
+                        break  # others wait for a stream: queue again, resume at the cursor
+                    if ended_at is None and self._has_ended(instance, watch):
+                        ended_at = time.monotonic()
+                    quiet = time.monotonic() - max(ended_at or 0.0, last_data)
+                    if ended_at is not None and quiet >= DRAIN_IDLE:
+                        clean = True
+                        break
+            finally:
+                if reader is not None:
+                    reader.cancel()
+                resp.release()
+            rest = resume.feed([split_timestamp(r) for r in decoder.flush()]) if clean else []
+            finished = clean and (instance.ended or self._has_ended(instance, watch))
+            if finished:
+                yield rest, resume.cursor.finished(instance.key), True
+            else:
+                yield rest, resume.cursor, False
+
+    def _has_ended(self, instance: ContainerInstance, watch: AppWatch) -> bool:
+        """Whether the cache shows ``instance`` ended, restarted or gone."""
+        if not watch.healthy:
+            return False
+        s = self.source
+        now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
+        found = next((i for i in now if i.key == instance.key), None)
+        return found is None or found.ended
+
+
+async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout: float) -> None:
+    """Until ``event`` or ``other`` is set, at most ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(event.wait())]
+    if other is not None:
+        waits.append(asyncio.ensure_future(other.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _client_errors() -> Any:
+    """The HTTP client's errors for a broken stream (imported when a stream is read)."""
+    import aiohttp
+
+    return aiohttp.ClientError

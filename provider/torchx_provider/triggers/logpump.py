@@ -1,0 +1,178 @@
+"""Forward followed logs to the task log as they are written: one pump per log source.
+
+:class:`LogPumps` runs one task per :class:`~torchx_provider.schedulers.logs.LogSource`
+(a selected replica, or one of its other containers), each reading the backend's
+:meth:`~torchx_provider.schedulers.api.AsyncSchedulerClient.follow_logs` and writing every
+line as ``[role/replica] text`` the moment its batch arrives. The follow loop
+(:mod:`~torchx_provider.triggers.follow`) starts a pump when a replica first appears and,
+once the app is terminal, sets :attr:`LogPumps.ended` and waits for every pump to read its
+source to the end (:meth:`LogPumps.finish`) before it logs the terminal state: a replica's
+last lines come before the line saying how the app ended.
+
+A source that cannot be read (its node unreachable, a 5xx, the stream broken) never ends or
+pauses the follow: the pump says so once, retries from its cursor with backoff, and says when
+the source is readable again. Each pump keeps the last :data:`SUMMARY_LINES` lines of its
+source for the failure summary (:mod:`~torchx_provider.triggers.summary`); nothing else is
+buffered -- a batch is written before the next is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from torchx_provider.errors import (
+    BackendUnavailableError,
+    InvalidOptionError,
+    TorchXProviderError,
+)
+from torchx_provider.schedulers.api import AsyncSchedulerClient
+from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
+from torchx_provider.triggers.policy import retry_delay
+
+#: Last lines of each source kept for the failure summary.
+SUMMARY_LINES = 50
+#: Reads of a source that keeps failing after the app ended before its lines are given up.
+FINAL_LOG_ATTEMPTS = 3
+#: Seconds of writing lines after which a pump lets the event loop run other work.
+YIELD_EVERY = 0.005
+
+
+class LogPumps:
+    """The pumps of one follow (see the module docstring).
+
+    :param client: returns the client to read with (the follow loop's current one: it may
+        be replaced after a 401).
+    :param cursors: ``source key -> cursor``, updated in place as lines are written.
+    :param reconnect: after a 401, asks the follow loop for fresh credentials; whether it
+        got them.
+    """
+
+    def __init__(
+        self,
+        client: Callable[[], AsyncSchedulerClient],
+        app_id: str,
+        log: Any,
+        cursors: dict[str, LogCursor],
+        *,
+        retry_base: float = 10.0,
+        reconnect: Callable[[], Awaitable[bool]] | None = None,
+        rand: Callable[[], float] = random.random,
+        summary_lines: int = SUMMARY_LINES,
+    ) -> None:
+        self.client = client
+        self.app_id = app_id
+        self.log = log
+        self.cursors = cursors
+        self.retry_base = retry_base
+        self.reconnect = reconnect
+        self.rand = rand
+        self.ended = asyncio.Event()
+        self.tails: dict[str, deque[str]] = {}
+        self.lines_forwarded = 0
+        #: sources whose last lines could not be read
+        self.unread: set[str] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._unreadable: set[str] = set()
+        self._summary_lines = summary_lines
+        self._last_yield = time.monotonic()
+
+    def start(self, sources: Iterable[LogSource]) -> None:
+        """Start a pump for each source not pumped yet."""
+        for source in sources:
+            if source.key not in self._tasks:
+                self.tails[source.key] = deque(maxlen=self._summary_lines)
+                self._tasks[source.key] = asyncio.ensure_future(self._pump(source))
+
+    async def finish(self, timeout: float) -> None:
+        """The app ended: let every pump read its source to the end, at most ``timeout``
+        seconds; the sources not read to their end by then are added to :attr:`unread`."""
+        self.ended.set()
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for key, task in self._tasks.items():
+            if task in pending:
+                self.unread.add(key)
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop every pump (safe to call more than once)."""
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one pump -----------------------------------------------------------------------------
+    async def _pump(self, source: LogSource) -> None:
+        key = source.key
+        attempt = 0
+        while True:
+            start = self.cursors.get(key, LogCursor())
+            try:
+                client = self.client()
+                async for lines, cursor in client.follow_logs(
+                    self.app_id, source, start, self.ended
+                ):
+                    if lines:
+                        await self._write(source, lines)
+                        attempt = 0
+                        self._readable(key)
+                    self.cursors[key] = cursor
+                self._readable(key)
+                return
+            except InvalidOptionError as e:
+                self.log.warning("logs of %s are not forwarded: %s", key, e)
+                return
+            except BackendUnavailableError as e:
+                if e.status == 401 and self.reconnect is not None and await self.reconnect():
+                    continue
+                self._unreadable_source(key, e)
+            except TorchXProviderError as e:
+                self._unreadable_source(key, e)
+            if self.ended.is_set():
+                if attempt >= FINAL_LOG_ATTEMPTS:
+                    self.unread.add(key)
+                    return
+                # The app ended: a few quick tries for its last lines.
+                await asyncio.sleep(retry_delay(attempt, min(self.retry_base, 1.0), self.rand()))
+            else:
+                delay = retry_delay(attempt, self.retry_base, self.rand())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.ended.wait(), delay)
+            attempt += 1
+
+    async def _write(self, source: LogSource, lines: list[TimestampedLine]) -> None:
+        prefix = f"[{source.key}] "
+        tail = self.tails[source.key]
+        for line in lines:
+            text = line.text.rstrip("\n")
+            self.log.info("%s", prefix + text)
+            tail.append(text)
+            if time.monotonic() - self._last_yield > YIELD_EVERY:
+                await asyncio.sleep(0)  # a big batch must not hold the event loop
+                self._last_yield = time.monotonic()
+        self.lines_forwarded += len(lines)
+
+    def _unreadable_source(self, key: str, e: TorchXProviderError) -> None:
+        """One source's log could not be read: say so once, keep following the app."""
+        if key in self._unreadable:
+            return
+        self._unreadable.add(key)
+        self.log.warning(
+            "logs of %s cannot be read (%s); following the app on, its lines come once "
+            "they are readable",
+            key,
+            e,
+        )
+
+    def _readable(self, key: str) -> None:
+        if key in self._unreadable:
+            self._unreadable.discard(key)
+            self.log.info("logs of %s readable again", key)
