@@ -82,7 +82,13 @@ with DAG("fake_failure", **ARGS) as dag:
     out = capfd.readouterr()
     text = out.out + out.err
     assert task_instances(dag_run)["train"].state == "failed"
-    assert re.search(r"TorchX app echo-\w+ ended FAILED: replica failed", text)
+    assert re.search(
+        r"TorchX app echo-\w+ ended FAILED: replica failed; first failed replica: "
+        r"worker/1 failed: exit code 1 \(no reason given\)",
+        text,
+    )
+    # the task log ends the follow with the failed replica's last lines, folded
+    assert "::group::worker/1 failed: exit code 1 (no reason given) — last 4 lines" in text
     assert re.search(r"worker\s+1\s+FAILED\s+1", text)
     got = xcoms(dag_run, "train")
     assert got["final_state"] == "FAILED"

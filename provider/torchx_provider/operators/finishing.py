@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchx_provider.triggers.events import EventKind, JobEvent, replica_table
+from torchx_provider.triggers.summary import failed_rows, replica_failure
 
 
 def replica_results(event: JobEvent) -> list[dict[str, Any]]:
@@ -58,9 +59,12 @@ def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
 
 
 def failure(event: JobEvent) -> str:
-    """Why a finished app that did not succeed fails the task, with the replica table."""
+    """Why a finished app that did not succeed fails the task: the first failed replica and
+    its reason first, then the replica table."""
     message = f": {event.message}" if event.message else ""
+    failed = failed_rows(event.replicas)
+    first = f"; first failed replica: {replica_failure(failed[0])}" if failed else ""
     return (
-        f"TorchX app {event.app_id} ended {event.state.name}{message}\n"
+        f"TorchX app {event.app_id} ended {event.state.name}{message}{first}\n"
         f"{replica_table(event.replicas)}"
     )

@@ -13,6 +13,7 @@ from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.logs import (
     LineDecoder,
     LogCursor,
+    Resumed,
     TimestampedLine,
     advance,
     atimestamped_lines,
@@ -355,3 +356,104 @@ def test_resuming_inside_a_run_of_identical_timestamps(
         new, cursor = advance(cursor, _backend(log, end, cursor.since))
         emitted += new
     assert [line.text for line in emitted] == [line.text for line in log]
+
+
+# -- lines as the user wrote them ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        ("10%\r50%\r100%\n", "100%\n"),
+        ("10%\r50%\r100%\r\n", "100%\n"),  # tqdm ends a finished bar with "\r" too
+        ("\rloading\n", "loading\n"),
+        ("\r\r\n", "\n"),
+        ("plain\n", "plain\n"),
+    ],
+)
+def test_a_redrawn_line_is_its_last_state(raw: str, text: str) -> None:
+    assert split_timestamp(f"2024-05-01T10:00:00Z {raw}").text == text
+    assert split_timestamp(raw).text == text
+
+
+def test_progress_lines_are_one_line_each_through_the_pipeline() -> None:
+    chunks = [
+        b"2024-05-01T10:00:00Z ep 1: 10%\r",
+        b"ep 1: 90%\rep 1: 100%\n",
+        b"2024-05-01T10:00:01Z done\n",
+    ]
+    assert [line.text for line in timestamped_lines(chunks)] == ["ep 1: 100%\n", "done\n"]
+
+
+def test_a_long_line_is_cut_with_a_marker_and_never_buffered_whole() -> None:
+    d = LineDecoder(max_chars=10)
+    assert d.decode(b"0123456789abc") == []
+    assert len(d._buffer) == 10  # only what is kept
+    assert d.decode(b"def\nshort\n") == ["0123456789 [... 6 more characters cut]\n", "short\n"]
+    assert d.decode(b"x" * 25 + b"\n") == ["xxxxxxxxxx [... 15 more characters cut]\n"]
+    assert d.decode(b"y" * 12) == []
+    assert d.flush() == ["yyyyyyyyyy [... 2 more characters cut]\n"]
+
+
+def test_invalid_utf8_in_the_middle_of_a_stream_is_replaced_not_dropped() -> None:
+    d = LineDecoder()
+    assert d.decode(b"ok \xc3") == []  # maybe the first half of a character
+    assert d.decode(b"( bad\n") == ["ok \ufffd( bad\n"]
+
+
+# -- cursors across container instances ----------------------------------------------------------
+
+
+def test_cursor_instances_round_trip_and_stay_compatible() -> None:
+    old = {"since": "2024-05-01T10:00:00.000007Z", "seen_at_since": 2}
+    assert LogCursor.from_dict(old).to_dict() == old  # stored before instances existed
+    cursor = LogCursor(BASE, 1, "uid-2/main/0", ("uid-1/main/0",))
+    assert LogCursor.from_dict(cursor.to_dict()) == cursor
+    assert cursor.to_dict()["done"] == ["uid-1/main/0"]
+
+
+def test_cursor_at_an_instance_and_finished_instances() -> None:
+    fresh = LogCursor()
+    assert fresh.at("a") == LogCursor(instance="a")
+    legacy = LogCursor(BASE, 3)  # no instance: its time applies to the first one read
+    assert legacy.at("a") == LogCursor(BASE, 3, "a")
+    in_a = LogCursor(BASE, 3, "a")
+    assert in_a.at("a") is in_a
+    assert in_a.at("b") == LogCursor(None, 0, "b")  # another instance starts at its start
+    done = in_a.finished("a")
+    assert done.is_done("a") and not done.is_done("b")
+    assert done.at("b").done == ("a",)
+    many = LogCursor()
+    for i in range(40):
+        many = many.finished(str(i))
+    assert len(many.done) == 16 and many.is_done("39") and not many.is_done("0")
+
+
+def test_resumed_drops_what_the_cursor_emitted_then_passes_everything() -> None:
+    cursor = LogCursor(BASE + timedelta(seconds=1), 1)
+    resumed = Resumed(cursor)
+    first = resumed.feed(_lines((0, "old"), (1_000_000, "seen"), (1_000_000, "new-same-second")))
+    assert [ln.text for ln in first] == ["new-same-second\n"]
+    # a later batch repeating the cursor's timestamp is new lines, not old ones
+    later = resumed.feed(_lines((1_000_000, "again"), (2_000_000, "next")))
+    assert [ln.text for ln in later] == ["again\n", "next\n"]
+    assert resumed.cursor == LogCursor(BASE + timedelta(seconds=2), 1)
+
+
+@PROPS
+@given(st.integers(1, 30), st.integers(0, 30), st.data())
+def test_resumed_streams_lose_and_repeat_nothing(
+    total: int, stop: int, data: st.DataObject
+) -> None:
+    """A stream cut anywhere and reopened from its cursor at the second's start: every line
+    once (two lines share each timestamp, as the fake and real logs do)."""
+    stamps = sorted(data.draw(st.lists(st.integers(0, 5), min_size=total, max_size=total)))
+    lines = [TimestampedLine(BASE + timedelta(seconds=s), f"{i}\n") for i, s in enumerate(stamps)]
+    stop = min(stop, total)
+    first = Resumed(LogCursor())
+    out = first.feed(lines[:stop])
+    cursor = first.cursor
+    floor = cursor.since.replace(microsecond=0) if cursor.since else None
+    again = [ln for ln in lines if floor is None or ln.timestamp >= floor]  # type: ignore[operator]
+    out += Resumed(cursor).feed(again)
+    assert out == lines

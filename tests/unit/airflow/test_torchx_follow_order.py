@@ -1,0 +1,109 @@
+"""What a follow writes, in which order: every replica's last line before the terminal
+state, and a failed app's failure summary at the very end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torchx_fakes
+
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.events import ReplicaRow
+from torchx_provider.triggers.follow import JobFollower
+from torchx_provider.triggers.selection import LogSelection
+from torchx_provider.triggers.summary import failure_summary, replica_failure
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+
+def submit(**meta: Any) -> str:
+    return torchx_fakes.FakeScheduler().submit(torchx_fakes.make_app(**meta))
+
+
+async def test_the_terminal_state_comes_after_every_replicas_last_line(fake_cluster: Any) -> None:
+    app_id = submit(lines=6, ticks=2, replicas=2)
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert event.succeeded
+    terminal = next(i for i, ln in enumerate(log.lines) if ln.endswith("-> SUCCEEDED"))
+    last_lines = [log.lines.index(f"[worker/{r}] worker {r} line 5") for r in range(2)]
+    assert max(last_lines) < terminal
+    assert not any(ln.startswith("::group::") for ln in log.lines)
+
+
+async def test_a_failed_app_ends_with_one_summary_group_per_failed_replica(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(lines=4, ticks=2, replicas=3, outcome="FAILED", fail_replicas="worker/1")
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert event.state == AppState.FAILED
+    start = log.lines.index(
+        "::group::worker/1 failed: exit code 1 (no reason given) — last 4 lines"
+    )
+    assert log.lines[start + 1 : start + 6] == [
+        "[worker/1] worker 1 line 0",
+        "[worker/1] worker 1 line 1",
+        "[worker/1] worker 1 line 2",
+        "[worker/1] worker 1 line 3",
+        "::endgroup::",
+    ]
+    assert log.lines[-1] == "::endgroup::"
+    assert sum(ln.startswith("::group::") for ln in log.lines) == 1
+    terminal = next(i for i, ln in enumerate(log.lines) if "-> FAILED" in ln)
+    assert terminal < start
+
+
+def test_summary_keeps_the_last_lines_and_names_the_reason() -> None:
+    rows = [
+        ReplicaRow("trainer", 0, AppState.SUCCEEDED, 0),
+        ReplicaRow("trainer", 1, AppState.FAILED, 137, message="OOMKilled"),
+        ReplicaRow("ps", 0, AppState.FAILED, None),
+    ]
+    out = failure_summary(rows, {"trainer/1": ["Traceback", "MemoryError"]})
+    assert out == [
+        "::group::trainer/1 failed: exit code 137 (OOMKilled) — last 2 lines",
+        "[trainer/1] Traceback",
+        "[trainer/1] MemoryError",
+        "::endgroup::",
+        "::group::ps/0 failed: exit code unknown (no reason given) — last 0 lines",
+        "::endgroup::",
+    ]
+    assert replica_failure(rows[1]) == "trainer/1 failed: exit code 137 (OOMKilled)"
+
+
+def test_selection_of_other_containers() -> None:
+    sel = LogSelection.parse("trainer, trainer/0:init, ps/*:sidecar")
+    assert [s.key for s in sel.sources("trainer", 0)] == ["trainer/0", "trainer/0:init"]
+    assert [s.key for s in sel.sources("trainer", 1)] == ["trainer/1"]
+    assert [s.key for s in sel.sources("ps", 2)] == ["ps/2:sidecar"]
+    assert [s.key for s in LogSelection.parse(None).sources("x", 0)] == ["x/0"]
+
+
+async def test_a_backend_with_one_container_says_why_a_container_is_not_forwarded(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(lines=2, ticks=1, replicas=1)
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        selection=LogSelection.parse("worker, worker/0:init"),
+    ).run()
+    assert event.succeeded
+    assert "[worker/0] worker 0 line 1" in log.lines
+    assert any("worker/0:init are not forwarded" in ln and "log_replicas" in ln for ln in log.lines)

@@ -1,0 +1,332 @@
+"""Following a replica's log on Kubernetes: container instances and their streams.
+
+The stream reader runs against a stand-in API (pods from a cache, logs as chunked streams
+that, like kwok's, stay open after the container ended) so that every way an instance can
+end is exercised without a cluster; the local cluster tests run the same code for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from torchx_provider.errors import UnknownAppError
+from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
+from torchx_provider.schedulers.kube.podlogs import replica_instances
+from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, LABEL_ROLE_NAME
+from torchx_provider.schedulers.logs import LogCursor, LogSource, format_timestamp
+from torchx_provider.schedulers.streams import StreamSlots
+
+BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+
+
+def pod(
+    uid: str,
+    *,
+    name: str = "job-trainer-0",
+    phase: str = "Running",
+    restarts: int = 0,
+    state: str = "running",
+    created: str = "2024-05-01T10:00:00Z",
+    replica: int = 0,
+    init: bool = False,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "phase": phase,
+        "containerStatuses": [{"name": "trainer", "restartCount": restarts, "state": {state: {}}}],
+    }
+    if init:
+        status["initContainerStatuses"] = [
+            {"name": "setup", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}
+        ]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "creationTimestamp": created,
+            "labels": {LABEL_ROLE_NAME: "trainer", LABEL_REPLICA_ID: str(replica)},
+        },
+        "spec": {"containers": [{"name": "trainer"}]},
+        "status": status,
+    }
+
+
+# -- which instances, in which order --------------------------------------------------------------
+
+
+def test_instances_are_each_pod_and_restart_oldest_first() -> None:
+    pods = [
+        pod("b", created="2024-05-01T10:00:05Z"),
+        pod("a", phase="Failed", state="terminated"),
+        pod("other", replica=1),
+    ]
+    found = replica_instances(pods, "trainer", 0)
+    assert [i.key for i in found] == ["a/trainer/0", "b/trainer/0"]
+    assert [(i.started, i.ended) for i in found] == [(True, True), (True, False)]
+
+
+def test_a_restarted_container_has_its_previous_run_first() -> None:
+    found = replica_instances([pod("a", restarts=2)], "trainer", 0)
+    assert [(i.key, i.previous, i.ended) for i in found] == [
+        ("a/trainer/1", True, True),
+        ("a/trainer/2", False, False),
+    ]
+    assert ("previous", "true") in found[0].query(None, follow=True)
+    assert ("follow", "true") not in found[0].query(None, follow=True)
+
+
+def test_a_pending_pod_has_no_log_yet_and_init_containers_can_be_named() -> None:
+    waiting = pod("a", phase="Pending", state="waiting", init=True)
+    assert [i.started for i in replica_instances([waiting], "trainer", 0)] == [False]
+    init = replica_instances([waiting], "trainer", 0, "setup")
+    assert [(i.container, i.started, i.ended) for i in init] == [("setup", True, True)]
+
+
+def test_the_query_is_absolute_in_whole_seconds() -> None:
+    (instance,) = replica_instances([pod("a")], "trainer", 0)
+    query = dict(instance.query(BASE + timedelta(seconds=3, microseconds=900_000), follow=True))
+    assert query == {
+        "container": "trainer",
+        "timestamps": "true",
+        "sinceTime": "2024-05-01T10:00:03Z",
+        "follow": "true",
+    }
+
+
+# -- the stream reader --------------------------------------------------------------------------
+
+
+def cri(second: float, text: str) -> bytes:
+    return f"{format_timestamp(BASE + timedelta(seconds=second))} {text}\n".encode()
+
+
+class Content:
+    """A response body: the chunks given, then (like kwok) open until closed."""
+
+    def __init__(self, chunks: list[bytes], *, ends: bool, breaks: bool = False) -> None:
+        self.queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+        for c in chunks:
+            self.queue.put_nowait(c)
+        if breaks:
+            import aiohttp
+
+            self.queue.put_nowait(aiohttp.ClientPayloadError("connection reset"))
+        elif ends:
+            self.queue.put_nowait(b"")
+
+    async def read(self, n: int) -> bytes:
+        item = await self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+class Response:
+    def __init__(self, content: Content) -> None:
+        self.content = content
+        self.released = False
+
+    def release(self) -> None:
+        self.released = True
+
+
+class FakeWatch:
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self._pods = pods
+        self.healthy = True
+        self.listeners: set[asyncio.Event] = set()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self._pods)
+
+    def set_pods(self, pods: list[dict[str, Any]]) -> None:
+        self._pods = pods
+        for e in self.listeners:
+            e.set()
+
+    def listen(self) -> asyncio.Event:
+        e = asyncio.Event()
+        self.listeners.add(e)
+        return e
+
+    def unlisten(self, e: asyncio.Event) -> None:
+        self.listeners.discard(e)
+
+
+class FakeKube:
+    """``open_log``: per instance uid, a list of bodies served in turn; records queries."""
+
+    def __init__(self, watch: FakeWatch) -> None:
+        self.watch = watch
+        self.logs: dict[str, list[bytes]] = {}
+        self.opened: list[tuple[str, dict[str, str]]] = []
+        self.break_first: set[str] = set()
+
+    async def open_log(self, namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        live = [p for p in self.watch.pods() if p["metadata"]["name"] == name]
+        if not live:
+            raise UnknownAppError("pod gone")
+        uid = live[0]["metadata"]["uid"]
+        q = dict(query)
+        self.opened.append((uid, q))
+        lines = self.logs.get(uid, [])
+        if "sinceTime" in q:
+            since = q["sinceTime"]
+            lines = [ln for ln in lines if ln.decode()[:19] + "Z" >= since]
+        breaks = uid in self.break_first
+        self.break_first.discard(uid)
+        if breaks:
+            return Response(Content(lines[:2], ends=False, breaks=True))
+        ended = q.get("follow") != "true"
+        return Response(Content(lines, ends=ended))
+
+
+class FakeClient:
+    def __init__(self, watch: FakeWatch) -> None:
+        self._watch = watch
+        self.kube = FakeKube(watch)
+
+    async def watch(self, app_id: str) -> FakeWatch:
+        return self._watch
+
+
+async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[str], LogCursor]:
+    out: list[str] = []
+    cursor = start
+    async for lines, moved in follower.follow(start):
+        out += [ln.text.rstrip("\n") for ln in lines]
+        cursor = moved
+    return out, cursor
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_provider.schedulers.kube import logfollow
+
+    monkeypatch.setattr(logfollow, "DRAIN_IDLE", 0.05)
+    monkeypatch.setattr(logfollow, "QUIET_CHECK", 0.01)
+
+
+async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement() -> None:
+    """Volcano replaces a crashed pod by one with the same name; kwok's streams stay open:
+    the crashed instance's traceback is read before its replacement's first line."""
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "start a"), cri(1, "Traceback (most recent call last):")]
+    client.kube.logs["b"] = [cri(2, "start b"), cri(3, "done")]
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.05)
+    watch.set_pods([pod("a", phase="Failed", state="terminated")])
+    await asyncio.sleep(0.2)
+    watch.set_pods([pod("b", created="2024-05-01T10:00:02Z")])  # a is gone
+    await asyncio.sleep(0.05)
+    watch.set_pods(
+        [pod("b", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated")]
+    )
+    ended.set()
+    lines, cursor = await asyncio.wait_for(task, 5)
+    assert lines == ["start a", "Traceback (most recent call last):", "start b", "done"]
+    assert cursor.done == ("a/trainer/0", "b/trainer/0")
+    assert not follower.warn
+
+
+async def test_a_broken_stream_is_reopened_from_its_cursor_without_repeats() -> None:
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "l0"), cri(0.5, "l1"), cri(0.7, "l2"), cri(1.2, "l3")]
+    client.kube.break_first.add("a")
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.1)
+    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
+    ended.set()
+    lines, _ = await asyncio.wait_for(task, 5)
+    assert lines == ["l0", "l1", "l2", "l3"]
+    reopened = client.kube.opened[1][1]
+    assert reopened["sinceTime"] == "2024-05-01T10:00:00Z"
+
+
+async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current_one() -> None:
+    watch = FakeWatch(
+        [
+            pod("a", phase="Failed", state="terminated"),
+            pod(
+                "b", name="x", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated"
+            ),
+        ]
+    )
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "a0")]
+    client.kube.logs["b"] = [cri(2, "b0"), cri(2, "b1"), cri(3, "b2")]
+    ended = asyncio.Event()
+    ended.set()
+    cursor = LogCursor(BASE + timedelta(seconds=2), 1, "b/trainer/0", ("a/trainer/0",))
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
+    assert lines == ["b1", "b2"]
+    assert [uid for uid, _ in client.kube.opened] == ["b"]
+
+
+async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost() -> None:
+    watch = FakeWatch(
+        [pod("b", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated")]
+    )
+    client = FakeClient(watch)
+    client.kube.logs["b"] = [cri(2, "b0")]
+    ended = asyncio.Event()
+    ended.set()
+    cursor = LogCursor(BASE, 1, "a/trainer/0")  # a was being read when the follow stopped
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
+    assert lines == ["b0"]
+    assert follower.warn == ["a/trainer/0"]
+    assert cursor.done == ("a/trainer/0", "b/trainer/0")
+
+
+# -- the cap on open streams -------------------------------------------------------------------
+
+
+async def test_stream_slots_are_capped_and_handed_out_in_turn() -> None:
+    slots = StreamSlots(limit=2, slice=0.0)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def reader(name: str) -> None:
+        async with slots.hold() as slot:
+            order.append(name)
+            if name in ("a", "b"):
+                await release.wait()
+                assert slot.should_yield  # others wait, the slice is over
+
+    tasks = [asyncio.ensure_future(reader(n)) for n in "abcd"]
+    await asyncio.sleep(0.01)
+    assert order == ["a", "b"] and slots.held == 2 and len(slots.waiting) == 2
+    release.set()
+    await asyncio.gather(*tasks)
+    assert order == ["a", "b", "c", "d"] and slots.held == 0
+
+
+async def test_a_cancelled_waiter_does_not_leak_a_slot() -> None:
+    slots = StreamSlots(limit=1)
+
+    async def hold(event: asyncio.Event) -> None:
+        async with slots.hold():
+            await event.wait()
+
+    gate = asyncio.Event()
+    first = asyncio.ensure_future(hold(gate))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(hold(asyncio.Event()))
+    await asyncio.sleep(0)
+    second.cancel()
+    gate.set()
+    await first
+    await asyncio.gather(second, return_exceptions=True)
+    assert slots.held == 0 and not slots.waiting
