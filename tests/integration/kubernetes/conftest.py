@@ -196,14 +196,20 @@ class KubeCluster:
         interval: dt.timedelta = dt.timedelta(milliseconds=1),
         stream: str = "stdout",
         mcad: bool = False,
+        file_tag: str | None = None,
     ) -> Path:
         """Give ``pod`` (one ``container`` of it, or all) these log lines.
 
         A plain string gets the timestamp ``start + i * interval`` (``start``
         defaults to now); a ``(datetime, text)`` pair keeps its own. Returns the
         CRI log file, which :meth:`append_pod_logs` extends.
+
+        ``file_tag`` gives the lines a file of their own: a pod replaced by one
+        with the same name (Volcano's restarts) gets new lines for its new
+        instance while streams opened on the old one go on reading the old file,
+        as with a kubelet, which keeps one log per container instance.
         """
-        path = self._log_file(pod, namespace, container, mcad)
+        path = self._log_file(pod, namespace, container, mcad, file_tag)
         path.write_text("")
         self.append_pod_logs(
             pod,
@@ -214,6 +220,7 @@ class KubeCluster:
             interval=interval,
             stream=stream,
             mcad=mcad,
+            file_tag=file_tag,
         )
         self._put_logs_object(pod, namespace or self.namespace, container, path, mcad)
         return path
@@ -229,9 +236,10 @@ class KubeCluster:
         interval: dt.timedelta = dt.timedelta(milliseconds=1),
         stream: str = "stdout",
         mcad: bool = False,
+        file_tag: str | None = None,
     ) -> Path:
         """Append lines to the log set with :meth:`set_pod_logs` (same arguments)."""
-        path = self._log_file(pod, namespace, container, mcad)
+        path = self._log_file(pod, namespace, container, mcad, file_tag)
         base = start or dt.datetime.now(dt.timezone.utc)
         with path.open("a", encoding="utf-8") as f:
             for i, spec in enumerate(lines):
@@ -241,7 +249,14 @@ class KubeCluster:
                 f.write(f"{_cri_timestamp(when)} {stream} F {text}\n")
         return path
 
-    def _log_file(self, pod: str, namespace: str | None, container: str | None, mcad: bool) -> Path:
+    def _log_file(
+        self,
+        pod: str,
+        namespace: str | None,
+        container: str | None,
+        mcad: bool,
+        file_tag: str | None = None,
+    ) -> Path:
         if not self.local or self.pod_logs_dir is None:
             pytest.skip(
                 "pod logs can only be set on the local cluster (kwok serves them from files)"
@@ -249,7 +264,8 @@ class KubeCluster:
         ns = namespace or self.namespace
         directory = self.pod_logs_dir / ("mcad" if mcad else "main") / ns
         directory.mkdir(parents=True, exist_ok=True)
-        return directory / f"{pod}.{container or '_all'}.log"
+        tag = f".{file_tag}" if file_tag else ""
+        return directory / f"{pod}.{container or '_all'}{tag}.log"
 
     def _put_logs_object(
         self, pod: str, namespace: str, container: str | None, path: Path, mcad: bool

@@ -45,6 +45,7 @@ from torchx_provider.schedulers.logs import (
     timestamped_lines,
 )
 from torchx_provider.schedulers.wakeup import wait_raised
+from torchx_provider.specs.api import NONE, AppState
 from torchx_provider.specs.names import make_app_handle
 
 #: Seconds the first describe of an app waits for the shared caches' first list.
@@ -109,7 +110,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
         if watch.healthy:
             obj = watch.object()
             if obj is not None:
-                return self._describe(app_id, obj, watch.pods())
+                return with_failures(self._describe(app_id, obj, watch.pods()), watch)
             if watch.last_seen is not None:
                 return None
         return await self.core.describe(app_id)
@@ -133,7 +134,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
         if watch.last_seen is None:
             return None
         obj, pods = watch.last_seen
-        return self._describe(app_id, obj, pods)
+        return with_failures(self._describe(app_id, obj, pods), watch)
 
     async def wait_changed(self, app_id: str, timeout: float) -> bool:
         """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's watch events."""
@@ -195,6 +196,21 @@ class KubeAsyncClient(AsyncSchedulerClient):
         for watch in watches.values():
             watch.close()
         await self.kube.close()
+
+
+def with_failures(resp: DescribeAppResponse, watch: AppWatch) -> DescribeAppResponse:
+    """``resp`` with the exit code and reason of each failed replica whose pod is gone
+    filled in from how the watch saw it end (:attr:`.hub.AppWatch.failures`)."""
+    for role_status in resp.roles_statuses:
+        for replica in role_status.replicas:
+            seen = watch.failures.get((role_status.role, replica.id))
+            if replica.state is not AppState.FAILED or seen is None:
+                continue
+            if replica.exit_code is None:
+                replica.exit_code = seen.exit_code
+            if replica.structured_error_msg in (None, NONE, ""):
+                replica.structured_error_msg = seen.error
+    return resp
 
 
 def _version(obj: Mapping[str, Any] | None) -> str | None:

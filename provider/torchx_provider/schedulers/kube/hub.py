@@ -33,7 +33,9 @@ from typing import Any
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.informer import Informer, WatchSource, object_name
 from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
+from torchx_provider.specs.api import AppState
 
 #: Seconds an informer keeps running after its last subscriber left.
 LINGER = 30.0
@@ -84,6 +86,10 @@ class AppWatch:
         self._pods = pods
         self.changed = asyncio.Event()
         self._listeners: set[asyncio.Event] = set()
+        #: ``(role, replica)`` -> how its last failed pod ended (exit code, reason), kept
+        #: after the pod is replaced or removed (Volcano and the Job controller delete
+        #: failed pods, often before a describe could see them)
+        self.failures: dict[tuple[str, int], PodDetails] = {}
         #: ``(object, pods)`` as last seen when the object was deleted, else ``None``.
         self.last_seen: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         self.closed = False
@@ -111,6 +117,16 @@ class AppWatch:
         except TimeoutError:
             return False
         return True
+
+    def note_failures(self) -> None:
+        """Remember how each replica's failed pods ended (see :attr:`failures`)."""
+        for pod in self.pods():
+            details = pod_details(pod)
+            if details.state is not AppState.FAILED or details.exit_code is None:
+                continue
+            key = replica_of(pod.get("metadata") or {})
+            if key is not None:
+                self.failures[(key.role, key.replica_id)] = details
 
     def listen(self) -> asyncio.Event:
         """An event of its own, set on every change :attr:`changed` is set for (a log
@@ -265,6 +281,8 @@ class InformerHub:
         for watch in watches:
             if deleted is not None and shared in watch._objects:
                 watch.last_seen = (dict(deleted), watch.pods())
+            if shared is watch._pods:
+                watch.note_failures()
             watch.changed.set()
             for event in watch._listeners:
                 event.set()

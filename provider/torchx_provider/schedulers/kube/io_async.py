@@ -157,7 +157,7 @@ class AsyncKube:
                 "GET",
                 {"namespace": namespace, "name": pod},
                 query,
-                {"Accept": "text/plain"},
+                {"Accept": api.select_header_accept(["text/plain", "application/json"])},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 # Connect within the usual time; a followed log may be quiet for hours.

@@ -1,0 +1,246 @@
+"""Logs that are never lost, on the real API server, Volcano and kwok's log streams.
+
+Each test follows a Volcano job with the trigger's follow loop (:class:`JobFollower` over the
+real async client, through the restricted kubeconfig) and checks the task log it writes:
+a replica crashing again and again under ``RestartTask`` (Volcano replaces the pod by one
+with the same name), a TTL that removes the job a second after it ended, a replacement pod
+whose node clock is behind, progress lines redrawn with ``\\r``, and the failure summary.
+A helper thread plays the kubelet: when a new pod (a new uid) appears it gives that instance
+its own log file, as a kubelet keeps one log per container instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from torchx_provider import specs
+from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = pytest.mark.kubernetes
+
+QUEUE = "default"
+
+
+class TaskLog:
+    """Stands in for the trigger's logger: every line, in order."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+    def of(self, key: str) -> list[str]:
+        """The lines forwarded for ``key`` (not those the failure summary repeats)."""
+        prefix = f"[{key}] "
+        end = next((i for i, ln in enumerate(self.lines) if ln.startswith("::group::")), None)
+        return [ln[len(prefix) :] for ln in self.lines[:end] if ln.startswith(prefix)]
+
+
+@pytest.fixture
+def scheduler(kube_cluster: Any) -> Iterator[Any]:
+    if not kube_cluster.local:
+        pytest.skip("pod outcomes and logs are driven by the local cluster's kwok")
+    s = create_scheduler(
+        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    s.created = []
+    yield s
+    for app_id in s.created:
+        with contextlib.suppress(Exception):
+            s.delete(app_id)
+    s.close()
+
+
+def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> specs.Role:
+    return specs.Role(
+        name,
+        image="registry.invalid/train:1",
+        entrypoint="python",
+        args=["-m", "train"],
+        num_replicas=replicas,
+        resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
+        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+        **kw,
+    )
+
+
+def pod_names(info: Any) -> dict[str, str]:
+    """``role/replica`` -> the pod Volcano names for it (``{job}-{task}-0``)."""
+    job = info.request.body
+    out = {}
+    for task in job["spec"]["tasks"]:
+        meta = task["template"]["metadata"]
+        key = (
+            f"{meta['annotations']['torchx.pytorch.org/role-name']}/"
+            f"{meta['labels']['torchx.pytorch.org/replica-id']}"
+        )
+        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
+    return out
+
+
+class Kubelet(threading.Thread):
+    """Gives each new instance (uid) of the watched pods its log, when it appears.
+
+    ``lines(pod, n)`` gives the ``(datetime, text)`` lines of the ``n``-th instance of
+    ``pod`` (0-based); ``seen`` lists the uids per pod, in order.
+    """
+
+    def __init__(
+        self, kube_cluster: Any, pods: list[str], lines: Callable[[str, int], list[Any]]
+    ) -> None:
+        super().__init__(daemon=True)
+        self.kube_cluster = kube_cluster
+        self.pods = pods
+        self.lines = lines
+        self.seen: dict[str, list[str]] = {p: [] for p in pods}
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from kubernetes import client
+
+        api = client.CoreV1Api(self.kube_cluster.api_client())
+        try:
+            while not self.stop.is_set():
+                for name in self.pods:
+                    try:
+                        pod = api.read_namespaced_pod(name, self.kube_cluster.namespace)
+                    except client.ApiException as e:
+                        if e.status == 404:
+                            continue
+                        raise
+                    uid = pod.metadata.uid
+                    if uid not in self.seen[name]:
+                        n = len(self.seen[name])
+                        self.kube_cluster.set_pod_logs(name, self.lines(name, n), file_tag=uid)
+                        self.seen[name].append(uid)
+                self.stop.wait(0.05)
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+
+async def follow(kube_cluster: Any, app_id: str, **kw: Any) -> tuple[Any, TaskLog]:
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    log = TaskLog()
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, **kw).run(), timeout=180
+        )
+    finally:
+        await client.close()
+    return event, log
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+async def test_a_replica_crashing_three_times_has_every_line_of_every_incarnation(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """RestartTask, max_retries=2: three pods of one name, each printing a traceback and
+    crashing; the second replica's node clock is 3 s behind for its replacements. Every
+    line of every incarnation is in the task log, in order, then the terminal state, then
+    the failure summary with the last incarnation's traceback."""
+    crash = kube_cluster.pod_behaviour(
+        exit_code=1, reason="Error", run_seconds=2, start_seconds=1.5
+    )
+    app = specs.AppDef(
+        "it-crash",
+        [role("trainer", 1, crash, max_retries=2, retry_policy=specs.RetryPolicy.REPLICA)],
+    )
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE})
+    (pod,) = pod_names(info).values()
+
+    def lines(_: str, n: int) -> list[Any]:
+        base = now() - dt.timedelta(seconds=3 * n)  # each replacement on a clock further behind
+        texts = [f"incarnation {n} step {i}" for i in range(5)] + [
+            "Traceback (most recent call last):",
+            f'  File "train.py", line {n + 1}, in <module>',
+            f"RuntimeError: boom {n}",
+        ]
+        return [(base + dt.timedelta(milliseconds=10 * i), t) for i, t in enumerate(texts)]
+
+    kubelet = Kubelet(kube_cluster, [pod], lines)
+    kubelet.start()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
+    finally:
+        kubelet.stop.set()
+        kubelet.join()
+    assert kubelet.error is None, kubelet.error
+    assert event.state is AppState.FAILED, event
+    incarnations = len(kubelet.seen[pod])
+    assert incarnations == 3, kubelet.seen
+    expected = [text for n in range(incarnations) for _, text in lines(pod, n)]
+    # every line of every incarnation, once, in order
+    assert log.of("trainer/0") == expected, "\n".join(log.lines)
+    terminal = next(i for i, ln in enumerate(log.lines) if "-> FAILED" in ln)
+    group = next(i for i, ln in enumerate(log.lines) if ln.startswith("::group::"))
+    last_line = max(i for i, ln in enumerate(log.lines[:group]) if ln.startswith("[trainer/0] "))
+    assert last_line < terminal < group
+    assert log.lines[group].startswith("::group::trainer/0 failed: exit code 1 (Error")
+    assert log.lines[group].endswith(f"— last {len(expected)} lines")
+    assert log.lines[-4:] == [
+        "[trainer/0] Traceback (most recent call last):",
+        '[trainer/0]   File "train.py", line 3, in <module>',
+        "[trainer/0] RuntimeError: boom 2",
+        "::endgroup::",
+    ]
+
+
+async def test_a_one_second_ttl_loses_no_line_and_progress_lines_come_once(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """The job is deleted a second after it succeeded, long before the 10 s poll interval:
+    every line is in the task log anyway (each was streamed as it was written), the last
+    ``FINAL`` line included; a tqdm-style line redrawn with ``\\r`` is its last state, once."""
+    ok = kube_cluster.pod_behaviour(run_seconds=3, start_seconds=1.5)
+    app = specs.AppDef("it-ttl", [role("trainer", 2, ok)])
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE, "ttl_seconds_after_finished": 1})
+    pods = pod_names(info)
+
+    def lines(name: str, _: int) -> list[Any]:
+        base = now()
+        texts = [f"{name} line {i}" for i in range(7)] + [
+            "epoch 1:  10%|#         |\repoch 1:  60%|######    |\repoch 1: 100%|##########|",
+            "FINAL: accuracy=0.93",
+        ]
+        return [(base + dt.timedelta(milliseconds=5 * i), t) for i, t in enumerate(texts)]
+
+    kubelet = Kubelet(kube_cluster, list(pods.values()), lines)
+    kubelet.start()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
+    finally:
+        kubelet.stop.set()
+        kubelet.join()
+    assert kubelet.error is None, kubelet.error
+    assert event.state is AppState.SUCCEEDED, event
+    for key, name in pods.items():
+        assert log.of(key) == [f"{name} line {i}" for i in range(7)] + [
+            "epoch 1: 100%|##########|",
+            "FINAL: accuracy=0.93",
+        ]
+    assert not any("10%" in ln for ln in log.lines)
+    # the job is gone (TTL) and nothing was given up on
+    assert scheduler.describe(app_id) is None
+    assert not any("could not be read" in ln for ln in log.lines)
