@@ -244,3 +244,85 @@ async def test_a_one_second_ttl_loses_no_line_and_progress_lines_come_once(
     # the job is gone (TTL) and nothing was given up on
     assert scheduler.describe(app_id) is None
     assert not any("could not be read" in ln for ln in log.lines)
+
+
+class CountingLog:
+    """A task logger that keeps nothing but counts: sequence-numbered lines in order."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.repeated = 0
+        self.lost = 0
+        self.other: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        text = msg % args if args else msg
+        if not text.startswith("[trainer/0] "):
+            self.other.append(text)
+            return
+        seq = int(text[12:22])
+        if seq < self.next:
+            self.repeated += 1
+        else:
+            self.lost += seq - self.next
+            self.next = seq + 1
+
+    warning = info
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_100_mib_log_is_followed_with_flat_memory(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """100,000 lines of 1 KiB (100 MiB) from one replica: every line once, in order, while
+    the follow's memory stays flat (it streams; it never holds the log)."""
+    total = 100_000
+    ok = kube_cluster.pod_behaviour(run_seconds=2, start_seconds=0.5)
+    app = specs.AppDef("it-big", [role("trainer", 1, ok)])
+    info = scheduler.submit_dryrun(app, {"queue": QUEUE})
+    (pod,) = pod_names(info).values()
+    pad = "x" * 1000
+    base = now()
+    kube_cluster.set_pod_logs(
+        pod,
+        (f"{i:010d} {pad}" for i in range(total)),
+        start=base,
+        interval=dt.timedelta(microseconds=10),
+    )
+    log = CountingLog()
+    samples: list[tuple[int, float]] = []  # (lines so far, RSS)
+
+    async def sample() -> None:
+        while True:
+            samples.append((log.next, rss_mb()))
+            await asyncio.sleep(0.05)
+
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    sampler = None
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        await client.describe(app_id)  # clients imported, caches open: the baseline
+        before = rss_mb()
+        sampler = asyncio.ensure_future(sample())
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, poll_interval=10.0).run(), timeout=300
+        )
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+        await client.close()
+    assert event.state is AppState.SUCCEEDED, event
+    assert (log.next, log.lost, log.repeated) == (total, 0, 0), log.other[-5:]
+    assert len(samples) >= 5 and samples[-1][0] > total // 2, samples  # sampled throughout
+    growth = max(rss for _, rss in samples) - before
+    assert growth < 24, f"RSS grew {growth:.0f} MiB following a 100 MiB log"
