@@ -1,0 +1,109 @@
+"""Log pumps: a source that fails is retried from its cursor, a 401 gets fresh credentials,
+and the end waits for every source."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from torchx_provider.errors import BackendUnavailableError
+from torchx_provider.schedulers.api import AsyncSchedulerClient
+from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
+from torchx_provider.triggers.logpump import LogPumps
+
+BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+
+class Flaky(AsyncSchedulerClient):
+    """Serves lines 0..n-1 of one source; fails with ``errors`` (one per call) first."""
+
+    def __init__(self, n: int, errors: list[Exception]) -> None:
+        self.n = n
+        self.errors = errors
+        self.starts: list[LogCursor] = []
+
+    async def describe(self, app_id: str) -> Any:
+        return None
+
+    async def read_logs(self, *a: Any) -> Any:
+        raise AssertionError("not used")
+
+    async def cancel(self, app_id: str) -> None:
+        return None
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+        self.starts.append(cursor)
+        start = 0 if cursor.since is None else int((cursor.since - BASE).total_seconds()) + 1
+        for i in range(start, self.n):
+            line = TimestampedLine(BASE + timedelta(seconds=i), f"line {i}\n")
+            cursor = cursor.after(line)
+            yield [line], cursor
+            if i == 2 and self.errors:
+                raise self.errors.pop(0)
+        await ended.wait()
+
+
+async def test_a_failing_source_is_retried_from_its_cursor_and_said_once() -> None:
+    client = Flaky(6, [BackendUnavailableError("node down"), BackendUnavailableError("again")])
+    log = Log()
+    cursors: dict[str, LogCursor] = {}
+    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    await asyncio.sleep(0.2)
+    await pumps.finish(5)
+    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
+        f"[t/0] line {i}" for i in range(6)
+    ]
+    assert sum("cannot be read" in ln for ln in log.lines) == 1
+    assert "logs of t/0 readable again" in log.lines
+    assert cursors["t/0"].since == BASE + timedelta(seconds=5)
+    assert client.starts[0].since is None
+    assert client.starts[1].since == BASE + timedelta(seconds=2)
+    assert list(pumps.tails["t/0"])[-1] == "line 5"
+
+
+async def test_a_401_asks_for_fresh_credentials_then_reads_on() -> None:
+    client = Flaky(4, [BackendUnavailableError("expired", status=401)])
+    asked: list[int] = []
+
+    async def reconnect() -> bool:
+        asked.append(1)
+        return True
+
+    log = Log()
+    pumps = LogPumps(lambda: client, "app", log, {}, retry_base=5.0, reconnect=reconnect)
+    pumps.start([LogSource("t", 0)])
+    await asyncio.sleep(0.05)
+    await pumps.finish(5)
+    assert asked == [1]
+    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
+        f"[t/0] line {i}" for i in range(4)
+    ]
+    assert not any("cannot be read" in ln for ln in log.lines)
+
+
+async def test_finish_gives_up_on_a_source_that_keeps_failing_after_the_end() -> None:
+    class Broken(Flaky):
+        async def follow_logs(self, *a: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+            raise BackendUnavailableError("gone")
+            yield
+
+    log = Log()
+    pumps = LogPumps(lambda: Broken(0, []), "app", log, {}, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    await pumps.finish(10)
+    assert pumps.unread == {"t/0"}
