@@ -527,3 +527,18 @@ def test_run_sync_refuses_an_operation_that_waits() -> None:
 
     with pytest.raises(RuntimeError, match="waited"):
         run_sync(waits())
+
+
+def test_a_long_lived_core_remembers_a_bounded_number_of_homes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchx_provider.schedulers.kube import core as core_module
+    from torchx_provider.schedulers.kube.core import KubeCore
+
+    monkeypatch.setattr(core_module, "HOMES_KEPT", 3)
+    kube_core = KubeCore(None, None)  # type: ignore[arg-type]
+    res = CustomResource("g", "v1", "things", "Thing")
+    for i in range(5):
+        kube_core._home("ns", f"app-{i}", res)
+    kube_core._home("ns", "app-2", res)  # found again: most recent
+    assert list(kube_core.homes) == [("ns", "app-3"), ("ns", "app-4"), ("ns", "app-2")]

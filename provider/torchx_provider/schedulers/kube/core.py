@@ -70,6 +70,10 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
+#: Apps whose resource type a :class:`KubeCore` remembers (least recently found dropped).
+HOMES_KEPT = 1024
+
+
 class KubeCore:
     """The operations of one backend (``translation``) over async ``io``."""
 
@@ -78,8 +82,16 @@ class KubeCore:
         self.io = io
         #: Resource types the server answered 404 for (CRD not installed): skipped.
         self.unserved: set[CustomResource] = set()
-        #: (namespace, name) -> the resource type the app was found under (see :meth:`get`).
+        #: (namespace, name) -> the resource type the app was found under (see :meth:`get`);
+        #: the last :data:`HOMES_KEPT` apps (a long-lived scheduler sees many).
         self.homes: dict[tuple[str, str], CustomResource] = {}
+
+    def _home(self, namespace: str, name: str, res: CustomResource) -> None:
+        key = (namespace, name)
+        self.homes.pop(key, None)
+        self.homes[key] = res
+        while len(self.homes) > HOMES_KEPT:
+            del self.homes[next(iter(self.homes))]
 
     async def served(
         self,
@@ -124,7 +136,7 @@ class KubeCore:
         )
         for res, obj in found:
             if obj is not None:
-                self.homes[(namespace, name)] = res
+                self._home(namespace, name, res)
                 return res, obj
         self.homes.pop((namespace, name), None)
         return None
@@ -142,7 +154,7 @@ class KubeCore:
             await self.io.create(request.resource, request.namespace, request.body, dry_run=True)
         created = await self.io.create(request.resource, request.namespace, request.body)
         name = created["metadata"]["name"]
-        self.homes[(request.namespace, name)] = request.resource
+        self._home(request.namespace, name, request.resource)
         return make_app_id(request.namespace, name)
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
