@@ -247,7 +247,9 @@ def test_a_rotated_token_file_is_picked_up_mid_follow(
         rotator.join(30)
         text = "".join(capfd.readouterr())
         assert task_instances(dag_run)["train"].state == "success", text[-3000:]
-        assert "the backend refused the credentials (401); resolving them again" in text, text[-6000:]
+        assert "the backend refused the credentials (401); resolving them again" in text, text[
+            -6000:
+        ]
     finally:
         for name in names:
             with contextlib.suppress(Exception):
