@@ -209,6 +209,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(logfollow, "DRAIN_IDLE", 0.05)
     monkeypatch.setattr(logfollow, "QUIET_CHECK", 0.01)
+    monkeypatch.setattr(logfollow, "APP_ENDED_IDLE", 0.1)
 
 
 async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement() -> None:
@@ -288,6 +289,20 @@ async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost() -> Non
     assert lines == ["b0"]
     assert follower.warn == ["a/trainer/0"]
     assert cursor.done == ("a/trainer/0", "b/trainer/0")
+
+
+async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> None:
+    watch = FakeWatch([pod("a")])  # running, and stays so
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "last words")]
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.05)
+    ended.set()
+    lines, cursor = await asyncio.wait_for(task, 5)
+    assert lines == ["last words"]
+    assert cursor.is_done("a/trainer/0")
 
 
 # -- the cap on open streams -------------------------------------------------------------------

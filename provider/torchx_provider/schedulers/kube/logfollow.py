@@ -50,8 +50,13 @@ if TYPE_CHECKING:
 DRAIN_IDLE = 1.0
 #: Seconds between looks at the pod cache while waiting (a change wakes the reader sooner).
 RECHECK = 5.0
-#: Seconds between checks, while a stream is quiet, of whether its container ended.
+#: Seconds between checks, while a stream is quiet, of whether its container ended, once
+#: it or the app has (before that a quiet stream only wakes for a change of the pods).
 QUIET_CHECK = 0.25
+#: Seconds a quiet stream sleeps when nothing changes (then: is it its turn to yield?).
+IDLE_CHECK = 5.0
+#: Seconds a container still running after the app ended must be quiet to be left.
+APP_ENDED_IDLE = 3.0
 #: Bytes read from a stream at once (the most a single parse handles between yields).
 READ_BYTES = 64 * 1024
 #: Streams of one instance that may break in a row, without a line read, before the
@@ -171,14 +176,25 @@ class ReplicaLogFollower:
                 return
             decoder = LineDecoder()
             reader: asyncio.Future[bytes] | None = None
-            ended_at: float | None = None
+            woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
+            ended_at: float | None = None  # when the cache showed the instance ended
             last_data = time.monotonic()
-            clean = False
+            clean = app_over = False
             try:
                 while True:
                     if reader is None:
                         reader = asyncio.ensure_future(resp.content.read(READ_BYTES))
-                    done, _ = await asyncio.wait({reader}, timeout=QUIET_CHECK)
+                    if woken is None:
+                        # once the app ended, only a change of the pods is news
+                        woken = asyncio.ensure_future(
+                            changed.wait() if self.ended.is_set() else _either(changed, self.ended)
+                        )
+                    timeout = (
+                        QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
+                    )
+                    done, _ = await asyncio.wait(
+                        {reader, woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
                     if reader in done:
                         try:
                             chunk = reader.result()
@@ -194,20 +210,29 @@ class ReplicaLogFollower:
                         if new:
                             yield new, resume.cursor, False
                         continue
+                    if woken in done:
+                        changed.clear()
+                        woken = None
                     if slot.should_yield:
                         break  # others wait for a stream: queue again, resume at the cursor
                     if ended_at is None and self._has_ended(instance, watch):
                         ended_at = time.monotonic()
-                    quiet = time.monotonic() - max(ended_at or 0.0, last_data)
-                    if ended_at is not None and quiet >= DRAIN_IDLE:
+                    now = time.monotonic()
+                    if ended_at is not None and now - max(ended_at, last_data) >= DRAIN_IDLE:
                         clean = True
                         break
+                    if self.ended.is_set() and now - last_data >= APP_ENDED_IDLE:
+                        # The app is over but this container lingers (being stopped, or a
+                        # sidecar): what it wrote is read; its stopping is not waited for.
+                        clean = app_over = True
+                        break
             finally:
-                if reader is not None:
-                    reader.cancel()
+                for future in (reader, woken):
+                    if future is not None:
+                        future.cancel()
                 resp.release()
             rest = resume.feed([split_timestamp(r) for r in decoder.flush()]) if clean else []
-            finished = clean and (instance.ended or self._has_ended(instance, watch))
+            finished = clean and (app_over or instance.ended or self._has_ended(instance, watch))
             if finished:
                 yield rest, resume.cursor.finished(instance.key), True
             else:
@@ -223,7 +248,14 @@ class ReplicaLogFollower:
         return found is None or found.ended
 
 
-async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout: float) -> None:
+async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
+    """Until ``a`` or ``b`` is set."""
+    await _wait_any(a, b, None)
+
+
+async def _wait_any(
+    event: asyncio.Event, other: asyncio.Event | None, timeout: float | None
+) -> None:
     """Until ``event`` or ``other`` is set, at most ``timeout`` seconds."""
     waits = [asyncio.ensure_future(event.wait())]
     if other is not None:
