@@ -84,6 +84,8 @@ async def test_async_client_gets_the_same_configuration() -> None:
     try:
         assert api.configuration.host == "https://10.0.0.2:6443"
         assert api.configuration.verify_ssl is True
+        # every log stream of the process fits beside the watches (not the default 100)
+        assert api.rest_client.pool_manager.connector.limit >= 512 + 100
     finally:
         await api.close()
 

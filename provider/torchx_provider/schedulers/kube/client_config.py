@@ -36,6 +36,7 @@ from torchx_provider.schedulers.kube.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
+from torchx_provider.schedulers.streams import MAX_STREAMS
 
 #: Where a pod finds its own namespace (in-cluster configuration).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -55,6 +56,12 @@ class ConfigSource:
     kind: str
     data: dict[str, Any] | None = None
     path: str | None = None
+
+
+#: Connections the shared async client may open to one API server: every log stream the
+#: process may hold (:data:`~torchx_provider.schedulers.streams.MAX_STREAMS`), plus room for
+#: watches, reads and cancels.
+ASYNC_CONNECTIONS = MAX_STREAMS + 128
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,11 @@ class KubeClientConfig:
         configuration = client.Configuration()
         await self._load(config, configuration)
         self._tune(configuration)
+        # One client serves every follow of the cluster in the process: each followed
+        # container holds a log stream (a connection) for as long as it runs, beside the
+        # watches. The library's default of 100 connections would leave the 101st stream,
+        # and then every watch and read, waiting for a free one.
+        configuration.connection_pool_maxsize = ASYNC_CONNECTIONS
         return client.ApiClient(configuration)
 
     async def _load(self, config: Any, configuration: Any, **extra: Any) -> None:
