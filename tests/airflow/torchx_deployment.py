@@ -107,6 +107,13 @@ class Deployment:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
 
+    def kill(self, component: str) -> None:
+        """SIGKILL the component and everything it started (a crash, an OOM kill)."""
+        proc = self.procs.pop(component)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
     def start_all(self) -> None:
         self.migrate()
         for component in COMPONENTS:

@@ -29,16 +29,20 @@ What ends a follow is the app's own state, as the backend reported it:
 A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) never ends or
 pauses the follow: its pump says so once and retries from its cursor.
 
-Progress (the log cursors and the last state seen) is checkpointed every
-:data:`CHECKPOINT_EVERY` seconds while it changes, each time as it was one period before, so
-a line handed to the log has had a whole period to reach the task log before the cursor that
-covers it is stored. A follow rebuilt from the stored cursors (a triggerer restart) therefore
-loses nothing and repeats at most what each replica wrote during about two periods.
+Progress (the log cursors and the last state seen) is checkpointed while it changes, at most
+every :data:`CHECKPOINT_EVERY` seconds, each time as it was :data:`CHECKPOINT_LATENESS`
+seconds before, so a line handed to the log has had that long to reach the task log before
+the cursor that covers it is stored; and once more, as it is, when the follow is cancelled
+from outside (a triggerer stopping flushes its log on the way out). A follow rebuilt from
+the stored cursors therefore loses nothing; after a graceful stop it repeats nothing, after
+a crash what each replica wrote since the last stored checkpoint (about a second, plus the
+time the store took: in a busy triggerer, seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -93,8 +97,12 @@ def merge_cursors(*maps: Mapping[str, LogCursor]) -> dict[str, LogCursor]:
     return out
 
 
-#: Seconds between checkpoints of a follow's progress (see the module docstring).
-CHECKPOINT_EVERY = 2.0
+#: Seconds between checkpoints of a follow's progress, at least (see the module docstring).
+CHECKPOINT_EVERY = 1.0
+#: Seconds between taking the progress and persisting it.
+CHECKPOINT_LATENESS = 0.5
+#: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
+CHECKPOINT_TIMEOUT = 3.0
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
 FINAL_DRAIN = 120.0
 
@@ -115,9 +123,9 @@ class JobFollower:
     :param selection: which replicas' logs to forward.
     :param cursors: where each replica's log was left (``role/replica`` keys).
     :param state: the last state a previous follow of this app persisted, if any.
-    :param checkpoint: called with the cursors and state to persist, every
-        ``checkpoint_every`` seconds while they change, each time with what they were one
-        period before (see the module docstring), and once more at the end.
+    :param checkpoint: called with the cursors and state to persist, at most every
+        ``checkpoint_every`` seconds while they change (see the module docstring), and once
+        more at the end.
     :param checkpoint_every: seconds between checkpoints.
     :param outage_budget: seconds of backend outage ridden out before giving up.
     :param deadline: when to stop following, on :attr:`clock`; ``None``: never.
@@ -171,6 +179,7 @@ class JobFollower:
         self._reconnected = False
         self._checkpoint_failures = 0
         self._held: list[str] = []
+        self._progress = asyncio.Event()  # lines were written, or the state changed
         self.pumps = LogPumps(
             lambda: self.client,
             app_id,
@@ -179,6 +188,7 @@ class JobFollower:
             retry_base=poll_interval,
             reconnect=self._reconnect,
             rand=rand,
+            on_progress=self._progress.set,
         )
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -187,19 +197,30 @@ class JobFollower:
         checkpoints = asyncio.ensure_future(self._checkpoints())
         try:
             return await self._run()
+        except asyncio.CancelledError:
+            # Stopped from outside (a triggerer shutting down, a rolling restart): what was
+            # handed to the log is flushed on the way out, so keep every line's cursor.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(
+                    self._persist(dict(self.cursors), self.state), CHECKPOINT_TIMEOUT
+                )
+            raise
         finally:
             checkpoints.cancel()
             await asyncio.gather(checkpoints, return_exceptions=True)
             await self.pumps.close()
 
     async def _checkpoints(self) -> None:
-        """Persist the progress of one period ago, every period (see the module doc)."""
-        previous = (dict(self.cursors), self.state)
+        """While progress is made, at most every ``checkpoint_every`` seconds: take the
+        progress, let :data:`CHECKPOINT_LATENESS` seconds pass (the lines it covers reach the
+        task log meanwhile), persist it (see the module docstring)."""
         while self.checkpoint is not None:
-            await asyncio.sleep(self.checkpoint_every)
-            current = (dict(self.cursors), self.state)
-            await self._persist(*previous)
-            previous = current
+            await self._progress.wait()
+            self._progress.clear()
+            taken = (dict(self.cursors), self.state)
+            await asyncio.sleep(min(CHECKPOINT_LATENESS, self.checkpoint_every))
+            await self._persist(*taken)
+            await asyncio.sleep(max(0.0, self.checkpoint_every - CHECKPOINT_LATENESS))
 
     async def _run(self) -> JobEvent:
         while True:
@@ -403,7 +424,7 @@ class JobFollower:
         if self.checkpoint is None or progress == self._persisted:
             return
         try:
-            await self.checkpoint(*progress)
+            await asyncio.wait_for(self.checkpoint(*progress), CHECKPOINT_TIMEOUT)
             self._persisted = progress
             self._checkpoint_failures = 0
         except Exception as e:  # a lost checkpoint only means more repeats after a restart

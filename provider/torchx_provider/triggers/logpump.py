@@ -51,6 +51,7 @@ class LogPumps:
     :param cursors: ``source key -> cursor``, updated in place as lines are written.
     :param reconnect: after a 401, asks the follow loop for fresh credentials; whether it
         got them.
+    :param on_progress: called after each batch (a cursor moved).
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class LogPumps:
         reconnect: Callable[[], Awaitable[bool]] | None = None,
         rand: Callable[[], float] = random.random,
         summary_lines: int = SUMMARY_LINES,
+        on_progress: Callable[[], None] = lambda: None,
     ) -> None:
         self.client = client
         self.app_id = app_id
@@ -72,6 +74,7 @@ class LogPumps:
         self.retry_base = retry_base
         self.reconnect = reconnect
         self.rand = rand
+        self.on_progress = on_progress
         self.ended = asyncio.Event()
         self.tails: dict[str, deque[str]] = {}
         self.lines_forwarded = 0
@@ -125,6 +128,7 @@ class LogPumps:
                         attempt = 0
                         self._readable(key)
                     self.cursors[key] = cursor
+                    self.on_progress()
                 self._readable(key)
                 return
             except InvalidOptionError as e:
