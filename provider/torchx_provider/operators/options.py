@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.triggers.policy import OUTAGE_BUDGET
+from torchx_provider.triggers.policy import OUTAGE_BUDGET, positive_seconds
 from torchx_provider.triggers.selection import LogSelection
 
 
@@ -134,15 +134,4 @@ class Following:
 
 
 def _seconds(value: object, name: str) -> float:
-    """A positive number of seconds (a ``timedelta`` too), or one error naming the option."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
-        raise InvalidOptionError(
-            f"{name} must be a positive number of seconds, got {value!r}", name
-        )
-    return seconds
+    return positive_seconds(value, name)

@@ -21,11 +21,10 @@ cursors are the ones it was deferred with. To resume where it was, it stores its
 log cursors and the last state the backend reported -- in an XCom of the task instance (key
 :data:`CHECKPOINT_XCOM_KEY`; the operator writes the first one before deferring), and a
 rebuilt trigger starts from the furthest cursors; if the app is gone by then, the stored
-state says how it ended. Progress is stored one poll cycle late, so every line it covers has
-long been written to the task log: nothing is lost even when the triggerer is killed hard,
-and a restart repeats at most the lines forwarded in the one cycle before it -- per replica,
-what the replica wrote in about one ``poll_interval`` (the deployment test, 4 lines/s with a
-1 s interval, repeats 4 per replica).
+state says how it ended. Progress is stored a little late (see
+:mod:`~torchx_provider.triggers.follow`), so every line it covers has been written to the
+task log: nothing is lost even when the triggerer is killed hard; a graceful stop stores the
+last progress on the way out and repeats nothing.
 
 ``cleanup`` runs on every exit, restarts included, and only closes connections.
 ``on_kill`` -- Airflow 3.3+, run when a user marks the deferred task failed or success,
@@ -62,6 +61,7 @@ from torchx_provider.triggers.policy import (
     OUTAGE_BUDGET,
     kill_cancels,
     monotonic_deadline,
+    positive_seconds,
 )
 
 if TYPE_CHECKING:
@@ -113,6 +113,11 @@ class JobTriggerArgs:
     task_instance: dict[str, Any] | None = None
     outage_budget: float = OUTAGE_BUDGET
     deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        # A stored row is checked as a new one is: a wait that never ends is refused.
+        positive_seconds(self.poll_interval, "poll_interval")
+        positive_seconds(self.outage_budget, "outage_budget")
 
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger kwargs: one entry per field, JSON-safe."""

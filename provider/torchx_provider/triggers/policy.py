@@ -19,8 +19,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+
+from torchx_provider.errors import InvalidOptionError
 
 #: default seconds a follow rides out an unreachable backend before it gives up
 OUTAGE_BUDGET = 600.0
@@ -92,3 +96,21 @@ def monotonic_deadline(deadline: float, now: float | None = None) -> float:
     """
     wall = time.time() if now is None else now
     return time.monotonic() + (deadline - wall)
+
+
+def positive_seconds(value: object, name: str) -> float:
+    """A positive, finite number of seconds (a ``timedelta`` too), or one error naming the
+    option (NaN and infinity are refused: a wait of either never ends)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        seconds = -1.0
+    if isinstance(value, bool) or not (seconds > 0 and math.isfinite(seconds)):
+        raise InvalidOptionError(
+            f"{name} must be a positive, finite number of seconds (e.g. {name}=30), got "
+            f"{value!r}",
+            name,
+        )
+    return seconds
