@@ -111,6 +111,11 @@ class BackendTarget:
     mask_values: tuple[str, ...] = ()
     conn_id: str | None = None
 
+    def __post_init__(self) -> None:
+        from torchx_provider.links import check_job_url_template
+
+        check_job_url_template(self.job_url_template)
+
     def with_backend(self, backend: str) -> BackendTarget:
         return replace(self, backend=backend)
 
