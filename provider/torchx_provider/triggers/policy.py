@@ -109,8 +109,7 @@ def positive_seconds(value: object, name: str) -> float:
         seconds = -1.0
     if isinstance(value, bool) or not (seconds > 0 and math.isfinite(seconds)):
         raise InvalidOptionError(
-            f"{name} must be a positive, finite number of seconds (e.g. {name}=30), got "
-            f"{value!r}",
+            f"{name} must be a positive, finite number of seconds (e.g. {name}=30), got {value!r}",
             name,
         )
     return seconds
