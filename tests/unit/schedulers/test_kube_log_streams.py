@@ -165,6 +165,7 @@ class FakeKube:
         self.logs: dict[str, list[bytes]] = {}
         self.opened: list[tuple[str, dict[str, str]]] = []
         self.break_first: set[str] = set()
+        self.eof_always: set[str] = set()  # a server that ends every stream (an empty log)
 
     async def open_log(self, namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
         live = [p for p in self.watch.pods() if p["metadata"]["name"] == name]
@@ -181,7 +182,7 @@ class FakeKube:
         self.break_first.discard(uid)
         if breaks:
             return Response(Content(lines[:2], ends=False, breaks=True))
-        ended = q.get("follow") != "true"
+        ended = q.get("follow") != "true" or uid in self.eof_always
         return Response(Content(lines, ends=ended))
 
 
@@ -303,6 +304,29 @@ async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> 
     lines, cursor = await asyncio.wait_for(task, 5)
     assert lines == ["last words"]
     assert cursor.is_done("a/trainer/0")
+
+
+async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server ends the stream of a container the cache shows running (its exit is not
+    in the watch yet): no warning, no failure, no reopening in a loop -- it waits for the
+    pod to change, then reads the end."""
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "only line")]
+    client.kube.eof_always.add("a")
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.3)
+    assert len(client.kube.opened) == 1  # waiting for a change, not reopening
+    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
+    await asyncio.sleep(0.1)
+    ended.set()
+    lines, cursor = await asyncio.wait_for(task, 5)
+    assert lines == ["only line"] and cursor.is_done("a/trainer/0")
+    assert len(client.kube.opened) == 2
 
 
 # -- the cap on open streams -------------------------------------------------------------------

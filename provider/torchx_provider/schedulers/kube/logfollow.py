@@ -59,6 +59,9 @@ IDLE_CHECK = 5.0
 APP_ENDED_IDLE = 3.0
 #: Bytes read from a stream at once (the most a single parse handles between yields).
 READ_BYTES = 64 * 1024
+#: Seconds to wait, after the server ended the stream of a container the cache still shows
+#: running, before it is opened again (a change of its pod wakes the reader sooner).
+EOF_RECHECK = 30.0
 #: Streams of one instance that may break in a row, without a line read, before the
 #: failure is reported (the caller then retries with backoff).
 BREAKS_TOLERATED = 2
@@ -75,6 +78,7 @@ class ReplicaLogFollower:
         self.source = source
         self.ended = ended
         self.warn: list[str] = []  # instances whose end could not be read (for the caller)
+        self._ended_cleanly = False  # the last stream was ended by the server
 
     async def follow(
         self, cursor: LogCursor
@@ -110,14 +114,24 @@ class ReplicaLogFollower:
                 if finished:
                     breaks = 0
                     continue
+                if self._ended_cleanly:
+                    breaks = 0
+                    if self.ended.is_set():
+                        # The app is over and the server has nothing more: read to its end.
+                        cursor = cursor.finished(instance.key)
+                        yield [], cursor
+                        continue
+                    # The kubelet ended the stream, so the container has exited, but the
+                    # cache does not show it yet (the watch is a moment behind): wait for
+                    # the change, then look again. Not a failure, and no busy loop.
+                    await _wait_any(changed, self.ended, EOF_RECHECK)
+                    continue
                 breaks = 0 if progressed else breaks + 1
                 if breaks > BREAKS_TOLERATED:
                     raise BackendUnavailableError(
                         f"the log stream of {self.source.key} (pod {instance.namespace}/"
                         f"{instance.pod}) keeps breaking"
                     )
-                # The stream ended before the cache shows the container ended (the watch
-                # is a moment behind the kubelet): wait for the change, then look again.
                 await _wait_any(changed, None, 1.0)
         finally:
             watch.unlisten(changed)
@@ -156,6 +170,7 @@ class ReplicaLogFollower:
         """One stream of ``instance``: ``(lines, cursor, finished)`` batches; the last says
         whether the instance has been read to its end (else the caller opens it again)."""
         resume = Resumed(cursor.at(instance.key))
+        self._ended_cleanly = False
         async with StreamSlots.current().hold() as slot:
             try:
                 resp = await self.client.kube.open_log(
@@ -203,7 +218,7 @@ class ReplicaLogFollower:
                         finally:
                             reader = None
                         if not chunk:
-                            clean = True
+                            clean = self._ended_cleanly = True
                             break
                         last_data = time.monotonic()
                         new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
