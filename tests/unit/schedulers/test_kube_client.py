@@ -128,6 +128,9 @@ def api_exception(status: int, body: dict[str, Any], asyncio: bool = False) -> E
         (409, {"message": "already exists", "details": {"name": "x"}}, SubmissionError),
         (422, {"message": "spec.tasks: Invalid value"}, SubmissionError),
         (500, {"message": "etcd down"}, BackendUnavailableError),
+        # too large: the same request never fits, so it is not an outage to retry
+        (413, {"message": "Request entity too large: limit is 3145728"}, SubmissionError),
+        (500, {"message": "etcdserver: request is too large"}, SubmissionError),
     ],
 )
 def test_api_exceptions_map(

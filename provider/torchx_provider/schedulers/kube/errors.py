@@ -71,6 +71,14 @@ def _is_connection_error(e: BaseException) -> bool:
     return type(e).__name__ == "ConfigException"
 
 
+#: What to do about an object too large for the cluster.
+TOO_LARGE_HINT = (
+    "make the app's object smaller: fewer replicas per role (each replica of a Volcano or "
+    "MCAD app is a pod template of its own), shorter args and env, or the "
+    "kubernetes_appwrapper backend, which runs a role's replicas from one template"
+)
+
+
 def translate(
     e: BaseException, action: str, what: str, app_id: str | None = None
 ) -> TorchXProviderError | None:
@@ -113,6 +121,15 @@ def translate(
             "(see the provider's RBAC rules)"
         )
         return BackendUnavailableError(f"cannot {action} {what}: {message}; {hint}", status, body)
+    if status == 413 or "request is too large" in str(message):
+        # The body (413, over the API server's limit) or the object (etcd's limit, given
+        # back as a 500) is too large: the same request will never fit.
+        return SubmissionError(
+            f"cannot {action} {what}: it is larger than the cluster stores ({message}); "
+            f"{TOO_LARGE_HINT}",
+            status,
+            body,
+        )
     if status in (400, 409, 422):
         hint = {
             409: "an object of that name exists already; submit again for a new name",

@@ -13,6 +13,7 @@ manifest → request) is written here once. The operations in
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,28 @@ class JsonPatch:
     app through its spec (AppWrapper ``spec.suspend``) cancels it."""
 
     ops: list[dict[str, Any]]
+
+
+#: Bytes of one object the cluster stores: etcd's default request limit (1.5 MiB), which
+#: the API server's own body limit (3 MiB) is above. A larger object never fits.
+MAX_OBJECT_BYTES = 1536 * 1024
+
+
+def check_object_size(body: Mapping[str, Any], app: AppDef) -> None:
+    """Refuse an object too large to be stored, before it is sent (see
+    :data:`MAX_OBJECT_BYTES`); the error names the replicas and what to do."""
+    size = len(json.dumps(body, separators=(",", ":"), default=str))
+    if size <= MAX_OBJECT_BYTES:
+        return
+    from torchx_provider.schedulers.kube.errors import TOO_LARGE_HINT
+
+    replicas = ", ".join(f"{r.name} x {r.num_replicas}" for r in app.roles)
+    raise InvalidAppError(
+        f"the app's object would be {size // 1024:,} KiB ({replicas}), larger than a "
+        f"Kubernetes cluster stores ({MAX_OBJECT_BYTES // 1024:,} KiB, etcd's request "
+        f"limit); {TOO_LARGE_HINT}",
+        "roles",
+    )
 
 
 def make_app_id(namespace: str, name: str) -> str:
@@ -160,10 +183,12 @@ class KubeTranslation(abc.ABC):
         """The request for ``app``; ``suffix`` makes the object name unique."""
         opts = self.options.from_cfg(cfg)
         at = self.placement(app, namespace, suffix, ti_key)
+        body = self.manifest(app, opts, at)
+        check_object_size(body, app)
         return KubeRequest(
             resource=self.resource(opts),
             namespace=namespace,
-            body=self.manifest(app, opts, at),
+            body=body,
             builds=image_builds(app, at.names.slugs, opts.image_repo),
             validate_spec=opts.validate_spec,
             quiet=opts.quiet,
