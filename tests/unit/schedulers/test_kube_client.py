@@ -90,10 +90,52 @@ async def test_async_client_gets_the_same_configuration() -> None:
         await api.close()
 
 
-def test_unknown_context_is_a_backend_error() -> None:
+def test_an_unknown_context_is_bad_input_naming_the_known_ones() -> None:
     cfg = KubeClientConfig.from_kwargs(kubeconfig=KUBECONFIG, context="nope")
-    with pytest.raises(BackendUnavailableError, match="configuration"):
+    with pytest.raises(InvalidOptionError, match="context 'nope' is not in the kubeconfig") as e:
         cfg.sync_api_client()
+    assert "'one', 'two'" in str(e.value) and e.value.option == "context"
+
+
+def _broken(**context: str) -> dict[str, Any]:
+    config = json.loads(json.dumps(KUBECONFIG))
+    config["contexts"][0]["context"] = context
+    return config
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "says"),
+    [
+        (_broken(cluster="gone", user="u"), "names cluster 'gone'"),
+        (_broken(cluster="c1", user="nobody"), "names user 'nobody'"),
+        (_broken(user="u"), "names cluster None"),
+        ({**KUBECONFIG, "current-context": ""}, "has no current-context"),
+        (
+            {**KUBECONFIG, "clusters": [{"name": "c1", "cluster": {}}]},
+            "cluster 'c1' has no server address",
+        ),
+    ],
+)
+async def test_a_context_no_client_can_be_made_from_is_bad_input_for_both_clients(
+    kubeconfig: dict[str, Any], says: str, tmp_path: Path
+) -> None:
+    """Not an outage to ride out: refused at once, by the worker's and the triggerer's
+    client alike, whether the kubeconfig is content or a file."""
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    for source in (kubeconfig, str(path)):
+        cfg = KubeClientConfig.from_kwargs(kubeconfig=source)
+        with pytest.raises(InvalidOptionError, match=says):
+            cfg.sync_api_client()
+        with pytest.raises(InvalidOptionError, match=says):
+            await cfg.async_api_client()
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_not_quoted_back() -> None:
+    text = "apiVersion: v1\nclusters: []\nusers:\n- name: u\n  user: {token: s3cr3t-t0ken\n"
+    with pytest.raises(InvalidOptionError) as e:
+        KubeClientConfig.from_kwargs(kubeconfig=text).source()
+    assert "s3cr3t" not in str(e.value) and "line" in str(e.value)
 
 
 # ---------------------------------------------------------------------------------------------

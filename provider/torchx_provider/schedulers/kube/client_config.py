@@ -31,6 +31,7 @@ from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.kubeconfig import (
+    check_context,
     context_namespace,
     find_kubeconfig,
     parse_kubeconfig,
@@ -143,6 +144,20 @@ class KubeClientConfig:
                 return ns
         return DEFAULT_NAMESPACE
 
+    def check(self, src: ConfigSource | None = None) -> None:
+        """Refuse a kubeconfig no client can be made from (see :func:`check_context`):
+        bad input, reported once and never retried as if the cluster were down. A file
+        that cannot be read is left to the client library to report."""
+        src = src or self.source()
+        data: Mapping[str, Any] | None = src.data
+        if src.kind == "file" and src.path:
+            data = read_kubeconfig(Path(src.path))
+        elif src.kind == "default":
+            found = find_kubeconfig(os.environ)
+            data = read_kubeconfig(found) if found else None
+        if data is not None:
+            check_context(data, self.context)
+
     def describe_target(self) -> str:
         """A short, secret-free description for error messages."""
         src = self.source()
@@ -193,6 +208,7 @@ class KubeClientConfig:
                 await done
 
         src = self.source()
+        self.check(src)
         with api_errors("configure", f"the Kubernetes client ({self.describe_target()})"):
             if src.kind == "incluster":
                 config.load_incluster_config(client_configuration=configuration)

@@ -45,7 +45,14 @@ def parse_kubeconfig(text: str, option: str = "kubeconfig") -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise InvalidOptionError(f"{option} is not valid YAML/JSON: {e}", option) from None
+        # Only the problem and where: the parser's own message quotes the text around it,
+        # which may be a token or a key.
+        mark = getattr(e, "problem_mark", None)
+        where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(e, "problem", None) or "unreadable"
+        raise InvalidOptionError(
+            f"{option} is not valid YAML/JSON ({problem}{where})", option
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("clusters"), list):
         raise InvalidOptionError(
             f"{option} is not a kubeconfig (no 'clusters' list); give the content of a "
@@ -71,3 +78,68 @@ def context_namespace(kubeconfig: Mapping[str, Any], context: str | None = None)
             ns = (entry.get("context") or {}).get("namespace")
             return str(ns) if ns else None
     return None
+
+
+def _named(entries: Any, name: str) -> Mapping[str, Any] | None:
+    for entry in entries or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return entry
+    return None
+
+
+def check_context(
+    kubeconfig: Mapping[str, Any], context: str | None = None, option: str = "kubeconfig"
+) -> None:
+    """Refuse a kubeconfig whose context (``context``, default ``current-context``) is
+    missing, or names a cluster or user it does not define, or a cluster without a server:
+    no client could be made from it, and no retry would change that.
+
+    >>> check_context({"current-context": "c", "contexts": [{"name": "c", "context":
+    ...     {"cluster": "k", "user": "u"}}], "clusters": [], "users": []})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    torchx_provider.errors.InvalidOptionError: kubeconfig: context 'c' names cluster 'k', ...
+    """
+    name = context or kubeconfig.get("current-context")
+
+    def names(key: str) -> str:
+        found = [repr(e.get("name")) for e in kubeconfig.get(key) or [] if isinstance(e, Mapping)]
+        return ", ".join(found) or "none"
+
+    if not name:
+        raise InvalidOptionError(
+            f"{option} has no current-context and no context was given; set the connection's "
+            f"context to one of: {names('contexts')}",
+            option,
+        )
+    entry = _named(kubeconfig.get("contexts"), str(name))
+    if entry is None:
+        raise InvalidOptionError(
+            f"{option}: context {name!r} is not in the kubeconfig (its contexts: "
+            f"{names('contexts')}); name one of them",
+            "context" if context else option,
+        )
+    ctx = entry.get("context") or {}
+    cluster_name = ctx.get("cluster")
+    cluster = None if not cluster_name else _named(kubeconfig.get("clusters"), str(cluster_name))
+    if cluster is None:
+        raise InvalidOptionError(
+            f"{option}: context {name!r} names cluster {cluster_name!r}, which the kubeconfig "
+            f"does not define (its clusters: {names('clusters')}); fix the context or add "
+            "the cluster",
+            option,
+        )
+    if not (cluster.get("cluster") or {}).get("server"):
+        raise InvalidOptionError(
+            f"{option}: cluster {cluster_name!r} has no server address; add its "
+            "'server: https://...'",
+            option,
+        )
+    user_name = ctx.get("user")
+    if user_name and _named(kubeconfig.get("users"), str(user_name)) is None:
+        raise InvalidOptionError(
+            f"{option}: context {name!r} names user {user_name!r}, which the kubeconfig does "
+            f"not define (its users: {names('users')}); fix the context or add the user",
+            option,
+        )
