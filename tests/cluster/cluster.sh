@@ -861,7 +861,22 @@ start_api_servers() {
   wait_for "mcad-apiserver /readyz" 120 mcad-apiserver https_ok "$MCAD_APISERVER_PORT" /readyz
 }
 
+# Each followed pod log holds an inotify instance in the fake kubelet, as in a real one;
+# the kernel's default of 128 per user is what real nodes raise too (a triggerer following
+# hundreds of replicas holds that many streams). Best effort: without root it stays.
+raise_inotify_limit() {
+  local file=/proc/sys/fs/inotify/max_user_instances want=8192
+  if [[ -r "$file" ]] && (( $(cat "$file") < want )); then
+    if echo "$want" >"$file" 2>/dev/null; then
+      log "   fs.inotify.max_user_instances raised to $want (one per followed pod log)"
+    else
+      log "   fs.inotify.max_user_instances is $(cat "$file"); following more pod logs at once fails"
+    fi
+  fi
+}
+
 start_nodes() {
+  raise_inotify_limit
   start_kwok kwok "$RUN/kubeconfig/admin.yaml" "$KWOK_PORT"
   create_nodes kubectl_admin
   wait_for "kwok /healthz" 60 kwok kwok_ready
