@@ -103,14 +103,30 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any) -> list[str]:
             log.warning("could not read task_state_store: %s", e)
             handle = None
         if isinstance(handle, str):
-            app_id = parse_app_handle(handle).app_id
-            desc = scheduler.describe(app_id)
+            stored = parse_app_handle(handle)
+            check_stored_handle(handle, stored.scheduler_backend, plan.target.backend)
+            desc = scheduler.describe(stored.app_id)
             if desc is not None and not is_terminal(desc.state):
-                found.append(app_id)
+                found.append(stored.app_id)
     for listed in scheduler.find_apps(plan.ti_key, job_namespaces(plan)):
         if not is_terminal(listed.state) and listed.app_id not in found:
             found.append(listed.app_id)
     return found
+
+
+def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:
+    """Refuse to go on when an earlier try of this task submitted its app on another backend
+    (the DAG changed between tries): that app may still run, where this try cannot look, and
+    its id means nothing to this backend. Nothing is sent to either."""
+    if stored_backend == backend:
+        return
+    raise InvalidOptionError(
+        f"an earlier try of this task submitted app {handle} on backend {stored_backend!r} "
+        f"(kept in task_state_store under {STATE_STORE_KEY!r}), but this try runs on "
+        f"{backend!r}; that app may still be running. Run the task on {stored_backend!r} "
+        f"again to reattach to it, or cancel it there and start a new DAG run",
+        "scheduler",
+    )
 
 
 def remember(store: Any, handle: str, log: Any) -> None:

@@ -258,7 +258,10 @@ class TorchXOperator(BaseOperator):
         from torchx_provider.operators.submission import live_apps, remember
 
         store = context.get("task_state_store")
-        live = live_apps(plan, store, self.log)
+        try:
+            live = live_apps(plan, store, self.log)
+        except InvalidOptionError as e:
+            raise bad_input(e) from e
         keep = live[0] if live and self.lifecycle.reattach else None
         for app_id in live:
             if app_id != keep:
