@@ -168,3 +168,10 @@ def test_component_docstrings_document_every_parameter() -> None:
         doc = inspect.getdoc(fn) or ""
         for name in inspect.signature(fn).parameters:
             assert name in doc, f"{fn.__name__} does not document {name}"
+
+
+def test_sh_without_a_command_names_the_argument_and_shows_one() -> None:
+    """TorchX 0.7.0 builds ``sh -c ''`` here; a task would run and do nothing."""
+    with pytest.raises(InvalidAppError, match=r"sh needs a command, e\.g\. sh\(") as e:
+        utils.sh()
+    assert e.value.field == "app_args"
