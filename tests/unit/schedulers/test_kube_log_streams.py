@@ -166,6 +166,7 @@ class FakeKube:
         self.opened: list[tuple[str, dict[str, str]]] = []
         self.break_first: set[str] = set()
         self.eof_always: set[str] = set()  # a server that ends every stream (an empty log)
+        self.silent_follow: set[str] = set()  # a server that answers a follow only with data
 
     async def open_log(self, namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
         live = [p for p in self.watch.pods() if p["metadata"]["name"] == name]
@@ -178,6 +179,8 @@ class FakeKube:
         if "sinceTime" in q:
             since = q["sinceTime"]
             lines = [ln for ln in lines if ln.decode()[:19] + "Z" >= since]
+        if uid in self.silent_follow and q.get("follow") == "true":
+            await asyncio.Event().wait()  # never answers (cancelled by the reader)
         breaks = uid in self.break_first
         self.break_first.discard(uid)
         if breaks:
@@ -327,6 +330,24 @@ async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     lines, cursor = await asyncio.wait_for(task, 5)
     assert lines == ["only line"] and cursor.is_done("a/trainer/0")
     assert len(client.kube.opened) == 2
+
+
+async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end() -> None:
+    """A quiet log's follow may not be answered until its first line: once the cache shows
+    the container ended, the reader gives the follow up and reads the log without it."""
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "late line")]
+    client.kube.silent_follow.add("a")
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.1)
+    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
+    ended.set()
+    lines, cursor = await asyncio.wait_for(task, 5)
+    assert lines == ["late line"] and cursor.is_done("a/trainer/0")
+    assert [q.get("follow") for _, q in client.kube.opened] == ["true", None]
 
 
 # -- the cap on open streams -------------------------------------------------------------------

@@ -173,11 +173,16 @@ class ReplicaLogFollower:
         self._ended_cleanly = False
         async with StreamSlots.current().hold() as slot:
             try:
-                resp = await self.client.kube.open_log(
-                    instance.namespace,
-                    instance.pod,
-                    instance.query(resume.cursor.since, follow=not instance.ended),
-                )
+                resp = await self._open(instance, resume.cursor, watch, changed)
+                if resp is None:
+                    # It ended while its follow was being opened (a server may answer a
+                    # follow of a quiet log only with its first line): look again, and
+                    # read what it wrote without following.
+                    if self.ended.is_set() and not self._has_ended(instance, watch):
+                        yield [], resume.cursor.finished(instance.key), True  # lingering
+                    else:
+                        yield [], resume.cursor, False
+                    return
             except UnknownAppError:
                 # The pod is gone: if the cache agrees, so is its log (reported as lost by
                 # the caller); else the cache is a moment behind.
@@ -252,6 +257,57 @@ class ReplicaLogFollower:
                 yield rest, resume.cursor.finished(instance.key), True
             else:
                 yield rest, resume.cursor, False
+
+    async def _open(
+        self,
+        instance: ContainerInstance,
+        cursor: LogCursor,
+        watch: AppWatch,
+        changed: asyncio.Event,
+    ) -> Any:
+        """Open ``instance``'s log; ``None`` when, before the server answered a follow, the
+        cache showed the instance ended (or the app ended and the container lingers)."""
+        opening = asyncio.ensure_future(
+            self.client.kube.open_log(
+                instance.namespace,
+                instance.pod,
+                instance.query(cursor.since, follow=not instance.ended),
+            )
+        )
+        if instance.ended:
+            return await opening
+        started = time.monotonic()
+        woken: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                quick = self.ended.is_set()
+                if woken is None:
+                    woken = asyncio.ensure_future(
+                        changed.wait() if quick else _either(changed, self.ended)
+                    )
+                done, _ = await asyncio.wait(
+                    {opening, woken},
+                    timeout=QUIET_CHECK if quick else IDLE_CHECK,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if opening in done:
+                    return opening.result()
+                if woken in done:
+                    changed.clear()
+                    woken = None
+                waited = time.monotonic() - started
+                if self._has_ended(instance, watch) and waited >= DRAIN_IDLE:
+                    return None
+                if quick and waited >= APP_ENDED_IDLE:
+                    return None
+        finally:
+            if woken is not None:
+                woken.cancel()
+            if not opening.done():
+                opening.cancel()
+                late: Any = (await asyncio.gather(opening, return_exceptions=True))[0]
+                if late is not None and not isinstance(late, BaseException):
+                    late.release()  # answered just as it was given up
 
     def _has_ended(self, instance: ContainerInstance, watch: AppWatch) -> bool:
         """Whether the cache shows ``instance`` ended, restarted or gone."""
