@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import (
@@ -34,7 +34,7 @@ from torchx_provider.schedulers.docker.translation import (
     new_app_id,
 )
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.schedulers.logs import LogCursor, TimestampedLine
+from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
 from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.api import AppDef, AppDryRunInfo
 from torchx_provider.specs.runopts import CfgVal, runopts
@@ -150,6 +150,16 @@ class DockerAsyncClient(AsyncSchedulerClient):
         self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
     ) -> tuple[list[TimestampedLine], LogCursor]:
         return await asyncio.to_thread(self.engine.read_logs, app_id, role_name, replica_id, cursor)
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[builtins.list[TimestampedLine], LogCursor]]:
+        """See :meth:`AsyncSchedulerClient.follow_logs`: the engine's log stream of the
+        replica's container (:mod:`.logstream`)."""
+        from torchx_provider.schedulers.docker.logstream import ContainerLogFollower
+
+        async for batch in ContainerLogFollower(self, app_id, source, ended).follow(cursor):
+            yield batch
 
     async def cancel(self, app_id: str) -> None:
         if await self.describe(app_id) is not None:

@@ -1,0 +1,149 @@
+"""Docker logs followed as the engine's stream, on a real engine: every line of every run of
+a replica its restart policy restarts, in order, once; progress lines whole; a failure
+summary; a long log with flat memory."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from torchx_provider.schedulers.docker import create_async_client
+from torchx_provider.specs.api import AppDef, AppState, Role
+from torchx_provider.triggers.follow import JobFollower
+
+IMAGE = "torchx-provider/busybox:latest"
+
+
+class TaskLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+    def of(self, key: str) -> list[str]:
+        prefix = f"[{key}] "
+        end = next((i for i, ln in enumerate(self.lines) if ln.startswith("::group::")), None)
+        return [ln[len(prefix) :] for ln in self.lines[:end] if ln.startswith(prefix)]
+
+
+async def follow(app_id: str) -> tuple[Any, TaskLog]:
+    client = create_async_client()
+    log = TaskLog()
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, poll_interval=10.0).run(), 120
+        )
+    finally:
+        await client.close()
+    return event, log
+
+
+async def test_every_run_of_a_restarted_replica_and_its_traceback(
+    scheduler: Any, cfg: dict[str, Any]
+) -> None:
+    """max_retries=2: the engine restarts the crashing container twice; each run's lines,
+    its traceback last, are in the task log once, in order; then the terminal state; then
+    the failure summary with the last run's traceback."""
+    script = (
+        "n=$(cat /tmp/runs 2>/dev/null || echo 0); echo $((n+1)) > /tmp/runs; "
+        "for i in 1 2 3; do echo run $n step $i; sleep 0.2; done; "
+        "printf 'epoch:  10%%\\repoch:  90%%\\repoch: 100%%\\n'; "
+        "echo 'Traceback (most recent call last):'; echo RuntimeError: boom $n; exit 3"
+    )
+    app = AppDef(
+        "crashy",
+        [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script], max_retries=2)],
+    )
+    app_id = scheduler.submit(app, cfg)
+    event, log = await follow(app_id)
+    assert event.state == AppState.FAILED, event
+    expected = [
+        line
+        for n in range(3)
+        for line in [
+            f"run {n} step 1",
+            f"run {n} step 2",
+            f"run {n} step 3",
+            "epoch: 100%",
+            "Traceback (most recent call last):",
+            f"RuntimeError: boom {n}",
+        ]
+    ]
+    assert log.of("r/0") == expected, "\n".join(log.lines)
+    terminal = next(i for i, ln in enumerate(log.lines) if "-> FAILED" in ln)
+    group = next(i for i, ln in enumerate(log.lines) if ln.startswith("::group::"))
+    assert terminal < group
+    assert log.lines[group].startswith("::group::r/0 failed: exit code 3")
+    assert log.lines[-3:] == [
+        "[r/0] Traceback (most recent call last):",
+        "[r/0] RuntimeError: boom 2",
+        "::endgroup::",
+    ]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+class Counting:
+    """Counts sequence-numbered lines in order; keeps nothing."""
+
+    def __init__(self) -> None:
+        self.next = self.lost = self.repeated = 0
+
+    def info(self, msg: str, *args: Any) -> None:
+        text = msg % args if args else msg
+        if not text.startswith("[r/0] "):
+            return
+        seq = int(text[6:16])
+        if seq < self.next:
+            self.repeated += 1
+        else:
+            self.lost += seq - self.next
+            self.next = seq + 1
+
+    warning = info
+
+
+async def test_a_100_mib_log_is_followed_once_with_flat_memory(
+    scheduler: Any, cfg: dict[str, Any]
+) -> None:
+    total = 100_000  # lines of 1 KiB
+    script = (
+        f"i=0; pad=$(printf '%01013d' 0); while [ $i -lt {total} ]; do "
+        'printf "%010d %s\\n" $i $pad; i=$((i+1)); done'
+    )
+    app = AppDef("big", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script])])
+    app_id = scheduler.submit(app, cfg)
+    client = create_async_client()
+    log = Counting()
+    samples: list[float] = []
+
+    async def sample() -> None:
+        while True:
+            samples.append(rss_mb())
+            await asyncio.sleep(0.05)
+
+    try:
+        await client.describe(app_id)
+        before = rss_mb()
+        sampler = asyncio.ensure_future(sample())
+        try:
+            event = await asyncio.wait_for(
+                JobFollower(client, app_id, log=log, poll_interval=10.0).run(), 300
+            )
+        finally:
+            sampler.cancel()
+    finally:
+        await client.close()
+    assert event.state == AppState.SUCCEEDED, event
+    assert (log.next, log.lost, log.repeated) == (total, 0, 0)
+    growth = max(samples) - before
+    assert growth < 24, f"RSS grew {growth:.0f} MiB following a 100 MiB log"
