@@ -153,11 +153,15 @@ class Fault:
     retry_after: int = 1
     #: monotonic time after which the fault no longer applies (None: until cleared)
     until: float | None = None
+    #: requests it may still answer (None: any number)
+    times: int | None = None
 
     def applies(self, target: str, is_watch: bool) -> bool:
         if self.kind == "pass":
             return False
         if self.until is not None and time.monotonic() >= self.until:
+            return False
+        if self.times is not None and self.times <= 0:
             return False
         if self.watch is not None and self.watch != is_watch:
             return False
@@ -183,7 +187,7 @@ class _Conn:
 
 def is_watch_request(target: str) -> bool:
     query = parse_qs(urlsplit(target).query)
-    return query.get("watch", ["false"])[-1] in ("true", "1")
+    return query.get("watch", ["false"])[-1].lower() in ("true", "1")
 
 
 def resumes_from(target: str) -> str | None:
@@ -279,9 +283,10 @@ class FaultProxy:
         watch: bool | None = None,
         retry_after: int = 1,
         seconds: float | None = None,
+        times: int | None = None,
     ) -> None:
-        """Apply fault ``kind`` to requests in scope from now on (for ``seconds``, or until
-        :meth:`clear`); see the module docstring."""
+        """Apply fault ``kind`` to requests in scope from now on (for ``seconds``, to at most
+        ``times`` requests, or until :meth:`clear`); see the module docstring."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault {kind!r}: one of {sorted(KINDS)}")
         fault = Fault(
@@ -290,6 +295,7 @@ class FaultProxy:
             watch,
             retry_after,
             None if seconds is None else time.monotonic() + seconds,
+            times,
         )
 
         async def apply() -> None:
@@ -314,6 +320,7 @@ class FaultProxy:
             n = 0
             for conn in list(self._conns):
                 if conn.is_watch and (pattern is None or pattern.search(conn.target)):
+                    self.injected.append((time.monotonic(), "cut", conn.target))
                     conn.abort()
                     n += 1
             return n
@@ -381,7 +388,11 @@ class FaultProxy:
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 watch = is_watch_request(target)
                 fault = self.fault
-                if fault.applies(target, watch):
+                if fault.applies(target, watch) and not (
+                    fault.kind == "gone" and not (watch and resumes_from(target))
+                ):
+                    if fault.times is not None:
+                        fault.times -= 1
                     if fault.kind == "reset":
                         self.injected.append((time.monotonic(), "reset", target))
                         conn.abort()

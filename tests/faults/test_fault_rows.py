@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +43,7 @@ REPEAT_BOUND = 0
 #: seconds between two numbered lines of one replica
 LINE_EVERY = 0.5
 #: seconds from submission to the fault: both pods run and their log streams are open
-FAULT_AT = 6.0
+FAULT_AT = 5.0
 
 
 class TaskLog:
@@ -107,63 +112,139 @@ def cut_watches(proxy: Any) -> None:
 
 
 def gone(proxy: Any) -> None:
-    # watches that resume within the next second learn that their version is gone
-    proxy.set_fault("gone", watch=True, seconds=1.0)
+    # the next two watches that resume from a version (jobs and pods, once relisted) learn
+    # that it is gone
+    proxy.set_fault("gone", watch=True, times=2)
     proxy.cut_watches()
 
 
-ROWS = [
-    Row("none", "no fault (control)", "followed to the end", 5, fault_for("pass")),
-] + [
+ROWS = (
+    [
+        Row("none", "no fault (control)", "followed to the end", 5, fault_for("pass")),
+    ]
+    + [
+        Row(
+            f"{kind}-{secs}s",
+            fault,
+            "followed to the end",
+            secs,
+            fault_for(kind, **kw),
+        )
+        for secs in (5, 70)
+        for kind, fault, kw in (
+            ("reset", f"every connection reset for {secs} s", {}),
+            ("503", f"every request answered 503 for {secs} s", {}),
+            (
+                "429",
+                f"every request answered 429 (Retry-After: 2) for {secs} s",
+                {"retry_after": 2},
+            ),
+            ("stall", f"every response stalled for {secs} s", {}),
+        )
+    ]
+    + [
+        Row(
+            "outage-under-budget",
+            f"API unreachable (reset) {600 / SHORTENED - 10:.0f} s, budget {600 // SHORTENED} s",
+            "followed to the end",
+            600 / SHORTENED - 10,
+            fault_for("reset"),
+            outage_budget=OUTAGE_BUDGET / SHORTENED,
+            notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s under it",
+        ),
+        Row(
+            "outage-over-budget",
+            f"API unreachable (reset) {600 / SHORTENED + 10:.0f} s, budget {600 // SHORTENED} s",
+            "ERROR naming the outage; job keeps running; a retry reattaches and follows to the end",
+            600 / SHORTENED + 10,
+            fault_for("reset"),
+            gives_up=True,
+            outage_budget=OUTAGE_BUDGET / SHORTENED,
+            notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s over it",
+        ),
+        Row(
+            "watch-cut",
+            "open watches cut every 2 s for the job's life",
+            "followed to the end, no transition lost",
+            14,
+            repeatedly(cut_watches, 2.0),
+        ),
+        Row(
+            "watch-410",
+            "watches cut every 3 s; each resumed watch gets ERROR 410 Gone",
+            "relist; followed to the end, no transition lost",
+            14,
+            repeatedly(gone, 3.0),
+        ),
+    ]
+)
+
+
+def _apiserver_ready(admin_kubeconfig: str) -> bool:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
+    with client.ApiClient(configuration) as api:
+        try:
+            api.call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
+        except Exception:
+            return False
+    return True
+
+
+def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
+    """Stop the local cluster's kube-apiserver, wait ``down`` seconds, start it again with the
+    same command line as ``cluster.sh`` gave it (recording its new pid where ``cluster.sh``
+    looks), and wait until it is ready. Whatever happens, ``cluster.sh up`` is run at the end
+    if it is not running."""
+    run = Path(admin_kubeconfig).resolve().parents[1]
+    pid_file = run / "pids" / "kube-apiserver.pid"
+    pid = int(pid_file.read_text())
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(down)
+        with (run / "logs" / "kube-apiserver.log").open("ab") as out:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+        pid_file.write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + 120
+        while not _apiserver_ready(admin_kubeconfig) and time.monotonic() < deadline:
+            time.sleep(0.25)
+    finally:
+        if not _apiserver_ready(admin_kubeconfig):
+            subprocess.run(
+                ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
+                env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
+
+
+def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable[None]]:
+    async def inject(proxy: Any, seconds: float) -> None:
+        await asyncio.to_thread(restart_apiserver, admin_kubeconfig, seconds)
+
+    return inject
+
+
+ROWS.append(
     Row(
-        f"{kind}-{secs}s",
-        fault,
+        "apiserver-restart",
+        "kube-apiserver stopped, down 5 s, started again",
         "followed to the end",
-        secs,
-        fault_for(kind, **kw),
+        5,
+        fault_for("pass"),  # replaced by the test: it needs the cluster's admin kubeconfig
     )
-    for secs in (5, 70)
-    for kind, fault, kw in (
-        ("reset", f"every connection reset for {secs} s", {}),
-        ("503", f"every request answered 503 for {secs} s", {}),
-        ("429", f"every request answered 429 (Retry-After: 2) for {secs} s", {"retry_after": 2}),
-        ("stall", f"every response stalled for {secs} s", {}),
-    )
-] + [
-    Row(
-        "outage-under-budget",
-        f"API unreachable (reset) {600 / SHORTENED - 10:.0f} s, budget {600 // SHORTENED} s",
-        "followed to the end",
-        600 / SHORTENED - 10,
-        fault_for("reset"),
-        outage_budget=OUTAGE_BUDGET / SHORTENED,
-        notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s under it",
-    ),
-    Row(
-        "outage-over-budget",
-        f"API unreachable (reset) {600 / SHORTENED + 10:.0f} s, budget {600 // SHORTENED} s",
-        "ERROR naming the outage; job keeps running; a retry reattaches and follows to the end",
-        600 / SHORTENED + 10,
-        fault_for("reset"),
-        gives_up=True,
-        outage_budget=OUTAGE_BUDGET / SHORTENED,
-        notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s over it",
-    ),
-    Row(
-        "watch-cut",
-        "open watches cut every 2 s for the job's life",
-        "followed to the end, no transition lost",
-        24,
-        repeatedly(cut_watches, 2.0),
-    ),
-    Row(
-        "watch-410",
-        "watches cut every 3 s and resumed with ERROR 410 Gone",
-        "relist; followed to the end, no transition lost",
-        24,
-        repeatedly(gone, 3.0),
-    ),
-]
+)
 
 
 @pytest.fixture
@@ -256,7 +337,7 @@ async def follow_once(
 async def run_row(
     row: Row, kube_cluster: Any, scheduler: Any, proxy: Any, kubeconfig: str, name: str
 ) -> dict[str, Any]:
-    run_seconds = FAULT_AT + row.seconds + 10
+    run_seconds = FAULT_AT + row.seconds + 5
     app = app_for(kube_cluster, name, run_seconds)
     info = scheduler.submit_dryrun(app, {"queue": "default"})
     pods = pod_names(info)
@@ -318,8 +399,6 @@ async def run_row(
         + (f" ({e.message.split(',')[0]})" if e.kind == EventKind.ERROR else "")
         for e in events
     )
-    from collections import Counter
-
     sample = sorted(t for k in pods for t, c in Counter(lines[k]).items() if c > 1)[:6]
     return {
         "id": row.id,
@@ -334,7 +413,7 @@ async def run_row(
         "orphans": orphans,
         "duplicates": max(0, len(jobs) - 1),
         "seconds": round(elapsed, 1),
-        "injected": len(proxy.injected),
+        "injected": dict(sorted(Counter(kind for _, kind, _ in proxy.injected).items())),
         "notes": row.notes,
         "ok": False,
     }
@@ -366,6 +445,13 @@ async def test_fault_row(
     reliability: Any,
 ) -> None:
     proxy, kubeconfig = fault_proxy
+    if row.id == "apiserver-restart":
+        if not os.environ.get("CI") and os.environ.get("TORCHX_FAULTS_APISERVER_RESTART") != "1":
+            pytest.skip(
+                "restarting the API server disturbs everyone using the cluster: set "
+                "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
+            )
+        row.inject = apiserver_restart(kube_cluster.kubeconfig)
     result = await run_row(
         row, kube_cluster, scheduler, proxy, kubeconfig, unique_name(f"ft-{row.id}")
     )
