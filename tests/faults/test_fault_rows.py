@@ -38,6 +38,8 @@ from torchx_provider.triggers.policy import OUTAGE_BUDGET
 
 #: the factor by which "10 minute" outages and their budget are shortened
 SHORTENED = 20
+#: the trigger's default poll interval (the cap of the retry backoff during an outage)
+POLL_INTERVAL = 10.0
 #: lines a follow may repeat after a fault: the reader resumes after the last line emitted
 REPEAT_BOUND = 0
 #: seconds between two numbered lines of one replica
@@ -77,6 +79,8 @@ class Row:
     #: the first follow must end with an ERROR naming the outage; a second one reattaches
     gives_up: bool = False
     outage_budget: float = OUTAGE_BUDGET
+    #: the follow's poll interval (the trigger's default, or shortened with the budget)
+    poll_interval: float = POLL_INTERVAL
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -150,7 +154,9 @@ ROWS = (
             600 / SHORTENED - 10,
             fault_for("reset"),
             outage_budget=OUTAGE_BUDGET / SHORTENED,
-            notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s under it",
+            poll_interval=POLL_INTERVAL / SHORTENED,
+            notes=f"shortened {SHORTENED}x: budget 30 s (of 600 s), poll interval 0.5 s "
+            "(of 10 s); outage 10 s under the budget",
         ),
         Row(
             "outage-over-budget",
@@ -160,7 +166,9 @@ ROWS = (
             fault_for("reset"),
             gives_up=True,
             outage_budget=OUTAGE_BUDGET / SHORTENED,
-            notes=f"10 min budget shortened {SHORTENED}x: budget 30 s, outage 10 s over it",
+            poll_interval=POLL_INTERVAL / SHORTENED,
+            notes=f"shortened {SHORTENED}x: budget 30 s (of 600 s), poll interval 0.5 s "
+            "(of 10 s); outage 10 s over the budget",
         ),
         Row(
             "watch-cut",
@@ -360,7 +368,11 @@ async def run_row(
     try:
         event, log = await asyncio.wait_for(
             follow_once(
-                kubeconfig, kube_cluster.namespace, app_id, outage_budget=row.outage_budget
+                kubeconfig,
+                kube_cluster.namespace,
+                app_id,
+                outage_budget=row.outage_budget,
+                poll_interval=row.poll_interval,
             ),
             timeout,
         )
@@ -374,7 +386,14 @@ async def run_row(
 
             cursors = {k: LogCursor.from_dict(v) for k, v in event.log_cursors.items()}
             event2, log2 = await asyncio.wait_for(
-                follow_once(kubeconfig, kube_cluster.namespace, app_id, cursors=cursors), timeout
+                follow_once(
+                    kubeconfig,
+                    kube_cluster.namespace,
+                    app_id,
+                    cursors=cursors,
+                    poll_interval=row.poll_interval,
+                ),
+                timeout,
             )
             events.append(event2)
             for key in pods:
