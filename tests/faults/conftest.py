@@ -42,22 +42,23 @@ unique_name = _kube.unique_name
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test here needs the cluster: mark it ``kubernetes`` (and ``slow``)."""
+    """Every test here that uses the cluster: mark it ``kubernetes`` (and ``slow``)."""
     for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
+        uses_cluster = "kube_cluster" in getattr(item, "fixturenames", ())
+        if uses_cluster and HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.kubernetes)
             item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
 def fault_proxy(kube_cluster: Any) -> Iterator[tuple[Any, str]]:
-    """A running :class:`proxy.FaultProxy` in front of the cluster's API server, and a
+    """A running :class:`fault_proxy.FaultProxy` in front of the cluster's API server, and a
     bearer-token kubeconfig (the restricted ServiceAccount's) that goes through it."""
     import yaml
 
     sys.path.insert(0, str(HERE))
     try:
-        from proxy import FaultProxy, make_serving_cert, proxy_kubeconfig
+        from fault_proxy import FaultProxy, make_serving_cert, proxy_kubeconfig
     finally:
         sys.path.remove(str(HERE))
 

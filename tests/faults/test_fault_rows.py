@@ -3,7 +3,7 @@
 Each row runs a 2-replica Volcano job on kwok (the pods run for as long as the row needs)
 whose replicas print a numbered line every half second, and follows it with the trigger's
 follow loop (:class:`JobFollower` over the real :class:`KubeAsyncClient`) through the
-:mod:`proxy` in front of the API server, while the proxy injects the row's fault. It records
+:mod:`fault_proxy` in front of the API server, while the proxy injects the row's fault. It records
 the follow's final event, the lines lost and repeated (by sequence number, per replica), and
 the jobs left behind (orphans: not terminal once the row is done; duplicates: more than one
 job for the app) in the results file, then asserts the row's expectations.
