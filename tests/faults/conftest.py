@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def fault_proxy(kube_cluster: Any) -> Iterator[tuple[Any, str]]:
-    """A running :class:`fault_proxy.FaultProxy` in front of the cluster's API server, and a
-    bearer-token kubeconfig (the restricted ServiceAccount's) that goes through it."""
+def fault_proxies(kube_cluster: Any) -> Iterator[Callable[[], tuple[Any, str]]]:
+    """``new()`` starts a :class:`fault_proxy.FaultProxy` in front of the cluster's API server
+    and returns it with a bearer-token kubeconfig (the restricted ServiceAccount's) that goes
+    through it; all are stopped at the end of the test."""
     import yaml
 
     sys.path.insert(0, str(HERE))
@@ -69,17 +70,30 @@ def fault_proxy(kube_cluster: Any) -> Iterator[tuple[Any, str]]:
     host, _, port = server.removeprefix("https://").partition(":")
     pki = Path(kube_cluster.kubeconfig).resolve().parents[1] / "pki"
     ca_cert, ca_key = pki / "ca.crt", pki / "ca.key"
+    proxies: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="torchx-faults-") as tmp:
         out = Path(tmp)
+        # signed by the cluster's CA when its key is here, so the kubeconfig's CA is unchanged
         cert = make_serving_cert(
             out, ca_cert if ca_key.is_file() else None, ca_key if ca_key.is_file() else None
         )
-        proxy = FaultProxy(upstream=(host, int(port)), upstream_ca=str(ca_cert), cert=cert)
-        proxy.start()
+
+        def new() -> tuple[Any, str]:
+            proxy = FaultProxy(upstream=(host, int(port)), upstream_ca=str(ca_cert), cert=cert)
+            proxies.append(proxy.start())
+            return proxy, proxy_kubeconfig(kube_cluster.restricted_kubeconfig, proxy, out)
+
         try:
-            yield proxy, proxy_kubeconfig(kube_cluster.restricted_kubeconfig, proxy, out)
+            yield new
         finally:
-            proxy.stop()
+            for proxy in proxies:
+                proxy.stop()
+
+
+@pytest.fixture
+def fault_proxy(fault_proxies: Callable[[], tuple[Any, str]]) -> tuple[Any, str]:
+    """One proxy of :func:`fault_proxies` and its kubeconfig."""
+    return fault_proxies()
 
 
 def record_row(row: dict[str, Any]) -> None:

@@ -454,22 +454,22 @@ def check(row: Row, result: dict[str, Any], events: list[tuple[str, str, str]]) 
     assert result["duplicates"] == 0, result
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-async def test_fault_row(
+#: rows long enough to run side by side (each with its own proxy, job and client), which
+#: keeps the tier short
+TOGETHER = [r for r in ROWS if r.id.endswith("-70s")]
+ALONE = [r for r in ROWS if r not in TOGETHER]
+
+
+async def run_and_record(
     row: Row,
     kube_cluster: Any,
     scheduler: Any,
-    fault_proxy: Any,
+    fault_proxies: Any,
     unique_name: Any,
     reliability: Any,
-) -> None:
-    proxy, kubeconfig = fault_proxy
+) -> dict[str, Any]:
+    proxy, kubeconfig = fault_proxies()
     if row.id == "apiserver-restart":
-        if not os.environ.get("CI") and os.environ.get("TORCHX_FAULTS_APISERVER_RESTART") != "1":
-            pytest.skip(
-                "restarting the API server disturbs everyone using the cluster: set "
-                "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
-            )
         row.inject = apiserver_restart(kube_cluster.kubeconfig)
     result = await run_row(
         row, kube_cluster, scheduler, proxy, kubeconfig, unique_name(f"ft-{row.id}")
@@ -479,3 +479,41 @@ async def test_fault_row(
         result["ok"] = True
     finally:
         reliability(result)
+    return result
+
+
+@pytest.mark.parametrize("row", ALONE, ids=[r.id for r in ALONE])
+async def test_fault_row(
+    row: Row,
+    kube_cluster: Any,
+    scheduler: Any,
+    fault_proxies: Any,
+    unique_name: Any,
+    reliability: Any,
+) -> None:
+    if row.id == "apiserver-restart" and not (
+        os.environ.get("CI") or os.environ.get("TORCHX_FAULTS_APISERVER_RESTART") == "1"
+    ):
+        pytest.skip(
+            "restarting the API server disturbs everyone using the cluster: set "
+            "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
+        )
+    await run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+
+
+async def test_fault_rows_of_70_seconds_side_by_side(
+    kube_cluster: Any, scheduler: Any, fault_proxies: Any, unique_name: Any, reliability: Any
+) -> None:
+    results = await asyncio.gather(
+        *(
+            run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+            for row in TOGETHER
+        ),
+        return_exceptions=True,
+    )
+    failed = [
+        f"{row.id}: {r!r}"
+        for row, r in zip(TOGETHER, results, strict=True)
+        if isinstance(r, BaseException)
+    ]
+    assert not failed, "\n".join(failed)
