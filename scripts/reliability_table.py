@@ -53,6 +53,19 @@ COLUMNS = (
 )
 
 
+def observed(events: list[list[str]]) -> str:
+    """How each follow of the row ended (kind, state; for an error, what it said without the
+    measured seconds, which vary from run to run)."""
+    out = []
+    for kind, state, message in events:
+        text = f"{kind} {state}"
+        if kind == "error":
+            budget = re.search(r"outage_budget \d+s", message)
+            text += f" (backend unreachable past {budget.group(0)})" if budget else f" ({message})"
+        out.append(text)
+    return " then ".join(out)
+
+
 def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -67,11 +80,11 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
     ]
     for i in ids:
         r = rows[i]
-        observed = r["observed"] + ("" if r.get("ok") else " — **row failed**")
+        seen = observed(r["events"]) + ("" if r.get("ok") else " — **row failed**")
         cells = (
             r["fault"],
             r["expected"],
-            observed,
+            seen,
             r["lines_lost"],
             r["lines_repeated"],
             r["orphans"],
