@@ -201,7 +201,7 @@ def _apiserver_ready(admin_kubeconfig: str) -> bool:
     return True
 
 
-def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
+def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
     """Stop the local cluster's kube-apiserver, wait ``down`` seconds, start it again with the
     same command line as ``cluster.sh`` gave it (recording its new pid where ``cluster.sh``
     looks), and wait until it is ready. Whatever happens, ``cluster.sh up`` is run at the end
@@ -210,6 +210,8 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
     pid_file = run / "pids" / "kube-apiserver.pid"
     pid = int(pid_file.read_text())
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    stopped = time.monotonic()
+    times: dict[str, float] = {}
     try:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 30
@@ -217,6 +219,7 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
             time.sleep(0.1)
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
+        times["exit_seconds"] = round(time.monotonic() - stopped, 1)
         time.sleep(down)
         with (run / "logs" / "kube-apiserver.log").open("ab") as out:
             process = subprocess.Popen(
@@ -226,6 +229,8 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
         deadline = time.monotonic() + 120
         while not _apiserver_ready(admin_kubeconfig) and time.monotonic() < deadline:
             time.sleep(0.25)
+        times["down_seconds"] = round(time.monotonic() - stopped, 1)
+        return times
     finally:
         if not _apiserver_ready(admin_kubeconfig):
             subprocess.run(
@@ -239,7 +244,9 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> None:
 
 def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable[None]]:
     async def inject(proxy: Any, seconds: float) -> None:
-        await asyncio.to_thread(restart_apiserver, admin_kubeconfig, seconds)
+        measured = await asyncio.to_thread(restart_apiserver, admin_kubeconfig, seconds)
+        proxy.injected.append((time.monotonic(), "apiserver-restart", str(measured)))
+        print(f"kube-apiserver restart: {measured}")
 
     return inject
 
@@ -247,7 +254,8 @@ def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable
 ROWS.append(
     Row(
         "apiserver-restart",
-        "kube-apiserver stopped, down 5 s, started again",
+        "kube-apiserver stopped (SIGTERM; SIGKILL if still up after 30 s), started again "
+        "5 s after it exited",
         "followed to the end",
         5,
         fault_for("pass"),  # replaced by the test: it needs the cluster's admin kubeconfig
@@ -432,6 +440,7 @@ async def run_row(
         "orphans": orphans,
         "duplicates": max(0, len(jobs) - 1),
         "seconds": round(elapsed, 1),
+        "restart": [t for _, kind, t in proxy.injected if kind == "apiserver-restart"],
         "injected": dict(sorted(Counter(kind for _, kind, _ in proxy.injected).items())),
         "notes": row.notes,
         "ok": False,
