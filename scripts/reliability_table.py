@@ -1,0 +1,137 @@
+"""Render the "Reliability" table of README.md from the fault tier's results.
+
+The fault tier (``tests/faults``) writes one JSON record per row to
+``.ci-logs/faults/results.json``. This script puts them, in the tier's row order, between
+``<!-- generated: reliability -->`` and ``<!-- end generated: reliability -->`` in README.md;
+``--check`` exits 1 when the README's table differs from what the results say (CI runs it
+right after the tier, so the table in the README is the one CI measured).
+
+    .venv/bin/python scripts/reliability_table.py            # rewrite README.md
+    .venv/bin/python scripts/reliability_table.py --check    # fail when it would change
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+RESULTS = REPO / ".ci-logs" / "faults" / "results.json"
+START, END = "<!-- generated: reliability -->", "<!-- end generated: reliability -->"
+#: row ids in the order of the table (the tier's order); unknown ids go last
+ORDER = [
+    "none",
+    "reset-5s",
+    "503-5s",
+    "429-5s",
+    "stall-5s",
+    "reset-70s",
+    "503-70s",
+    "429-70s",
+    "stall-70s",
+    "outage-under-budget",
+    "outage-over-budget",
+    "watch-cut",
+    "watch-410",
+    "apiserver-restart",
+]
+COLUMNS = (
+    "Fault",
+    "Expected",
+    "Observed",
+    "Lines lost",
+    "Repeated",
+    "Orphans",
+    "Duplicates",
+    "Notes",
+)
+
+
+def observed(events: list[list[str]]) -> str:
+    """How each follow of the row ended (kind, state; for an error, what it said without the
+    measured seconds, which vary from run to run)."""
+    out = []
+    for kind, state, message in events:
+        text = f"{kind} {state}"
+        if kind == "error":
+            budget = re.search(r"outage_budget \d+s", message)
+            text += f" (backend unreachable past {budget.group(0)})" if budget else f" ({message})"
+        out.append(text)
+    return " then ".join(out)
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of ``rows`` (the results file's content). Measured times stay out
+    of it, so that it changes only when an outcome does."""
+    ids = sorted(rows, key=lambda i: (ORDER.index(i) if i in ORDER else len(ORDER), i))
+    out = [
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for i in ids:
+        r = rows[i]
+        seen = observed(r["events"]) + ("" if r.get("ok") else " — **row failed**")
+        cells = (
+            r["fault"],
+            r["expected"],
+            seen,
+            r["lines_lost"],
+            r["lines_repeated"],
+            r["orphans"],
+            r["duplicates"],
+            r.get("notes", ""),
+        )
+        out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def render(text: str, rows: dict[str, dict[str, Any]]) -> str:
+    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
+    block = f"{START}\n{table(rows)}{END}"
+    return pattern.sub(lambda _m: block, text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the tier's results file")
+    args = parser.parse_args()
+    if not args.results.is_file():
+        print(f"{args.results} does not exist: run the fault tier (tests/faults) first")
+        return 1
+    rows = json.loads(args.results.read_text())
+    text = README.read_text()
+    new = render(text, rows)
+    if args.check:
+        if new != text:
+            print(
+                "README.md's reliability table differs from what the fault tier measured: run "
+                "scripts/reliability_table.py and commit README.md",
+                file=sys.stderr,
+            )
+            sys.stdout.writelines(
+                line + "\n"
+                for line in difflib.unified_diff(
+                    text.splitlines(), new.splitlines(), "README.md", "measured", lineterm=""
+                )
+            )
+            return 1
+        return 0
+    README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
