@@ -2,8 +2,8 @@
 
 The docker SDK blocks, so :class:`ContainerLogFollower` reads the engine's ``follow`` stream
 of the replica's container in a thread and hands its chunks to the event loop through a
-bounded queue (the thread waits while the queue is full: memory stays flat however long the
-log). The loop decodes at most :data:`BATCH_BYTES` at a time. The container is the log's
+bounded buffer (the thread waits while :data:`QUEUE_CHUNKS` are not taken: memory stays flat
+however long the log; the loop takes all there is at each wake-up). The loop decodes at most :data:`BATCH_BYTES` at a time. The container is the log's
 instance (its id): a container restarted by its restart policy keeps one log, so its stream
 is opened again from the cursor -- an absolute time, the engine's own -- when a run ends and
 another starts; the log has been read to its end once the container is finished and its
@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import InvalidOptionError, UnknownAppError
@@ -36,10 +37,12 @@ from torchx_provider.specs.api import is_terminal
 if TYPE_CHECKING:
     from torchx_provider.schedulers.docker.scheduler import DockerAsyncClient
 
-#: Chunks in flight between a reader thread and the event loop.
-QUEUE_CHUNKS = 64
+#: Chunks (up to :data:`READ_BYTES` each) in flight between a reader thread and the loop.
+QUEUE_CHUNKS = 16
 #: Bytes of log the event loop decodes in one go (then it lets other work run).
 BATCH_BYTES = 64 * 1024
+#: Bytes read from the engine at once.
+READ_BYTES = 64 * 1024
 #: Seconds between looks at a container that has not started, or at an app's replica that
 #: does not exist yet.
 RECHECK = 1.0
@@ -115,16 +118,21 @@ class ContainerLogFollower:
 
         def open_stream() -> Any:
             with docker_call(what, app_id=self.app_id):
-                return client.api.logs(container.id, stream=True, follow=follow, **params)
+                return RawLogStream.open(client.api, container.id, follow=follow, **params)
 
         stream = await asyncio.to_thread(open_stream)
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
+        # The reader thread appends chunks (one per log frame) and wakes the loop; it waits
+        # while QUEUE_CHUNKS of them are not taken yet (memory stays flat).
+        chunks: deque[Any] = deque()
+        room = threading.Semaphore(QUEUE_CHUNKS)
+        wake = asyncio.Event()
         stop = threading.Event()
 
         def put(item: Any) -> None:
-            if not stop.is_set():
-                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+            room.acquire()
+            chunks.append(item)
+            loop.call_soon_threadsafe(wake.set)
 
         def read() -> None:
             try:
@@ -145,32 +153,100 @@ class ContainerLogFollower:
         decoder = LineDecoder()
         try:
             while True:
-                item = await queue.get()
-                chunks: list[bytes] = []
-                size = 0
-                while True:
-                    if item is _END:
-                        break
+                await wake.wait()
+                wake.clear()
+                while chunks:
+                    taken: list[bytes] = []
+                    size = 0
+                    item: Any = None
+                    while chunks and size < BATCH_BYTES:
+                        item = chunks.popleft()
+                        room.release()
+                        if item is _END or isinstance(item, BaseException):
+                            break
+                        taken.append(item)
+                        size += len(item)
+                        item = None
                     if isinstance(item, BaseException):
                         raise item
-                    chunks.append(item)
-                    size += len(item)
-                    if size >= BATCH_BYTES or queue.empty():
-                        break
-                    item = queue.get_nowait()
-                raw = [r for chunk in chunks for r in decoder.decode(chunk)]
-                if item is _END:
-                    raw += decoder.flush()
-                new = resume.feed([split_timestamp(r) for r in raw])
-                if new:
-                    yield new, resume.cursor
-                if item is _END:
-                    return
+                    raw = [r for chunk in taken for r in decoder.decode(chunk)]
+                    if item is _END:
+                        raw += decoder.flush()
+                    new = resume.feed([split_timestamp(r) for r in raw])
+                    if new:
+                        yield new, resume.cursor
+                    if item is _END:
+                        return
         finally:
             stop.set()
-            while not queue.empty():  # a reader waiting to put gets room, sees stop, ends
-                queue.get_nowait()
+            while chunks:  # a reader waiting for room gets it, sees stop, ends
+                chunks.popleft()
+                room.release()
+            room.release()
             await asyncio.to_thread(_close, stream)
+
+
+class RawLogStream:
+    """A container's log as the engine sends it, demultiplexed in large chunks.
+
+    The docker SDK's log stream yields one frame (about one line) at a time, which caps a
+    reader at some 50,000 lines a second; this reads the HTTP body 64 KiB at a time and
+    takes the payload of every whole frame in it (an 8-byte header: stream, 3 zero bytes,
+    big-endian length). A container with a TTY has no frames: its body is the log.
+    """
+
+    HEADER = 8
+
+    def __init__(self, response: Any, multiplexed: bool) -> None:
+        self.response = response
+        self.multiplexed = multiplexed
+
+    @classmethod
+    def open(cls, api: Any, container_id: str, *, follow: bool, **params: Any) -> RawLogStream:
+        query = {
+            "stdout": 1 if params.get("stdout", True) else 0,
+            "stderr": 1 if params.get("stderr", True) else 0,
+            "timestamps": 1 if params.get("timestamps", True) else 0,
+            "follow": 1 if follow else 0,
+            "tail": "all",
+        }
+        for bound in ("since", "until"):
+            if params.get(bound) is not None:
+                query[bound] = params[bound]
+        inspect = api.inspect_container(container_id)
+        tty = bool((inspect.get("Config") or {}).get("Tty"))
+        response = api._get(
+            api._url("/containers/{0}/logs", container_id), params=query, stream=True
+        )
+        api._raise_for_status(response)
+        return cls(response, multiplexed=not tty)
+
+    def __iter__(self) -> Iterator[bytes]:
+        raw = self.response.raw
+        pending = b""
+        while True:
+            data = raw.read1(READ_BYTES) if hasattr(raw, "read1") else raw.read(READ_BYTES)
+            if not data:
+                return
+            if not self.multiplexed:
+                yield data
+                continue
+            pending += data
+            out: list[bytes] = []
+            at = 0
+            while len(pending) - at >= self.HEADER:
+                size = int.from_bytes(pending[at + 4 : at + 8], "big")
+                end = at + self.HEADER + size
+                if end > len(pending):
+                    break
+                out.append(pending[at + self.HEADER : end])
+                at = end
+            pending = pending[at:]
+            if out:
+                yield b"".join(out)
+
+    def close(self) -> None:
+        self.response.close()
 
 
 def _close(stream: Any) -> None:

@@ -1,0 +1,254 @@
+"""How fast does one replica's log reach the task log, next to the backend's own reader?
+
+One replica writes N sequence-numbered lines (100,000 on the local Kubernetes cluster, from
+a file the fake kubelet serves; 200,000 on Docker, from a busybox loop). Once the whole log
+is written, the same run times:
+
+* ``raw``: the backend's own reader of that log (``kubectl logs`` / ``docker logs``), to
+  the end;
+* ``follow``: the provider's follow loop (``JobFollower`` over the backend's real async
+  client, as in the triggerer) writing to a logger that counts lines, until the last line
+  arrived -- and how many were lost or repeated (by sequence number), and how much the
+  process's memory grew meanwhile (sampled every 50 ms).
+
+The last line is machine-readable::
+
+    backend=B lines=N ratio_vs_raw=R lost=L repeated=P rss_growth_mb=M
+
+Usage::
+
+    python benchmarks/bench_log_throughput.py --backend kubernetes|local_docker [--lines N]
+
+Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); Docker an
+engine with the test image (``scripts/setup.sh`` makes both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "provider"))
+
+IMAGE = "torchx-provider/busybox:latest"
+PAD = "x" * 80
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+class Counting:
+    """The task logger: counts sequence-numbered lines of replica ``key``; keeps nothing."""
+
+    def __init__(self, key: str, total: int) -> None:
+        self.prefix = f"[{key}] "
+        self.total = total
+        self.next = self.lost = self.repeated = 0
+        self.done = asyncio.Event()
+
+    def info(self, msg: str, *args: Any) -> None:
+        text = msg % args if args else msg
+        if not text.startswith(self.prefix):
+            return
+        seq = int(text[len(self.prefix) : len(self.prefix) + 10])
+        if seq < self.next:
+            self.repeated += 1
+        else:
+            self.lost += seq - self.next
+            self.next = seq + 1
+        if self.next >= self.total:
+            self.done.set()
+
+    warning = info
+
+
+async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[str, float]:
+    from torchx_provider.triggers.follow import JobFollower
+
+    log = Counting(key, total)
+    await client.describe(app_id)  # clients made, caches synced: the memory baseline
+    before = rss_mb()
+    peak = before
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, rss_mb())
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.ensure_future(sample())
+    start = time.perf_counter()
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=10.0).run())
+    try:
+        await asyncio.wait_for(log.done.wait(), 600)
+        seconds = time.perf_counter() - start
+    finally:
+        follow.cancel()
+        sampler.cancel()
+        await asyncio.gather(follow, sampler, return_exceptions=True)
+    return {
+        "seconds": seconds,
+        "lost": log.lost + (total - log.next),
+        "repeated": log.repeated,
+        "rss_growth_mb": peak - before,
+    }
+
+
+def time_raw(args: list[str], total: int) -> float:
+    start = time.perf_counter()
+    out = subprocess.run(args, capture_output=True, check=True).stdout
+    seconds = time.perf_counter() - start
+    got = out.count(b"\n")
+    if got < total:
+        raise RuntimeError(f"{args[0]} read {got} of {total} lines")
+    return seconds
+
+
+# -- Kubernetes ----------------------------------------------------------------------------------
+def cluster_env() -> dict[str, str]:
+    out = subprocess.run(
+        ["bash", str(REPO / "tests/cluster/cluster.sh"), "env"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def write_pod_log(env: dict[str, str], namespace: str, pod: str, total: int) -> None:
+    """The pod's log file (CRI format) and the kwok Logs object naming it."""
+    path = Path(env["TORCHX_CLUSTER_POD_LOGS"]) / "bench" / namespace / f"{pod}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = dt.datetime.now(dt.timezone.utc)
+    with path.open("w", encoding="ascii") as f:
+        for i in range(total):
+            when = base + dt.timedelta(microseconds=10 * i)
+            stamp = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond:06d}000Z"
+            f.write(f"{stamp} stdout F {i:010d} {PAD}\n")
+    manifest = (
+        "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Logs\n"
+        f"metadata: {{name: {pod}, namespace: {namespace}}}\n"
+        f"spec: {{logs: [{{logsFile: {path}, follow: true}}]}}\n"
+    )
+    subprocess.run(
+        ["kubectl", "--kubeconfig", env["TORCHX_CLUSTER_KUBECONFIG"], "apply", "-f", "-"],
+        input=manifest,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+
+
+async def kubernetes(total: int) -> tuple[float, dict[str, float]]:
+    from torchx_provider import specs
+    from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+
+    env = cluster_env()
+    namespace = env["TORCHX_CLUSTER_NAMESPACE"]
+    kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
+    scheduler = create_scheduler("bench", kubeconfig=kubeconfig, namespace=namespace)
+    behaviour = {"cluster.torchx.test/keep-running": "true"}
+    app = specs.AppDef(
+        "logbench",
+        [
+            specs.Role(
+                "r",
+                image="registry.invalid/x:1",
+                entrypoint="sh",
+                resource=specs.Resource(cpu=0.1, gpu=0, memMB=64),
+                metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+            )
+        ],
+    )
+    info = scheduler.submit_dryrun(app, {"queue": "default"})
+    job = info.request.body
+    pod = f"{job['metadata']['name']}-{job['spec']['tasks'][0]['name']}-0"
+    write_pod_log(env, namespace, pod, total)
+    app_id = scheduler.schedule(info)
+    client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
+    try:
+        for _ in range(600):
+            resp = scheduler.describe(app_id)
+            if resp is not None and resp.state.name == "RUNNING":
+                break
+            await asyncio.sleep(0.1)
+        raw = time_raw(["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod], total)
+        followed = await time_follow(client, app_id, "r/0", total)
+    finally:
+        await client.close()
+        scheduler.delete(app_id)
+        scheduler.close()
+    return raw, followed
+
+
+# -- Docker --------------------------------------------------------------------------------------
+async def local_docker(total: int) -> tuple[float, dict[str, float]]:
+    from torchx_provider.schedulers.docker import create_async_client, create_scheduler
+    from torchx_provider.specs.api import AppDef, Role
+
+    scheduler = create_scheduler("bench")
+    script = (
+        f'i=0; while [ $i -lt {total} ]; do printf "%010d {PAD}\\n" $i; i=$((i+1)); done; sleep 600'
+    )
+    app = AppDef("logbench", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script])])
+    app_id = scheduler.submit(app, {})
+    client = create_async_client()
+    try:
+        container = scheduler.engine.replica(app_id, "r", 0)
+        for _ in range(1200):  # until the whole log is written
+            tail = await asyncio.to_thread(
+                subprocess.run, ["docker", "logs", "--tail", "1", container.id], capture_output=True
+            )
+            if tail.stdout.startswith(f"{total - 1:010d}".encode()):
+                break
+            await asyncio.sleep(0.1)
+        raw = time_raw(["docker", "logs", container.id], total)
+        followed = await time_follow(client, app_id, "r/0", total)
+        desc = scheduler.describe(app_id)
+        print("  the app after the follow:", None if desc is None else desc.state.name)
+    finally:
+        await client.close()
+        scheduler.delete(app_id)
+        scheduler.close()
+    return raw, followed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=["kubernetes", "local_docker"], required=True)
+    parser.add_argument("--lines", type=int, help="default: 100,000 (kubernetes), 200,000")
+    args = parser.parse_args()
+    total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
+    run = kubernetes if args.backend == "kubernetes" else local_docker
+    raw, followed = asyncio.run(run(total))
+    raw_rate = total / raw
+    follow_rate = total / followed["seconds"]
+    print(f"backend {args.backend}, {total:,} lines of {len(PAD) + 11} bytes, pid {os.getpid()}")
+    print(f"  raw reader: {raw:.2f} s ({raw_rate:,.0f} lines/s)")
+    print(
+        f"  follow:     {followed['seconds']:.2f} s ({follow_rate:,.0f} lines/s), lost "
+        f"{followed['lost']:.0f}, repeated {followed['repeated']:.0f}, RSS growth "
+        f"{followed['rss_growth_mb']:.1f} MB"
+    )
+    print(
+        f"backend={args.backend} lines={total} ratio_vs_raw={follow_rate / raw_rate:.2f} "
+        f"lost={followed['lost']:.0f} repeated={followed['repeated']:.0f} "
+        f"rss_growth_mb={followed['rss_growth_mb']:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
