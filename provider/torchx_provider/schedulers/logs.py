@@ -49,11 +49,23 @@ def parse_timestamp(value: str) -> datetime:
     return _from_match(m)
 
 
+#: The last whole second parsed: ``((date, time, tz), datetime)`` (log lines come in runs of
+#: the same second; one tuple, so threads reading it never see a key with another's value).
+_LAST_SECOND: tuple[tuple[str, str, str], datetime] | None = None
+
+
 def _from_match(m: re.Match[str]) -> datetime:
-    frac = (m["frac"] or "").ljust(6, "0")[:6]
-    tz = "+00:00" if m["tz"] == "Z" else m["tz"]
-    dt = datetime.fromisoformat(f"{m['date']}T{m['time']}.{frac}{tz}")
-    return dt.astimezone(timezone.utc)
+    global _LAST_SECOND
+    key = (m["date"], m["time"], m["tz"])
+    cached = _LAST_SECOND
+    if cached is not None and cached[0] == key:
+        second = cached[1]
+    else:
+        tz = "+00:00" if key[2] == "Z" else key[2]
+        second = datetime.fromisoformat(f"{key[0]}T{key[1]}{tz}").astimezone(timezone.utc)
+        _LAST_SECOND = (key, second)
+    frac = m["frac"]
+    return second.replace(microsecond=int(frac[:6].ljust(6, "0"))) if frac else second
 
 
 def format_timestamp(value: datetime) -> str:
@@ -345,10 +357,10 @@ class Resumed:
     def feed(self, lines: Iterable[TimestampedLine]) -> list[TimestampedLine]:
         """The lines of ``lines`` not emitted yet (the cursor moves past them)."""
         new: list[TimestampedLine] = []
-        since = self.cursor.since
+        since, seen = self.cursor.since, self.cursor.seen_at_since
         for line in lines:
             ts = line.timestamp
-            if self._catching_up and ts is not None and since is not None:
+            if ts is not None and self._catching_up and since is not None:
                 if ts < since:
                     continue
                 if ts == since and self._skip > 0:
@@ -356,7 +368,15 @@ class Resumed:
                     continue
                 self._catching_up = False
             new.append(line)
-            self.cursor = self.cursor.after(line)
+            # as LogCursor.after, without a cursor per line
+            if ts is None or (since is not None and ts < since):
+                continue
+            if ts == since:
+                seen += 1
+            else:
+                since, seen = ts, 1
+        if new:
+            self.cursor = replace(self.cursor, since=since, seen_at_since=seen)
         return new
 
 

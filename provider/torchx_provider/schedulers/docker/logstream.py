@@ -3,11 +3,14 @@
 The docker SDK blocks, so :class:`ContainerLogFollower` reads the engine's ``follow`` stream
 of the replica's container in a thread and hands its chunks to the event loop through a
 bounded buffer (the thread waits while :data:`QUEUE_CHUNKS` are not taken: memory stays flat
-however long the log; the loop takes all there is at each wake-up). The loop decodes at most :data:`BATCH_BYTES` at a time. The container is the log's
-instance (its id): a container restarted by its restart policy keeps one log, so its stream
-is opened again from the cursor -- an absolute time, the engine's own -- when a run ends and
-another starts; the log has been read to its end once the container is finished and its
-stream has ended.
+however long the log; the loop takes all there is at each wake-up, decoding at most
+:data:`BATCH_BYTES` at a time). The engine's body is read whole and demultiplexed here
+(:class:`RawLogStream`).
+
+The container is the log's instance (its id): a container restarted by its restart policy
+keeps one log, so its stream is opened again from the cursor -- an absolute time, the
+engine's own -- when a run ends and another starts; the log has been read to its end once
+the container is finished and its stream has ended.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from torchx_provider.specs.api import is_terminal
 if TYPE_CHECKING:
     from torchx_provider.schedulers.docker.scheduler import DockerAsyncClient
 
-#: Chunks (up to :data:`READ_BYTES` each) in flight between a reader thread and the loop.
-QUEUE_CHUNKS = 16
+#: Chunks in flight between a reader thread and the loop (the engine sends a chunk per
+#: frame, about a line; up to :data:`READ_BYTES` each).
+QUEUE_CHUNKS = 4096
 #: Bytes of log the event loop decodes in one go (then it lets other work run).
 BATCH_BYTES = 64 * 1024
 #: Bytes read from the engine at once.
@@ -122,17 +126,20 @@ class ContainerLogFollower:
 
         stream = await asyncio.to_thread(open_stream)
         loop = asyncio.get_running_loop()
-        # The reader thread appends chunks (one per log frame) and wakes the loop; it waits
+        # The reader thread appends chunks and wakes the loop (once until it looks); it waits
         # while QUEUE_CHUNKS of them are not taken yet (memory stays flat).
         chunks: deque[Any] = deque()
         room = threading.Semaphore(QUEUE_CHUNKS)
         wake = asyncio.Event()
         stop = threading.Event()
+        signalled = threading.Event()  # a wake-up is on its way: no need for another
 
         def put(item: Any) -> None:
             room.acquire()
             chunks.append(item)
-            loop.call_soon_threadsafe(wake.set)
+            if not signalled.is_set():
+                signalled.set()
+                loop.call_soon_threadsafe(wake.set)
 
         def read() -> None:
             try:
@@ -155,6 +162,7 @@ class ContainerLogFollower:
             while True:
                 await wake.wait()
                 wake.clear()
+                signalled.clear()  # from here, a new chunk wakes the loop again
                 while chunks:
                     taken: list[bytes] = []
                     size = 0
