@@ -314,8 +314,9 @@ def test_queued_then_admitted(kube_cluster: Any, scheduler: Any) -> None:
         if not phases or phases[-1] != phase:
             phases.append(phase)
         time.sleep(0.05)
-    assert phases[0] == "Suspended" and phases[-1] == "Succeeded", phases
-    assert "Running" in phases, phases
+    # the controller may have moved on from Suspended (asserted above) before the first look
+    assert phases[0] in ("Suspended", "Resuming", "Running"), phases
+    assert phases[-1] == "Succeeded" and "Running" in phases, phases
     assert scheduler.describe(app_id).state is AppState.SUCCEEDED
 
 
