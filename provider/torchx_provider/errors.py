@@ -52,12 +52,23 @@ class InvalidOptionError(TorchXProviderError, ValueError):
 class BackendUnavailableError(TorchXProviderError):
     """The backend (Docker engine, Kubernetes API server) cannot be reached or refused access.
 
-    ``status`` carries the HTTP status when there was one (401, 403, 503, ...).
+    ``status`` carries the HTTP status when there was one (401, 403, 503, ...);
+    ``unreachable_for`` how many seconds the backend had already been failing before this
+    call found it so (a shared watch that broke earlier), so that an outage is timed from
+    its start.
     """
 
-    def __init__(self, message: str, status: int | None = None, body: Any = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
+        *,
+        unreachable_for: float = 0.0,
+    ) -> None:
         self.status = status
         self.body = body
+        self.unreachable_for = unreachable_for
         super().__init__(message)
 
 

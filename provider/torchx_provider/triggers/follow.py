@@ -359,7 +359,9 @@ class JobFollower:
         """One failed ``describe`` of an outage: wait and retry, or give up past the budget."""
         now = self.clock()
         if self._outage is None:
-            self._outage = Outage(started=now)
+            # Timed from when the backend was first found failing (a shared watch may
+            # have broken before this describe), not from this describe.
+            self._outage = Outage(started=now - max(0.0, e.unreachable_for))
         outage = self._outage
         if outage.exceeded(now, self.outage_budget):
             return self._event(
@@ -368,7 +370,11 @@ class JobFollower:
                 f"{self.outage_budget:.0f}s), giving up on following app {self.app_id!r} "
                 f"(it may still be running): {e}",
             )
-        delay = retry_delay(outage.attempts, self.poll_interval, self.rand())
+        # Never wait past the budget: the last retry is made when it runs out.
+        delay = min(
+            retry_delay(outage.attempts, self.poll_interval, self.rand()),
+            outage.started + self.outage_budget - now,
+        )
         outage.attempts += 1
         self.log.warning(
             "backend unreachable for %.0fs (retry %d, next in %.1fs; giving up after %.0fs): %s",

@@ -94,9 +94,29 @@ async def test_an_outage_past_the_budget_ends_with_an_error_naming_the_time(
     clock = Clock()
     event = await follower(DownUntil(clock, 1e9), app_id, clock, outage_budget=120).run()
     assert event.kind == EventKind.ERROR
-    assert "unreachable for 125s (outage_budget 120s)" in event.message
+    # Gives up when the budget runs out, not at the next poll after it: the last wait is cut.
+    assert "unreachable for 120s (outage_budget 120s)" in event.message
     assert "it may still be running" in event.message
     assert clock.sleeps[:6] == [1, 2, 4, 8, 10, 10]
+    assert sum(clock.sleeps) == 120
+
+
+async def test_an_outage_is_timed_from_when_the_backend_was_first_found_failing(
+    fake_cluster: Any,
+) -> None:
+    """A shared watch that broke 50 s before the follow's describe found the API down: the
+    budget counts those 50 s."""
+    app_id = submit(ticks=1000)
+    clock = Clock()
+
+    class DownForLong(torchx_fakes.FakeAsyncClient):
+        async def describe(self, app_id: str) -> Any:
+            raise BackendUnavailableError("API server down", status=503, unreachable_for=50.0)
+
+    event = await follower(DownForLong(), app_id, clock, outage_budget=120).run()
+    assert event.kind == EventKind.ERROR
+    assert "unreachable for 120s (outage_budget 120s)" in event.message
+    assert sum(clock.sleeps) == 70
 
 
 async def test_a_401_gets_fresh_credentials_once_then_counts_as_an_outage(

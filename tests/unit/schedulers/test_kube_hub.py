@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from test_kube_core import FakeAsyncKube, FakeKube, add_pod, app, set_phase
 
+from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
 from torchx_provider.schedulers.kube.resources import VOLCANO_JOB, CustomResource, appwrapper
@@ -272,3 +274,31 @@ async def test_default_wait_changed_sleeps() -> None:
     start = loop.time()
     assert await Plain().wait_changed("x", 0.05) is False
     assert loop.time() - start >= 0.04
+
+
+async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
+    hub: InformerHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns")
+    volcano.kube = fake
+    client = client_for(hub, PushKube(fake))
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    assert (await client.describe(app_id)).state is AppState.SUBMITTED
+    informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
+    assert informer.failing_for() == 0.0
+    # The watch broke 42 s ago (its relists failing since); now the API refuses the GET too.
+    informer._set_error(ConnectionError("reset"))
+    informer.failing_since = time.monotonic() - 42.0
+
+    async def refused(app_id: str) -> Any:
+        raise BackendUnavailableError("API server down", status=503)
+
+    monkeypatch.setattr(client.core, "describe", refused)
+    with pytest.raises(BackendUnavailableError) as caught:
+        await client.describe(app_id)
+    assert 42.0 <= caught.value.unreachable_for < 60.0
+    # A successful list ends the run of failures.
+    informer._listed()
+    assert informer.failing_since is None and informer.failing_for() == 0.0
+    await client.close()

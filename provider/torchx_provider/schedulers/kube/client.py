@@ -23,7 +23,7 @@ import builtins
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import SubmissionError
+from torchx_provider.errors import BackendUnavailableError, SubmissionError
 from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
     DescribeAppResponse,
@@ -113,7 +113,13 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 return with_failures(self._describe(app_id, obj, watch.pods()), watch)
             if watch.last_seen is not None:
                 return None
-        return await self.core.describe(app_id)
+        try:
+            return await self.core.describe(app_id)
+        except BackendUnavailableError as e:
+            # The watch may have been failing for a while before this describe: the
+            # outage began then.
+            e.unreachable_for = max(e.unreachable_for, watch.failing_for())
+            raise
 
     def _describe(
         self, app_id: str, obj: dict[str, Any], pods: builtins.list[dict[str, Any]]

@@ -99,6 +99,10 @@ class AppWatch:
         """Whether every cache this app is read from is listed and current."""
         return all(s.informer.healthy for s in (*self._objects, self._pods))
 
+    def failing_for(self) -> float:
+        """Seconds since the longest-failing cache this app is read from began failing."""
+        return max(s.informer.failing_for() for s in (*self._objects, self._pods))
+
     def object(self) -> dict[str, Any] | None:
         for shared in self._objects:
             found = shared.informer.get(self.name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -109,6 +110,8 @@ class Informer:
         self.resource_version: str | None = None
         #: The last failure, until a list succeeds again.
         self.error: BaseException | None = None
+        #: When (``time.monotonic()``) the current run of failures began; ``None`` when healthy.
+        self.failing_since: float | None = None
         #: Set once the first list succeeded; the cache is then a true picture, unless
         #: :attr:`error` says it may be stale.
         self.synced = asyncio.Event()
@@ -158,7 +161,15 @@ class Informer:
             if old is None or resource_version(old) != resource_version(obj):
                 self._put(obj)
 
+    def failing_for(self, now: float | None = None) -> float:
+        """Seconds since the current run of failures began (0 when not failing)."""
+        if self.failing_since is None:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self.failing_since)
+
     def _set_error(self, error: BaseException) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
         if self.healthy:
             status = getattr(error, "status", None)
             level = logging.WARNING if status in (401, 403) else logging.INFO
@@ -214,6 +225,7 @@ class Informer:
         was = self.healthy
         self.synced.set()
         self.error = None
+        self.failing_since = None
         if not was:
             self.listener(None, None)
 
