@@ -168,7 +168,8 @@ EOF
   for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
   cp "$work/root/usr/bin/etcd" "$out.tmp/etcd"
   cp "$work/root/usr/bin/etcdctl" "$out.tmp/etcdctl" 2>/dev/null || true
-  "$out.tmp/etcd" --version | head -n 1 >&2
+  # awk reads to the end: `head` would exit early and, under pipefail, fail the build (SIGPIPE)
+  "$out.tmp/etcd" --version | awk 'NR == 1' >&2
   rm -rf "$out" && mv "$out.tmp" "$out"
   rm -rf "$work/root" "$apt/lists"
 }
