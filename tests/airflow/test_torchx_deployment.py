@@ -17,10 +17,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,16 @@ from torchx_deployment import Deployment, wait_for
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
 
 LINES = 120
+#: lines per replica of the job followed across a frozen triggerer (4 a second)
+FROZEN_LINES = 240
+#: seconds within which a user's action on a deferred task must reach its job
+USER_ACTION_SECONDS = 5.0
 #: the registry password of the deployment's Docker connection
 SECRET = "registry-password-do-not-store-0f9e8d7c"
 DAGS = f'''
 import datetime
+import os
+import signal
 from airflow.sdk import DAG
 from torchx_provider.operators import TorchXDockerOperator
 
@@ -59,6 +67,58 @@ COUNT = (
     "i=0; while [ $i -lt {LINES} ]; do echo replica $TORCHX_REPLICA_IDX tick $i; "
     "i=$((i+1)); sleep 0.25; done"
 )
+
+# Exits at once on SIGTERM (a shell as PID 1 would ignore it and wait for the engine's kill).
+def term_script(ticks):
+    return (
+        "trap 'exit 143' TERM; i=0; while [ $i -lt " + str(ticks) + " ]; do "
+        "echo replica $TORCHX_REPLICA_IDX tick $i; i=$((i+1)); sleep 0.25 & wait $!; done"
+    )
+
+
+class KilledOnFirstTry(TorchXDockerOperator):
+    """The worker dies (SIGKILL) right after the job is created on the first try: before
+    its handle is stored, or just after."""
+
+    def __init__(self, *, after_store, **kwargs):
+        super().__init__(**kwargs)
+        self.after_store = after_store
+
+    def submit_or_reattach(self, plan, context):
+        if context["ti"].try_number == 1:
+            if self.after_store:
+                super().submit_or_reattach(plan, context)
+            else:
+                plan.scheduler.schedule(plan.dryrun)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().submit_or_reattach(plan, context)
+
+
+for state in ("success", "failed"):
+    with DAG(f"torchx_deploy_mark_{{state}}", **ARGS):
+        TorchXDockerOperator(
+            task_id="train", app=app("mark" + state, term_script(100000)), deferrable=True
+        )
+
+with DAG("torchx_deploy_clear", **ARGS):
+    TorchXDockerOperator(task_id="train", app=app("clear", term_script(60)), deferrable=True)
+
+with DAG("torchx_deploy_frozen", **ARGS):
+    TorchXDockerOperator(
+        task_id="train", app=app("frozen", term_script({FROZEN_LINES})), deferrable=True,
+        poll_interval=1,
+    )
+
+for when in ("before", "after"):
+    with DAG(f"torchx_deploy_worker_killed_{{when}}_store", **ARGS):
+        KilledOnFirstTry(
+            task_id="train",
+            app=app("killed" + when, term_script(40)),
+            after_store=when == "after",
+            deferrable=True,
+            retries=1,
+            retry_delay=datetime.timedelta(seconds=1),
+        )
 
 with DAG("torchx_deploy_cancel", **ARGS):
     TorchXDockerOperator(
@@ -114,7 +174,8 @@ def deployment(docker_engine: Any) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.stop_all()
-        blocked = "Triggerer's async thread was blocked" in dep.output("triggerer")
+        # (a triggerer frozen on purpose reports its pause as a blocked loop: not counted)
+        blocked = "Triggerer's async thread was blocked" in dep.output("triggerer", paused=False)
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
     assert not blocked, "the triggerer reported a blocked event loop"
@@ -341,3 +402,210 @@ def test_a_deferred_task_times_out_and_its_job_is_cancelled(
     assert f"app {app_id}: deadline passed; the app was cancelled" in events, events[-20:]
     for c in containers(docker_engine, app_id):
         c.remove(force=True)
+
+
+def replica_ticks(events: list[str]) -> dict[int, list[int]]:
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    for event in events:
+        m = re.fullmatch(r"\[worker/(\d)\] replica \d tick (\d+)", event)
+        if m:
+            seen[int(m[1])].append(int(m[2]))
+    return seen
+
+
+APP_ID_LABEL = "torchx.pytorch.org/app-id"
+
+
+def labelled(client: Any, dag_id: str) -> list[Any]:
+    """Every container of every job any try of ``dag_id``'s task created."""
+    return client.containers.list(
+        all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
+    )
+
+
+def running_app(dep: Deployment, client: Any, dag_id: str, run_id: str) -> str:
+    app_id = deferred_app(dep, dag_id, run_id)
+    wait_for(
+        "the replicas to run",
+        lambda: (
+            containers(client, app_id)
+            and all(c.status == "running" for c in containers(client, app_id))
+        ),
+        60,
+    )
+    return app_id
+
+
+def timeline(dep: Deployment, dag_id: str, run_id: str) -> list[str]:
+    """The task log's records but replica lines, with their times (for failure messages)."""
+    folder = dep.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=train"
+    out = []
+    for path in sorted(folder.glob("attempt=*.log*")):
+        for raw in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            event = str(record.get("event", ""))
+            if not event.startswith("[worker/"):
+                out.append(f"{path.name} {record.get('timestamp')} {event[:100]}")
+    return out
+
+
+def seconds_until_stopped(client: Any, app_id: str, since: float) -> float:
+    def stopped() -> bool:
+        cs = containers(client, app_id)
+        return bool(cs) and all(c.status != "running" for c in cs)
+
+    wait_for("the job to be cancelled", stopped, 60, interval=0.1)
+    return time.monotonic() - since
+
+
+@pytest.mark.parametrize("state", ["success", "failed"])
+def test_marking_a_deferred_task_cancels_its_job_within_seconds(
+    deployment: Deployment, docker_engine: Any, state: str
+) -> None:
+    """Marked success or failed in the UI: the job is cancelled (not left running) within
+    USER_ACTION_SECONDS, and the task keeps the state the user gave it."""
+    dag_id = f"torchx_deploy_mark_{state}"
+    run_id = deployment.trigger(dag_id)
+    app_id = running_app(deployment, docker_engine, dag_id, run_id)
+    marked, marked_at = time.monotonic(), datetime.now(timezone.utc).isoformat()
+    deployment.set_state(dag_id, run_id, "train", state)
+    took = seconds_until_stopped(docker_engine, app_id, marked)
+    print(f"marked {state}: job stopped {took:.1f}s later")
+    assert took <= USER_ACTION_SECONDS, (
+        f"the job stopped {took:.1f}s after the user's action (at {marked_at})",
+        timeline(deployment, dag_id, run_id),
+    )
+    assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
+    assert deployment.ti(dag_id, run_id, "train")["state"] == state
+    for c in containers(docker_engine, app_id):
+        c.remove(force=True)
+
+
+def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_one(
+    deployment: Deployment, docker_engine: Any
+) -> None:
+    """Cleared while deferred: the user asked for the task to run again, so the running job
+    is cancelled (within USER_ACTION_SECONDS) and the next try submits a new one instead of
+    reattaching to the one being cancelled."""
+    dag_id = "torchx_deploy_clear"
+    run_id = deployment.trigger(dag_id)
+    first = running_app(deployment, docker_engine, dag_id, run_id)
+    cleared, cleared_at = time.monotonic(), datetime.now(timezone.utc).isoformat()
+    deployment.clear(dag_id, run_id, "train")
+    took = seconds_until_stopped(docker_engine, first, cleared)
+    print(f"cleared: job stopped {took:.1f}s later")
+    assert took <= USER_ACTION_SECONDS, (
+        f"the job stopped {took:.1f}s after the clear (at {cleared_at})",
+        timeline(deployment, dag_id, run_id),
+    )
+    assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, first))
+    wait_for(
+        "the next try to succeed",
+        lambda: (
+            deployment.ti(dag_id, run_id, "train")["state"] == "success"
+            and deployment.ti(dag_id, run_id, "train")["try_number"] == 2
+        ),
+        240,
+        interval=1,
+    )
+    second = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
+    assert second != first
+    events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
+    assert [e for e in events if e.startswith("submitted app") and second in e], events[:40]
+    assert not [e for e in events if e.startswith("reattaching")], events[:40]
+    for c in labelled(docker_engine, dag_id):
+        c.remove(force=True)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
+    deployment: Deployment, docker_engine: Any, when: str
+) -> None:
+    """SIGKILL right after the job is created, before its handle is stored in
+    ``task_state_store`` (found again by its labels) or after (found through the store):
+    the retry follows that job to the end, and no second job is ever created."""
+    dag_id = f"torchx_deploy_worker_killed_{when}_store"
+    run_id = deployment.trigger(dag_id)
+    apps: set[str] = set()
+
+    def succeeded() -> bool:
+        # every job of the task, seen while they run (a finished one is removed)
+        apps.update(c.labels[APP_ID_LABEL] for c in labelled(docker_engine, dag_id))
+        return bool(deployment.ti(dag_id, run_id, "train")["state"] == "success")
+
+    wait_for("the retry to succeed", succeeded, 300, interval=0.5)
+    ti = deployment.ti(dag_id, run_id, "train")
+    assert ti["try_number"] == 2, ti
+    assert len(apps) == 1, f"{len(apps)} jobs for one task instance: {apps}"
+    (app_id,) = apps
+    events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
+    assert f"reattaching to app {app_id} left running by an earlier try" in events, events[:40]
+    assert not any(e.startswith("submitted app") for e in events)
+    for c in labelled(docker_engine, dag_id):
+        c.remove(force=True)
+
+
+def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resuming(
+    deployment: Deployment, docker_engine: Any
+) -> None:
+    """Two triggerers; the one following the job is frozen (SIGSTOP) past the heartbeat
+    threshold, so the other takes the trigger over; then it is resumed. Airflow cancels the
+    resumed one's copy of the trigger: the job must not be cancelled, and is followed to the
+    end, every line in the task log, repeats bounded."""
+    dag_id = "torchx_deploy_frozen"
+    run_id = deployment.trigger(dag_id)
+    app_id = running_app(deployment, docker_engine, dag_id, run_id)
+    wait_for(
+        "lines in the task log",
+        lambda: sum(len(t) for t in replica_ticks(
+            deployment.task_log_events(dag_id, run_id, "train")).values()) >= 20,
+        60,
+        interval=0.2,
+    )
+
+    def follower() -> Any:
+        rows = metadata_rows(deployment, "SELECT triggerer_id, kwargs FROM trigger")
+        (found,) = [t for t, kw in rows if app_id in kw]
+        return found
+
+    first = follower()
+    assert first is not None
+    deployment.start("triggerer", name="triggerer-2")
+    frozen = "triggerer"
+    deployment.signal(frozen, signal.SIGSTOP)
+    try:
+        # past the 10 s heartbeat threshold, the other triggerer takes the trigger over
+        wait_for(
+            "the other triggerer to take the trigger over",
+            lambda: follower() not in (None, first),
+            90,
+            interval=1,
+        )
+        time.sleep(3)
+    finally:
+        deployment.signal(frozen, signal.SIGCONT)
+    wait_for(
+        "the task to succeed",
+        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+        240,
+        interval=1,
+    )
+    ti = deployment.ti(dag_id, run_id, "train")
+    assert ti["try_number"] == 1, ti
+    events = deployment.task_log_events(dag_id, run_id, "train")
+    assert any(e.startswith(f"app {app_id}: RUNNING -> SUCCEEDED") for e in events), events[-20:]
+    # Airflow cancelled the resumed triggerer's copy of the trigger as a user action (and
+    # called its on_kill); the task was still deferred, so the job was left running.
+    assert f"trigger stopped; app {app_id} left running (still deferred)" in events, [
+        e for e in events if "trigger" in e.lower()
+    ]
+    assert not [e for e in events if e.startswith("task killed; cancelled app")]
+    repeats = {}
+    for rid, ticks in replica_ticks(events).items():
+        assert set(ticks) == set(range(FROZEN_LINES)), f"replica {rid} lost lines"
+        repeats[rid] = len(ticks) - FROZEN_LINES
+        assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
+    print(f"lines repeated across the frozen triggerer: {repeats}")

@@ -53,6 +53,8 @@ class Deployment:
         self.base = f"http://127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}
+        #: output files of processes that were frozen (SIGSTOP) at some point
+        self.paused: set[Path] = set()
         (home / "dags").mkdir(parents=True, exist_ok=True)
         (home / "out").mkdir(exist_ok=True)
         self.env = {
@@ -75,6 +77,8 @@ class Deployment:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            # a triggerer silent this long is taken for dead: its triggers move to another
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         }
         self.env.pop("TORCHX_TEST_AIRFLOW_HOME", None)
 
@@ -84,17 +88,28 @@ class Deployment:
             [self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True
         )
 
-    def start(self, component: str) -> None:
-        n = self.restarts.get(component, 0)
-        out = open(self.home / "out" / f"{component}.{n}.log", "wb")  # noqa: SIM115
-        self.procs[component] = subprocess.Popen(
+    def start(self, component: str, name: str | None = None) -> None:
+        """Start ``component`` (``name``: a second process of it, e.g. ``triggerer-2``)."""
+        name = name or component
+        n = self.restarts.get(name, 0)
+        out = open(self._log_path(name, n), "wb")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(
             [self.airflow, component],
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.restarts[component] = n + 1
+        self.restarts[name] = n + 1
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` to the process group of ``name`` (SIGSTOP freezes it, SIGCONT resumes)."""
+        if sig == signal.SIGSTOP:
+            self.paused.add(self._log_path(name, self.restarts[name] - 1))
+        os.killpg(self.procs[name].pid, sig)
+
+    def _log_path(self, name: str, n: int) -> Path:
+        return self.home / "out" / f"{name}.{n}.log"
 
     def stop(self, component: str, timeout: float = 60) -> None:
         """SIGTERM (a graceful stop, as a rolling restart does), then wait."""
@@ -133,11 +148,13 @@ class Deployment:
             with contextlib.suppress(Exception):
                 self.stop(component, timeout=30)
 
-    def output(self, component: str) -> str:
-        """Everything every run of ``component`` printed."""
+    def output(self, component: str, *, paused: bool = True) -> str:
+        """Everything every run of ``component`` printed (``paused=False``: but the runs that
+        were frozen at some point)."""
         return "\n".join(
             p.read_text(errors="replace")
-            for p in sorted((self.home / "out").glob(f"{component}.*.log"))
+            for p in sorted((self.home / "out").glob(f"{component}*.log"))
+            if paused or p not in self.paused
         )
 
     # -- REST API -----------------------------------------------------------------------------
@@ -171,6 +188,20 @@ class Deployment:
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
         return self.get(path + "?deserialize=true")["value"]
+
+    def clear(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Clear the task instance, as the UI's "Clear" button does."""
+        self.request(
+            "POST",
+            f"/api/v2/dags/{dag_id}/clearTaskInstances",
+            {
+                "dry_run": False,
+                "task_ids": [task_id],
+                "dag_run_id": run_id,
+                "only_failed": False,
+                "reset_dag_runs": True,
+            },
+        )
 
     def set_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         self.request(

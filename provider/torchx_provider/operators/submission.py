@@ -87,10 +87,39 @@ def job_namespaces(plan: SubmissionPlan) -> list[str]:
     return list(dict.fromkeys(str(ns) for ns in given if ns))
 
 
-def live_apps(plan: SubmissionPlan, store: Any, log: Any) -> list[str]:
-    """Live jobs of earlier tries of this task instance, the one to prefer first: the one
-    in ``store`` (Airflow 3.3's ``task_state_store``), then those found by labels in every
-    namespace the task's jobs may live in (:func:`job_namespaces`)."""
+@dataclass
+class LiveApps:
+    """The live jobs of earlier tries of this task instance (see :func:`live_apps`)."""
+
+    #: of tries since the task was last cleared (retries): the one to reattach to first
+    resumable: list[str]
+    #: of tries before the task was last cleared: the user asked for a new run of the task
+    superseded: list[str]
+
+
+def first_try_since_clear(ti: Any, retries: Any) -> int:
+    """The first try number since the task instance was last cleared (Airflow's own rule:
+    clearing sets ``max_tries`` to the current try number plus ``retries``); 1 when the task
+    instance does not tell.
+
+    >>> class TI: try_number, max_tries = 2, 1
+    >>> first_try_since_clear(TI, 1)  # a retry after a failed first try
+    1
+    >>> TI.max_tries = 2  # cleared during try 1 (max_tries = 1 + retries)
+    >>> first_try_since_clear(TI, 1)
+    2
+    """
+    max_tries = getattr(ti, "max_tries", None)
+    if not isinstance(max_tries, int) or not isinstance(retries, int):
+        return 1
+    return max(1, max_tries - retries + 1)
+
+
+def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) -> LiveApps:
+    """Live jobs of earlier tries of this task instance: the one in ``store`` (Airflow 3.3's
+    ``task_state_store``) first, then those found by labels in every namespace the task's
+    jobs may live in (:func:`job_namespaces`). Those of tries before ``first_try`` (see
+    :func:`first_try_since_clear`) are superseded: the task was cleared since."""
     from torchx_provider.specs.api import is_terminal
     from torchx_provider.specs.names import parse_app_handle
 
@@ -108,10 +137,13 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any) -> list[str]:
             desc = scheduler.describe(stored.app_id)
             if desc is not None and not is_terminal(desc.state):
                 found.append(stored.app_id)
+    tries: dict[str, int | None] = {}
     for listed in scheduler.find_apps(plan.ti_key, job_namespaces(plan)):
+        tries[listed.app_id] = listed.try_number
         if not is_terminal(listed.state) and listed.app_id not in found:
             found.append(listed.app_id)
-    return found
+    superseded = [a for a in found if (tries.get(a) or first_try) < first_try]
+    return LiveApps([a for a in found if a not in superseded], superseded)
 
 
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:

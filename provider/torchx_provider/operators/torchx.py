@@ -255,13 +255,27 @@ class TorchXOperator(BaseOperator):
     # -- submit or reattach ------------------------------------------------------------------------
     def submit_or_reattach(self, plan: SubmissionPlan, context: Context) -> tuple[str, bool]:
         """Step 2 (module doc): the app id to follow and whether it was reattached."""
-        from torchx_provider.operators.submission import live_apps, remember
+        from torchx_provider.operators.submission import (
+            first_try_since_clear,
+            live_apps,
+            remember,
+        )
 
         store = context.get("task_state_store")
         try:
-            live = live_apps(plan, store, self.log)
+            apps = live_apps(
+                plan, store, self.log, first_try_since_clear(context["ti"], self.retries)
+            )
         except InvalidOptionError as e:
             raise bad_input(e) from e
+        for app_id in apps.superseded:
+            self.log.warning(
+                "cancelling app %s of a try before the task was cleared: a cleared task "
+                "runs anew",
+                app_id,
+            )
+            plan.scheduler.cancel(app_id)
+        live = apps.resumable
         keep = live[0] if live and self.lifecycle.reattach else None
         for app_id in live:
             if app_id != keep:

@@ -94,6 +94,8 @@ class ListAppResponse:
     app_handle: str = "<NOT_SET>"
     name: str = ""
     created: datetime | None = None
+    #: the Airflow try that submitted it, when an Airflow task did (``find_apps``)
+    try_number: int | None = None
 
 
 class Scheduler(abc.ABC, Generic[T]):

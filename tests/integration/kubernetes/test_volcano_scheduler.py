@@ -309,7 +309,7 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
     plan = SubmissionPlan(
         target, scheduler, app, cfg, scheduler.submit_dryrun(app, cfg, ti_key=retry), retry
     )
-    assert live_apps(plan, None, logging.getLogger(__name__)) == [app_id]
+    assert live_apps(plan, None, logging.getLogger(__name__)).resumable == [app_id]
     assert [f.app_id for f in scheduler.find_apps(retry, [OTHER_NAMESPACE])] == [app_id]
 
 

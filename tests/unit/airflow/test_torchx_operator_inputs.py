@@ -187,9 +187,9 @@ def test_a_retry_searches_every_namespace_the_tasks_jobs_may_live_in(fake_cluste
     import logging
 
     log = logging.getLogger("test")
-    assert live_apps(plan({"namespace": "team"}, "ml"), None, log) == [app_id]
-    assert live_apps(plan({"namespace": "ml"}, "ml"), None, log) == [app_id]
-    assert live_apps(plan({}, None), None, log) == [app_id]
+    assert live_apps(plan({"namespace": "team"}, "ml"), None, log).resumable == [app_id]
+    assert live_apps(plan({"namespace": "ml"}, "ml"), None, log).resumable == [app_id]
+    assert live_apps(plan({}, None), None, log).resumable == [app_id]
     assert fake_cluster.searched == [["team", "ml"], ["ml"], []]
 
 
@@ -244,3 +244,41 @@ def test_outage_budget_and_follow_timeout_are_checked() -> None:
     for name in ("outage_budget", "follow_timeout"):
         with pytest.raises(InvalidOptionError, match=f"{name} must be a positive"):
             TorchXOperator(task_id="v", app=APP, **{name: 0})
+
+
+def test_a_cleared_task_does_not_reattach_to_the_job_of_a_try_before_the_clear(
+    fake_cluster: Any,
+) -> None:
+    """Airflow's rule: clearing sets max_tries to the current try plus ``retries``, so the
+    first try since the clear is ``max_tries - retries + 1``. Jobs of earlier tries are
+    superseded (the user asked for a new run); those of later tries are retries' to resume."""
+    import logging
+
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import (
+        SubmissionPlan,
+        first_try_since_clear,
+        live_apps,
+    )
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+
+    scheduler = torchx_fakes.FakeScheduler()
+    app = torchx_fakes.make_app(ticks=100)
+    before = scheduler.schedule(
+        scheduler.submit_dryrun(app, ti_key=TaskInstanceKey("d", "t", "r", try_number=1))
+    )
+    key = TaskInstanceKey("d", "t", "r", try_number=2)
+    plan = SubmissionPlan(
+        BackendTarget("fake"), scheduler, app, {}, scheduler.submit_dryrun(app), key
+    )
+    log = logging.getLogger("test")
+
+    class TI:
+        try_number, max_tries = 2, 1  # retries=1, never cleared: try 2 is a retry
+
+    assert first_try_since_clear(TI, 1) == 1
+    assert live_apps(plan, None, log, first_try_since_clear(TI, 1)).resumable == [before]
+    TI.max_tries = 2  # cleared during try 1: max_tries = 1 + retries
+    apps = live_apps(plan, None, log, first_try_since_clear(TI, 1))
+    assert (apps.resumable, apps.superseded) == ([], [before])
+    assert first_try_since_clear(object(), 1) == 1  # a task instance that does not say

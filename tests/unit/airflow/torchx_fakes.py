@@ -242,7 +242,11 @@ class FakeScheduler(Scheduler[dict]):
             == (ti_key.dag_id, ti_key.task_id, ti_key.run_id, ti_key.map_index)
         ]
         mine.sort(key=lambda a: a.created, reverse=True)
-        return [ListAppResponse(a.app_id, a.state(), created=a.created) for a in mine]
+        return [
+            ListAppResponse(a.app_id, a.state(), created=a.created, try_number=a.ti_key.try_number)
+            for a in mine
+            if a.ti_key is not None
+        ]
 
     def _cancel_existing(self, app_id: str) -> None:
         app = CLUSTER.apps[app_id]

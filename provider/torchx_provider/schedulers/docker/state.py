@@ -283,6 +283,11 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
     )
 
 
+def _try_number(c: ContainerInfo) -> int | None:
+    key = c.task_instance
+    return None if key is None else key.try_number
+
+
 def list_apps(
     containers: Iterable[ContainerInfo], app_handle: Callable[[str], str]
 ) -> list[ListAppResponse]:
@@ -301,6 +306,7 @@ def list_apps(
                 app_handle=app_handle(app_id),
                 name=cs[0].labels.get(LABEL_APP_NAME, ""),
                 created=min(created) if created else None,
+                try_number=_try_number(cs[0]),
             )
         )
     epoch = datetime.min.replace(tzinfo=timezone.utc)

@@ -16,6 +16,7 @@ once, and both faces behave alike.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -215,7 +216,9 @@ class KubeCore:
         self, namespace: str, obj: Mapping[str, Any], handle: Callable[[str], str]
     ) -> ListAppResponse:
         app_id = make_app_id(namespace, str(obj["metadata"]["name"]))
-        return self.translation.list_item(namespace, obj, handle(app_id))
+        item = self.translation.list_item(namespace, obj, handle(app_id))
+        key = TaskInstanceKey.from_annotations(_annotations(obj))
+        return item if key is None else dataclasses.replace(item, try_number=key.try_number)
 
     async def cancel(self, app_id: str) -> None:
         """Stop a live app as its backend does (create its cancel object, patch or delete the
