@@ -40,6 +40,7 @@ ORDER = [
     "watch-cut",
     "watch-410",
     "apiserver-restart",
+    "docker-engine-restart",
 ]
 COLUMNS = (
     "Fault",

@@ -115,7 +115,7 @@ class LogPumps:
     # -- one pump -----------------------------------------------------------------------------
     async def _pump(self, source: LogSource) -> None:
         key = source.key
-        attempt = 0
+        attempt = final = 0
         while True:
             start = self.cursors.get(key, LogCursor())
             try:
@@ -138,14 +138,21 @@ class LogPumps:
                 if e.status == 401 and self.reconnect is not None and await self.reconnect():
                     continue
                 self._unreadable_source(key, e)
+                # No answer at all (the engine or API server is down) is an outage, ridden
+                # out; an answer refusing this source (its node is down) is the source's own.
+                counts = e.status is not None
             except TorchXProviderError as e:
                 self._unreadable_source(key, e)
+                counts = True
             if self.ended.is_set():
-                if attempt >= FINAL_LOG_ATTEMPTS:
+                # The app ended: a few quick tries for its last lines, counted from its end
+                # and only while the backend answers (an outage is ridden out until
+                # :meth:`finish` gives up).
+                if final >= FINAL_LOG_ATTEMPTS:
                     self.unread.add(key)
                     return
-                # The app ended: a few quick tries for its last lines.
-                await asyncio.sleep(retry_delay(attempt, min(self.retry_base, 1.0), self.rand()))
+                await asyncio.sleep(retry_delay(final, min(self.retry_base, 1.0), self.rand()))
+                final += counts
             else:
                 delay = retry_delay(attempt, self.retry_base, self.rand())
                 with contextlib.suppress(TimeoutError):

@@ -107,3 +107,34 @@ async def test_finish_gives_up_on_a_source_that_keeps_failing_after_the_end() ->
     pumps.start([LogSource("t", 0)])
     await pumps.finish(10)
     assert pumps.unread == {"t/0"}
+
+
+async def test_the_tries_of_an_outage_before_the_end_do_not_use_up_the_final_ones() -> None:
+    """The engine was down for a while (many failed tries), the app ended meanwhile: once
+    it answers again, the source's last lines are read, not given up at once."""
+
+    class DownThenBack(Flaky):
+        errors_after_end: list[int]
+
+        async def follow_logs(  # type: ignore[override]
+            self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+        ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+            if not ended.is_set():
+                raise BackendUnavailableError("engine down")
+            if not self.errors_after_end:  # the first try after the end fails too
+                self.errors_after_end.append(1)
+                raise BackendUnavailableError("engine still down")
+            async for item in super().follow_logs(app_id, source, cursor, ended):
+                yield item
+
+    client = DownThenBack(3, [])
+    client.errors_after_end = []
+    log = Log()
+    pumps = LogPumps(lambda: client, "app", log, {}, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    await asyncio.sleep(0.3)  # many failed tries while the app runs
+    await pumps.finish(5)
+    assert pumps.unread == set()
+    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
+        f"[t/0] line {i}" for i in range(3)
+    ]

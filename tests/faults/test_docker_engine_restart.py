@@ -1,0 +1,289 @@
+"""Reliability row for the Docker backend: the engine restarted in the middle of a job.
+
+The row starts a Docker engine of its own (``dockerd`` on a private socket, data and exec
+roots; ``--iptables=false --bridge=none``, as the test engine), imports the busybox test
+image into it, runs a 2-replica app whose replicas print a numbered line every 0.25 s, and
+follows it with the trigger's follow loop (:class:`JobFollower` over the real
+:class:`DockerAsyncClient`). Five seconds in, the engine is stopped (SIGTERM, as a service
+manager's restart does) and started again five seconds after it exited. On its way down the
+engine stops the containers (they exit 143 on its SIGTERM): the follow rides out the
+outage, sees them ended and finishes ``FAILED`` naming the replicas -- no hang, and every
+line they printed in the task log once the engine answers again.
+
+"Lines lost" compares the task log with what the containers printed (their logs, read from
+the engine afterwards); "orphans" are containers of the app still running after the follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchx_provider.schedulers.docker import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+from torchx_provider.triggers.events import EventKind
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+IMAGE = "torchx-provider/busybox:latest"
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "images" / "build_busybox_image.sh"
+#: numbered lines per replica, one every 0.25 s
+LINES = 80
+#: seconds from submission to the engine's stop, and from its exit to its start
+FAULT_AT, DOWN_FOR = 5.0, 5.0
+
+
+def skip_or_fail(reason: str) -> Any:
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class Engine:
+    """A private ``dockerd``: its own socket, data root and exec root, stopped and started
+    on command."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.socket = root / "docker.sock"
+        self.url = f"unix://{self.socket}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        args = [
+            "dockerd",
+            f"--host={self.url}",
+            f"--data-root={self.root / 'data'}",
+            f"--exec-root={self.root / 'exec'}",
+            f"--pidfile={self.root / 'dockerd.pid'}",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            "--shutdown-timeout=10",
+        ]
+        out = open(self.root / f"dockerd.{self.starts}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        self.starts += 1
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dockerd exited: {self.log()[-2000:]}")
+            if self.answers():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"dockerd did not answer within 60 s: {self.log()[-2000:]}")
+
+    def answers(self) -> bool:
+        import docker
+
+        try:
+            client = docker.DockerClient(base_url=self.url, timeout=5)
+            try:
+                return bool(client.ping())
+            finally:
+                client.close()
+        except Exception:
+            return False
+
+    def stop(self) -> float:
+        """SIGTERM, as a service manager's restart does; the seconds until it exited."""
+        assert self.proc is not None
+        began = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        return time.monotonic() - began
+
+    def log(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace") for p in sorted(self.root.glob("dockerd.*.log"))
+        )
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    if os.geteuid() != 0 or not shutil.which("dockerd"):
+        skip_or_fail("a private Docker engine needs dockerd and root")
+    # a short path: a unix socket's path is limited to 108 bytes
+    root = Path(tempfile.mkdtemp(prefix="txd-", dir="/tmp"))
+    eng = Engine(root)
+    try:
+        eng.start()
+        built = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            env={**os.environ, "DOCKER_HOST": eng.url},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if built.returncode != 0:
+            skip_or_fail(f"cannot build the test image: {built.stderr[-500:]}")
+        yield eng
+    finally:
+        if eng.proc is not None and eng.proc.poll() is None:
+            remove_containers(eng)
+            eng.stop()
+        for mounted in ("exec", "data"):  # the engine mounts both over themselves
+            subprocess.run(["umount", "-R", str(root / mounted)], capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_containers(eng: Engine) -> None:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=eng.url, timeout=30)
+        for c in client.containers.list(all=True):
+            c.remove(force=True)
+        client.close()
+    except Exception:  # best effort: the engine and its data root go next
+        pass
+
+
+class TaskLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+
+
+@dataclass
+class Outcome:
+    event: Any
+    log: TaskLog
+    printed: dict[str, list[str]]
+    running_after: int
+    down_for: float
+
+
+def app() -> AppDef:
+    script = (
+        "trap 'exit 143' TERM; i=0; while [ $i -lt " + str(LINES) + " ]; do "
+        "echo worker/$TORCHX_REPLICA_IDX line $i; i=$((i+1)); sleep 0.25 & wait $!; done"
+    )
+    return AppDef(
+        "engine-restart",
+        [Role("worker", image=IMAGE, entrypoint="sh", args=["-c", script], num_replicas=2)],
+    )
+
+
+async def run_row(eng: Engine) -> Outcome:
+    scheduler = create_scheduler("faults", base_url=eng.url)
+    app_id = scheduler.submit(app(), {"remove": False})  # read what they printed after
+    client = create_async_client(base_url=eng.url)
+    log = TaskLog()
+    loop = asyncio.get_running_loop()
+
+    async def restart() -> float:
+        await asyncio.sleep(FAULT_AT)
+        stopped = await loop.run_in_executor(None, eng.stop)
+        await asyncio.sleep(DOWN_FOR)
+        await loop.run_in_executor(None, eng.start)
+        return stopped + DOWN_FOR
+
+    fault = asyncio.create_task(restart())
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, poll_interval=1.0).run(), 180
+        )
+        down_for = await fault
+    finally:
+        fault.cancel()
+        await client.close()
+    import docker
+
+    raw = docker.DockerClient(base_url=eng.url, timeout=30)
+    try:
+        containers = raw.containers.list(
+            all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+        )
+        printed: dict[str, list[str]] = {}
+        for c in containers:
+            text = c.logs(stdout=True, stderr=True).decode()
+            for line in text.splitlines():
+                printed.setdefault(line.split(" ")[0], []).append(line)
+        running_after = sum(1 for c in containers if c.status == "running")
+        state = scheduler.describe(app_id)
+        assert state is not None and is_terminal(state.state), state
+    finally:
+        raw.close()
+        scheduler.close()
+    return Outcome(event, log, printed, running_after, down_for)
+
+
+ROW = {
+    "id": "docker-engine-restart",
+    "fault": f"Docker engine stopped (SIGTERM) {FAULT_AT:.0f} s into the job, started again "
+    f"{DOWN_FOR:.0f} s after it exited",
+    "expected": "the engine stops the containers: FAILED naming the replicas, no hang, "
+    "every line they printed",
+    "final": AppState.FAILED,
+}
+
+
+async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> None:
+    row = ROW
+    started = time.monotonic()
+    out = await run_row(engine)
+    got: dict[str, list[str]] = {}
+    for line in out.log.lines:
+        if line.startswith("::group::"):
+            break  # the failure summary repeats each replica's last lines, on purpose
+        if line.startswith("[worker/"):
+            text = line.split("] ", 1)[1]
+            got.setdefault(text.split(" ")[0], []).append(text)
+    lost = sum(len(set(out.printed[k]) - set(got.get(k, []))) for k in out.printed)
+    repeated = sum(len(v) - len(set(v)) for v in got.values())
+    event = out.event
+    result = {
+        "id": row["id"],
+        "fault": row["fault"],
+        "expected": row["expected"],
+        "observed": f"{event.kind.value} {event.state.name}",
+        "events": [(event.kind.value, event.state.name, event.message)],
+        "lines_written": sum(len(v) for v in out.printed.values()),
+        "lines_lost": lost,
+        "lines_repeated": repeated,
+        "orphans": out.running_after,
+        "duplicates": 0,
+        "seconds": round(time.monotonic() - started, 1),
+        "repeated_sample": sorted(t for v in got.values() for t, n in Counter(v).items() if n > 1)[
+            :6
+        ],
+        "notes": "an engine of the row's own (private socket and data root)",
+        "ok": False,
+    }
+    try:
+        assert event.kind == EventKind.FINISHED and event.state == row["final"], (
+            result,
+            out.log.lines[-30:],
+        )
+        assert "worker/0" in event.message and "worker/1" in event.message, event.message
+        assert lost == 0, result
+        assert repeated == 0, result
+        assert not [ln for ln in out.log.lines if "could not be read" in ln], out.log.lines
+        assert out.running_after == 0, result
+        result["ok"] = True
+    finally:
+        reliability(result)
