@@ -16,10 +16,16 @@ from torchx_provider.version import __version__
 INTEGRATION = "TorchX"
 
 
-def _text(label: str, description: str | None = None, *, password: bool = False) -> dict[str, Any]:
+def _text(
+    label: str, description: str | None = None, *, password: bool = False, lines: bool = False
+) -> dict[str, Any]:
+    """A text field; ``password`` hides what is typed (one line: the browser drops line
+    breaks), ``lines`` makes it a multi-line text area (for PEM content that is not secret)."""
     schema: dict[str, Any] = {"type": ["string", "null"]}
     if password:
         schema["format"] = "password"
+    elif lines:
+        schema["format"] = "multiline"
     field: dict[str, Any] = {"label": label, "schema": schema}
     if description:
         field["description"] = description
@@ -45,7 +51,10 @@ KUBERNETES_FIELDS: dict[str, Any] = {
     ),
     "kube_config_path": _text("Kube config path", "Path of a kubeconfig file on the worker"),
     "kube_config": _text(
-        "Kube config (YAML or JSON)", "Kubeconfig content; read on the worker", password=True
+        "Kube config (JSON or base64)",
+        "Kubeconfig content, hidden as typed. This field is one line: paste "
+        "`kubectl config view --raw --flatten -o json` or `base64 -w0` of the file",
+        password=True,
     ),
     "cluster_context": _text("Cluster context", "Kubeconfig context (default: current-context)"),
     "namespace": _text("Namespace", "Namespace of the jobs"),
@@ -62,10 +71,21 @@ KUBERNETES_FIELDS: dict[str, Any] = {
 
 DOCKER_FIELDS: dict[str, Any] = {
     "registry": _text("Registry", "Registry the login/password are for (default: Docker Hub)"),
-    "tls_ca_cert": _text("TLS CA certificate", "PEM content or a path on the worker"),
-    "tls_client_cert": _text("TLS client certificate", "PEM content or a path on the worker"),
-    "tls_client_key": _text("TLS client key", "PEM content or a path on the worker", password=True),
-    "tls_verify": _flag("Verify TLS", "Verify the engine's certificate against the CA"),
+    "tls_ca_cert": _text(
+        "TLS CA certificate", "PEM content or a path on workers and triggerers", lines=True
+    ),
+    "tls_client_cert": _text(
+        "TLS client certificate", "PEM content or a path on workers and triggerers", lines=True
+    ),
+    "tls_client_key": _text(
+        "TLS client key",
+        "PEM content (hidden as typed; its line breaks are restored) or a path",
+        password=True,
+    ),
+    "tls_skip_verify": _flag(
+        "Skip TLS verification",
+        "Do not verify the engine's certificate (verified against the CA when off)",
+    ),
     "job_url_template": _JOB_URL,
 }
 

@@ -502,15 +502,15 @@ def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_on
         timeline(deployment, dag_id, run_id),
     )
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, first))
-    wait_for(
-        "the next try to succeed",
-        lambda: (
-            deployment.ti(dag_id, run_id, "train")["state"] == "success"
-            and deployment.ti(dag_id, run_id, "train")["try_number"] == 2
-        ),
-        240,
-        interval=1,
-    )
+
+    def next_try() -> tuple[str, int]:
+        ti = deployment.ti(dag_id, run_id, "train")
+        return ti["state"], ti["try_number"]
+
+    try:
+        wait_for("the next try to succeed", lambda: next_try() == ("success", 2), 240, 1)
+    except TimeoutError as e:
+        raise AssertionError(f"last seen {next_try()}", timeline(deployment, dag_id, run_id)) from e
     second = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
     assert second != first
     events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
@@ -560,8 +560,13 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
     app_id = running_app(deployment, docker_engine, dag_id, run_id)
     wait_for(
         "lines in the task log",
-        lambda: sum(len(t) for t in replica_ticks(
-            deployment.task_log_events(dag_id, run_id, "train")).values()) >= 20,
+        lambda: (
+            sum(
+                len(t)
+                for t in replica_ticks(deployment.task_log_events(dag_id, run_id, "train")).values()
+            )
+            >= 20
+        ),
         60,
         interval=0.2,
     )

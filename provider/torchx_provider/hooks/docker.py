@@ -13,21 +13,25 @@ Extras (optional)::
     tls_client_cert   client certificate (PEM content or path)
     tls_client_key    client private key (PEM content or path)
     tls_verify        verify the engine's certificate (default true when a CA is given)
+    tls_skip_verify   do not verify it (the form's switch: untouched, verification stays on)
     job_url_template  URL of a job in some UI, e.g. "https://portainer/#/containers?app={app_id}"
 
 Any other extra is a default for the backend's run option of that name. Without a connection
 the process's ``DOCKER_HOST`` is used (else the local socket): the worker's when it submits,
 the triggerer's when it follows a deferred task. Certificate files are read where the
 connection is resolved, so a path must exist on the triggerers too (or give PEM content).
+PEM content that lost its line breaks (pasted into a one-line field) is rewrapped.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from torchx_provider.compat import connection_form_widgets, ui_field_behaviour
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
 
@@ -38,23 +42,53 @@ DOCKER_CONNECTION_KEYS = frozenset(
         "tls_client_cert",
         "tls_client_key",
         "tls_verify",
+        "tls_skip_verify",
         "job_url_template",
     }
 )
 _PEM_KEYS = ("tls_ca_cert", "tls_client_cert", "tls_client_key")
 
 
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+_SECRET_PEM_KEYS = frozenset({"tls_client_key"})
+
+
+def pem_text(text: str) -> str:
+    """PEM content with its line breaks: blocks whose lines were joined (a one-line form
+    field drops line breaks, some turn them into spaces) are rewrapped at 64 characters, as
+    PEM writes them; blocks with headers (``Proc-Type: ...``) are kept as given.
+
+    >>> print(pem_text("-----BEGIN CERTIFICATE----- QUJD REVG -----END CERTIFICATE-----"))
+    -----BEGIN CERTIFICATE-----
+    QUJDREVG
+    -----END CERTIFICATE-----
+    <BLANKLINE>
+    """
+    blocks = []
+    for m in _PEM_BLOCK.finditer(text):
+        label, body = m.group(1), m.group(2)
+        if ":" in body:
+            blocks.append(m.group(0))
+            continue
+        flat = "".join(body.split())
+        lines = [flat[i : i + 64] for i in range(0, len(flat), 64)]
+        blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]))
+    return "\n".join(blocks) + "\n" if blocks else text
+
+
 def _pem(value: Any, key: str) -> str:
     text = str(value)
     if "-----BEGIN" in text:
-        return text
+        return pem_text(text)
     path = Path(text).expanduser()
     try:
         return path.read_text()
     except OSError as e:
+        # a secret pasted without its BEGIN line must not be echoed into the task log
+        shown = "(the value is not shown: it is secret)" if key in _SECRET_PEM_KEYS else repr(text)
         raise InvalidOptionError(
-            f"{key} is neither PEM content nor a readable file: cannot read {text!r} "
-            f"({e.strerror or e})",
+            f"{key} is neither PEM content (-----BEGIN ...) nor a readable file: cannot read "
+            f"{shown} ({e.strerror or type(e).__name__})",
             key,
         ) from None
 
@@ -97,8 +131,15 @@ def resolve_docker_client(
             "tls_client_cert and tls_client_key go together: set both or neither",
             "tls_client_key",
         )
+    skip = parse_bool(settings.get("tls_skip_verify"), "tls_skip_verify")
     if "tls_verify" in settings:
         kwargs["tls_verify"] = parse_bool(settings["tls_verify"], "tls_verify")
+        if kwargs["tls_verify"] and skip:
+            raise InvalidOptionError(
+                "tls_verify and tls_skip_verify are both on; keep one", "tls_skip_verify"
+            )
+    elif skip:
+        kwargs["tls_verify"] = False
     elif kwargs.get("tls_ca_cert"):
         kwargs["tls_verify"] = True
     if kwargs.get("tls_verify") and not kwargs.get("tls_ca_cert"):
@@ -148,6 +189,11 @@ class TorchXDockerHook(TorchXHookBase):
     default_conn_name: ClassVar[str | None] = "torchx_docker_default"
     default_backend: ClassVar[str] = "local_docker"
     connection_keys: ClassVar[frozenset[str]] = DOCKER_CONNECTION_KEYS
+
+    # Airflow 3.1 builds the connection form from these (defined on each hook class: it only
+    # calls methods a class defines itself); 3.2 and later read the provider info instead.
+    get_connection_form_widgets = classmethod(connection_form_widgets)
+    get_ui_field_behaviour = classmethod(ui_field_behaviour)
 
     def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         if loaded is None:

@@ -6,7 +6,8 @@ that provider need not be installed)::
 
     in_cluster          use the pod's service account (the worker and triggerer run in-cluster)
     kube_config_path    path of a kubeconfig file (on the workers and the triggerers)
-    kube_config         kubeconfig content, YAML or JSON (a string or a JSON object)
+    kube_config         kubeconfig content: YAML or JSON (a string or a JSON object), or
+                        base64 of either (what survives a one-line form field)
     cluster_context     the kubeconfig context to use (default: its current-context)
     namespace           namespace for jobs (default: the context's, else "default")
     disable_verify_ssl  do not verify the API server's certificate (test clusters only)
@@ -35,10 +36,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from torchx_provider.compat import connection_form_widgets, ui_field_behaviour
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
 from torchx_provider.schedulers.kube.kubeconfig import find_kubeconfig, parse_kubeconfig
@@ -79,6 +82,37 @@ def _read(path: Path, what: str, option: str) -> str:
             "file readable by the Airflow worker",
             option,
         ) from None
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/=_-]+")
+
+
+def kubeconfig_text(content: Any) -> str:
+    """The ``kube_config`` extra as kubeconfig text: a JSON object is dumped, base64 decoded.
+
+    The UI's one-line field drops a pasted YAML's line breaks, so a one-line value must be
+    JSON (``kubectl config view --raw --flatten -o json``) or base64 (``base64 -w0``); a
+    one-line value that is neither gets an error saying so rather than a YAML parse error.
+    """
+    if not isinstance(content, str):
+        return json.dumps(content)
+    text = content.strip()
+    if "\n" in text or text.startswith("{"):
+        return content
+    if _BASE64.fullmatch(text):
+        padded = text + "=" * (-len(text) % 4)
+        decode = base64.urlsafe_b64decode if "-" in text or "_" in text else base64.b64decode
+        try:
+            return decode(padded).decode()
+        except (ValueError, UnicodeDecodeError):
+            pass
+    raise InvalidOptionError(
+        "kube_config is one line that is neither JSON nor base64: a YAML kubeconfig pasted "
+        "into the connection form's one-line field loses its line breaks; paste it as JSON "
+        "(kubectl config view --raw --flatten -o json) or base64 (base64 -w0 KUBECONFIG), "
+        "or use kube_config_path",
+        "kube_config",
+    )
 
 
 def flatten_kubeconfig(text: str, base_dir: Path, option: str) -> tuple[str, list[str]]:
@@ -166,7 +200,7 @@ def resolve_kube_client(
     else:
         if content:
             option = "kube_config"
-            text = content if isinstance(content, str) else json.dumps(content)
+            text = kubeconfig_text(content)
             base_dir = Path.cwd()
         elif path:
             option = "kube_config_path"
@@ -219,6 +253,11 @@ class TorchXKubernetesHook(TorchXHookBase):
     default_backend: ClassVar[str] = "kubernetes"
     connection_keys: ClassVar[frozenset[str]] = KUBE_CONNECTION_KEYS
     ignored_keys: ClassVar[frozenset[str]] = CNCF_ONLY_KEYS
+
+    # Airflow 3.1 builds the connection form from these (defined on each hook class: it only
+    # calls methods a class defines itself); 3.2 and later read the provider info instead.
+    get_connection_form_widgets = classmethod(connection_form_widgets)
+    get_ui_field_behaviour = classmethod(ui_field_behaviour)
 
     def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         extras = loaded[1] if loaded else {}

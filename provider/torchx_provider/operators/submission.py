@@ -40,9 +40,9 @@ class SubmissionPlan:
 
 def bad_input(e: Exception) -> Exception:
     """A bad input: fail the task now, without retries, saying nothing was submitted."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from torchx_provider.compat import fail_exception
 
-    return AirflowFailException(f"{e} (nothing was submitted)")
+    return fail_exception()(f"{e} (nothing was submitted)")
 
 
 def task_instance_key(ti: Any) -> TaskInstanceKey:

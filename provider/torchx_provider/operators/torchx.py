@@ -160,9 +160,11 @@ class TorchXOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if deferrable is None:
-            from airflow.sdk import conf
+            from torchx_provider.compat import airflow_conf
 
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+            deferrable = airflow_conf().getboolean(
+                "operators", "default_deferrable", fallback=False
+            )
         self.app = app_to_template(app)
         self.app_args = app_args
         self.cfg = cfg
@@ -270,8 +272,7 @@ class TorchXOperator(BaseOperator):
             raise bad_input(e) from e
         for app_id in apps.superseded:
             self.log.warning(
-                "cancelling app %s of a try before the task was cleared: a cleared task "
-                "runs anew",
+                "cancelling app %s of a try before the task was cleared: a cleared task runs anew",
                 app_id,
             )
             plan.scheduler.cancel(app_id)

@@ -298,9 +298,9 @@ class TorchXJobTrigger(BaseTrigger):
         if not self.args.task_instance:
             return {}, None
         try:
-            from airflow.sdk.execution_time.xcom import XCom
+            from torchx_provider.compat import xcom_get_one
 
-            stored = await XCom.aget_one(key=CHECKPOINT_XCOM_KEY, **self._xcom_scope())
+            stored = await xcom_get_one(CHECKPOINT_XCOM_KEY, **self._xcom_scope())
         except AttributeError:
             # No async supervisor channel (dag.test() runs triggers in-process without one):
             # nothing to resume from, and nowhere to store progress.
@@ -324,10 +324,10 @@ class TorchXJobTrigger(BaseTrigger):
     async def _store_checkpoint(
         self, cursors: dict[str, LogCursor], state: AppState | None = None
     ) -> None:
-        from airflow.sdk.execution_time.xcom import XCom
+        from torchx_provider.compat import xcom_set
 
         value = checkpoint_value(self.args.app_id, cursors, state)
-        await XCom.aset(CHECKPOINT_XCOM_KEY, value, **self._xcom_scope())
+        await xcom_set(CHECKPOINT_XCOM_KEY, value, **self._xcom_scope())
 
 
 def checkpoint_value(

@@ -264,18 +264,18 @@ async def test_without_a_last_sight_a_running_app_that_vanished_was_cancelled(
 async def test_a_restarted_trigger_reports_the_stored_state_of_a_vanished_app(
     fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow.sdk.execution_time import xcom
+    from torchx_provider import compat
 
     store: dict[str, Any] = {}
 
-    async def aget_one(*, key: str, **scope: Any) -> Any:
+    async def aget_one(key: str, **scope: Any) -> Any:
         return store.get(key)
 
     async def aset(key: str, value: Any, **scope: Any) -> None:
         store[key] = json.loads(json.dumps(value))
 
-    monkeypatch.setattr(xcom.XCom, "aget_one", staticmethod(aget_one))
-    monkeypatch.setattr(xcom.XCom, "aset", staticmethod(aset))
+    monkeypatch.setattr(compat, "xcom_get_one", aget_one)
+    monkeypatch.setattr(compat, "xcom_set", aset)
     ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
 
     # a follow stores the last state with its cursors

@@ -73,7 +73,29 @@ def test_unknown_context_lists_the_known_ones() -> None:
 
 def test_bad_kubeconfig_content_is_an_error() -> None:
     with pytest.raises(InvalidOptionError, match="not a kubeconfig"):
-        resolve_kube_client({"kube_config": "just: text"}, "k")
+        resolve_kube_client({"kube_config": "just: text\nand: more\n"}, "k")
+
+
+def test_a_kubeconfig_survives_a_one_line_field_as_json_or_base64() -> None:
+    as_yaml = yaml.safe_dump(KUBECONFIG)
+    for one_line in (
+        json.dumps(KUBECONFIG),
+        base64.b64encode(as_yaml.encode()).decode(),
+        base64.urlsafe_b64encode(as_yaml.encode()).decode().rstrip("="),
+    ):
+        assert "\n" not in one_line
+        kwargs, secrets = resolve_kube_client({"kube_config": one_line}, "k")
+        assert yaml.safe_load(kwargs["kubeconfig"])["clusters"] == KUBECONFIG["clusters"]
+        assert "tok-abcdef-123456" in secrets
+
+
+def test_a_yaml_kubeconfig_that_lost_its_line_breaks_gets_an_error_saying_how_to_paste_it() -> None:
+    joined = yaml.safe_dump(KUBECONFIG).replace("\n", "")  # what a one-line input keeps
+    with pytest.raises(
+        InvalidOptionError, match=r"neither JSON nor base64.*-o json.*base64 -w0"
+    ) as e:
+        resolve_kube_client({"kube_config": joined}, "k")
+    assert "tok-abcdef" not in str(e.value)
 
 
 def test_environment_defaults(tmp_path: Path) -> None:
@@ -158,13 +180,68 @@ def test_tls_material_from_content_or_file(tmp_path: Path) -> None:
     assert "secretkey" in kwargs["tls_client_key"] and secrets == [kwargs["tls_client_key"]]
 
 
+KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" * 3
+
+
+@pytest.mark.parametrize("joiner", ["", " "])
+def test_pem_that_lost_its_line_breaks_is_rewrapped(joiner: str) -> None:
+    """A one-line form field drops line breaks (or a paste turns them into spaces)."""
+    lines = ["-----BEGIN PRIVATE KEY-----", KEY_BODY[:64], KEY_BODY[64:128], KEY_BODY[128:]]
+    pem = "\n".join([*lines, "-----END PRIVATE KEY-----"]) + "\n"
+    one_line = joiner.join(pem.splitlines())
+    kwargs, _ = resolve_docker_client(
+        {
+            "tls_ca_cert": PEM.replace("\n", joiner),
+            "tls_client_cert": PEM,
+            "tls_client_key": one_line,
+        },
+        "tcp://engine",
+        2376,
+        None,
+        None,
+        env={},
+    )
+    assert kwargs["tls_client_key"] == pem
+    assert kwargs["tls_ca_cert"] == PEM
+
+
+def test_a_client_key_that_is_not_pem_is_never_echoed() -> None:
+    with pytest.raises(InvalidOptionError, match="tls_client_key is neither PEM") as e:
+        resolve_docker_client(
+            {"tls_client_cert": PEM, "tls_client_key": KEY_BODY},
+            "tcp://e",
+            None,
+            None,
+            None,
+            env={},
+        )
+    assert KEY_BODY[:20] not in str(e.value) and "not shown" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "verify"),
+    [
+        ({"tls_ca_cert": PEM}, True),
+        # the form's untouched switch writes false: verification stays on
+        ({"tls_ca_cert": PEM, "tls_skip_verify": False}, True),
+        ({"tls_ca_cert": PEM, "tls_skip_verify": "true"}, False),
+        ({"tls_ca_cert": PEM, "tls_verify": False}, False),
+        ({"tls_client_cert": PEM, "tls_client_key": PEM, "tls_skip_verify": True}, False),
+    ],
+)
+def test_tls_verification_is_on_unless_turned_off(settings: dict[str, Any], verify: bool) -> None:
+    kwargs, _ = resolve_docker_client(settings, "tcp://e", None, None, None, env={})
+    assert kwargs["tls_verify"] is verify
+
+
 @pytest.mark.parametrize(
     ("settings", "host", "message"),
     [
         ({"tls_client_cert": PEM}, "tcp://e", "go together"),
         ({"tls_verify": "yes"}, "tcp://e", "no tls_ca_cert"),
         ({"tls_ca_cert": PEM}, "unix:///var/run/docker.sock", "unix socket"),
-        ({"tls_ca_cert": "/no/such.pem"}, "tcp://e", "neither PEM content nor a readable file"),
+        ({"tls_ca_cert": "/no/such.pem"}, "tcp://e", "neither PEM content .* nor a readable file"),
+        ({"tls_ca_cert": PEM, "tls_verify": True, "tls_skip_verify": True}, "tcp://e", "keep one"),
     ],
 )
 def test_bad_tls_settings(settings: dict[str, Any], host: str, message: str) -> None:

@@ -212,7 +212,10 @@ def test_the_rows_operator_run_options_fill_what_nobody_set(fake_cluster: Any) -
 
 def test_airflows_deferral_timeout_cancels_the_job_before_failing(fake_cluster: Any) -> None:
     """The backstop: Airflow's ``defer(timeout=...)`` fired before the trigger's deadline."""
-    from airflow.sdk.exceptions import TaskDeferralTimeout
+    try:
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import TaskDeferralTimeout  # type: ignore[no-redef]
 
     scheduler = torchx_fakes.FakeScheduler()
     app_id = scheduler.submit(torchx_fakes.make_app(ticks=100))

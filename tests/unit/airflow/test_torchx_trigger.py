@@ -275,20 +275,19 @@ async def test_trigger_resumes_from_and_stores_its_xcom_checkpoint(
     fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rebuilt trigger starts from the cursors its predecessor stored in the XCom."""
-    from airflow.sdk.execution_time import xcom
-
+    from torchx_provider import compat
     from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
 
     store: dict[tuple[str, str], Any] = {}
 
-    async def aget_one(*, key: str, run_id: str, **scope: Any) -> Any:
+    async def aget_one(key: str, *, run_id: str, **scope: Any) -> Any:
         return store.get((key, run_id))
 
     async def aset(key: str, value: Any, *, run_id: str, **scope: Any) -> None:
         store[(key, run_id)] = json.loads(json.dumps(value))
 
-    monkeypatch.setattr(xcom.XCom, "aget_one", staticmethod(aget_one))
-    monkeypatch.setattr(xcom.XCom, "aset", staticmethod(aset))
+    monkeypatch.setattr(compat, "xcom_get_one", aget_one)
+    monkeypatch.setattr(compat, "xcom_set", aset)
 
     app_id = submit(lines=6, ticks=3, replicas=1)
     app = fake_cluster.apps[app_id]

@@ -1,0 +1,98 @@
+"""An older Airflow in a virtual environment of its own, outside the repository.
+
+The package declares ``apache-airflow>=3.1`` and CI tests what it declares: the unit tier and
+the Docker ``dag.test()`` tier run on the newest 3.1 and 3.2 patch releases too (see
+``scripts/older_airflow.sh``). Each version gets
+``${XDG_CACHE_HOME:-~/.cache}/airflow-provider-torchx/airflow-<version>-venv``, made once with
+``python -m venv`` and ``pip install apache-airflow==<version>`` plus this package's
+dependencies and dev tools, and reused while it still imports that Airflow. This package
+itself is installed into it afresh (editable, without dependencies) on every call, so the
+environment always tests the checkout it is called from.
+
+Usage::
+
+    python scripts/airflow_venv.py 3.1.8     # make it when missing; print its interpreter
+    python scripts/airflow_venv.py --env-only 3.1.8   # without installing the checkout
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def venv_dir(version: str) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "airflow-provider-torchx" / f"airflow-{version}-venv"
+
+
+def requirements(version: str) -> list[str]:
+    """Airflow at ``version`` and what ``.[dev]`` needs, read from pyproject.toml (the package
+    itself excluded: it is installed editable afterwards)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    reqs = [r for r in project["dependencies"] if not r.startswith("apache-airflow")]
+    reqs += extras["kubernetes"] + extras["docker"]
+    reqs += [r for r in extras["dev"] if not r.startswith("airflow-provider-torchx")]
+    return [f"apache-airflow=={version}", *reqs]
+
+
+def existing_python(version: str) -> Path | None:
+    python = venv_dir(version) / "bin" / "python"
+    if not python.exists():
+        return None
+    check = f"import airflow, sys; sys.exit(airflow.__version__ != {version!r})"
+    ok = subprocess.run([str(python), "-c", check], capture_output=True).returncode == 0
+    return python if ok else None
+
+
+def _pip(python: Path, *args: str) -> None:
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *args], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(f"pip install {' '.join(args)} failed:\n{tail}")
+
+
+def airflow_python(version: str, install_checkout: bool = True) -> Path:
+    """The interpreter of Airflow ``version``'s environment with this checkout installed
+    (``install_checkout=False``: the environment only, e.g. while another pip builds it).
+
+    Raises:
+        RuntimeError: pip failed (the last lines of its output say why).
+    """
+    python = existing_python(version)
+    if python is None:
+        env_dir = venv_dir(version)
+        print(f"creating {env_dir} (apache-airflow=={version}) ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+        python = env_dir / "bin" / "python"
+        _pip(python, "--upgrade", "pip")
+        _pip(python, *requirements(version))
+        if existing_python(version) is None:
+            raise RuntimeError(f"{env_dir} does not import apache-airflow {version}")
+    if install_checkout:
+        _pip(python, "--no-deps", "-e", str(REPO))
+    return python
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    env_only = "--env-only" in args
+    args = [a for a in args if a != "--env-only"]
+    if len(args) != 1:
+        print("usage: python scripts/airflow_venv.py [--env-only] AIRFLOW_VERSION", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(airflow_python(args[0], install_checkout=not env_only))
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
