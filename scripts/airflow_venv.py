@@ -1,8 +1,9 @@
-"""An older Airflow in a virtual environment of its own, outside the repository.
+"""Airflow at another version, or with other client libraries, in a virtual environment of
+its own, outside the repository.
 
-The package declares ``apache-airflow>=3.1`` and CI tests what it declares: the unit tier and
-the Docker ``dag.test()`` tier run on the newest 3.1 and 3.2 patch releases too (see
-``scripts/older_airflow.sh``). Each version gets
+The package declares ``apache-airflow>=3.1`` and client library ranges, and CI tests what it
+declares (``scripts/other_versions.sh``): the newest 3.1 and 3.2 patch releases, and 3.3.2
+with the lowest client versions (``3.3.2+lowest``). Each gets
 ``${XDG_CACHE_HOME:-~/.cache}/airflow-provider-torchx/airflow-<version>-venv``, made once with
 ``python -m venv`` and ``pip install apache-airflow==<version>`` plus this package's
 dependencies and dev tools, and reused while it still imports that Airflow. This package
@@ -13,11 +14,13 @@ Usage::
 
     python scripts/airflow_venv.py 3.1.8     # make it when missing; print its interpreter
     python scripts/airflow_venv.py --env-only 3.1.8   # without installing the checkout
+    python scripts/airflow_venv.py 3.3.2+lowest       # with the lowest declared clients
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -28,27 +31,54 @@ import tomllib
 REPO = Path(__file__).resolve().parents[1]
 
 
+LOWEST = "+lowest"
+
+
 def venv_dir(version: str) -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(base) / "airflow-provider-torchx" / f"airflow-{version}-venv"
 
 
+def lowest_pins(reqs: list[str]) -> list[str]:
+    """``name>=X,<Y`` -> ``name==X`` (padded to three parts: the lowest release allowed).
+
+    >>> lowest_pins(["kubernetes>=29,<37", "docker>=7,<8"])
+    ['kubernetes==29.0.0', 'docker==7.0.0']
+    """
+    out = []
+    for req in reqs:
+        m = re.match(r"^([A-Za-z0-9_.-]+)>=([0-9.]+)", req)
+        if not m:
+            raise ValueError(f"{req!r} has no lower bound")
+        parts = [*m.group(2).split("."), "0", "0"][:3]
+        out.append(f"{m.group(1)}=={'.'.join(parts)}")
+    return out
+
+
 def requirements(version: str) -> list[str]:
     """Airflow at ``version`` and what ``.[dev]`` needs, read from pyproject.toml (the package
-    itself excluded: it is installed editable afterwards)."""
+    itself excluded: it is installed editable afterwards). ``X.Y.Z+lowest``: Airflow X.Y.Z
+    with the lowest client library versions the package declares (and without the
+    cncf.kubernetes provider, which needs newer ones)."""
+    airflow, lowest = version.removesuffix(LOWEST), version.endswith(LOWEST)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     reqs = [r for r in project["dependencies"] if not r.startswith("apache-airflow")]
-    reqs += extras["kubernetes"] + extras["docker"]
-    reqs += [r for r in extras["dev"] if not r.startswith("airflow-provider-torchx")]
-    return [f"apache-airflow=={version}", *reqs]
+    clients = extras["kubernetes"] + extras["docker"]
+    reqs += lowest_pins(clients) if lowest else clients
+    dev = [r for r in extras["dev"] if not r.startswith("airflow-provider-torchx")]
+    if lowest:
+        dev = [r for r in dev if not r.startswith("apache-airflow-providers-cncf-kubernetes")]
+    return [f"apache-airflow=={airflow}", *reqs, *dev]
 
 
 def existing_python(version: str) -> Path | None:
     python = venv_dir(version) / "bin" / "python"
     if not python.exists():
         return None
-    check = f"import airflow, sys; sys.exit(airflow.__version__ != {version!r})"
+    check = (
+        f"import airflow, sys; sys.exit(airflow.__version__ != {version.removesuffix(LOWEST)!r})"
+    )
     ok = subprocess.run([str(python), "-c", check], capture_output=True).returncode == 0
     return python if ok else None
 
@@ -72,7 +102,7 @@ def airflow_python(version: str, install_checkout: bool = True) -> Path:
     python = existing_python(version)
     if python is None:
         env_dir = venv_dir(version)
-        print(f"creating {env_dir} (apache-airflow=={version}) ...", file=sys.stderr)
+        print(f"creating {env_dir} ({requirements(version)[0]}, ...)", file=sys.stderr)
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
         python = env_dir / "bin" / "python"
         _pip(python, "--upgrade", "pip")

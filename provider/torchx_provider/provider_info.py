@@ -50,7 +50,7 @@ KUBERNETES_FIELDS: dict[str, Any] = {
         "In cluster", "Use the pod's service account (worker and triggerer in-cluster)"
     ),
     "kube_config_path": _text("Kube config path", "Path of a kubeconfig file on the worker"),
-    "kube_config": _text(
+    "kube_config_secret": _text(
         "Kube config (JSON or base64)",
         "Kubeconfig content, hidden as typed. This field is one line: paste "
         "`kubectl config view --raw --flatten -o json` or `base64 -w0` of the file",
@@ -77,7 +77,7 @@ DOCKER_FIELDS: dict[str, Any] = {
     "tls_client_cert": _text(
         "TLS client certificate", "PEM content or a path on workers and triggerers", lines=True
     ),
-    "tls_client_key": _text(
+    "tls_client_private_key": _text(
         "TLS client key",
         "PEM content (hidden as typed; its line breaks are restored) or a path",
         password=True,

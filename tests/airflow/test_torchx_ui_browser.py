@@ -229,12 +229,16 @@ def check_fields(dialog: Any, expected: dict[str, tuple[str, str]]) -> None:
         }[kind], (name, tag, typ)
 
 
-def save(page: Any, dialog: Any, dep: Deployment, conn_id: str) -> dict[str, Any]:
+def save(dialog: Any, dep: Deployment, conn_id: str, secrets: set[str]) -> dict[str, Any]:
+    """Save the form; the connection as stored (read with the CLI, which shows secrets), after
+    checking that Airflow's connections API (what the UI reads back) hides ``secrets``."""
     dialog.get_by_role("button", name="Save").click()
     dialog.wait_for(state="hidden")
-    conn = dep.request("GET", f"/api/v2/connections/{conn_id}")
-    assert isinstance(conn, dict)
-    return conn
+    shown = json.loads(dep.request("GET", f"/api/v2/connections/{conn_id}")["extra"])
+    assert {k for k in secrets if shown.get(k) != "***"} == set(), shown
+    [stored] = json.loads(dep.cli("connections", "get", conn_id, "-o", "json"))
+    assert isinstance(stored, dict)
+    return stored
 
 
 def pem(label: str, body: str) -> str:
@@ -269,18 +273,20 @@ def test_the_docker_form_keeps_tls_verification_on_and_pem_intact(
         {
             "tls_ca_cert": ("TLS CA certificate", "lines"),
             "tls_client_cert": ("TLS client certificate", "lines"),
-            "tls_client_key": ("TLS client key", "password"),
+            "tls_client_private_key": ("TLS client key", "password"),
             "tls_skip_verify": ("Skip TLS verification", "switch"),
             "job_url_template": ("Job URL template", "text"),
         },
     )
     field(dialog, "tls_ca_cert")[1].fill(CA)
     field(dialog, "tls_client_cert")[1].fill(CA)
-    field(dialog, "tls_client_key")[1].fill(KEY)  # as a paste: the one-line field drops "\n"
+    field(dialog, "tls_client_private_key")[1].fill(
+        KEY
+    )  # as a paste: the one-line field drops "\n"
     screenshot("filled")
-    conn = save(page, dialog, deployment, "ui_docker")
-    extra = json.loads(conn["extra"])
-    assert "\n" not in extra["tls_client_key"] and "\n" in extra["tls_ca_cert"]
+    conn = save(dialog, deployment, "ui_docker", {"tls_client_private_key"})
+    extra = conn["extra_dejson"]
+    assert "\n" not in extra["tls_client_private_key"] and "\n" in extra["tls_ca_cert"]
     kwargs, _ = resolve_docker_client(extra, conn["host"], conn["port"], None, None, env={})
     assert kwargs["tls_verify"] is True, extra
     assert kwargs["tls_ca_cert"] == CA and kwargs["tls_client_cert"] == CA
@@ -299,7 +305,7 @@ def test_the_kubernetes_form_hides_the_kubeconfig_and_takes_it_on_one_line(
         {
             "in_cluster": ("In cluster", "switch"),
             "kube_config_path": ("Kube config path", "text"),
-            "kube_config": ("Kube config (JSON or base64)", "password"),
+            "kube_config_secret": ("Kube config (JSON or base64)", "password"),
             "cluster_context": ("Cluster context", "text"),
             "namespace": ("Namespace", "text"),
             "disable_verify_ssl": ("Disable SSL verification", "switch"),
@@ -312,11 +318,11 @@ def test_the_kubernetes_form_hides_the_kubeconfig_and_takes_it_on_one_line(
         "    token: ui-form-token-0123456789\ncontexts:\n- name: ml\n  context:\n"
         "    cluster: c\n    user: u\ncurrent-context: ml\n"
     )
-    field(dialog, "kube_config")[1].fill(base64.b64encode(kubeconfig.encode()).decode())
+    field(dialog, "kube_config_secret")[1].fill(base64.b64encode(kubeconfig.encode()).decode())
     field(dialog, "namespace")[1].fill("training")
     screenshot("filled")
-    conn = save(page, dialog, deployment, "ui_kube")
-    kwargs, secrets = resolve_kube_client(json.loads(conn["extra"]), "ui_kube", env={})
+    conn = save(dialog, deployment, "ui_kube", {"kube_config_secret"})
+    kwargs, secrets = resolve_kube_client(conn["extra_dejson"], "ui_kube", env={})
     assert "server: https://10.1.2.3:6443" in kwargs["kubeconfig"]
     assert kwargs["namespace"] == "training" and "ui-form-token-0123456789" in secrets
     assert "disable_verify_ssl" not in kwargs and "in_cluster" not in kwargs

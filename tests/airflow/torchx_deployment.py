@@ -88,6 +88,13 @@ class Deployment:
             [self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True
         )
 
+    def cli(self, *args: str) -> str:
+        """Run ``airflow ARGS`` against this deployment's database; its standard output."""
+        done = subprocess.run(
+            [self.airflow, *args], env=self.env, check=True, capture_output=True, text=True
+        )
+        return done.stdout
+
     def start(self, component: str, name: str | None = None) -> None:
         """Start ``component`` (``name``: a second process of it, e.g. ``triggerer-2``)."""
         name = name or component

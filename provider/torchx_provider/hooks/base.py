@@ -43,6 +43,32 @@ if TYPE_CHECKING:
 REDACTED = "***"
 
 
+def fold_secret_names(settings: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """``settings`` with each secret extra given under its hidden name folded into its short
+    name (``names``: hidden name -> short name).
+
+    Airflow's connections API and UI hide an extra's value only when its name contains a
+    sensitive word (``secret``, ``private_key``, ``password``, ...): the forms write
+    ``kube_config_secret`` and ``tls_client_private_key``, while ``kube_config`` (the
+    cncf.kubernetes provider's name) and ``tls_client_key`` keep working. Both names with
+    different values is an :class:`InvalidOptionError`.
+    """
+    out = dict(settings)
+    for hidden, short in names.items():
+        if hidden not in out:
+            continue
+        value = out.pop(hidden)
+        if out.get(short) and value and out[short] != value:
+            raise InvalidOptionError(
+                f"{hidden} and {short} are the same setting with different values; keep "
+                f"{hidden} (Airflow's connections API hides its value)",
+                short,
+            )
+        if value or short not in out:
+            out[short] = value
+    return out
+
+
 def parse_bool(value: Any, name: str) -> bool:
     """A connection flag as a bool: bools, 0/1 and the usual strings (form fields are strings)."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -118,6 +144,13 @@ class BackendTarget:
 
     def with_backend(self, backend: str) -> BackendTarget:
         return replace(self, backend=backend)
+
+    def __repr__(self) -> str:
+        # the dataclass repr would print client_kwargs: a kubeconfig's token, a TLS key
+        return (
+            f"BackendTarget(backend={self.backend!r}, client_kwargs={self.redacted()!r}, "
+            f"cfg_defaults={self.cfg_defaults!r}, conn_id={self.conn_id!r})"
+        )
 
     def secrets(self) -> list[str]:
         """Every secret value (for the log masker)."""

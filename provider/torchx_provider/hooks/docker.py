@@ -11,7 +11,8 @@ Extras (optional)::
     registry          registry the credentials are for (default: Docker Hub)
     tls_ca_cert       CA certificate (PEM content, or a path on workers and triggerers)
     tls_client_cert   client certificate (PEM content or path)
-    tls_client_key    client private key (PEM content or path)
+    tls_client_private_key  client private key (PEM content or path); also read as
+                      tls_client_key, which Airflow's API does not hide
     tls_verify        verify the engine's certificate (default true when a CA is given)
     tls_skip_verify   do not verify it (the form's switch: untouched, verification stays on)
     job_url_template  URL of a job in some UI, e.g. "https://portainer/#/containers?app={app_id}"
@@ -33,7 +34,12 @@ from typing import Any, ClassVar
 
 from torchx_provider.compat import connection_form_widgets, ui_field_behaviour
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
+from torchx_provider.hooks.base import (
+    BackendTarget,
+    TorchXHookBase,
+    fold_secret_names,
+    parse_bool,
+)
 
 DOCKER_CONNECTION_KEYS = frozenset(
     {
@@ -41,6 +47,7 @@ DOCKER_CONNECTION_KEYS = frozenset(
         "tls_ca_cert",
         "tls_client_cert",
         "tls_client_key",
+        "tls_client_private_key",
         "tls_verify",
         "tls_skip_verify",
         "job_url_template",
@@ -117,6 +124,7 @@ def resolve_docker_client(
     env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Connection fields -> (client kwargs, secret values). Reads certificate files only."""
+    settings = fold_secret_names(settings, {"tls_client_private_key": "tls_client_key"})
     env = os.environ if env is None else env
     kwargs: dict[str, Any] = {}
     secrets: list[str] = []

@@ -6,8 +6,10 @@ that provider need not be installed)::
 
     in_cluster          use the pod's service account (the worker and triggerer run in-cluster)
     kube_config_path    path of a kubeconfig file (on the workers and the triggerers)
-    kube_config         kubeconfig content: YAML or JSON (a string or a JSON object), or
-                        base64 of either (what survives a one-line form field)
+    kube_config_secret  kubeconfig content: YAML or JSON (a string or a JSON object), or
+                        base64 of either (what survives a one-line form field); also read
+                        as kube_config (the cncf.kubernetes name), which Airflow's API
+                        does not hide
     cluster_context     the kubeconfig context to use (default: its current-context)
     namespace           namespace for jobs (default: the context's, else "default")
     disable_verify_ssl  do not verify the API server's certificate (test clusters only)
@@ -43,7 +45,12 @@ from typing import Any, ClassVar
 
 from torchx_provider.compat import connection_form_widgets, ui_field_behaviour
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.hooks.base import BackendTarget, TorchXHookBase, parse_bool
+from torchx_provider.hooks.base import (
+    BackendTarget,
+    TorchXHookBase,
+    fold_secret_names,
+    parse_bool,
+)
 from torchx_provider.schedulers.kube.kubeconfig import find_kubeconfig, parse_kubeconfig
 
 #: (path key, inlined data key) pairs of kubeconfig clusters and users
@@ -61,6 +68,7 @@ KUBE_CONNECTION_KEYS = frozenset(
         "in_cluster",
         "kube_config_path",
         "kube_config",
+        "kube_config_secret",
         "cluster_context",
         "namespace",
         "disable_verify_ssl",
@@ -82,6 +90,23 @@ def _read(path: Path, what: str, option: str) -> str:
             "file readable by the Airflow worker",
             option,
         ) from None
+
+
+#: auth-provider (OIDC, GCP, Azure) config keys whose values are credentials
+_SECRET_PROVIDER_KEYS = ("id-token", "refresh-token", "client-secret", "access-token")
+
+
+def _plugin_secrets(user: Mapping[str, Any]) -> list[str]:
+    """Credentials an ``auth-provider`` or ``exec`` plugin entry of a kubeconfig user holds:
+    OIDC tokens and client secret, and every value of the exec plugin's environment (where
+    plugins take their API keys)."""
+    out: list[str] = []
+    provider = (user.get("auth-provider") or {}).get("config") or {}
+    out.extend(str(provider[k]) for k in _SECRET_PROVIDER_KEYS if provider.get(k))
+    for var in (user.get("exec") or {}).get("env") or []:
+        if isinstance(var, Mapping) and var.get("value"):
+            out.append(str(var["value"]))
+    return out
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=_-]+")
@@ -143,6 +168,7 @@ def flatten_kubeconfig(text: str, base_dir: Path, option: str) -> tuple[str, lis
                     path = path if path.is_absolute() else base_dir / path
                     body["token"] = _read(path, "token file", option).strip()
                 secrets.extend(str(body[k]) for k in _SECRET_USER_KEYS if body.get(k))
+                secrets.extend(_plugin_secrets(body))
     return yaml.safe_dump(data, sort_keys=False), secrets
 
 
@@ -171,6 +197,7 @@ def resolve_kube_client(
     The client kwargs are ``kubeconfig`` (flattened content) or ``in_cluster``, plus
     ``context``, ``namespace`` and ``disable_verify_ssl`` when set.
     """
+    settings = fold_secret_names(settings, {"kube_config_secret": "kube_config"})
     env = os.environ if env is None else env
     where = f"connection {conn_id!r}" if conn_id else "the environment"
     in_cluster = parse_bool(settings.get("in_cluster"), "in_cluster")

@@ -55,6 +55,12 @@ def _check_macros_nested(obj: Any, where: str) -> None:
             _check_macros_nested(v, f"{where}[{i}]")
 
 
+def is_env_name(name: object) -> bool:
+    """Whether ``name`` is an environment variable name replicas can take (letters, digits,
+    ``_ . -``; not starting with a digit), as role env and run options require."""
+    return isinstance(name, str) and bool(_ENV_NAME.fullmatch(name))
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -97,14 +103,35 @@ def _check_path(value: object, what: str, where: str) -> None:
         raise InvalidAppError(f"{what} must be an absolute path, got {value!r}", where)
 
 
+#: a volume's name as Docker takes it (Kubernetes claim names are stricter: checked there)
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def _check_mount(mount: object, where: str) -> None:
     if isinstance(mount, BindMount):
         if not isinstance(mount.src_path, str) or not mount.src_path:
             raise InvalidAppError("a bind mount needs src_path (the host path)", where)
+        if not mount.src_path.startswith("/"):
+            hint = (
+                "; expand it first (os.path.expanduser), as parse_mounts does"
+                if mount.src_path.startswith("~")
+                else ""
+            )
+            raise InvalidAppError(
+                f"a bind mount's src_path must be an absolute host path, got "
+                f"{mount.src_path!r}{hint}",
+                where,
+            )
         _check_path(mount.dst_path, "dst_path", where)
     elif isinstance(mount, VolumeMount):
         if not isinstance(mount.src, str) or not mount.src:
             raise InvalidAppError("a volume mount needs src (the volume or claim name)", where)
+        if not _VOLUME_NAME.fullmatch(mount.src):
+            raise InvalidAppError(
+                f"{mount.src!r} is not a volume name (letters, digits, '_', '.', '-', starting "
+                "with a letter or digit)",
+                where,
+            )
         _check_path(mount.dst_path, "dst_path", where)
     elif isinstance(mount, DeviceMount):
         _check_path(mount.src_path, "device src_path (e.g. /dev/fuse)", where)

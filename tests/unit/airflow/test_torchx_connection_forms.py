@@ -4,13 +4,14 @@ hooks' form methods. Both must give the same labelled fields, secrets as passwor
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from torchx_provider.provider_info import CONNECTION_FORMS
 
-SECRETS = {"torchx_kubernetes": {"kube_config"}, "torchx_docker": {"tls_client_key"}}
+SECRETS = {"torchx_kubernetes": {"kube_config_secret"}, "torchx_docker": {"tls_client_private_key"}}
 
 
 def hook_meta() -> dict[str, dict[str, Any]]:
@@ -50,3 +51,19 @@ def test_an_untouched_tls_switch_means_verify() -> None:
     extra = hook_meta()["torchx_docker"]["extra_fields"]
     switches = {n for n, f in extra.items() if "boolean" in f["schema"]["type"]}
     assert switches == {"tls_skip_verify"}
+
+
+@pytest.mark.parametrize("conn_type", sorted(CONNECTION_FORMS))
+def test_airflows_connections_api_hides_every_secret_field(conn_type: str) -> None:
+    """The forms hide secrets as typed; Airflow's connections API (and the UI's edit form,
+    which reads it) hides an extra only by its name: every secret field has such a name."""
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionResponse
+
+    extra = {
+        name: f"value-of-{name}-0123456789" for name in CONNECTION_FORMS[conn_type]["conn-fields"]
+    }
+    fields: dict[str, Any] = dict.fromkeys(ConnectionResponse.model_fields)
+    fields.update(connection_id="c", conn_type=conn_type, extra=json.dumps(extra))
+    shown = json.loads(ConnectionResponse.model_validate(fields).extra or "{}")
+    hidden = {name for name, value in shown.items() if value != extra[name]}
+    assert SECRETS[conn_type] <= hidden  # (Airflow also hides "service_account", not secret)

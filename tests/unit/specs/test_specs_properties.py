@@ -78,8 +78,13 @@ resources = st.one_of(
     ),
 )
 mounts = st.one_of(
-    st.builds(BindMount, src_path=non_blank, dst_path=abs_path, read_only=st.booleans()),
-    st.builds(VolumeMount, src=non_blank, dst_path=abs_path, read_only=st.booleans()),
+    st.builds(BindMount, src_path=abs_path, dst_path=abs_path, read_only=st.booleans()),
+    st.builds(
+        VolumeMount,
+        src=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True),
+        dst_path=abs_path,
+        read_only=st.booleans(),
+    ),
     st.builds(
         DeviceMount,
         src_path=abs_path,

@@ -49,7 +49,7 @@ def test_a_full_valid_app_passes() -> None:
         port_map={"c10d": 29500, "tb": 1},
         metadata={"kubernetes": {"annotations": {"x": "${app_id}"}}, "n": [1, "${img_root}"]},
         mounts=[
-            BindMount("rel/ok", "/b", True),
+            BindMount("/rel/ok", "/b", True),
             VolumeMount("v", "/v"),
             DeviceMount("/dev/f", "/f"),
         ],

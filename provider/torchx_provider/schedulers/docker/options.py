@@ -11,7 +11,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from torchx_provider.errors import InvalidOptionError
 from torchx_provider.specs.runopts import CfgVal, runopts
+from torchx_provider.specs.validation import is_env_name
 
 #: The user-defined bridge network replicas join by default (TorchX's name).
 NETWORK = "torchx"
@@ -86,4 +88,11 @@ class DockerOpts:
         """Typed options from a resolved ``cfg`` (``run_opts().resolve`` did the checking)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in cfg.items() if k in names and v is not None}
+        bad = [k for k in values.get("env") or {} if not is_env_name(k)]  # type: ignore[union-attr]
+        if bad:
+            raise InvalidOptionError(
+                f"run option env: {bad[0]!r} is not a valid environment variable name "
+                "(letters, digits, _ . -; not starting with a digit)",
+                "env",
+            )
         return cls(**values)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ class ConfigSource:
     """
 
     kind: str
-    data: dict[str, Any] | None = None
+    data: dict[str, Any] | None = field(default=None, repr=False)  # tokens, keys
     path: str | None = None
 
 
@@ -69,7 +69,8 @@ ASYNC_CONNECTIONS = MAX_STREAMS + 128
 class KubeClientConfig:
     """Client parameters (see the module docstring). Build with :meth:`from_kwargs`."""
 
-    kubeconfig: str | dict[str, Any] | None = None
+    #: a path (shown by ``repr``) or the content itself (tokens, keys: never shown)
+    kubeconfig: str | dict[str, Any] | None = field(default=None, repr=False)
     context: str | None = None
     in_cluster: bool = False
     disable_verify_ssl: bool = False

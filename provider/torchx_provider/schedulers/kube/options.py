@@ -23,6 +23,7 @@ the object ``{kind}`` names in the help texts.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -50,6 +51,43 @@ def required_option(type_: Any, help: str) -> Any:
     return field(metadata={"type": type_, "help": help})
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: rule -> (pattern, longest, what the error says)
+NAME_RULES: dict[str, tuple[re.Pattern[str], int, str]] = {
+    "label": (
+        re.compile(_DNS_LABEL),
+        63,
+        "at most 63 characters of a-z, 0-9 and '-', starting and ending alphanumeric",
+    ),
+    "subdomain": (
+        re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"),
+        253,
+        "at most 253 characters of a-z, 0-9, '-' and '.', starting and ending alphanumeric",
+    ),
+    # a name that is also a label value (Kueue's queue-name and priority-class labels)
+    "labelled": (
+        re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"),
+        63,
+        "at most 63 characters of a-z, 0-9, '-' and '.', starting and ending alphanumeric "
+        "(it is also a label value)",
+    ),
+}
+
+
+def check_object_name(value: Any, option: str, rule: str) -> None:
+    """Raise :class:`InvalidOptionError` when run option ``option`` names a Kubernetes object
+    with a name the API server would refuse (``None``: unset, fine)."""
+    if value is None:
+        return
+    pattern, longest, what = NAME_RULES[rule]
+    if not str(value).strip():
+        raise InvalidOptionError(f"run option {option} is empty; set it to a name", option)
+    if not pattern.fullmatch(str(value)) or len(str(value)) > longest:
+        raise InvalidOptionError(
+            f"run option {option}={value!r} is not a valid Kubernetes name: {what}", option
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class KubeOpts:
     """The resolved shared options; each field's metadata holds its type and help.
@@ -60,6 +98,13 @@ class KubeOpts:
 
     #: The object the backend creates (``"job"``, ``"AppWrapper"``), as help texts name it.
     KIND: ClassVar[str] = "object"
+    #: Options that name Kubernetes objects, and the rule their names follow (see
+    #: :data:`NAME_RULES`); a backend adds its own.
+    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
+        "namespace": "label",
+        "service_account": "subdomain",
+        "image_secret": "subdomain",
+    }
 
     namespace: str | None = option(
         str,
@@ -126,6 +171,8 @@ class KubeOpts:
     def check(self) -> None:
         """Reject values the API server would reject later, or silently misapply; a backend
         extends it with its own options' rules."""
+        for key, rule in self.NAME_OPTIONS.items():
+            check_object_name(getattr(self, key), key, rule)
         for key in ("reserved_millicpu", "reserved_memmb"):
             value = getattr(self, key)
             if value < 0:

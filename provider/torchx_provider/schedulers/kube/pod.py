@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube.overlay import METADATA_KEY, apply_overlay, role_overlay
 from torchx_provider.schedulers.labels import (
     LABEL_APP_NAME,
@@ -130,6 +131,9 @@ def resource_requirements(
     return out
 
 
+_CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 def port_name(name: str) -> str | None:
     """``name`` as a container port name (IANA service name: at most 15 characters, a-z0-9
     and single dashes, at least one letter), or ``None`` if it cannot be one.
@@ -170,6 +174,13 @@ def volumes_and_mounts(
             volumes.append({"name": name, "hostPath": {"path": mount.src_path}})
             read_only = mount.read_only
         elif isinstance(mount, VolumeMount):
+            if not _CLAIM_NAME.fullmatch(mount.src) or len(mount.src) > 253:
+                raise InvalidAppError(
+                    f"volume mount src {mount.src!r} is not a PersistentVolumeClaim name: at "
+                    "most 253 characters of a-z, 0-9, '-' and '.', starting and ending "
+                    "alphanumeric",
+                    f"mounts[{i}].src",
+                )
             claim: dict[str, Any] = {"claimName": mount.src}
             if mount.read_only:
                 claim["readOnly"] = True

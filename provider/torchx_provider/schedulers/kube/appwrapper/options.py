@@ -10,6 +10,7 @@ configured defaults.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -44,6 +45,12 @@ class AppWrapperOpts(KubeOpts):
     """The resolved run options; the shared ones come from :class:`KubeOpts`."""
 
     KIND: ClassVar[str] = "AppWrapper"
+    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
+        **KubeOpts.NAME_OPTIONS,
+        "local_queue": "labelled",
+        "priority_class": "labelled",
+        "pod_priority_class": "subdomain",
+    }
 
     local_queue: str | None = option(
         str,
@@ -113,10 +120,6 @@ class AppWrapperOpts(KubeOpts):
                 f"run option cancel_by={self.cancel_by!r}; use one of {list(CANCEL_ACTIONS)}",
                 option="cancel_by",
             )
-        for key in ("local_queue", "priority_class"):
-            value = getattr(self, key)
-            if value is not None and not value.strip():
-                raise InvalidOptionError(f"run option {key} is empty", option=key)
 
     def cancel_action(self) -> str:
         """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -15,6 +16,11 @@ class VolcanoOpts(KubeOpts):
     """The resolved run options; the shared ones come from :class:`KubeOpts`."""
 
     KIND: ClassVar[str] = "job"
+    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
+        **KubeOpts.NAME_OPTIONS,
+        "queue": "subdomain",
+        "priority_class": "subdomain",
+    }
 
     queue: str = required_option(str, "Volcano queue to schedule the job in")
     priority_class: str | None = option(str, "PriorityClass of the job (and its pods)")

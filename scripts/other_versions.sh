@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The versions the package declares beyond the main environment (Airflow 3.3.2 with the newest
+# client libraries): the older Airflow releases and the lowest client library versions, each
+# in its own environment outside the checkout (scripts/airflow_venv.py).
+#
+#   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
+#   bash scripts/other_versions.sh 3.1.8          # one of them
+#   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
+#
+# Prints one line per entry with its result and time; exits non-zero when any failed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The newest patch release of each supported older Airflow, and Airflow 3.3.2 with the
+# lowest kubernetes / kubernetes_asyncio / docker versions pyproject.toml allows.
+OTHER_VERSIONS="${OTHER_VERSIONS:-3.1.8 3.2.2 3.3.2+lowest}"
+# What runs on each: the unit tier; the Docker dag.test() tier where Airflow's own dag.test()
+# works with the dependency versions pip resolves today (no constraints file can be fetched
+# here: on 3.2.2 every dag.test() task fails in Airflow's in-process execution API at task
+# start, before any operator code runs, with the fake backend too); with the lowest clients,
+# the Docker and Kubernetes integration tiers too (the local cluster must be up).
+tiers() {
+  case "$1" in
+    3.2.*) echo "tests/unit" ;;
+    *+lowest) echo "tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py" ;;
+    *) echo "tests/unit tests/airflow/test_torchx_dagtest_docker.py" ;;
+  esac
+}
+
+prepare=false
+if [ "${1:-}" = --prepare ]; then prepare=true; shift; fi
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || read -r -a versions <<<"$OTHER_VERSIONS"
+if $prepare; then
+  for version in "${versions[@]}"; do python3 scripts/airflow_venv.py --env-only "$version"; done
+  exit 0
+fi
+
+rc=0
+summary=()
+for version in "${versions[@]}"; do
+  start=$SECONDS
+  python=$(python3 scripts/airflow_venv.py "$version")
+  read -r -a paths <<<"$(tiers "$version")"
+  echo "==> Airflow $version: ${paths[*]} ($python)"
+  # the dry-run property test does not depend on the Airflow version: its 10,000 examples per
+  # backend run once, in the main environment
+  if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 "$python" -m pytest -q \
+      -p no:cacheprovider "${paths[@]}"; then
+    result=passed
+  else
+    result=FAILED
+    rc=1
+  fi
+  summary+=("Airflow $version: $result in $((SECONDS - start)) s")
+done
+printf '%s\n' "${summary[@]}"
+exit "$rc"
