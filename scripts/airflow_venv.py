@@ -58,8 +58,7 @@ def lowest_pins(reqs: list[str]) -> list[str]:
 def requirements(version: str) -> list[str]:
     """Airflow at ``version`` and what ``.[dev]`` needs, read from pyproject.toml (the package
     itself excluded: it is installed editable afterwards). ``X.Y.Z+lowest``: Airflow X.Y.Z
-    with the lowest client library versions the package declares (and without the
-    cncf.kubernetes provider, which needs newer ones)."""
+    with the lowest client library versions the package declares."""
     airflow, lowest = version.removesuffix(LOWEST), version.endswith(LOWEST)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
@@ -67,8 +66,6 @@ def requirements(version: str) -> list[str]:
     clients = extras["kubernetes"] + extras["docker"]
     reqs += lowest_pins(clients) if lowest else clients
     dev = [r for r in extras["dev"] if not r.startswith("airflow-provider-torchx")]
-    if lowest:
-        dev = [r for r in dev if not r.startswith("apache-airflow-providers-cncf-kubernetes")]
     return [f"apache-airflow=={airflow}", *reqs, *dev]
 
 

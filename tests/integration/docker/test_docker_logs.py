@@ -72,7 +72,10 @@ async def test_async_client_follows_reads_and_cancels(scheduler: Any, cfg: dict[
         # Resuming from the cursor gives nothing twice; from the 4th line, the rest.
         assert (await client.read_logs(app_id, "r", 0, cursor))[0] == []
         lines, _ = await client.read_logs(app_id, "r", 0, LogCursor())
-        at_4th = LogCursor(lines[3].timestamp, 1)
+        # lines the engine read in one chunk share a timestamp: the cursor after the 4th
+        # line counts those of its timestamp up to it
+        ts = lines[3].timestamp
+        at_4th = LogCursor(ts, sum(1 for line in lines[:4] if line.timestamp == ts))
         rest, _ = await client.read_logs(app_id, "r", 0, at_4th)
         assert [line.text for line in rest] == ["line 5\n", "line 6\n"]
 

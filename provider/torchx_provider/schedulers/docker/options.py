@@ -95,4 +95,9 @@ class DockerOpts:
                 "(letters, digits, _ . -; not starting with a digit)",
                 "env",
             )
+        if "network" in values and not str(values["network"]).strip():
+            raise InvalidOptionError(
+                "run option network is empty; name a network or leave it unset (torchx)",
+                "network",
+            )
         return cls(**values)  # type: ignore[arg-type]

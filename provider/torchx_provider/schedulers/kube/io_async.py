@@ -161,7 +161,7 @@ class AsyncKube:
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 # Connect within the usual time; a followed log may be quiet for hours.
-                _request_timeout=(REQUEST_TIMEOUT, None),
+                _request_timeout=split_timeout(REQUEST_TIMEOUT, None),
             )
             if not 200 <= resp.status <= 299:
                 await read_ok(resp)  # raises the client's ApiException for api_errors
@@ -202,6 +202,15 @@ async def read_ok(resp: Any) -> bytes:
         error.body, error.headers = data, resp.headers
         raise error
     return data
+
+
+def split_timeout(connect: float, read: float | None) -> Any:
+    """A timeout to connect and a timeout between reads (``None``: none), as aiohttp's
+    ``ClientTimeout``: kubernetes_asyncio takes that object in every supported version (a
+    ``(connect, read)`` tuple only from 32 on)."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(connect=connect, sock_connect=connect, sock_read=read)
 
 
 #: Bytes of JSON from which a list is parsed in a worker thread.
@@ -264,7 +273,7 @@ class ListWatch:
             resource_version=resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=timeout_seconds,
-            _request_timeout=(WATCH_GRACE, timeout_seconds + WATCH_GRACE),
+            _request_timeout=split_timeout(WATCH_GRACE, timeout_seconds + WATCH_GRACE),
         )
         ended = False
         try:
