@@ -42,10 +42,16 @@ def test_connection_forms_are_declared(airflow_db: Path) -> None:
 
     manager = ProvidersManager()
     widgets = manager.connection_form_widgets
-    for field in ("in_cluster", "kube_config_path", "kube_config", "cluster_context", "queue"):
+    for field in (
+        "in_cluster",
+        "kube_config_path",
+        "kube_config_secret",
+        "cluster_context",
+        "queue",
+    ):
         assert f"extra__torchx_kubernetes__{field}" in widgets
-    assert widgets["extra__torchx_kubernetes__kube_config"].is_sensitive
-    assert widgets["extra__torchx_docker__tls_client_key"].is_sensitive
+    assert widgets["extra__torchx_kubernetes__kube_config_secret"].is_sensitive
+    assert widgets["extra__torchx_docker__tls_client_private_key"].is_sensitive
     behaviour = manager.field_behaviours
     assert "password" in behaviour["torchx_kubernetes"]["hidden_fields"]
     assert behaviour["torchx_docker"]["relabeling"]["host"] == "Engine URL"

@@ -280,9 +280,8 @@ def test_the_docker_form_keeps_tls_verification_on_and_pem_intact(
     )
     field(dialog, "tls_ca_cert")[1].fill(CA)
     field(dialog, "tls_client_cert")[1].fill(CA)
-    field(dialog, "tls_client_private_key")[1].fill(
-        KEY
-    )  # as a paste: the one-line field drops "\n"
+    # as a paste: the hidden one-line field drops the key's line breaks
+    field(dialog, "tls_client_private_key")[1].fill(KEY)
     screenshot("filled")
     conn = save(dialog, deployment, "ui_docker", {"tls_client_private_key"})
     extra = conn["extra_dejson"]
