@@ -39,6 +39,10 @@ ORDER = [
     "outage-over-budget",
     "watch-cut",
     "watch-410",
+    "ttl-1s",
+    "clock-behind-30s",
+    "clock-ahead-30s",
+    "namespace-mismatch",
     "apiserver-restart",
     "docker-engine-restart",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ import pytest
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
@@ -82,6 +84,14 @@ class Row:
     #: the follow's poll interval (the trigger's default, or shortened with the budget)
     poll_interval: float = POLL_INTERVAL
     notes: str = ""
+    #: run options on top of the queue (e.g. a TTL)
+    cfg: dict[str, Any] = field(default_factory=dict)
+    #: seconds the replicas' log timestamps are ahead of (> 0) or behind (< 0) the API
+    #: server's and the follower's clock: a node whose clock is off
+    skew: float = 0.0
+    #: the job goes to this namespace (``namespace`` run option) while the follower's and
+    #: submitter's kubeconfig names the tier's own; ``inject`` then runs a retry's lookup
+    job_namespace: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -183,6 +193,36 @@ ROWS = (
             "relist; followed to the end, no transition lost",
             14,
             repeatedly(gone, 3.0),
+        ),
+        Row(
+            "ttl-1s",
+            "the job deleted by its TTL 1 s after it finished (ttl_seconds_after_finished=1, "
+            "poll interval 10 s)",
+            "finished SUCCEEDED as observed before the deletion, every line",
+            0,
+            fault_for("pass"),
+            cfg={"ttl_seconds_after_finished": 1},
+        ),
+        *(
+            Row(
+                f"clock-{way}-30s",
+                f"the node's clock 30 s {words} the API server's and the follower's (its "
+                "replicas' log timestamps)",
+                "followed to the end",
+                5,
+                fault_for("pass"),
+                skew=skew,
+            )
+            for way, words, skew in (("behind", "behind", -30.0), ("ahead", "ahead of", 30.0))
+        ),
+        Row(
+            "namespace-mismatch",
+            "the job in another namespace (namespace run option) than the kubeconfig's; the "
+            "next try, with no stored handle, looks for it while it runs",
+            "the next try finds the running job (no second job); followed to the end",
+            5,
+            fault_for("pass"),  # replaced by run_row: the lookup needs the row's job
+            job_namespace="torchx-test-other",
         ),
     ]
 )
@@ -311,9 +351,17 @@ def pod_names(info: Any) -> dict[str, str]:
 class Printer(threading.Thread):
     """Appends ``<key> line <n>`` to each pod's log every :data:`LINE_EVERY` s until ``until``."""
 
-    def __init__(self, kube_cluster: Any, pods: dict[str, str], until: float) -> None:
+    def __init__(
+        self,
+        kube_cluster: Any,
+        pods: dict[str, str],
+        until: float,
+        skew: float = 0.0,
+        namespace: str | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.kube_cluster, self.pods, self.until = kube_cluster, pods, until
+        self.skew, self.namespace = dt.timedelta(seconds=skew), namespace
         self.written: dict[str, list[str]] = {key: [] for key in pods}
         self.stop = threading.Event()
 
@@ -322,18 +370,20 @@ class Printer(threading.Thread):
         while not self.stop.is_set() and time.monotonic() < self.until:
             for key, pod in self.pods.items():
                 text = f"{key} line {n}"
-                self.kube_cluster.append_pod_logs(pod, [text])
+                # stamped as the node's kubelet would, by the node's clock
+                stamp = dt.datetime.now(dt.timezone.utc) + self.skew
+                self.kube_cluster.append_pod_logs(pod, [(stamp, text)], namespace=self.namespace)
                 self.written[key].append(text)
             n += 1
             self.stop.wait(LINE_EVERY)
 
 
-def jobs_of(kube_cluster: Any, name: str) -> list[dict[str, Any]]:
+def jobs_of(kube_cluster: Any, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
     from kubernetes import client
 
     api = client.CustomObjectsApi(kube_cluster.api_client())
     items = api.list_namespaced_custom_object(
-        "batch.volcano.sh", "v1alpha1", kube_cluster.namespace, "jobs"
+        "batch.volcano.sh", "v1alpha1", namespace or kube_cluster.namespace, "jobs"
     )["items"]
     return [j for j in items if j["metadata"]["name"].startswith(f"{name}-")]
 
@@ -350,20 +400,60 @@ async def follow_once(
     return event, log
 
 
+def retry_lookup(
+    scheduler: Any, app: specs.AppDef, cfg: dict[str, Any], key: Any, found: list[str]
+) -> Callable[[Any, float], Awaitable[None]]:
+    """While the job runs, do what the task's next try does when no handle was stored: look
+    for the live jobs of earlier tries (the operator's own :func:`live_apps`)."""
+    import logging
+
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import SubmissionPlan, live_apps
+
+    async def inject(proxy: Any, seconds: float) -> None:
+        retry = TaskInstanceKey(**{**key.__dict__, "try_number": 2})
+        target = BackendTarget(
+            "kubernetes", client_kwargs={"namespace": scheduler.default_namespace()}
+        )
+
+        def lookup() -> list[str]:
+            dryrun = scheduler.submit_dryrun(app, cfg, ti_key=retry)
+            plan = SubmissionPlan(target, scheduler, app, cfg, dryrun, retry)
+            return live_apps(plan, None, logging.getLogger(__name__)).resumable
+
+        found.extend(await asyncio.to_thread(lookup))
+        await asyncio.sleep(seconds)
+
+    return inject
+
+
 async def run_row(
     row: Row, kube_cluster: Any, scheduler: Any, proxy: Any, kubeconfig: str, name: str
 ) -> dict[str, Any]:
     run_seconds = FAULT_AT + row.seconds + 5
     app = app_for(kube_cluster, name, run_seconds)
-    info = scheduler.submit_dryrun(app, {"queue": "default"})
+    cfg = {"queue": "default", **row.cfg}
+    if row.job_namespace:
+        cfg["namespace"] = row.job_namespace
+    key = TaskInstanceKey("faults", row.id, f"manual__{name}", -1, 1)
+    info = scheduler.submit_dryrun(app, cfg, ti_key=key)
     pods = pod_names(info)
     for pod in pods.values():
-        kube_cluster.set_pod_logs(pod, [])
+        kube_cluster.set_pod_logs(pod, [], namespace=row.job_namespace)
     started = time.monotonic()
-    printer = Printer(kube_cluster, pods, until=started + run_seconds - 2)
+    printer = Printer(
+        kube_cluster,
+        pods,
+        until=started + run_seconds - 2,
+        skew=row.skew,
+        namespace=row.job_namespace,
+    )
     printer.start()
     app_id = scheduler.schedule(info)
     scheduler.created.append(app_id)
+    retry_found: list[str] = []
+    if row.job_namespace:
+        row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in pods}
     timeout = run_seconds + row.seconds + 120
@@ -418,9 +508,11 @@ async def run_row(
     lines = {k: [t for t in v if t.startswith(f"{k} line ")] for k, v in lines.items()}
     lost = sum(len(set(printer.written[k]) - set(lines[k])) for k in pods)
     repeated = sum(len(lines[k]) - len(set(lines[k])) for k in pods)
-    jobs = jobs_of(kube_cluster, name)
-    states = [scheduler.describe(app_id).state]
-    orphans = sum(1 for s in states if not is_terminal(s))
+    jobs = jobs_of(kube_cluster, name, row.job_namespace)
+    described = scheduler.describe(app_id)  # None: deleted (its TTL)
+    orphans = int(described is not None and not is_terminal(described.state))
+    # a retry that did not find the running job would have submitted a second one
+    missed = int(bool(row.job_namespace) and retry_found != [app_id])
     observed = " then ".join(
         f"{e.kind.value} {e.state.name}"
         + (f" ({e.message.split(',')[0]})" if e.kind == EventKind.ERROR else "")
@@ -438,7 +530,8 @@ async def run_row(
         "lines_lost": lost,
         "lines_repeated": repeated,
         "orphans": orphans,
-        "duplicates": max(0, len(jobs) - 1),
+        "duplicates": max(0, len(jobs) - 1) + missed,
+        "retry_found": retry_found,
         "seconds": round(elapsed, 1),
         "restart": [t for _, kind, t in proxy.injected if kind == "apiserver-restart"],
         "injected": dict(sorted(Counter(kind for _, kind, _ in proxy.injected).items())),

@@ -52,3 +52,35 @@ def test_links_work_on_pypi() -> None:
         if not re.match(r"(https?://|mailto:|#)", target)
     ]
     assert relative == [], f"make these links absolute (https://github.com/...): {relative}"
+
+
+def test_the_support_section_says_what_ci_runs_on_each_declared_version() -> None:
+    """Every entry of scripts/other_versions.sh is in "Supported versions", and each Python
+    the package declares is either run by CI (the main one, or a ``+pyX.Y`` entry) or said
+    there to be checked statically only or not run."""
+    import tomllib
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+    script = (REPO / "scripts" / "other_versions.sh").read_text()
+    m = re.search(r'OTHER_VERSIONS="\$\{OTHER_VERSIONS:-([^}]*)\}"', script)
+    assert m, "scripts/other_versions.sh no longer sets OTHER_VERSIONS"
+    main = re.search(r"CI runs everything on\s+Python (3\.\d+)", section)
+    assert main, "the section does not say which Python CI runs everything on"
+    run = {main.group(1)}
+    for entry in m.group(1).split():
+        airflow, *tags = entry.split("+")
+        assert airflow in section, f"{entry}: Airflow {airflow} is not in the section"
+        for tag in tags:
+            if tag.startswith("py"):
+                assert re.search(rf"Python\s+{re.escape(tag[2:])}\b", section), entry
+                run.add(tag[2:])
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {
+        c.rsplit(" :: ", 1)[1]
+        for c in project["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    for python in sorted(declared - run):
+        said = rf"{re.escape(python)}\s+is\s+(checked statically only|not run)"
+        assert re.search(said, section), f"Python {python} is declared, neither run nor said so"
