@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, airflow_bin
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
 from torchx_deployment import Deployment, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
@@ -39,28 +39,9 @@ FROZEN_LINES = 240
 USER_ACTION_SECONDS = 5.0
 #: the registry password of the deployment's Docker connection
 SECRET = "registry-password-do-not-store-0f9e8d7c"
-DAGS = f'''
-import datetime
-import os
-import signal
-from airflow.sdk import DAG
-from torchx_provider.operators import TorchXDockerOperator
-
-ARGS = {{"schedule": None, "start_date": datetime.datetime(2024, 1, 1), "catchup": False}}
-
-
-def app(name, script):
-    return {{
-        "name": name,
-        "roles": [{{
-            "name": "worker",
-            "image": "{BUSYBOX}",
-            "entrypoint": "sh",
-            "args": ["-c", script],
-            "num_replicas": 2,
-        }}],
-    }}
-
+DAGS = (
+    DEPLOYMENT_DAG_HEAD
+    + f'''
 
 FOREVER = "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.5; done"
 COUNT = (
@@ -158,6 +139,7 @@ with DAG("torchx_deploy_sigkill", **ARGS):
         task_id="train", app=app("sigkill", COUNT), deferrable=True, poll_interval=10
     )
 '''
+)
 
 
 @pytest.fixture(scope="module")

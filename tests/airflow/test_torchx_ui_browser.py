@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, airflow_bin
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
 from torchx_deployment import Deployment, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow, pytest.mark.browser]
@@ -75,26 +75,9 @@ def screenshot(page: Any, request: Any) -> Any:
 
 
 JOB_URL = "https://jobs.example/torchx/{app_id}"
-DAGS = f'''
-import datetime
-from airflow.sdk import DAG
-from torchx_provider.operators import TorchXDockerOperator
-
-ARGS = {{"schedule": None, "start_date": datetime.datetime(2024, 1, 1), "catchup": False}}
-
-
-def app(name, script, replicas=2):
-    return {{
-        "name": name,
-        "roles": [{{
-            "name": "worker",
-            "image": "{BUSYBOX}",
-            "entrypoint": "sh",
-            "args": ["-c", script],
-            "num_replicas": replicas,
-        }}],
-    }}
-
+DAGS = (
+    DEPLOYMENT_DAG_HEAD
+    + """
 
 TICKS = (
     "trap 'exit 143' TERM; i=0; while [ $i -lt 240 ]; do "
@@ -114,7 +97,8 @@ with DAG("torchx_ui_failing", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("uifail", CRASH, replicas=1), deferrable=True, retries=0
     )
-'''
+"""
+)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,32 @@ from typing import Any
 
 BUSYBOX = "torchx-provider/busybox:latest"
 
+#: The head of the DAG files the real deployments load: imports, DAG arguments, and
+#: ``app(name, script, replicas=2)``, an AppDef dict of one ``worker`` role running ``sh -c
+#: script`` in the test image.
+DEPLOYMENT_DAG_HEAD = f'''
+import datetime
+import os
+import signal
+from airflow.sdk import DAG
+from torchx_provider.operators import TorchXDockerOperator
+
+ARGS = {{"schedule": None, "start_date": datetime.datetime(2024, 1, 1), "catchup": False}}
+
+
+def app(name, script, replicas=2):
+    return {{
+        "name": name,
+        "roles": [{{
+            "name": "worker",
+            "image": "{BUSYBOX}",
+            "entrypoint": "sh",
+            "args": ["-c", script],
+            "num_replicas": replicas,
+        }}],
+    }}
+'''
+
 
 def airflow_bin() -> str:
     """The ``airflow`` command of the interpreter running the tests."""
