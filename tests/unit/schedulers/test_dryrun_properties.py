@@ -81,8 +81,18 @@ class Gen:
         return self.draw(st.integers(low, high))
 
 
-K8S_GOOD = ["default", "team-a", "a" * 63]
-K8S_BAD = ["Bad Name!", "UPPER", "a" * 70, "-x", 5]
+#: (good, bad) names of Kubernetes objects, by the rule the API server applies to them: a
+#: DNS label (namespaces), a DNS subdomain (most objects), or a subdomain that is also a
+#: label value (Kueue's queue and priority class)
+K8S_LABEL = (["default", "team-a", "a" * 63], ["Bad Name!", "UPPER", "a" * 64, "-x", "a.b", 5])
+K8S_SUBDOMAIN = (
+    ["default", "team-a", "a" * 63, "team.a", ".".join(["a" * 63] * 3 + ["a" * 61])],
+    ["Bad Name!", "UPPER", "a" * 254, "-x", "a..b", 5],
+)
+K8S_LABELLED = (
+    ["default", "team-a", "a" * 63, "team.a"],
+    ["Bad Name!", "UPPER", "a" * 64, "-x", "a..b", 5],
+)
 OVERLAYS_GOOD = [{}, {"kubernetes": {"metadata": {"labels": {"team": "ml"}}}}]
 OVERLAYS_BAD = [
     {"kubernetes": ["not", "a", "mapping"]},
@@ -148,31 +158,31 @@ def build_app(g: Gen) -> specs.AppDef:
 
 
 SHARED = {
-    "service_account": (K8S_GOOD, K8S_BAD),
-    "image_secret": (K8S_GOOD, K8S_BAD),
+    "service_account": K8S_SUBDOMAIN,
+    "image_secret": K8S_SUBDOMAIN,
     "reserved_millicpu": ([0, 100], [-1, "lots"]),
     "labels": ([{"team": "ml"}], [{"team": "Bad Value!"}, {"": "x"}, "team=ml"]),
 }
 OPTIONS: dict[str, dict[str, tuple[list[Any], list[Any]]]] = {
     "kubernetes": {
         **SHARED,
-        "namespace": (K8S_GOOD, K8S_BAD),
-        "priority_class": (K8S_GOOD, K8S_BAD),
+        "namespace": K8S_LABEL,
+        "priority_class": K8S_SUBDOMAIN,
         "ttl_seconds_after_finished": ([0, 60], [-1, "soon"]),
     },
     "kubernetes_mcad": {
         **SHARED,
-        "namespace": (K8S_GOOD, K8S_BAD),
+        "namespace": K8S_LABEL,
         "priority": ([0, 5], ["high"]),
-        "priority_class_name": (K8S_GOOD, K8S_BAD),
+        "priority_class_name": K8S_SUBDOMAIN,
         "coscheduler_name": (["scheduler-plugins-scheduler"], ["Bad!", 1]),
         "api_group": (["workload.codeflare.dev", "mcad.ibm.com"], ["example.com"]),
     },
     "kubernetes_appwrapper": {
         **SHARED,
-        "namespace": (K8S_GOOD, K8S_BAD),
-        "local_queue": (K8S_GOOD, K8S_BAD),
-        "priority_class": (K8S_GOOD, K8S_BAD),
+        "namespace": K8S_LABEL,
+        "local_queue": K8S_LABELLED,
+        "priority_class": K8S_LABELLED,
         "cancel_by": (["suspend", "delete"], ["drop"]),
         "warmup_grace_period": (["5m", "30s"], ["five minutes", "-1s"]),
     },
@@ -185,7 +195,7 @@ OPTIONS: dict[str, dict[str, tuple[list[Any], list[Any]]]] = {
 }
 #: options without which a backend refuses any app (always set, to a good or a bad value)
 REQUIRED: dict[str, dict[str, tuple[list[Any], list[Any]]]] = {
-    "kubernetes": {"queue": (K8S_GOOD, K8S_BAD)},
+    "kubernetes": {"queue": K8S_SUBDOMAIN},
 }
 
 
