@@ -84,6 +84,9 @@ for state in ("success", "failed"):
 with DAG("torchx_deploy_clear", **ARGS):
     TorchXDockerOperator(task_id="train", app=app("clear", term_script(60)), deferrable=True)
 
+with DAG("torchx_deploy_clear_queued", **ARGS):
+    TorchXDockerOperator(task_id="train", app=app("clearq", term_script(60)), deferrable=True)
+
 with DAG("torchx_deploy_frozen", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("frozen", term_script({FROZEN_LINES})), deferrable=True,
@@ -600,3 +603,63 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
         repeats[rid] = len(ticks) - FROZEN_LINES
         assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
     print(f"lines repeated across the frozen triggerer: {repeats}")
+
+
+def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
+    deployment: Deployment, docker_engine: Any
+) -> None:
+    """No triggerer is running (as during a triggerer rollout) when the task defers, so its
+    trigger waits, unassigned, and no ``on_kill`` can run when the user clears the task. The
+    job is not left behind: the next try cancels it (a job of a try before the clear) before
+    it submits a new one, and the triggerer, once back, follows the new job to the end."""
+    dag_id = "torchx_deploy_clear_queued"
+    triggerers = [name for name in deployment.procs if name.startswith("triggerer")]
+    for name in triggerers:
+        deployment.stop(name)
+    try:
+        run_id = deployment.trigger(dag_id)
+        wait_for(
+            f"{dag_id} to defer",
+            lambda: deployment.ti(dag_id, run_id, "train")["state"] == "deferred",
+            180,
+        )
+        first = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
+        wait_for(
+            "the first try's replicas to run",
+            lambda: any(c.status == "running" for c in containers(docker_engine, first)),
+            60,
+        )
+        cleared = time.monotonic()
+        deployment.clear(dag_id, run_id, "train")
+        took = seconds_until_stopped(docker_engine, first, cleared)
+        print(f"cleared while queued: the next try stopped the first job {took:.1f}s later")
+        wait_for(
+            "the next try to defer",
+            lambda: (
+                deployment.ti(dag_id, run_id, "train")["state"] == "deferred"
+                and deployment.ti(dag_id, run_id, "train")["try_number"] == 2
+            ),
+            180,
+            interval=1,
+        )
+    finally:
+        deployment.start("triggerer")
+    assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, first))
+    try:
+        wait_for(
+            "the next try to succeed",
+            lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+            240,
+            interval=1,
+        )
+    except TimeoutError as e:
+        raise AssertionError(timeline(deployment, dag_id, run_id)) from e
+    second = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
+    assert second != first
+    events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
+    cancelled = [i for i, e in enumerate(events) if e.startswith(f"cancelling app {first} ")]
+    submitted = [i for i, e in enumerate(events) if e.startswith("submitted app") and second in e]
+    assert cancelled and submitted and cancelled[0] < submitted[0], events[:40]
+    assert not [e for e in events if e.startswith("reattaching")], events[:40]
+    for c in labelled(docker_engine, dag_id):
+        c.remove(force=True)
