@@ -7,9 +7,18 @@ releases, 3.3.2 with the lowest client versions (``3.3.2+lowest``) and 3.3.2 on 
 CPython (``3.3.2+py3.13``, built by ``scripts/cpython.sh``). Each gets
 ``${XDG_CACHE_HOME:-~/.cache}/airflow-provider-torchx/airflow-<version>-venv``, made once with
 ``python -m venv`` and ``pip install apache-airflow==<version>`` plus this package's
-dependencies and dev tools, and reused while it still imports that Airflow on that Python.
+dependencies and dev tools, and reused while it still imports that Airflow on that Python and
+was made the way this script makes it now (:data:`RECIPE`, stamped into the environment).
 This package itself is installed into it afresh (editable, without dependencies) on every
 call, so the environment always tests the checkout it is called from.
+
+An Airflow release older than the main environment's (``AIRFLOW_VERSION`` in
+``scripts/env.sh``) is installed as its users install it: with the dependency versions of its
+release day. Airflow's constraints files pin exactly those, but cannot be fetched here, so
+Airflow and its dependencies are resolved from what PyPI had the day after that release's
+upload (``pip install --uploaded-prior-to``); this package's own dependencies and tools are
+added afterwards. Today's dependencies break older releases (Airflow 3.2.2's in-process
+execution API fails on FastAPI 0.165).
 
 Usage::
 
@@ -21,10 +30,13 @@ Usage::
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 import venv
 from pathlib import Path
 
@@ -34,6 +46,35 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 LOWEST = "lowest"
+#: how the environments are made; an environment stamped otherwise is made again
+RECIPE = "2: an older Airflow with the dependencies of its release day"
+STAMP = "torchx-env-recipe"
+PYPI_AIRFLOW = "https://pypi.org/simple/apache-airflow/"
+
+
+def main_airflow() -> str:
+    """The Airflow version of the main environment (``scripts/env.sh``)."""
+    text = (REPO / "scripts" / "env.sh").read_text()
+    m = re.search(r'AIRFLOW_VERSION="\$\{AIRFLOW_VERSION:-([0-9.]+)\}"', text)
+    if not m:
+        raise RuntimeError("scripts/env.sh does not set AIRFLOW_VERSION")
+    return m.group(1)
+
+
+def release_cutoff(airflow: str) -> str:
+    """The day after ``apache-airflow==airflow`` was uploaded to PyPI (ISO 8601, UTC), read
+    from PyPI's JSON simple index (PEP 691/700)."""
+    request = urllib.request.Request(
+        PYPI_AIRFLOW, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        files = json.load(answer)["files"]
+    names = (f"apache_airflow-{airflow}-", f"apache_airflow-{airflow}.tar.gz")
+    times = [f["upload-time"] for f in files if f["filename"].startswith(names)]
+    if not times:
+        raise RuntimeError(f"PyPI has no upload of apache-airflow {airflow}")
+    uploaded = dt.datetime.fromisoformat(min(times).replace("Z", "+00:00"))
+    return (uploaded + dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse(version: str) -> tuple[str, bool, str | None]:
@@ -97,7 +138,9 @@ def existing_python(version: str) -> Path | None:
     want_py = f"and sys.version.startswith({py + '.'!r})" if py else ""
     check = f"import airflow, sys; sys.exit(not (airflow.__version__ == {airflow!r} {want_py}))"
     ok = subprocess.run([str(python), "-c", check], capture_output=True).returncode == 0
-    return python if ok else None
+    stamp = venv_dir(version) / STAMP
+    made_so = stamp.is_file() and stamp.read_text().strip() == RECIPE
+    return python if ok and made_so else None
 
 
 def _run(*cmd: str) -> str:
@@ -131,7 +174,13 @@ def airflow_python(version: str, install_checkout: bool = True) -> Path:
             _run(interpreter.strip(), "-m", "venv", "--clear", str(env_dir))
         python = env_dir / "bin" / "python"
         _pip(python, "--upgrade", "pip")
+        airflow = parse(version)[0]
+        if airflow != main_airflow():
+            cutoff = release_cutoff(airflow)
+            print(f"  Airflow {airflow} with its dependencies as of {cutoff}", file=sys.stderr)
+            _pip(python, "--uploaded-prior-to", cutoff, f"apache-airflow=={airflow}")
         _pip(python, *requirements(version))
+        (env_dir / STAMP).write_text(RECIPE + "\n")
         if existing_python(version) is None:
             raise RuntimeError(f"{env_dir} does not import apache-airflow {version}")
     if install_checkout:

@@ -15,14 +15,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # patch release of each supported older Airflow, and Airflow 3.3.2 with the lowest
 # kubernetes / kubernetes_asyncio / docker versions pyproject.toml allows.
 OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.1.8 3.2.2 3.3.2+lowest}"
-# What runs on each: the unit tier; the Docker dag.test() tier where Airflow's own dag.test()
-# works with the dependency versions pip resolves today (no constraints file can be fetched
-# here: on 3.2.2 every dag.test() task fails in Airflow's in-process execution API at task
-# start, before any operator code runs, with the fake backend too); with the lowest clients,
-# the Docker and Kubernetes integration tiers too (the local cluster must be up).
+# What runs on each: the unit tier and the Docker dag.test() tier; with the lowest clients,
+# the Docker and Kubernetes integration tiers too (the local cluster must be up). An older
+# Airflow gets the dependency versions of its release day (scripts/airflow_venv.py).
 tiers() {
   case "$1" in
-    3.2.*) echo "tests/unit" ;;
     # (the log-loss races of test_kube_logs_never_lost.py are about timing, not the client
     # libraries' API: they run in the main environment only)
     *+lowest)
