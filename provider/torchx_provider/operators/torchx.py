@@ -78,7 +78,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.sdk import BaseOperator
 
@@ -93,8 +93,9 @@ from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from torchx_provider.hooks.base import TorchXHookBase
+    from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
     from torchx_provider.schedulers.api import Scheduler
+    from torchx_provider.schedulers.labels import TaskInstanceKey
     from torchx_provider.triggers.events import JobEvent
 
 
@@ -296,7 +297,7 @@ class TorchXOperator(BaseOperator):
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from torchx_provider.operators.following import follow_deadline, follow_here, job_trigger
+        from torchx_provider.operators.following import follow_deadline, follow_here
         from torchx_provider.operators.submission import job_url
 
         plan = self.prepare(context)
@@ -324,25 +325,69 @@ class TorchXOperator(BaseOperator):
             plan.scheduler.close()
             self._scheduler_client = None
             ti.xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
-            trigger = job_trigger(
-                plan.target, app_id, plan.ti_key, self.following, self.lifecycle, deadline
-            )
-            timeout = (
-                None
-                if deadline is None
-                else max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
-            )
-            self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
+            self._defer(plan.target, app_id, plan.ti_key, deadline, now)
         event = asyncio.run(
             follow_here(plan.target, app_id, self.following, self.lifecycle, self.log, deadline)
         )
         return self._finish(context, event, plan.scheduler)
 
-    def execute_complete(self, context: Context, event: Mapping[str, Any]) -> Any:
-        """Resumed from :class:`~torchx_provider.triggers.TorchXJobTrigger` with its event."""
+    def _defer(
+        self,
+        target: BackendTarget,
+        app_id: str,
+        ti_key: TaskInstanceKey,
+        deadline: datetime | None,
+        now: datetime,
+    ) -> NoReturn:
+        """Hand ``app_id`` to the triggerer; the app id rides along to
+        :meth:`execute_complete`, which checks that the event is about it."""
+        from torchx_provider.operators.following import job_trigger
+
+        trigger = job_trigger(target, app_id, ti_key, self.following, self.lifecycle, deadline)
+        timeout = (
+            None
+            if deadline is None
+            else max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            kwargs={"app_id": app_id},
+            timeout=timeout,
+        )
+
+    def execute_complete(
+        self, context: Context, event: Mapping[str, Any], app_id: str | None = None
+    ) -> Any:
+        """Resumed from :class:`~torchx_provider.triggers.TorchXJobTrigger` with its event.
+
+        An event about another app than the one this try deferred on (``app_id``) is left
+        from a trigger of an earlier try -- one still running in a triggerer when the task
+        was cleared, whose event can reach the new deferral -- so it is set aside and this
+        try defers again on its own app (from its log checkpoint: nothing is repeated).
+        """
+        from torchx_provider.operators.following import follow_deadline
+        from torchx_provider.operators.submission import task_instance_key
         from torchx_provider.triggers.events import JobEvent
 
-        return self._finish(context, JobEvent.from_payload(event), None)
+        job_event = JobEvent.from_payload(event)
+        if app_id is not None and job_event.app_id != app_id:
+            self.log.warning(
+                "ignoring an event about app %s (%s): this try follows app %s; following it again",
+                job_event.app_id,
+                job_event.state.name,
+                app_id,
+            )
+            ti = context["ti"]
+            now = datetime.now(timezone.utc)
+            deadline = follow_deadline(
+                getattr(ti, "start_date", None),
+                self.execution_timeout,
+                self.following.follow_timeout,
+                now,
+            )
+            self._defer(self.get_hook().get_target(), app_id, task_instance_key(ti), deadline, now)
+        return self._finish(context, job_event, None)
 
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context

@@ -285,3 +285,53 @@ def test_a_cleared_task_does_not_reattach_to_the_job_of_a_try_before_the_clear(
     apps = live_apps(plan, None, log, first_try_since_clear(TI, 1))
     assert (apps.resumable, apps.superseded) == ([], [before])
     assert first_try_since_clear(object(), 1) == 1  # a task instance that does not say
+
+
+def test_an_event_about_another_app_is_set_aside_and_the_try_defers_again(
+    fake_cluster: Any,
+) -> None:
+    """A trigger of a try before a clear can still be running in a triggerer and fire into
+    the new try's deferral: its event names the earlier app, so the new try follows its own
+    app again instead of ending with the earlier one's outcome."""
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
+
+    from torchx_provider.specs import AppState
+    from torchx_provider.triggers.events import EventKind, JobEvent
+
+    pushed: dict[str, Any] = {}
+
+    class TI:
+        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 2, None
+
+        def xcom_push(self, key: str, value: Any) -> None:
+            pushed[key] = value
+
+    def event(app_id: str, state: AppState) -> dict[str, Any]:
+        return JobEvent(EventKind.FINISHED, app_id, state).to_payload()
+
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(
+            {"ti": TI()},  # type: ignore[arg-type]
+            event("earlier-try-app", AppState.CANCELLED),
+            app_id="this-try-app",
+        )
+    again = deferred.value
+    assert again.method_name == "execute_complete"
+    assert again.kwargs == {"app_id": "this-try-app"}
+    assert again.trigger.serialize()[1]["app_id"] == "this-try-app"
+    assert pushed == {}  # nothing of the earlier app's outcome recorded
+    result = op.execute_complete(
+        {"ti": TI()},  # type: ignore[arg-type]
+        event("this-try-app", AppState.SUCCEEDED),
+        app_id="this-try-app",
+    )
+    assert result["state"] == "SUCCEEDED" and pushed["final_state"] == "SUCCEEDED"
+    # an event from before the app id rode along (a deferral of an older version) is kept
+    op.execute_complete(
+        {"ti": TI()},  # type: ignore[arg-type]
+        event("any-app", AppState.SUCCEEDED),
+    )
