@@ -103,18 +103,26 @@ def follower_main(kubeconfig: str, namespace: str) -> None:
             await asyncio.sleep(TICK)
             lags.append(loop.time() - t - TICK)
 
+    class TimedFollower(JobFollower):
+        """Notes when the follow saw the app end (before its logs are read to the end)."""
+
+        seen_end = 0.0
+
+        async def _finish_logs(self) -> None:
+            self.seen_end = time.time()
+            await super()._finish_logs()
+
     async def follow(app_id: str, delay: float) -> None:
         # Deferred tasks arrive at any time: their cycles are spread over the interval.
         await asyncio.sleep(delay)
         # As TorchXJobTrigger.run: the client is made off the loop, then the follow loop.
         client = await asyncio.to_thread(backend.create_async_client, **client_kwargs)
+        follower = TimedFollower(client, app_id, log=Discard(), poll_interval=POLL_INTERVAL)
         try:
-            event = await JobFollower(
-                client, app_id, log=Discard(), poll_interval=POLL_INTERVAL
-            ).run()
+            event = await follower.run()
         finally:
             await client.close()
-        say(f"event {app_id} {time.time():.6f} {event.state.name}")
+        say(f"event {app_id} {time.time():.6f} {event.state.name} {follower.seen_end:.6f}")
 
     async def commands(window: dict[str, float]) -> None:
         loop = asyncio.get_running_loop()
@@ -440,6 +448,7 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
         )
         assert child.stdin is not None and child.stdout is not None
         events: dict[str, tuple[float, str]] = {}
+        seen_end: dict[str, float] = {}  # when the follower saw the app end
         replies: list[str] = []
         got_reply = threading.Condition()
 
@@ -447,8 +456,9 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
             assert child is not None and child.stdout is not None
             for line in child.stdout:
                 if line.startswith("event "):
-                    _, app_id, at, state = line.split()
+                    _, app_id, at, state, seen = line.split()
                     events[app_id] = (float(at), state)
+                    seen_end[app_id] = float(seen)
                 else:
                     with got_reply:
                         replies.append(line.strip())
@@ -499,11 +509,11 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
             print(f"  [{n} jobs] {e}", file=sys.stderr, flush=True)
         timings["finish_s"] = time.monotonic() - t_finish
         completed.stop = True
-        latencies = [
-            events[a][0] - completed.completed[a.split(":", 1)[1]]
-            for a in app_ids
-            if a in events and a.split(":", 1)[1] in completed.completed
-        ]
+        measured = [a for a in app_ids if a in events and a.split(":", 1)[1] in completed.completed]
+        latencies = [events[a][0] - completed.completed[a.split(":", 1)[1]] for a in measured]
+        # where the latency goes: until the follower saw the job end, then its logs' ends
+        seeing = [seen_end[a] - completed.completed[a.split(":", 1)[1]] for a in measured]
+        draining = [events[a][0] - seen_end[a] for a in measured]
         states = Counter(state for _, state in events.values())
     finally:
         if child is not None:
@@ -543,6 +553,10 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
         "loop_lag_max_ms": stats["lag_max_ms"],
         "event_p50_s": percentile(latencies, 50),
         "event_p99_s": percentile(latencies, 99),
+        "seen_end_p50_s": percentile(seeing, 50),
+        "seen_end_p99_s": percentile(seeing, 99),
+        "logs_end_p50_s": percentile(draining, 50),
+        "logs_end_p99_s": percentile(draining, 99),
         "events": dict(states),
         "latencies_measured": len(latencies),
         "timings": timings,
@@ -561,6 +575,11 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"  status -> event latency p50 {r['event_p50_s']:.2f} s, p99 {r['event_p99_s']:.2f} s"
         f" ({r['latencies_measured']} jobs; events {r['events']})"
+    )
+    print(
+        f"    of which: status -> the follower sees it p50 {r['seen_end_p50_s']:.2f} s, p99"
+        f" {r['seen_end_p99_s']:.2f} s; then every replica's log read to its end p50"
+        f" {r['logs_end_p50_s']:.2f} s, p99 {r['logs_end_p99_s']:.2f} s"
     )
     t = r["timings"]
     print("  timings: " + ", ".join(f"{k.removesuffix('_s')} {v:.0f} s" for k, v in t.items()))

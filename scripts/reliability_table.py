@@ -43,6 +43,7 @@ ORDER = [
     "clock-behind-30s",
     "clock-ahead-30s",
     "namespace-mismatch",
+    "replica-restart",
     "apiserver-restart",
     "docker-engine-restart",
 ]

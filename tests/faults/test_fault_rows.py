@@ -92,6 +92,9 @@ class Row:
     #: the job goes to this namespace (``namespace`` run option) while the follower's and
     #: submitter's kubeconfig names the tier's own; ``inject`` then runs a retry's lookup
     job_namespace: str | None = None
+    #: the pods run until the row ends them, replica 0 is made to crash when the fault is
+    #: injected and Volcano restarts it (RestartTask): each pod instance has a log of its own
+    restarts: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -293,6 +296,17 @@ def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable
 
 ROWS.append(
     Row(
+        "replica-restart",
+        "replica 0's container exits with 1 while it runs; Volcano restarts it (RestartTask) "
+        "and the new pod runs to the end",
+        "followed through both pods to the end: every line of each",
+        8,
+        fault_for("pass"),  # replaced by run_row: the crash needs the row's pod
+        restarts=True,
+    )
+)
+ROWS.append(
+    Row(
         "apiserver-restart",
         "kube-apiserver stopped (SIGTERM; SIGKILL if still up after 30 s), started again "
         "5 s after it exited",
@@ -316,8 +330,21 @@ def scheduler(kube_cluster: Any) -> Iterator[Any]:
     s.close()
 
 
-def app_for(kube_cluster: Any, name: str, run_seconds: float) -> specs.AppDef:
-    behaviour = kube_cluster.pod_behaviour(run_seconds=run_seconds, start_seconds=0.5)
+def app_for(
+    kube_cluster: Any, name: str, run_seconds: float, restarts: bool = False
+) -> specs.AppDef:
+    if restarts:
+        # Running until the row ends it (or crashes it); a restarted pod is Pending long
+        # enough for the row's printer to give the new instance its own log first
+        behaviour = kube_cluster.pod_behaviour(run_seconds=0, start_seconds=1.5, keep_running=True)
+        retries: dict[str, Any] = {
+            # Volcano at times replaces a pod again before it ran: room for that
+            "max_retries": 3,
+            "retry_policy": specs.RetryPolicy.REPLICA,
+        }
+    else:
+        behaviour = kube_cluster.pod_behaviour(run_seconds=run_seconds, start_seconds=0.5)
+        retries = {}
     return specs.AppDef(
         name,
         [
@@ -329,6 +356,7 @@ def app_for(kube_cluster: Any, name: str, run_seconds: float) -> specs.AppDef:
                 num_replicas=2,
                 resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
                 metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+                **retries,
             )
         ],
     )
@@ -349,7 +377,12 @@ def pod_names(info: Any) -> dict[str, str]:
 
 
 class Printer(threading.Thread):
-    """Appends ``<key> line <n>`` to each pod's log every :data:`LINE_EVERY` s until ``until``."""
+    """Appends ``<key> line <n>`` to each pod's log every :data:`LINE_EVERY` s until ``until``.
+
+    With ``instances``, as a container would: each instance (uid) of a pod gets a log file
+    of its own when it appears, and lines are written only while it runs; the numbering of a
+    replica goes on across its instances. ``uids`` lists each pod's instances, in order.
+    """
 
     def __init__(
         self,
@@ -358,24 +391,107 @@ class Printer(threading.Thread):
         until: float,
         skew: float = 0.0,
         namespace: str | None = None,
+        instances: bool = False,
     ) -> None:
         super().__init__(daemon=True)
         self.kube_cluster, self.pods, self.until = kube_cluster, pods, until
         self.skew, self.namespace = dt.timedelta(seconds=skew), namespace
+        self.instances = instances
         self.written: dict[str, list[str]] = {key: [] for key in pods}
+        self.uids: dict[str, list[str]] = {key: [] for key in pods}
         self.stop = threading.Event()
+        self.error: BaseException | None = None
 
     def run(self) -> None:
-        n = 0
+        try:
+            self._run()
+        except BaseException as e:  # reported by the row
+            self.error = e
+
+    def _run(self) -> None:
+        api = None
+        if self.instances:
+            from kubernetes import client
+
+            api = client.CoreV1Api(self.kube_cluster.api_client())
         while not self.stop.is_set() and time.monotonic() < self.until:
             for key, pod in self.pods.items():
-                text = f"{key} line {n}"
+                tag = None
+                if api is not None:
+                    tag = self._running_instance(api, key, pod)
+                    if tag is None:
+                        continue  # not running: writes nothing
+                text = f"{key} line {len(self.written[key])}"
                 # stamped as the node's kubelet would, by the node's clock
                 stamp = dt.datetime.now(dt.timezone.utc) + self.skew
-                self.kube_cluster.append_pod_logs(pod, [(stamp, text)], namespace=self.namespace)
+                self.kube_cluster.append_pod_logs(
+                    pod, [(stamp, text)], namespace=self.namespace, file_tag=tag
+                )
                 self.written[key].append(text)
-            n += 1
             self.stop.wait(LINE_EVERY)
+
+    def _running_instance(self, api: Any, key: str, pod: str) -> str | None:
+        """The uid of ``pod`` if it runs (a new one gets its log file first)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found = api.read_namespaced_pod(pod, self.namespace or self.kube_cluster.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        uid = str(found.metadata.uid)
+        if uid not in self.uids[key]:
+            self.kube_cluster.set_pod_logs(pod, [], namespace=self.namespace, file_tag=uid)
+            self.uids[key].append(uid)
+        return uid if found.status.phase == "Running" else None
+
+
+def set_pod_annotations(kube_cluster: Any, pod: str, annotations: dict[str, str]) -> None:
+    from kubernetes import client
+
+    api = client.CoreV1Api(kube_cluster.api_client())
+    body = {"metadata": {"annotations": annotations}}
+    api.patch_namespaced_pod(pod, kube_cluster.namespace, body)
+
+
+def crash_replica(kube_cluster: Any, pod: str) -> Callable[[Any, float], Awaitable[None]]:
+    """The replica's container exits with 1 (kwok ends the pod Failed at once)."""
+    prefix = "cluster.torchx.test/"
+
+    async def inject(proxy: Any, seconds: float) -> None:
+        crash = {f"{prefix}exit-code": "1", f"{prefix}reason": "Error"}
+        await asyncio.to_thread(
+            set_pod_annotations, kube_cluster, pod, {**crash, f"{prefix}keep-running": "false"}
+        )
+        proxy.injected.append((time.monotonic(), "replica-crash", pod))
+        await asyncio.sleep(seconds)
+
+    return inject
+
+
+async def end_pods(kube_cluster: Any, pods: dict[str, str], at: float) -> None:
+    """From ``at`` on, end every running pod of the row with exit code 0 (what runs until
+    the row ends it), again for any that starts later, until cancelled."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CoreV1Api(kube_cluster.api_client())
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+    flag = "cluster.torchx.test/keep-running"
+    while True:
+        for pod in pods.values():
+            try:
+                found = await asyncio.to_thread(
+                    api.read_namespaced_pod, pod, kube_cluster.namespace
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                continue
+            if (found.metadata.annotations or {}).get(flag) == "true":
+                await asyncio.to_thread(set_pod_annotations, kube_cluster, pod, {flag: "false"})
+        await asyncio.sleep(1.0)
 
 
 def jobs_of(kube_cluster: Any, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -431,15 +547,16 @@ async def run_row(
     row: Row, kube_cluster: Any, scheduler: Any, proxy: Any, kubeconfig: str, name: str
 ) -> dict[str, Any]:
     run_seconds = FAULT_AT + row.seconds + 5
-    app = app_for(kube_cluster, name, run_seconds)
+    app = app_for(kube_cluster, name, run_seconds, restarts=row.restarts)
     cfg = {"queue": "default", **row.cfg}
     if row.job_namespace:
         cfg["namespace"] = row.job_namespace
     key = TaskInstanceKey("faults", row.id, f"manual__{name}", -1, 1)
     info = scheduler.submit_dryrun(app, cfg, ti_key=key)
     pods = pod_names(info)
-    for pod in pods.values():
-        kube_cluster.set_pod_logs(pod, [], namespace=row.job_namespace)
+    if not row.restarts:
+        for pod in pods.values():
+            kube_cluster.set_pod_logs(pod, [], namespace=row.job_namespace)
     started = time.monotonic()
     printer = Printer(
         kube_cluster,
@@ -447,6 +564,7 @@ async def run_row(
         until=started + run_seconds - 2,
         skew=row.skew,
         namespace=row.job_namespace,
+        instances=row.restarts,
     )
     printer.start()
     app_id = scheduler.schedule(info)
@@ -454,6 +572,10 @@ async def run_row(
     retry_found: list[str] = []
     if row.job_namespace:
         row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
+    ender: asyncio.Task[None] | None = None
+    if row.restarts:
+        row.inject = crash_replica(kube_cluster, pods["trainer/0"])
+        ender = asyncio.create_task(end_pods(kube_cluster, pods, started + run_seconds - 2))
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in pods}
     timeout = run_seconds + row.seconds + 120
@@ -497,12 +619,15 @@ async def run_row(
             for key in pods:
                 lines[key] += log2.of(key)
     finally:
-        injector.cancel()
-        with contextlib.suppress(BaseException):
-            await injector
+        for task in (injector, ender):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         proxy.clear()
         printer.stop.set()
         printer.join()
+    assert printer.error is None, printer.error
     elapsed = time.monotonic() - started
     # only the numbered lines count (kwok may add lines of its own, e.g. its fsnotify errors)
     lines = {k: [t for t in v if t.startswith(f"{k} line ")] for k, v in lines.items()}
@@ -532,6 +657,7 @@ async def run_row(
         "orphans": orphans,
         "duplicates": max(0, len(jobs) - 1) + missed,
         "retry_found": retry_found,
+        "pod_instances": {k: len(v) for k, v in printer.uids.items()} if row.restarts else {},
         "seconds": round(elapsed, 1),
         "restart": [t for _, kind, t in proxy.injected if kind == "apiserver-restart"],
         "injected": dict(sorted(Counter(kind for _, kind, _ in proxy.injected).items())),
@@ -550,6 +676,8 @@ def check(row: Row, result: dict[str, Any], events: list[tuple[str, str, str]]) 
         assert len(events) == 1 and events[0][:2] == (EventKind.FINISHED.value, row.final.name), (
             result
         )
+    if row.restarts:
+        assert result["pod_instances"]["trainer/0"] >= 2, result  # it did crash and restart
     assert result["lines_lost"] == 0, result
     assert result["lines_repeated"] <= REPEAT_BOUND, result
     assert result["orphans"] == 0, result
