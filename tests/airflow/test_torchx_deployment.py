@@ -258,6 +258,7 @@ def test_marking_a_running_worker_task_failed_cancels_its_job(
 
 
 def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_engine: Any) -> None:
+    started = time.monotonic()
     dag_id = "torchx_deploy_restart"
     run_id = deployment.trigger(dag_id)
     app_id = deferred_app(deployment, dag_id, run_id)
@@ -294,6 +295,21 @@ def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_en
         assert repeats[rid] <= 8, f"replica {rid} repeated {repeats[rid]} lines"
     print(f"lines repeated after the triggerer restart: {repeats}")
     assert deployment.restarts["triggerer"] == 2
+    ti = deployment.ti(dag_id, run_id, "train")
+    record(
+        docker_engine,
+        dag_id,
+        "airflow-triggerer-restart",
+        "Airflow: the triggerer stopped (SIGTERM) while it follows the job, then started",
+        "the job keeps running; the new triggerer follows it to the end",
+        f"task success on try {ti['try_number']}, job followed to the end",
+        started,
+        apps={app_id},
+        ticks=seen,
+        lines_per_replica=LINES,
+        repeat_bound=2 * 8,  # both replicas
+        repeats=repeats,
+    )
 
 
 def test_a_triggerer_killed_with_sigkill_loses_no_line(
@@ -301,9 +317,10 @@ def test_a_triggerer_killed_with_sigkill_loses_no_line(
 ) -> None:
     """No graceful exit: what the killed triggerer forwarded after its last checkpoint is
     forwarded again by the next one (a bounded repeat), nothing is lost."""
+    started = time.monotonic()
     dag_id = "torchx_deploy_sigkill"
     run_id = deployment.trigger(dag_id)
-    deferred_app(deployment, dag_id, run_id)
+    app_id = deferred_app(deployment, dag_id, run_id)
 
     def forwarded() -> int:
         events = deployment.task_log_events(dag_id, run_id, "train")
@@ -332,6 +349,22 @@ def test_a_triggerer_killed_with_sigkill_loses_no_line(
         # store one (1-8 s measured): at most ~12 s of this job's 4 lines a second
         assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
     print(f"lines repeated after the triggerer was killed: {repeats}")
+    ti = deployment.ti(dag_id, run_id, "train")
+    record(
+        docker_engine,
+        dag_id,
+        "airflow-triggerer-sigkill",
+        "Airflow: the triggerer killed (SIGKILL) while it follows the job, then started",
+        "the job keeps running; the new triggerer follows it from the last checkpoint",
+        f"task success on try {ti['try_number']}, job followed to the end",
+        started,
+        apps={app_id},
+        ticks=seen,
+        lines_per_replica=LINES,
+        repeat_bound=2 * 48,  # both replicas
+        notes="repeats: what was forwarded after the last checkpoint (at most ~12 s of lines)",
+        repeats=repeats,
+    )
 
 
 def metadata_rows(dep: Deployment, query: str) -> list[tuple[Any, ...]]:
@@ -450,12 +483,62 @@ def seconds_until_stopped(client: Any, app_id: str, since: float) -> float:
     return time.monotonic() - since
 
 
+def record(
+    client: Any,
+    dag_id: str,
+    row_id: str,
+    fault: str,
+    expected: str,
+    outcome: str,
+    started: float,
+    *,
+    apps: set[str] | frozenset[str] = frozenset(),
+    jobs_expected: int = 1,
+    ticks: dict[int, list[int]] | None = None,
+    lines_per_replica: int = 0,
+    repeat_bound: int = 0,
+    notes: str = "",
+    **measured: Any,
+) -> None:
+    """One row of the README's reliability table, from what this test saw: orphans are the
+    task's jobs still running at the row's end, duplicates the jobs beyond the
+    ``jobs_expected`` ones (``apps`` seen during the row, and those still on the engine);
+    lines lost and repeated count the numbered ``ticks`` per replica when given."""
+    from reliability_results import airflow_row, record_row
+
+    cs = labelled(client, dag_id)
+    running = {c.labels[APP_ID_LABEL] for c in cs if c.status == "running"}
+    jobs = set(apps) | {c.labels[APP_ID_LABEL] for c in cs}
+    lost = repeated = 0
+    if ticks is not None:
+        lost = sum(len(set(range(lines_per_replica)) - set(t)) for t in ticks.values())
+        repeated = sum(len(t) - len(set(t)) for t in ticks.values())
+    record_row(
+        airflow_row(
+            row_id,
+            fault,
+            expected,
+            outcome,
+            lines=ticks is not None,
+            lost=lost,
+            repeated=repeated,
+            repeat_bound=repeat_bound,
+            orphans=len(running),
+            duplicates=max(0, len(jobs) - jobs_expected),
+            seconds=time.monotonic() - started,
+            notes=notes,
+            **measured,
+        )
+    )
+
+
 @pytest.mark.parametrize("state", ["success", "failed"])
 def test_marking_a_deferred_task_cancels_its_job_within_seconds(
     deployment: Deployment, docker_engine: Any, state: str
 ) -> None:
     """Marked success or failed in the UI: the job is cancelled (not left running) within
     USER_ACTION_SECONDS, and the task keeps the state the user gave it."""
+    started = time.monotonic()
     dag_id = f"torchx_deploy_mark_{state}"
     run_id = deployment.trigger(dag_id)
     app_id = running_app(deployment, docker_engine, dag_id, run_id)
@@ -469,6 +552,17 @@ def test_marking_a_deferred_task_cancels_its_job_within_seconds(
     )
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
     assert deployment.ti(dag_id, run_id, "train")["state"] == state
+    record(
+        docker_engine,
+        dag_id,
+        f"airflow-marked-{state}",
+        f"Airflow: a deferred task marked {state} by the user (REST API, as the UI does)",
+        f"the job is cancelled within {USER_ACTION_SECONDS:.0f} s; the task stays {state}",
+        f"job cancelled within {USER_ACTION_SECONDS:.0f} s; task {state}",
+        started,
+        apps={app_id},
+        stopped_seconds=round(took, 1),
+    )
     for c in containers(docker_engine, app_id):
         c.remove(force=True)
 
@@ -479,6 +573,7 @@ def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_on
     """Cleared while deferred: the user asked for the task to run again, so the running job
     is cancelled (within USER_ACTION_SECONDS) and the next try submits a new one instead of
     reattaching to the one being cancelled."""
+    started = time.monotonic()
     dag_id = "torchx_deploy_clear"
     run_id = deployment.trigger(dag_id)
     first = running_app(deployment, docker_engine, dag_id, run_id)
@@ -505,6 +600,20 @@ def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_on
     events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
     assert [e for e in events if e.startswith("submitted app") and second in e], events[:40]
     assert not [e for e in events if e.startswith("reattaching")], events[:40]
+    record(
+        docker_engine,
+        dag_id,
+        "airflow-cleared",
+        "Airflow: a deferred task cleared by the user",
+        f"the job is cancelled within {USER_ACTION_SECONDS:.0f} s; the next try submits a "
+        "new job (not the one being cancelled) and follows it",
+        f"first job cancelled within {USER_ACTION_SECONDS:.0f} s; task success on try 2 "
+        "with a new job",
+        started,
+        apps={first, second},
+        jobs_expected=2,
+        stopped_seconds=round(took, 1),
+    )
     for c in labelled(docker_engine, dag_id):
         c.remove(force=True)
 
@@ -516,6 +625,7 @@ def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
     """SIGKILL right after the job is created, before its handle is stored in
     ``task_state_store`` (found again by its labels) or after (found through the store):
     the retry follows that job to the end, and no second job is ever created."""
+    started = time.monotonic()
     dag_id = f"torchx_deploy_worker_killed_{when}_store"
     run_id = deployment.trigger(dag_id)
     apps: set[str] = set()
@@ -533,6 +643,21 @@ def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
     events = deployment.task_log_events(dag_id, run_id, "train", attempt=2)
     assert f"reattaching to app {app_id} left running by an earlier try" in events, events[:40]
     assert not any(e.startswith("submitted app") for e in events)
+    record(
+        docker_engine,
+        dag_id,
+        f"airflow-worker-killed-{when}-store",
+        "Airflow: the worker killed (SIGKILL) right after it created the job, "
+        + (
+            "before the job's handle was stored (found again by its labels)"
+            if when == "before"
+            else "after the job's handle was stored in task_state_store"
+        ),
+        "the retry reattaches to the job; never a second job",
+        f"task success on try {ti['try_number']}, reattached to the first job",
+        started,
+        apps=apps,
+    )
     for c in labelled(docker_engine, dag_id):
         c.remove(force=True)
 
@@ -544,6 +669,7 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
     threshold, so the other takes the trigger over; then it is resumed. Airflow cancels the
     resumed one's copy of the trigger: the job must not be cancelled, and is followed to the
     end, every line in the task log, repeats bounded."""
+    started = time.monotonic()
     dag_id = "torchx_deploy_frozen"
     run_id = deployment.trigger(dag_id)
     app_id = running_app(deployment, docker_engine, dag_id, run_id)
@@ -603,6 +729,21 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
         repeats[rid] = len(ticks) - FROZEN_LINES
         assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
     print(f"lines repeated across the frozen triggerer: {repeats}")
+    record(
+        docker_engine,
+        dag_id,
+        "airflow-triggerer-frozen",
+        "Airflow: two triggerers; the one following the job frozen (SIGSTOP) past the "
+        "heartbeat threshold, then resumed",
+        "the other triggerer takes over; the resumed one does not cancel the job",
+        f"task success on try {ti['try_number']}, job followed to the end, not cancelled",
+        started,
+        apps={app_id},
+        ticks=replica_ticks(events),
+        lines_per_replica=FROZEN_LINES,
+        repeat_bound=2 * 48,  # both replicas
+        repeats=repeats,
+    )
 
 
 def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
@@ -612,6 +753,7 @@ def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
     trigger waits, unassigned, and no ``on_kill`` can run when the user clears the task. The
     job is not left behind: the next try cancels it (a job of a try before the clear) before
     it submits a new one, and the triggerer, once back, follows the new job to the end."""
+    started = time.monotonic()
     dag_id = "torchx_deploy_clear_queued"
     triggerers = [name for name in deployment.procs if name.startswith("triggerer")]
     for name in triggerers:
@@ -661,5 +803,19 @@ def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
     submitted = [i for i, e in enumerate(events) if e.startswith("submitted app") and second in e]
     assert cancelled and submitted and cancelled[0] < submitted[0], events[:40]
     assert not [e for e in events if e.startswith("reattaching")], events[:40]
+    record(
+        docker_engine,
+        dag_id,
+        "airflow-cleared-without-triggerer",
+        "Airflow: a deferred task cleared while no triggerer runs (its trigger unassigned, "
+        "no on_kill can run)",
+        "the next try cancels the earlier job before it submits a new one; the triggerer, "
+        "once back, follows the new job",
+        "earlier job cancelled by the next try; task success on try 2 with a new job",
+        started,
+        apps={first, second},
+        jobs_expected=2,
+        stopped_seconds=round(took, 1),
+    )
     for c in labelled(docker_engine, dag_id):
         c.remove(force=True)

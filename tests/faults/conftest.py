@@ -8,8 +8,6 @@ skips outside CI and fails in CI when there is none).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,10 +18,6 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-#: one JSON object per row, keyed by row id; scripts/reliability_table.py renders it
-RESULTS = Path(
-    os.environ.get("TORCHX_FAULTS_RESULTS", REPO / ".ci-logs" / "faults" / "results.json")
-)
 
 
 def _load_kube_fixtures() -> Any:
@@ -96,15 +90,9 @@ def fault_proxy(fault_proxies: Callable[[], tuple[Any, str]]) -> tuple[Any, str]
     return fault_proxies()
 
 
-def record_row(row: dict[str, Any]) -> None:
-    """Add (or replace) one row of the reliability table in the results file."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    rows[row["id"]] = row
-    RESULTS.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
-
-
 @pytest.fixture
 def reliability() -> Any:
     """``reliability(row_dict)`` writes one row of the results file."""
+    from reliability_results import record_row
+
     return record_row

@@ -8,8 +8,9 @@ the follow's final event, the lines lost and repeated (by sequence number, per r
 the jobs left behind (orphans: not terminal once the row is done; duplicates: more than one
 job for the app) in the results file, then asserts the row's expectations.
 
-Outages meant to exceed the default ``outage_budget`` (600 s) are run shortened: budget and
-outage are divided by :data:`SHORTENED` and the table says so.
+Outages of 10 minutes and those around the default ``outage_budget`` (600 s) are run
+shortened: outage, budget and poll interval are divided by :data:`SHORTENED`, and the table
+says so.
 """
 
 from __future__ import annotations
@@ -182,6 +183,24 @@ ROWS = (
             poll_interval=POLL_INTERVAL / SHORTENED,
             notes=f"shortened {SHORTENED}x: budget 30 s (of 600 s), poll interval 0.5 s "
             "(of 10 s); outage 10 s over the budget",
+        ),
+        *(
+            Row(
+                f"{kind}-10min",
+                f"{fault} for 10 min, outage_budget 15 min",
+                "followed to the end",
+                600 / SHORTENED,
+                fault_for(kind, **kw),
+                outage_budget=900 / SHORTENED,
+                poll_interval=POLL_INTERVAL / SHORTENED,
+                notes=f"shortened {SHORTENED}x: outage 30 s, budget 45 s, poll interval 0.5 s "
+                "(of 10 s)",
+            )
+            for kind, fault, kw in (
+                ("503", "every request answered 503", {}),
+                ("429", "every request answered 429 (Retry-After: 2)", {"retry_after": 2}),
+                ("stall", "every response stalled", {}),
+            )
         ),
         Row(
             "watch-cut",
@@ -685,9 +704,9 @@ def check(row: Row, result: dict[str, Any], events: list[tuple[str, str, str]]) 
 
 
 #: rows long enough to run side by side (each with its own proxy, job and client), which
-#: keeps the tier short
-TOGETHER = [r for r in ROWS if r.id.endswith("-70s")]
-ALONE = [r for r in ROWS if r not in TOGETHER]
+#: keeps the tier short: groups of rows of one length
+TOGETHER = {length: [r for r in ROWS if r.id.endswith(f"-{length}")] for length in ("70s", "10min")}
+ALONE = [r for r in ROWS if not any(r in group for group in TOGETHER.values())]
 
 
 async def run_and_record(
@@ -731,19 +750,26 @@ async def test_fault_row(
     await run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
 
 
-async def test_fault_rows_of_70_seconds_side_by_side(
-    kube_cluster: Any, scheduler: Any, fault_proxies: Any, unique_name: Any, reliability: Any
+@pytest.mark.parametrize("length", list(TOGETHER))
+async def test_fault_rows_side_by_side(
+    length: str,
+    kube_cluster: Any,
+    scheduler: Any,
+    fault_proxies: Any,
+    unique_name: Any,
+    reliability: Any,
 ) -> None:
+    rows = TOGETHER[length]
     results = await asyncio.gather(
         *(
             run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
-            for row in TOGETHER
+            for row in rows
         ),
         return_exceptions=True,
     )
     failed = [
         f"{row.id}: {r!r}"
-        for row, r in zip(TOGETHER, results, strict=True)
+        for row, r in zip(rows, results, strict=True)
         if isinstance(r, BaseException)
     ]
     assert not failed, "\n".join(failed)

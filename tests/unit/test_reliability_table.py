@@ -69,3 +69,29 @@ def test_render_replaces_only_between_the_markers() -> None:
     out = m.render(text, {"none": row("none", [["finished", "SUCCEEDED", ""]])})
     assert out.startswith(f"a\n{m.START}\n| Fault |") and out.endswith(f"{m.END}\nb\n")
     assert "old" not in out
+
+
+def test_a_real_deployment_row_shows_its_outcome_and_the_bound_of_its_repeats() -> None:
+    m = _module()
+    rows = {
+        "airflow-triggerer-sigkill": row(
+            "airflow-triggerer-sigkill",
+            [],
+            outcome="task success, one try; job followed to the end",
+            lines_repeated=17,
+            repeat_bound=48,
+        ),
+        "airflow-marked-failed": row(
+            "airflow-marked-failed",
+            [],
+            outcome="job stopped",
+            lines_lost="n/a",
+            lines_repeated="n/a",
+        ),
+    }
+    lines = m.table(rows).splitlines()
+    sigkill = next(ln for ln in lines if "sigkill" in ln)
+    assert "| task success, one try; job followed to the end | 0 | ≤ 48 |" in sigkill
+    assert "17" not in sigkill  # the count varies from run to run; the table does not
+    marked = next(ln for ln in lines if "marked" in ln)
+    assert "| job stopped | n/a | n/a | 0 | 0 |" in marked

@@ -1,0 +1,66 @@
+"""The reliability table's results file: one JSON object per row, keyed by row id.
+
+The fault tier (``tests/faults``) and the real-deployment tests (``tests/airflow``) write
+their rows here; ``scripts/reliability_table.py`` renders them into the README's table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(
+    os.environ.get("TORCHX_FAULTS_RESULTS", REPO / ".ci-logs" / "faults" / "results.json")
+)
+#: the cell of a count a row does not make
+NOT_COUNTED = "n/a"
+
+
+def record_row(row: dict[str, Any]) -> None:
+    """Add (or replace) one row of the reliability table in the results file."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    rows[row["id"]] = row
+    RESULTS.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+
+
+def airflow_row(
+    id: str,
+    fault: str,
+    expected: str,
+    outcome: str,
+    *,
+    lines: bool,
+    lost: int = 0,
+    repeated: int = 0,
+    repeat_bound: int = 0,
+    orphans: int,
+    duplicates: int,
+    seconds: float,
+    notes: str = "",
+    **measured: Any,
+) -> dict[str, Any]:
+    """A row of a fault of Airflow itself, tested on the real deployment. ``outcome`` is what
+    the task and its job came to, in words that do not change from run to run; without
+    ``lines`` the row does not count log lines (its job is stopped, not followed to the
+    end). Repeats after a restart depend on when a checkpoint was last stored, so the table
+    shows their bound (``repeat_bound``, checked by the test) and the results the count."""
+    return {
+        "id": id,
+        "fault": fault,
+        "expected": expected,
+        "outcome": outcome,
+        "events": [],
+        "lines_lost": lost if lines else NOT_COUNTED,
+        "lines_repeated": repeated if lines else NOT_COUNTED,
+        **({"repeat_bound": repeat_bound} if lines and repeat_bound else {}),
+        "orphans": orphans,
+        "duplicates": duplicates,
+        "seconds": round(seconds, 1),
+        "notes": notes,
+        "measured": measured,
+        "ok": True,
+    }
