@@ -179,4 +179,22 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": connection_types(),
         "extra-links": ["torchx_provider.links.TorchXJobLink"],
+        "config": {
+            "torchx": {
+                "description": "Settings of the TorchX provider.",
+                "options": {
+                    "max_log_streams": {
+                        "description": "Log streams one process (a triggerer, or a worker "
+                        "following a job) holds open at once. Each running replica followed "
+                        "holds one; past the cap, replicas take turns of 20 s and an ended "
+                        "replica's last lines are read when its turn comes. Raise it when a "
+                        "triggerer follows more running replicas than this.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "2048",
+                        "default": "512",
+                    }
+                },
+            }
+        },
     }

@@ -6,6 +6,10 @@ forwards each HTTP/1.1 request to the real API server over a TLS connection of i
 reads every request head, so that a fault can be scoped to some requests; responses are
 copied through as they come. Bearer tokens pass; client certificates cannot.
 
+In front of a Docker engine it listens on a unix socket of its own and forwards in plain
+HTTP to the engine's socket (``FaultProxy(upstream_unix=..., listen_unix=...)``); its
+:attr:`~FaultProxy.url` is then the ``unix://`` URL to give the client.
+
 Tests drive it from their own thread or event loop::
 
     proxy = FaultProxy(upstream=("127.0.0.1", 17402), upstream_ca="ca.crt", cert=cert)
@@ -213,10 +217,24 @@ def _status_body(code: int, reason: str, message: str) -> bytes:
 class FaultProxy:
     """See the module docstring."""
 
-    def __init__(self, *, upstream: tuple[str, int], upstream_ca: str, cert: ServingCert) -> None:
+    def __init__(
+        self,
+        *,
+        upstream: tuple[str, int] = ("127.0.0.1", 0),
+        upstream_ca: str = "",
+        cert: ServingCert | None = None,
+        upstream_unix: str | None = None,
+        listen_unix: str | None = None,
+    ) -> None:
+        if (upstream_unix is None) != (listen_unix is None):
+            raise ValueError("upstream_unix and listen_unix go together (a Docker engine)")
+        if upstream_unix is None and cert is None:
+            raise ValueError("a TLS proxy needs its serving certificate")
         self.upstream = upstream
         self.upstream_ca = upstream_ca
         self.cert = cert
+        self.upstream_unix = upstream_unix
+        self.listen_unix = listen_unix
         self.port = 0
         self.fault = Fault()
         #: (monotonic time, kind, target) of every request a fault answered or held
@@ -232,6 +250,8 @@ class FaultProxy:
     # -- life cycle -------------------------------------------------------------------
     @property
     def url(self) -> str:
+        if self.listen_unix is not None:
+            return f"unix://{self.listen_unix}"
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> FaultProxy:
@@ -345,6 +365,10 @@ class FaultProxy:
     # -- serving -----------------------------------------------------------------------
     async def _listen(self) -> None:
         self._changed = asyncio.Event()
+        if self.listen_unix is not None:
+            self._server = await asyncio.start_unix_server(self._serve, path=self.listen_unix)
+            return
+        assert self.cert is not None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.cert.cert_file, self.cert.key_file)
         context.set_alpn_protocols(["http/1.1"])
@@ -414,11 +438,16 @@ class FaultProxy:
                         await self._stalled(target, watch)
                 conn.target, conn.is_watch = target, watch
                 if conn.upstream is None or conn.upstream.is_closing():
-                    up_reader, conn.upstream = await asyncio.open_connection(
-                        *self.upstream,
-                        ssl=self._upstream_context(),
-                        server_hostname=self.upstream[0],
-                    )
+                    if self.upstream_unix is not None:
+                        up_reader, conn.upstream = await asyncio.open_unix_connection(
+                            self.upstream_unix
+                        )
+                    else:
+                        up_reader, conn.upstream = await asyncio.open_connection(
+                            *self.upstream,
+                            ssl=self._upstream_context(),
+                            server_hostname=self.upstream[0],
+                        )
                     conn.tasks.append(asyncio.create_task(self._pump(conn, up_reader)))
                 self.forwarded.append(target)
                 conn.upstream.write(head + body)

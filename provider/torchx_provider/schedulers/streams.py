@@ -1,8 +1,9 @@
 """How many log streams one process holds open, and who gets the next free one.
 
 A triggerer may follow thousands of replicas; each followed container holds one HTTP stream
-while it runs. :class:`StreamSlots` caps them per event loop (:data:`MAX_STREAMS`) and hands
-free slots out first come, first served. A stream that has held its slot for
+while it runs. :class:`StreamSlots` caps them per event loop (:func:`stream_cap`: Airflow's
+``[torchx] max_log_streams``, default :data:`MAX_STREAMS`) and hands free slots out first
+come, first served. A stream that has held its slot for
 :data:`SLICE` seconds while others wait gives it up at its next pause and queues again
 (its reader resumes from its cursor, so nothing is lost -- lines wait in the backend's log
 meanwhile): past the cap, every replica's lines still come, in turns.
@@ -17,10 +18,37 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-#: Log streams one event loop holds open at once.
+#: Log streams one event loop holds open at once, unless ``[torchx] max_log_streams`` is set.
 MAX_STREAMS = 512
 #: Seconds a stream keeps its slot while others wait for one.
 SLICE = 20.0
+
+
+def stream_cap() -> int:
+    """How many log streams one event loop may hold: Airflow's ``[torchx] max_log_streams``
+    (or ``AIRFLOW__TORCHX__MAX_LOG_STREAMS``) where Airflow is installed and it is set, else
+    :data:`MAX_STREAMS`. A value that is not a whole number of at least 1 is an
+    :class:`~torchx_provider.errors.InvalidOptionError` naming the setting."""
+    try:
+        from torchx_provider.compat import airflow_conf
+
+        raw = airflow_conf().get("torchx", "max_log_streams", fallback=None)
+    except ImportError:  # used without Airflow
+        return MAX_STREAMS
+    if raw is None or not str(raw).strip():
+        return MAX_STREAMS
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        from torchx_provider.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            f"[torchx] max_log_streams={raw!r} must be a whole number of at least 1 (the "
+            f"log streams one triggerer process holds open; default {MAX_STREAMS})"
+        )
+    return value
 
 
 class Slot:
@@ -57,7 +85,7 @@ class StreamSlots:
         loop = asyncio.get_running_loop()
         found = cls._by_loop.get(loop)
         if found is None:
-            found = cls._by_loop[loop] = cls()
+            found = cls._by_loop[loop] = cls(stream_cap())
         return found
 
     @asynccontextmanager

@@ -144,6 +144,11 @@ class LogPumps:
             except TorchXProviderError as e:
                 self._unreadable_source(key, e)
                 counts = True
+            except Exception as e:  # a client library's error no translation knew
+                # Never a silent end of one replica's lines: said once, and read again from
+                # the cursor like any failed read.
+                self._unreadable_source(key, TorchXProviderError(f"{type(e).__name__}: {e}"))
+                counts = True
             if self.ended.is_set():
                 # The app ended: a few quick tries for its last lines, counted from its end
                 # and only while the backend answers (an outage is ridden out until

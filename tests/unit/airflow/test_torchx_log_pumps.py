@@ -138,3 +138,21 @@ async def test_the_tries_of_an_outage_before_the_end_do_not_use_up_the_final_one
     assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
         f"[t/0] line {i}" for i in range(3)
     ]
+
+
+async def test_an_error_no_translation_knew_is_said_and_retried_not_a_silent_end() -> None:
+    """A client library's own error (here a broken chunked response) must not end one
+    replica's lines quietly: it is named once and the source is read on from its cursor."""
+    client = Flaky(6, [RuntimeError("Connection broken: IncompleteRead(0 bytes read)")])
+    log = Log()
+    cursors: dict[str, LogCursor] = {}
+    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    await asyncio.sleep(0.2)
+    await pumps.finish(5)
+    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
+        f"[t/0] line {i}" for i in range(6)
+    ]
+    warned = [ln for ln in log.lines if "cannot be read" in ln]
+    assert len(warned) == 1 and "RuntimeError: Connection broken" in warned[0], log.lines
+    assert not pumps.unread

@@ -118,6 +118,10 @@ def test_provider_info_matches_airflows_schema() -> None:
         "torchx_docker",
     }
     assert info["extra-links"] == ["torchx_provider.links.TorchXJobLink"]
+    streams = info["config"]["torchx"]["options"]["max_log_streams"]
+    from torchx_provider.schedulers.streams import MAX_STREAMS
+
+    assert streams["default"] == str(MAX_STREAMS) and streams["type"] == "integer"
 
 
 def test_importing_the_operators_loads_no_client_library() -> None:

@@ -121,6 +121,28 @@ def test_access_refused_is_backend_unavailable() -> None:
     assert isinstance(err, BackendUnavailableError) and err.status == 403
 
 
+def test_a_busy_or_unreachable_gateway_is_backend_unavailable_not_a_request_error() -> None:
+    for status in (429, 502, 503, 504):
+        err = translate_error(api_error(status, "upstream unavailable"), "inspecting a-1")
+        assert isinstance(err, BackendUnavailableError) and err.status == status, err
+    err = translate_error(api_error(500, "driver failed"), "starting")
+    assert isinstance(err, SubmissionError) and err.status == 500
+
+
+def test_a_response_cut_off_mid_stream_is_backend_unavailable() -> None:
+    import http.client
+
+    import urllib3.exceptions
+
+    for e in (
+        urllib3.exceptions.ProtocolError("Connection broken", http.client.IncompleteRead(b"")),
+        http.client.IncompleteRead(b""),
+        requests.exceptions.ChunkedEncodingError("broken"),
+    ):
+        err = translate_error(e, "reading the log of replica w/0")
+        assert isinstance(err, BackendUnavailableError) and err.status is None, (e, err)
+
+
 def test_connection_errors_are_backend_unavailable() -> None:
     err = translate_error(requests.exceptions.ConnectionError("refused"), "listing containers")
     assert isinstance(err, BackendUnavailableError) and "base_url" in str(err)

@@ -390,3 +390,24 @@ async def test_a_cancelled_waiter_does_not_leak_a_slot() -> None:
     await first
     await asyncio.gather(second, return_exceptions=True)
     assert slots.held == 0 and not slots.waiting
+
+
+def test_the_stream_cap_comes_from_airflows_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_provider.errors import InvalidOptionError
+    from torchx_provider.schedulers.kube.client_config import SPARE_CONNECTIONS
+    from torchx_provider.schedulers.streams import MAX_STREAMS, stream_cap
+
+    monkeypatch.delenv("AIRFLOW__TORCHX__MAX_LOG_STREAMS", raising=False)
+    assert stream_cap() == MAX_STREAMS
+    monkeypatch.setenv("AIRFLOW__TORCHX__MAX_LOG_STREAMS", "2048")
+    assert stream_cap() == 2048
+
+    async def made_in_a_loop() -> int:
+        return StreamSlots.current().limit
+
+    assert asyncio.run(made_in_a_loop()) == 2048
+    assert SPARE_CONNECTIONS > 0  # the client's pool: the streams, plus room for the rest
+    for bad in ("0", "-3", "many"):
+        monkeypatch.setenv("AIRFLOW__TORCHX__MAX_LOG_STREAMS", bad)
+        with pytest.raises(InvalidOptionError, match=r"\[torchx\] max_log_streams=.*at least 1"):
+            stream_cap()

@@ -337,6 +337,12 @@ def _hint(text: str) -> str:
     return ""
 
 
+#: HTTP statuses of the engine's endpoint that mean "not now": rate limited, or a gateway
+#: that cannot reach the engine. The engine's own 500s are errors of the request (a driver
+#: that failed, a container that cannot start) and are not retried.
+BUSY_STATUSES = frozenset({429, 502, 503, 504})
+
+
 def translate_error(e: BaseException, what: str, app_id: str | None = None) -> Exception | None:
     """The provider exception for a docker/connection exception raised while doing ``what``
     (``None``: not an engine error, let it propagate unchanged)."""
@@ -362,12 +368,33 @@ def translate_error(e: BaseException, what: str, app_id: str | None = None) -> E
                 status=status,
                 body=explanation,
             )
+        if status in BUSY_STATUSES:
+            # a proxy in front of the engine (a socket proxy, a TLS gateway) that cannot
+            # reach it, or one that limits the rate: try again later, as with an outage
+            return BackendUnavailableError(
+                f"{what}: the Docker engine's endpoint answered {status}: {explanation}",
+                status=status,
+                body=explanation,
+            )
         return SubmissionError(
             f"{what}: {explanation}{_hint(explanation)}", status=status, body=explanation
         )
+    import http.client
+
+    import urllib3.exceptions
+
     if isinstance(
         e,
-        (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError),
+        (
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            # a response cut off mid-stream (the connection broke while a log or the
+            # events were read)
+            urllib3.exceptions.ProtocolError,
+            http.client.IncompleteRead,
+            ConnectionError,
+        ),
     ):
         return BackendUnavailableError(
             f"{what}: cannot reach the Docker engine ({e}); check that dockerd is running and "

@@ -37,7 +37,7 @@ from torchx_provider.schedulers.kube.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
-from torchx_provider.schedulers.streams import MAX_STREAMS
+from torchx_provider.schedulers.streams import stream_cap
 
 #: Where a pod finds its own namespace (in-cluster configuration).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -59,10 +59,10 @@ class ConfigSource:
     path: str | None = None
 
 
-#: Connections the shared async client may open to one API server: every log stream the
-#: process may hold (:data:`~torchx_provider.schedulers.streams.MAX_STREAMS`), plus room for
+#: Connections the shared async client may open to one API server beyond the log streams
+#: the process may hold (:func:`~torchx_provider.schedulers.streams.stream_cap`): room for
 #: watches, reads and cancels.
-ASYNC_CONNECTIONS = MAX_STREAMS + 128
+SPARE_CONNECTIONS = 128
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class KubeClientConfig:
         # container holds a log stream (a connection) for as long as it runs, beside the
         # watches. The library's default of 100 connections would leave the 101st stream,
         # and then every watch and read, waiting for a free one.
-        configuration.connection_pool_maxsize = ASYNC_CONNECTIONS
+        configuration.connection_pool_maxsize = stream_cap() + SPARE_CONNECTIONS
         return client.ApiClient(configuration)
 
     async def _load(self, config: Any, configuration: Any, **extra: Any) -> None:

@@ -1,0 +1,195 @@
+"""Reliability rows for the Docker backend: faults of the engine's endpoint.
+
+The :mod:`fault_proxy` listens on a unix socket of its own in front of the test engine's
+socket; a 2-replica app whose replicas print a numbered line every 0.25 s is submitted
+straight to the engine and followed with the trigger's follow loop (:class:`JobFollower`
+over the real :class:`DockerAsyncClient`) through the proxy, at the trigger's default
+``poll_interval``. A few seconds in, the proxy resets every connection, answers every
+request 503 (as a socket proxy or TLS gateway whose engine is away) or stalls every
+response, for 5 s. The follow must ride it out: ``SUCCEEDED``, every line the containers
+printed (read from the engine afterwards) in the task log once, no container left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from torchx_provider.schedulers.docker import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+from torchx_provider.triggers.events import EventKind
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+#: numbered lines per replica, one every 0.25 s
+LINES = 60
+#: seconds from submission to the fault, and how long it lasts
+FAULT_AT, FAULT_FOR = 4.0, 5.0
+#: the trigger's default poll interval
+POLL_INTERVAL = 10.0
+KINDS = {
+    "reset": "every connection reset",
+    "503": "every request answered 503",
+    "stall": "every response stalled",
+}
+
+
+@pytest.fixture(scope="module")
+def engine_url(skip_or_fail: Callable[[str], NoReturn]) -> str:
+    """The test engine's unix socket URL (its image built if missing)."""
+    sys.path.insert(0, str(HERE.parent / "integration"))
+    try:
+        from docker_engine import open_docker_engine
+    finally:
+        sys.path.remove(str(HERE.parent / "integration"))
+    open_docker_engine(skip_or_fail).close()
+    url = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not url.startswith("unix://"):
+        skip_or_fail(f"the engine's fault proxy sits on a unix socket; DOCKER_HOST is {url}")
+    return url
+
+
+@pytest.fixture
+def engine_proxy(engine_url: str) -> Iterator[Any]:
+    sys.path.insert(0, str(HERE))
+    try:
+        from fault_proxy import FaultProxy
+    finally:
+        sys.path.remove(str(HERE))
+    # a short path: a unix socket's path is limited to 108 bytes
+    with tempfile.TemporaryDirectory(prefix="txp-", dir="/tmp") as tmp:
+        proxy = FaultProxy(
+            upstream_unix=engine_url.removeprefix("unix://"),
+            listen_unix=str(Path(tmp) / "engine.sock"),
+        ).start()
+        try:
+            yield proxy
+        finally:
+            proxy.stop()
+
+
+class TaskLog:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args if args else msg)
+
+    warning = info
+    error = info
+
+
+def app() -> AppDef:
+    script = (
+        "i=0; while [ $i -lt " + str(LINES) + " ]; do "
+        "echo worker/$TORCHX_REPLICA_IDX line $i; i=$((i+1)); sleep 0.25; done"
+    )
+    return AppDef(
+        "engine-faults",
+        [
+            Role(
+                "worker",
+                image="torchx-provider/busybox:latest",
+                entrypoint="sh",
+                args=["-c", script],
+                num_replicas=2,
+            )
+        ],
+    )
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_docker_engine_fault_row(
+    kind: str, engine_url: str, engine_proxy: Any, reliability: Any
+) -> None:
+    started = time.monotonic()
+    scheduler = create_scheduler("faults", base_url=engine_url)
+    app_id = scheduler.submit(app(), {"remove": False})  # read what they printed after
+    client = create_async_client(base_url=engine_proxy.url)
+    log = TaskLog()
+
+    async def fault() -> None:
+        await asyncio.sleep(FAULT_AT)
+        engine_proxy.set_fault(kind)
+        try:
+            await asyncio.sleep(FAULT_FOR)
+        finally:
+            engine_proxy.clear()
+
+    injector = asyncio.create_task(fault())
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, poll_interval=POLL_INTERVAL).run(), 180
+        )
+        await injector
+    finally:
+        injector.cancel()
+        await client.close()
+    import docker
+
+    raw = docker.DockerClient(base_url=engine_url, timeout=30)
+    try:
+        containers = raw.containers.list(
+            all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+        )
+        printed: dict[str, list[str]] = {}
+        for c in containers:
+            for line in c.logs(stdout=True, stderr=True).decode().splitlines():
+                printed.setdefault(line.split(" ")[0], []).append(line)
+        running_after = sum(1 for c in containers if c.status == "running")
+        state = scheduler.describe(app_id)
+        assert state is not None and is_terminal(state.state), state
+    finally:
+        raw.close()
+        scheduler.delete(app_id)
+        scheduler.close()
+    got: dict[str, list[str]] = {}
+    for line in log.lines:
+        if line.startswith("[worker/"):
+            text = line.split("] ", 1)[1]
+            got.setdefault(text.split(" ")[0], []).append(text)
+    lost = sum(len(set(printed[k]) - set(got.get(k, []))) for k in printed)
+    repeated = sum(len(v) - len(set(v)) for v in got.values())
+    result = {
+        "id": f"docker-{kind}-5s",
+        "fault": f"Docker engine's endpoint: {KINDS[kind]} for {FAULT_FOR:.0f} s",
+        "expected": "followed to the end",
+        "observed": f"{event.kind.value} {event.state.name}",
+        "events": [(event.kind.value, event.state.name, event.message)],
+        "lines_written": sum(len(v) for v in printed.values()),
+        "lines_lost": lost,
+        "lines_repeated": repeated,
+        "orphans": running_after,
+        "duplicates": 0,
+        "seconds": round(time.monotonic() - started, 1),
+        "injected": dict(sorted(Counter(k for _, k, _ in engine_proxy.injected).items())),
+        "repeated_sample": sorted(t for v in got.values() for t, n in Counter(v).items() if n > 1)[
+            :6
+        ],
+        "notes": "a fault proxy on a unix socket in front of the engine's",
+        "ok": False,
+    }
+    try:
+        assert engine_proxy.injected, "the fault was never applied to a request"
+        assert (event.kind, event.state) == (EventKind.FINISHED, AppState.SUCCEEDED), (
+            result,
+            log.lines[-30:],
+        )
+        assert sum(len(v) for v in printed.values()) == 2 * LINES, result
+        assert lost == 0, result
+        assert repeated == 0, result
+        assert running_after == 0, result
+        result["ok"] = True
+    finally:
+        reliability(result)
