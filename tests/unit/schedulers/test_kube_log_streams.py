@@ -411,3 +411,37 @@ def test_the_stream_cap_comes_from_airflows_config(monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv("AIRFLOW__TORCHX__MAX_LOG_STREAMS", bad)
         with pytest.raises(InvalidOptionError, match=r"\[torchx\] max_log_streams=.*at least 1"):
             stream_cap()
+
+
+async def test_an_ended_apps_read_goes_first_and_running_streams_make_room() -> None:
+    """Past the cap, the reads of an app that ended (its task's outcome waits on them) jump
+    the queue, also when the app ends while they wait, and a running app's stream gives its
+    slot up at once for them, its slice not over."""
+    slots = StreamSlots(limit=1, slice=3600.0)
+    order: list[str] = []
+    running_gate = asyncio.Event()
+    ended = asyncio.Event()
+
+    async def running() -> None:
+        async with slots.hold(asyncio.Event()) as slot:
+            order.append("running")
+            await asyncio.wait_for(slots.wanted.wait(), 1)
+            assert slot.should_yield and not slot.urgent
+            running_gate.set()
+
+    async def reader(name: str, app_ended: asyncio.Event) -> None:
+        async with slots.hold(app_ended) as slot:
+            order.append(name)
+            assert slot.urgent == app_ended.is_set()
+
+    first = asyncio.ensure_future(running())
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(reader("queued-running", asyncio.Event()))
+    late = asyncio.ensure_future(reader("ended-later", ended))
+    await asyncio.sleep(0.01)
+    assert len(slots.waiting) == 2 and not slots.wanted.is_set()
+    ended.set()  # its app ends while it waits behind another
+    await asyncio.wait_for(asyncio.gather(first, queued, late), 2)
+    assert order == ["running", "ended-later", "queued-running"]
+    assert slots.held == 0 and not slots.waiting and not slots.urgent
+    assert not slots.wanted.is_set()

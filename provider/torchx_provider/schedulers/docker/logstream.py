@@ -92,7 +92,7 @@ class ContainerLogFollower:
                     return
                 await self._pause()
                 continue
-            async with StreamSlots.current().hold():
+            async with StreamSlots.current().hold(self.ended):
                 async for lines, moved in self._stream(container, cursor, follow=not finished):
                     cursor = moved
                     yield lines, cursor

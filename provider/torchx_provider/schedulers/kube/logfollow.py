@@ -171,7 +171,11 @@ class ReplicaLogFollower:
         whether the instance has been read to its end (else the caller opens it again)."""
         resume = Resumed(cursor.at(instance.key))
         self._ended_cleanly = False
-        async with StreamSlots.current().hold() as slot:
+        slots = StreamSlots.current()
+        async with slots.hold(self.ended) as slot:
+            # what the cache says now: a container that ended while this waited for its
+            # turn is read to its end at once, without following
+            instance = self._fresh(instance, watch)
             try:
                 resp = await self._open(instance, resume.cursor, watch, changed)
                 if resp is None:
@@ -205,9 +209,12 @@ class ReplicaLogFollower:
                     if reader is None:
                         reader = asyncio.ensure_future(resp.content.read(READ_BYTES))
                     if woken is None:
-                        # once the app ended, only a change of the pods is news
+                        # once the app ended, only a change of the pods is news; and, for
+                        # a running app's stream, an ended app's read waiting for a slot
                         woken = asyncio.ensure_future(
-                            changed.wait() if self.ended.is_set() else _either(changed, self.ended)
+                            changed.wait()
+                            if self.ended.is_set()
+                            else _any_of(changed, self.ended, slots.wanted)
                         )
                     timeout = (
                         QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
@@ -229,7 +236,9 @@ class ReplicaLogFollower:
                         new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
                         if new:
                             yield new, resume.cursor, False
-                        continue
+                        if slot.urgent or not slot.should_yield:
+                            continue
+                        break  # an ended app's read (or a slice's end): queue again
                     if woken in done:
                         changed.clear()
                         woken = None
@@ -309,6 +318,14 @@ class ReplicaLogFollower:
                 if late is not None and not isinstance(late, BaseException):
                     late.release()  # answered just as it was given up
 
+    def _fresh(self, instance: ContainerInstance, watch: AppWatch) -> ContainerInstance:
+        """``instance`` as the cache shows it now (as it was if the cache cannot tell)."""
+        if not watch.healthy:
+            return instance
+        s = self.source
+        now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
+        return next((i for i in now if i.key == instance.key), instance)
+
     def _has_ended(self, instance: ContainerInstance, watch: AppWatch) -> bool:
         """Whether the cache shows ``instance`` ended, restarted or gone."""
         if not watch.healthy:
@@ -322,6 +339,16 @@ class ReplicaLogFollower:
 async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
     """Until ``a`` or ``b`` is set."""
     await _wait_any(a, b, None)
+
+
+async def _any_of(*events: asyncio.Event) -> None:
+    """Until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 async def _wait_any(
