@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from reliability_results import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 from torchx_provider.triggers.events import EventKind
@@ -77,17 +78,6 @@ def engine_proxy(engine_url: str) -> Iterator[Any]:
             yield proxy
         finally:
             proxy.stop()
-
-
-class TaskLog:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-    error = info
 
 
 def app() -> AppDef:

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from reliability_results import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 from torchx_provider.triggers.events import EventKind
@@ -156,16 +157,6 @@ def remove_containers(eng: Engine) -> None:
         client.close()
     except Exception:  # best effort: the engine and its data root go next
         pass
-
-
-class TaskLog:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
 
 
 @dataclass

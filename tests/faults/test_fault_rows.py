@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from reliability_results import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -49,23 +50,6 @@ REPEAT_BOUND = 0
 LINE_EVERY = 0.5
 #: seconds from submission to the fault: both pods run and their log streams are open
 FAULT_AT = 5.0
-
-
-class TaskLog:
-    """Stands in for the trigger's logger: every line, in order."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-    error = info
-
-    def of(self, key: str) -> list[str]:
-        prefix = f"[{key}] "
-        return [ln[len(prefix) :] for ln in self.lines if ln.startswith(prefix)]
 
 
 @dataclass

@@ -297,7 +297,7 @@ class TorchXOperator(BaseOperator):
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        from torchx_provider.operators.following import follow_deadline, follow_here
+        from torchx_provider.operators.following import follow_here
         from torchx_provider.operators.submission import job_url
 
         plan = self.prepare(context)
@@ -313,12 +313,7 @@ class TorchXOperator(BaseOperator):
             plan.scheduler.close()
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
         now = datetime.now(timezone.utc)
-        deadline = follow_deadline(
-            getattr(ti, "start_date", None),
-            self.execution_timeout,
-            self.following.follow_timeout,
-            now,
-        )
+        deadline = self._deadline(ti, now)
         if self.following.deferrable:
             from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
 
@@ -330,6 +325,18 @@ class TorchXOperator(BaseOperator):
             follow_here(plan.target, app_id, self.following, self.lifecycle, self.log, deadline)
         )
         return self._finish(context, event, plan.scheduler)
+
+    def _deadline(self, ti: Any, now: datetime) -> datetime | None:
+        """When following must end: the earlier of ``execution_timeout`` (from the try's
+        start) and ``follow_timeout`` (from now)."""
+        from torchx_provider.operators.following import follow_deadline
+
+        return follow_deadline(
+            getattr(ti, "start_date", None),
+            self.execution_timeout,
+            self.following.follow_timeout,
+            now,
+        )
 
     def _defer(
         self,
@@ -366,7 +373,6 @@ class TorchXOperator(BaseOperator):
         was cleared, whose event can reach the new deferral -- so it is set aside and this
         try defers again on its own app (from its log checkpoint: nothing is repeated).
         """
-        from torchx_provider.operators.following import follow_deadline
         from torchx_provider.operators.submission import task_instance_key
         from torchx_provider.triggers.events import JobEvent
 
@@ -380,13 +386,8 @@ class TorchXOperator(BaseOperator):
             )
             ti = context["ti"]
             now = datetime.now(timezone.utc)
-            deadline = follow_deadline(
-                getattr(ti, "start_date", None),
-                self.execution_timeout,
-                self.following.follow_timeout,
-                now,
-            )
-            self._defer(self.get_hook().get_target(), app_id, task_instance_key(ti), deadline, now)
+            target = self.get_hook().get_target()
+            self._defer(target, app_id, task_instance_key(ti), self._deadline(ti, now), now)
         return self._finish(context, job_event, None)
 
     def resume_execution(
