@@ -19,24 +19,6 @@ RESULTS = Path(
 NOT_COUNTED = "n/a"
 
 
-class TaskLog:
-    """Stands in for the trigger's logger in a row: every line, in order."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-    error = info
-
-    def of(self, key: str) -> list[str]:
-        """The lines of replica ``key`` (``role/replica``), without their prefix."""
-        prefix = f"[{key}] "
-        return [ln[len(prefix) :] for ln in self.lines if ln.startswith(prefix)]
-
-
 def record_row(row: dict[str, Any]) -> None:
     """Add (or replace) one row of the reliability table in the results file."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from reliability_results import TaskLog
+from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 from torchx_provider.triggers.events import EventKind

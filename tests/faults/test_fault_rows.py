@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from reliability_results import TaskLog
+from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey

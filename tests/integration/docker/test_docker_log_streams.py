@@ -7,26 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client
 from torchx_provider.specs.api import AppDef, AppState, Role
 from torchx_provider.triggers.follow import JobFollower
 
 IMAGE = "torchx-provider/busybox:latest"
-
-
-class TaskLog:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-
-    def of(self, key: str) -> list[str]:
-        prefix = f"[{key}] "
-        end = next((i for i, ln in enumerate(self.lines) if ln.startswith("::group::")), None)
-        return [ln[len(prefix) :] for ln in self.lines[:end] if ln.startswith(prefix)]
 
 
 async def follow(app_id: str) -> tuple[Any, TaskLog]:

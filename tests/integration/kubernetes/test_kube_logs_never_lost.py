@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState
@@ -28,24 +29,6 @@ from torchx_provider.triggers.follow import JobFollower
 pytestmark = pytest.mark.kubernetes
 
 QUEUE = "default"
-
-
-class TaskLog:
-    """Stands in for the trigger's logger: every line, in order."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-
-    def of(self, key: str) -> list[str]:
-        """The lines forwarded for ``key`` (not those the failure summary repeats)."""
-        prefix = f"[{key}] "
-        end = next((i for i, ln in enumerate(self.lines) if ln.startswith("::group::")), None)
-        return [ln[len(prefix) :] for ln in self.lines[:end] if ln.startswith(prefix)]
 
 
 @pytest.fixture

@@ -7,21 +7,12 @@ from typing import Any
 
 import torchx_fakes
 
+from task_log import TaskLog as Log
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import ReplicaRow
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failure_summary, replica_failure
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
 
 
 def submit(**meta: Any) -> str:

@@ -8,22 +8,13 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from task_log import TaskLog as Log
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.api import AsyncSchedulerClient
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
 from torchx_provider.triggers.logpump import LogPumps
 
 BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
-
-
-class Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
 
 
 class Flaky(AsyncSchedulerClient):

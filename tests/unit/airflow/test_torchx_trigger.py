@@ -10,26 +10,12 @@ from typing import Any
 import pytest
 import torchx_fakes
 
+from task_log import TaskLog as ListLog
 from torchx_provider.schedulers.logs import LogCursor, advance
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower, LogSelection, merge_cursors
 from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger
-
-
-class ListLog:
-    """Collects what a follow writes (stands in for the trigger's logger)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    warning = info
-
-    def replica_lines(self) -> list[str]:
-        return [ln for ln in self.lines if ln.startswith("[")]
 
 
 def submit(**meta: Any) -> str:
