@@ -76,6 +76,8 @@ with DAG("{dag_id}", **ARGS) as dag:
     assert app_id.startswith("count-t1")
     assert got["app_handle"].startswith("local_docker://")
     assert got["final_state"] == "SUCCEEDED"
+    # the deferral's progress XCom is gone with the deferral (pushed before deferring)
+    assert "torchx_log_cursors" not in got
     assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
         (0, "SUCCEEDED", 0),
         (1, "SUCCEEDED", 0),
@@ -103,6 +105,7 @@ with DAG("docker_failure", **ARGS) as dag:
     assert task_instances(dag_run)["train"].state == "failed"
     got = xcoms(dag_run, "train")
     assert got["final_state"] == "FAILED"
+    assert "torchx_log_cursors" not in got
     assert {r["replica_id"]: r["exit_code"] for r in got["replicas"]} == {0: 0, 1: 3}
     assert re.search(r"TorchX app fails-\w+ ended FAILED", text)
     assert "[worker/1] before" in text and "[worker/0] fine" in text

@@ -263,12 +263,8 @@ def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_en
     run_id = deployment.trigger(dag_id)
     app_id = deferred_app(deployment, dag_id, run_id)
 
-    def forwarded() -> int:
-        events = deployment.task_log_events(dag_id, run_id, "train")
-        return sum(1 for e in events if e.startswith("[worker/"))
-
     # a few poll cycles after the first one (which forwards the backlog since the start)
-    wait_for("lines in the task log", lambda: forwarded() >= 40, 120, interval=0.2)
+    wait_for_ticks(deployment, dag_id, run_id, 40, 120)
     deployment.stop("triggerer")
     assert any(c.status == "running" for c in containers(docker_engine, app_id)), (
         "a triggerer restart must not cancel the job"
@@ -281,18 +277,9 @@ def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_en
         240,
         interval=1,
     )
-    events = deployment.task_log_events(dag_id, run_id, "train")
-    seen: dict[int, list[int]] = {0: [], 1: []}
-    for event in events:
-        m = re.fullmatch(r"\[worker/(\d)\] replica \d tick (\d+)", event)
-        if m:
-            seen[int(m[1])].append(int(m[2]))
-    repeats = {}
-    for rid, ticks in seen.items():
-        assert set(ticks) == set(range(LINES)), f"replica {rid} lost lines"
-        repeats[rid] = len(ticks) - LINES
-        # one poll cycle (1 s) is at most ~4 lines of this job; allow scheduling jitter
-        assert repeats[rid] <= 8, f"replica {rid} repeated {repeats[rid]} lines"
+    seen = replica_ticks(deployment.task_log_events(dag_id, run_id, "train"))
+    # one poll cycle (1 s) is at most ~4 lines of this job; allow scheduling jitter
+    repeats = every_tick_once_or_bounded(seen, LINES, 8)
     print(f"lines repeated after the triggerer restart: {repeats}")
     assert deployment.restarts["triggerer"] == 2
     ti = deployment.ti(dag_id, run_id, "train")
@@ -322,11 +309,9 @@ def test_a_triggerer_killed_with_sigkill_loses_no_line(
     run_id = deployment.trigger(dag_id)
     app_id = deferred_app(deployment, dag_id, run_id)
 
-    def forwarded() -> int:
-        events = deployment.task_log_events(dag_id, run_id, "train")
-        return sum(1 for e in events if e.startswith("[worker/"))
-
-    wait_for("lines in the task log", lambda: forwarded() >= 40, 120, interval=0.2)
+    wait_for_ticks(deployment, dag_id, run_id, 40, 120)
+    # the next triggerer resumes from the progress the trigger keeps in an XCom meanwhile
+    assert "torchx_log_cursors" in deployment.xcom_keys(dag_id, run_id, "train")
     deployment.kill("triggerer")
     deployment.start("triggerer")
     wait_for(
@@ -335,19 +320,13 @@ def test_a_triggerer_killed_with_sigkill_loses_no_line(
         240,
         interval=1,
     )
-    events = deployment.task_log_events(dag_id, run_id, "train")
-    seen: dict[int, list[int]] = {0: [], 1: []}
-    for event in events:
-        m = re.fullmatch(r"\[worker/(\d)\] replica \d tick (\d+)", event)
-        if m:
-            seen[int(m[1])].append(int(m[2]))
-    repeats = {}
-    for rid, ticks in seen.items():
-        assert set(ticks) == set(range(LINES)), f"replica {rid} lost lines"
-        repeats[rid] = len(ticks) - LINES
-        # checkpoints: at most 1 s apart, 0.5 s late, plus the time the triggerer takes to
-        # store one (1-8 s measured): at most ~12 s of this job's 4 lines a second
-        assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
+    seen = replica_ticks(deployment.task_log_events(dag_id, run_id, "train"))
+    # checkpoints: at most 1 s apart, 0.5 s late, plus the time the triggerer takes to
+    # store one (1-8 s measured): at most ~12 s of this job's 4 lines a second
+    repeats = every_tick_once_or_bounded(seen, LINES, 48)
+    # ... and that XCom is gone once the task has its outcome
+    keys = deployment.xcom_keys(dag_id, run_id, "train")
+    assert "torchx_log_cursors" not in keys and "app_id" in keys, keys
     print(f"lines repeated after the triggerer was killed: {repeats}")
     ti = deployment.ti(dag_id, run_id, "train")
     record(
@@ -433,6 +412,29 @@ def replica_ticks(events: list[str]) -> dict[int, list[int]]:
         if m:
             seen[int(m[1])].append(int(m[2]))
     return seen
+
+
+def wait_for_ticks(dep: Deployment, dag_id: str, run_id: str, count: int, timeout: float) -> None:
+    """Until the task log holds ``count`` replica ticks (both replicas together)."""
+
+    def forwarded() -> int:
+        ticks = replica_ticks(dep.task_log_events(dag_id, run_id, "train"))
+        return sum(len(t) for t in ticks.values())
+
+    wait_for(f"{count} lines in the task log", lambda: forwarded() >= count, timeout, interval=0.2)
+
+
+def every_tick_once_or_bounded(
+    ticks: dict[int, list[int]], lines: int, bound: int
+) -> dict[int, int]:
+    """Every replica's every tick reached the task log, each replica repeating at most
+    ``bound`` of them; the repeats per replica."""
+    repeats = {}
+    for rid, got in ticks.items():
+        assert set(got) == set(range(lines)), f"replica {rid} lost lines"
+        repeats[rid] = len(got) - lines
+        assert repeats[rid] <= bound, f"replica {rid} repeated {repeats[rid]} lines"
+    return repeats
 
 
 APP_ID_LABEL = "torchx.pytorch.org/app-id"
@@ -673,18 +675,7 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
     dag_id = "torchx_deploy_frozen"
     run_id = deployment.trigger(dag_id)
     app_id = running_app(deployment, docker_engine, dag_id, run_id)
-    wait_for(
-        "lines in the task log",
-        lambda: (
-            sum(
-                len(t)
-                for t in replica_ticks(deployment.task_log_events(dag_id, run_id, "train")).values()
-            )
-            >= 20
-        ),
-        60,
-        interval=0.2,
-    )
+    wait_for_ticks(deployment, dag_id, run_id, 20, 60)
 
     def follower() -> Any:
         rows = metadata_rows(deployment, "SELECT triggerer_id, kwargs FROM trigger")
@@ -723,11 +714,7 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
         e for e in events if "trigger" in e.lower()
     ]
     assert not [e for e in events if e.startswith("task killed; cancelled app")]
-    repeats = {}
-    for rid, ticks in replica_ticks(events).items():
-        assert set(ticks) == set(range(FROZEN_LINES)), f"replica {rid} lost lines"
-        repeats[rid] = len(ticks) - FROZEN_LINES
-        assert repeats[rid] <= 48, f"replica {rid} repeated {repeats[rid]} lines"
+    repeats = every_tick_once_or_bounded(replica_ticks(events), FROZEN_LINES, 48)
     print(f"lines repeated across the frozen triggerer: {repeats}")
     record(
         docker_engine,

@@ -196,6 +196,11 @@ class Deployment:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
         return self.get(path + "?deserialize=true")["value"]
 
+    def xcom_keys(self, dag_id: str, run_id: str, task_id: str) -> list[str]:
+        """The keys of the task's XComs, as the UI's XCom tab lists them."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries"
+        return [str(e["key"]) for e in self.get(path)["xcom_entries"]]
+
     def clear(self, dag_id: str, run_id: str, task_id: str) -> None:
         """Clear the task instance, as the UI's "Clear" button does."""
         self.request(

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from docker_rows import compare, numbered_app, printed_by
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
-from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
 
@@ -80,32 +81,14 @@ def engine_proxy(engine_url: str) -> Iterator[Any]:
             proxy.stop()
 
 
-def app() -> AppDef:
-    script = (
-        "i=0; while [ $i -lt " + str(LINES) + " ]; do "
-        "echo worker/$TORCHX_REPLICA_IDX line $i; i=$((i+1)); sleep 0.25; done"
-    )
-    return AppDef(
-        "engine-faults",
-        [
-            Role(
-                "worker",
-                image="torchx-provider/busybox:latest",
-                entrypoint="sh",
-                args=["-c", script],
-                num_replicas=2,
-            )
-        ],
-    )
-
-
 @pytest.mark.parametrize("kind", list(KINDS))
 async def test_docker_engine_fault_row(
     kind: str, engine_url: str, engine_proxy: Any, reliability: Any
 ) -> None:
     started = time.monotonic()
     scheduler = create_scheduler("faults", base_url=engine_url)
-    app_id = scheduler.submit(app(), {"remove": False})  # read what they printed after
+    # kept after they exit: what they printed is read from the engine afterwards
+    app_id = scheduler.submit(numbered_app("engine-faults", LINES), {"remove": False})
     client = create_async_client(base_url=engine_proxy.url)
     log = TaskLog()
 
@@ -126,47 +109,28 @@ async def test_docker_engine_fault_row(
     finally:
         injector.cancel()
         await client.close()
-    import docker
-
-    raw = docker.DockerClient(base_url=engine_url, timeout=30)
     try:
-        containers = raw.containers.list(
-            all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
-        )
-        printed: dict[str, list[str]] = {}
-        for c in containers:
-            for line in c.logs(stdout=True, stderr=True).decode().splitlines():
-                printed.setdefault(line.split(" ")[0], []).append(line)
-        running_after = sum(1 for c in containers if c.status == "running")
+        printed = printed_by(engine_url, app_id)  # read from the engine, not the proxy
         state = scheduler.describe(app_id)
         assert state is not None and is_terminal(state.state), state
     finally:
-        raw.close()
         scheduler.delete(app_id)
         scheduler.close()
-    got: dict[str, list[str]] = {}
-    for line in log.lines:
-        if line.startswith("[worker/"):
-            text = line.split("] ", 1)[1]
-            got.setdefault(text.split(" ")[0], []).append(text)
-    lost = sum(len(set(printed[k]) - set(got.get(k, []))) for k in printed)
-    repeated = sum(len(v) - len(set(v)) for v in got.values())
+    seen = compare(log.lines, printed)
     result = {
         "id": f"docker-{kind}-5s",
         "fault": f"Docker engine's endpoint: {KINDS[kind]} for {FAULT_FOR:.0f} s",
         "expected": "followed to the end",
         "observed": f"{event.kind.value} {event.state.name}",
         "events": [(event.kind.value, event.state.name, event.message)],
-        "lines_written": sum(len(v) for v in printed.values()),
-        "lines_lost": lost,
-        "lines_repeated": repeated,
-        "orphans": running_after,
+        "lines_written": printed.total,
+        "lines_lost": seen.lost,
+        "lines_repeated": seen.repeated,
+        "orphans": printed.running,
         "duplicates": 0,
         "seconds": round(time.monotonic() - started, 1),
         "injected": dict(sorted(Counter(k for _, k, _ in engine_proxy.injected).items())),
-        "repeated_sample": sorted(t for v in got.values() for t, n in Counter(v).items() if n > 1)[
-            :6
-        ],
+        "repeated_sample": seen.repeated_sample,
         "notes": "a fault proxy on a unix socket in front of the engine's",
         "ok": False,
     }
@@ -176,10 +140,10 @@ async def test_docker_engine_fault_row(
             result,
             log.lines[-30:],
         )
-        assert sum(len(v) for v in printed.values()) == 2 * LINES, result
-        assert lost == 0, result
-        assert repeated == 0, result
-        assert running_after == 0, result
+        assert printed.total == 2 * LINES, result
+        assert seen.lost == 0, result
+        assert seen.repeated == 0, result
+        assert printed.running == 0, result
         result["ok"] = True
     finally:
         reliability(result)

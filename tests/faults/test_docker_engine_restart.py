@@ -23,23 +23,22 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker_rows import Printed, compare, numbered_app, printed_by
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
-from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-IMAGE = "torchx-provider/busybox:latest"
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "images" / "build_busybox_image.sh"
 #: numbered lines per replica, one every 0.25 s
 LINES = 80
@@ -163,25 +162,15 @@ def remove_containers(eng: Engine) -> None:
 class Outcome:
     event: Any
     log: TaskLog
-    printed: dict[str, list[str]]
-    running_after: int
+    printed: Printed
     down_for: float
-
-
-def app() -> AppDef:
-    script = (
-        "trap 'exit 143' TERM; i=0; while [ $i -lt " + str(LINES) + " ]; do "
-        "echo worker/$TORCHX_REPLICA_IDX line $i; i=$((i+1)); sleep 0.25 & wait $!; done"
-    )
-    return AppDef(
-        "engine-restart",
-        [Role("worker", image=IMAGE, entrypoint="sh", args=["-c", script], num_replicas=2)],
-    )
 
 
 async def run_row(eng: Engine) -> Outcome:
     scheduler = create_scheduler("faults", base_url=eng.url)
-    app_id = scheduler.submit(app(), {"remove": False})  # read what they printed after
+    app_id = scheduler.submit(
+        numbered_app("engine-restart", LINES, trap_term=True), {"remove": False}
+    )  # read what they printed after
     client = create_async_client(base_url=eng.url)
     log = TaskLog()
     loop = asyncio.get_running_loop()
@@ -202,25 +191,13 @@ async def run_row(eng: Engine) -> Outcome:
     finally:
         fault.cancel()
         await client.close()
-    import docker
-
-    raw = docker.DockerClient(base_url=eng.url, timeout=30)
     try:
-        containers = raw.containers.list(
-            all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
-        )
-        printed: dict[str, list[str]] = {}
-        for c in containers:
-            text = c.logs(stdout=True, stderr=True).decode()
-            for line in text.splitlines():
-                printed.setdefault(line.split(" ")[0], []).append(line)
-        running_after = sum(1 for c in containers if c.status == "running")
+        printed = printed_by(eng.url, app_id)
         state = scheduler.describe(app_id)
         assert state is not None and is_terminal(state.state), state
     finally:
-        raw.close()
         scheduler.close()
-    return Outcome(event, log, printed, running_after, down_for)
+    return Outcome(event, log, printed, down_for)
 
 
 ROW = {
@@ -237,15 +214,7 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
     row = ROW
     started = time.monotonic()
     out = await run_row(engine)
-    got: dict[str, list[str]] = {}
-    for line in out.log.lines:
-        if line.startswith("::group::"):
-            break  # the failure summary repeats each replica's last lines, on purpose
-        if line.startswith("[worker/"):
-            text = line.split("] ", 1)[1]
-            got.setdefault(text.split(" ")[0], []).append(text)
-    lost = sum(len(set(out.printed[k]) - set(got.get(k, []))) for k in out.printed)
-    repeated = sum(len(v) - len(set(v)) for v in got.values())
+    seen = compare(out.log.lines, out.printed)
     event = out.event
     result = {
         "id": row["id"],
@@ -253,15 +222,13 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
         "expected": row["expected"],
         "observed": f"{event.kind.value} {event.state.name}",
         "events": [(event.kind.value, event.state.name, event.message)],
-        "lines_written": sum(len(v) for v in out.printed.values()),
-        "lines_lost": lost,
-        "lines_repeated": repeated,
-        "orphans": out.running_after,
+        "lines_written": out.printed.total,
+        "lines_lost": seen.lost,
+        "lines_repeated": seen.repeated,
+        "orphans": out.printed.running,
         "duplicates": 0,
         "seconds": round(time.monotonic() - started, 1),
-        "repeated_sample": sorted(t for v in got.values() for t, n in Counter(v).items() if n > 1)[
-            :6
-        ],
+        "repeated_sample": seen.repeated_sample,
         "notes": "an engine of the row's own (private socket and data root)",
         "ok": False,
     }
@@ -271,10 +238,10 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
             out.log.lines[-30:],
         )
         assert "worker/0" in event.message and "worker/1" in event.message, event.message
-        assert lost == 0, result
-        assert repeated == 0, result
+        assert seen.lost == 0, result
+        assert seen.repeated == 0, result
         assert not [ln for ln in out.log.lines if "could not be read" in ln], out.log.lines
-        assert out.running_after == 0, result
+        assert out.printed.running == 0, result
         result["ok"] = True
     finally:
         reliability(result)

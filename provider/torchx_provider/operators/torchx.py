@@ -31,7 +31,9 @@ What a task does:
 3. **Follow**: deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger`
    (``deferrable=True``), or on the worker with the same loop. Every selected replica's log
    lines reach the task log as ``[role/replica] text``, with state transitions and a
-   per-replica status line when something changes.
+   per-replica status line when something changes. While deferred, the trigger keeps its
+   progress in the XCom ``torchx_log_cursors`` (Airflow 3.3's triggerer cannot write
+   ``task_state_store``); the try deletes it once it has the trigger's event.
 4. **Finish**: XComs ``app_handle``, ``app_id`` (pushed at submission), ``final_state`` and
    ``replicas`` (role, replica id, state, exit code); the return value holds all of them.
    A SUCCEEDED app returns normally; FAILED, CANCELLED or UNKNOWN raise with the state, the
@@ -388,7 +390,27 @@ class TorchXOperator(BaseOperator):
             now = datetime.now(timezone.utc)
             target = self.get_hook().get_target()
             self._defer(target, app_id, task_instance_key(ti), self._deadline(ti, now), now)
+        self._drop_checkpoint(context["ti"])
         return self._finish(context, job_event, None)
+
+    def _drop_checkpoint(self, ti: Any) -> None:
+        """The trigger's progress XCom is bookkeeping of this try's deferral, not a result of
+        the task: once the try has its event, nothing reads it, so it is deleted (a failure
+        to delete is only logged; the next try's start clears it anyway)."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
+
+        try:
+            XCom.delete(
+                key=CHECKPOINT_XCOM_KEY,
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                run_id=ti.run_id,
+                map_index=ti.map_index,
+            )
+        except Exception as e:
+            self.log.warning("could not delete the XCom %s: %s", CHECKPOINT_XCOM_KEY, e)
 
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context

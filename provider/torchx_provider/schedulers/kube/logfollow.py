@@ -102,7 +102,7 @@ class ReplicaLogFollower:
                 if not todo:
                     if ended_before:
                         return
-                    await _wait_any(changed, self.ended, RECHECK)
+                    await _any_of(changed, self.ended, timeout=RECHECK)
                     continue
                 instance = todo[0]
                 progressed = False
@@ -124,7 +124,7 @@ class ReplicaLogFollower:
                     # The kubelet ended the stream, so the container has exited, but the
                     # cache does not show it yet (the watch is a moment behind): wait for
                     # the change, then look again. Not a failure, and no busy loop.
-                    await _wait_any(changed, self.ended, EOF_RECHECK)
+                    await _any_of(changed, self.ended, timeout=EOF_RECHECK)
                     continue
                 breaks = 0 if progressed else breaks + 1
                 if breaks > BREAKS_TOLERATED:
@@ -132,7 +132,7 @@ class ReplicaLogFollower:
                         f"the log stream of {self.source.key} (pod {instance.namespace}/"
                         f"{instance.pod}) keeps breaking"
                     )
-                await _wait_any(changed, None, 1.0)
+                await _any_of(changed, timeout=1.0)
         finally:
             watch.unlisten(changed)
 
@@ -195,7 +195,7 @@ class ReplicaLogFollower:
             except SubmissionError as e:
                 if not no_log_yet(e):
                     raise
-                await _wait_any(changed, None, 1.0)  # (re)starting: no log to read yet
+                await _any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
                 yield [], resume.cursor, False
                 return
             decoder = LineDecoder()
@@ -292,7 +292,7 @@ class ReplicaLogFollower:
                 quick = self.ended.is_set()
                 if woken is None:
                     woken = asyncio.ensure_future(
-                        changed.wait() if quick else _either(changed, self.ended)
+                        changed.wait() if quick else _any_of(changed, self.ended)
                     )
                 done, _ = await asyncio.wait(
                     {opening, woken},
@@ -318,46 +318,30 @@ class ReplicaLogFollower:
                 if late is not None and not isinstance(late, BaseException):
                     late.release()  # answered just as it was given up
 
+    def _cached(self, instance: ContainerInstance, watch: AppWatch) -> ContainerInstance | None:
+        """``instance`` as the cache shows it now: ``None`` if the cache holds no such
+        instance (restarted or gone)."""
+        s = self.source
+        now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
+        return next((i for i in now if i.key == instance.key), None)
+
     def _fresh(self, instance: ContainerInstance, watch: AppWatch) -> ContainerInstance:
         """``instance`` as the cache shows it now (as it was if the cache cannot tell)."""
         if not watch.healthy:
             return instance
-        s = self.source
-        now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
-        return next((i for i in now if i.key == instance.key), instance)
+        return self._cached(instance, watch) or instance
 
     def _has_ended(self, instance: ContainerInstance, watch: AppWatch) -> bool:
         """Whether the cache shows ``instance`` ended, restarted or gone."""
         if not watch.healthy:
             return False
-        s = self.source
-        now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
-        found = next((i for i in now if i.key == instance.key), None)
+        found = self._cached(instance, watch)
         return found is None or found.ended
 
 
-async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
-    """Until ``a`` or ``b`` is set."""
-    await _wait_any(a, b, None)
-
-
-async def _any_of(*events: asyncio.Event) -> None:
-    """Until one of ``events`` is set."""
+async def _any_of(*events: asyncio.Event, timeout: float | None = None) -> None:
+    """Until one of ``events`` is set, at most ``timeout`` seconds."""
     waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
-async def _wait_any(
-    event: asyncio.Event, other: asyncio.Event | None, timeout: float | None
-) -> None:
-    """Until ``event`` or ``other`` is set, at most ``timeout`` seconds."""
-    waits = [asyncio.ensure_future(event.wait())]
-    if other is not None:
-        waits.append(asyncio.ensure_future(other.wait()))
     try:
         await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
