@@ -20,11 +20,8 @@ OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.1.8 3.2.2 3.3.2+lowest}"
 # Airflow gets the dependency versions of its release day (scripts/airflow_venv.py).
 tiers() {
   case "$1" in
-    # (the log-loss races of test_kube_logs_never_lost.py are about timing, not the client
-    # libraries' API: they run in the main environment only)
     *+lowest)
-      printf '%s ' tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py \
-        --deselect tests/integration/kubernetes/test_kube_logs_never_lost.py
+      printf '%s ' tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py
       ;;
     *) echo "tests/unit tests/airflow/test_torchx_dagtest_docker.py" ;;
   esac

@@ -22,6 +22,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -257,63 +258,68 @@ def test_marking_a_running_worker_task_failed_cancels_its_job(
         c.remove(force=True)
 
 
-def test_a_triggerer_restart_loses_no_log_line(deployment: Deployment, docker_engine: Any) -> None:
-    started = time.monotonic()
-    dag_id = "torchx_deploy_restart"
-    run_id = deployment.trigger(dag_id)
-    app_id = deferred_app(deployment, dag_id, run_id)
+@dataclass(frozen=True)
+class TriggererStop:
+    """How the triggerer following a job is stopped, and what the next one may repeat."""
 
-    # a few poll cycles after the first one (which forwards the backlog since the start)
-    wait_for_ticks(deployment, dag_id, run_id, 40, 120)
-    deployment.stop("triggerer")
-    assert any(c.status == "running" for c in containers(docker_engine, app_id)), (
-        "a triggerer restart must not cancel the job"
-    )
-    deployment.start("triggerer")
+    name: str
+    dag_id: str
+    graceful: bool  # SIGTERM (the progress stored on the way out), else SIGKILL
+    repeat_bound: int  # per replica
+    fault: str
+    expected: str
+    notes: str = ""
 
-    wait_for(
-        "the task to succeed",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
-        240,
-        interval=1,
-    )
-    seen = replica_ticks(deployment.task_log_events(dag_id, run_id, "train"))
+
+TRIGGERER_STOPS = [
     # one poll cycle (1 s) is at most ~4 lines of this job; allow scheduling jitter
-    repeats = every_tick_once_or_bounded(seen, LINES, 8)
-    print(f"lines repeated after the triggerer restart: {repeats}")
-    assert deployment.restarts["triggerer"] == 2
-    ti = deployment.ti(dag_id, run_id, "train")
-    record(
-        docker_engine,
-        dag_id,
-        "airflow-triggerer-restart",
+    TriggererStop(
+        "restart",
+        "torchx_deploy_restart",
+        True,
+        8,
         "Airflow: the triggerer stopped (SIGTERM) while it follows the job, then started",
         "the job keeps running; the new triggerer follows it to the end",
-        f"task success on try {ti['try_number']}, job followed to the end",
-        started,
-        apps={app_id},
-        ticks=seen,
-        lines_per_replica=LINES,
-        repeat_bound=2 * 8,  # both replicas
-        repeats=repeats,
-    )
+    ),
+    # No graceful exit: what the killed triggerer forwarded after its last checkpoint is
+    # forwarded again. Checkpoints: at most 1 s apart, 0.5 s late, plus the time the
+    # triggerer takes to store one (1-8 s measured): at most ~12 s of 4 lines a second.
+    TriggererStop(
+        "sigkill",
+        "torchx_deploy_sigkill",
+        False,
+        48,
+        "Airflow: the triggerer killed (SIGKILL) while it follows the job, then started",
+        "the job keeps running; the new triggerer follows it from the last checkpoint",
+        "repeats: what was forwarded after the last checkpoint (at most ~12 s of lines)",
+    ),
+]
 
 
-def test_a_triggerer_killed_with_sigkill_loses_no_line(
-    deployment: Deployment, docker_engine: Any
+@pytest.mark.parametrize("stop", TRIGGERER_STOPS, ids=lambda s: s.name)
+def test_a_triggerer_stopped_or_killed_loses_no_line(
+    deployment: Deployment, docker_engine: Any, stop: TriggererStop
 ) -> None:
-    """No graceful exit: what the killed triggerer forwarded after its last checkpoint is
-    forwarded again by the next one (a bounded repeat), nothing is lost."""
+    """The next triggerer follows the job on from the progress the trigger stored (an XCom
+    while the task is deferred, gone once it has its outcome): every line in the task log,
+    repeats bounded."""
     started = time.monotonic()
-    dag_id = "torchx_deploy_sigkill"
+    dag_id = stop.dag_id
     run_id = deployment.trigger(dag_id)
     app_id = deferred_app(deployment, dag_id, run_id)
-
+    # a few poll cycles after the first one (which forwards the backlog since the start)
     wait_for_ticks(deployment, dag_id, run_id, 40, 120)
-    # the next triggerer resumes from the progress the trigger keeps in an XCom meanwhile
     assert "torchx_log_cursors" in deployment.xcom_keys(dag_id, run_id, "train")
-    deployment.kill("triggerer")
+    starts = deployment.restarts["triggerer"]
+    if stop.graceful:
+        deployment.stop("triggerer")
+        assert any(c.status == "running" for c in containers(docker_engine, app_id)), (
+            "a triggerer restart must not cancel the job"
+        )
+    else:
+        deployment.kill("triggerer")
     deployment.start("triggerer")
+    assert deployment.restarts["triggerer"] == starts + 1
     wait_for(
         "the task to succeed",
         lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
@@ -321,27 +327,24 @@ def test_a_triggerer_killed_with_sigkill_loses_no_line(
         interval=1,
     )
     seen = replica_ticks(deployment.task_log_events(dag_id, run_id, "train"))
-    # checkpoints: at most 1 s apart, 0.5 s late, plus the time the triggerer takes to
-    # store one (1-8 s measured): at most ~12 s of this job's 4 lines a second
-    repeats = every_tick_once_or_bounded(seen, LINES, 48)
-    # ... and that XCom is gone once the task has its outcome
+    repeats = every_tick_once_or_bounded(seen, LINES, stop.repeat_bound)
+    print(f"lines repeated after the triggerer's {stop.name}: {repeats}")
     keys = deployment.xcom_keys(dag_id, run_id, "train")
     assert "torchx_log_cursors" not in keys and "app_id" in keys, keys
-    print(f"lines repeated after the triggerer was killed: {repeats}")
     ti = deployment.ti(dag_id, run_id, "train")
     record(
         docker_engine,
         dag_id,
-        "airflow-triggerer-sigkill",
-        "Airflow: the triggerer killed (SIGKILL) while it follows the job, then started",
-        "the job keeps running; the new triggerer follows it from the last checkpoint",
+        f"airflow-triggerer-{stop.name}",
+        stop.fault,
+        stop.expected,
         f"task success on try {ti['try_number']}, job followed to the end",
         started,
         apps={app_id},
         ticks=seen,
         lines_per_replica=LINES,
-        repeat_bound=2 * 48,  # both replicas
-        notes="repeats: what was forwarded after the last checkpoint (at most ~12 s of lines)",
+        repeat_bound=2 * stop.repeat_bound,  # both replicas
+        notes=stop.notes,
         repeats=repeats,
     )
 
