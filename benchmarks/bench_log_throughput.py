@@ -76,10 +76,14 @@ class Counting:
 
 
 async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[str, float]:
+    from torchx_provider.schedulers.streams import StreamSlots
     from torchx_provider.triggers.follow import JobFollower
 
     log = Counting(key, total)
     await client.describe(app_id)  # clients made, caches synced: the memory baseline
+    # as in a triggerer, Airflow's configuration (which holds the stream cap) is loaded
+    # before any trigger runs: neither its import time nor its memory is the follow's
+    StreamSlots.current()
     before = rss_mb()
     peak = before
 

@@ -133,3 +133,32 @@ async def test_a_100_mib_log_is_followed_once_with_flat_memory(
     assert (log.next, log.lost, log.repeated) == (total, 0, 0)
     growth = max(samples) - before
     assert growth < 24, f"RSS grew {growth:.0f} MiB following a 100 MiB log"
+
+
+async def test_cancelling_the_follow_of_a_quiet_replica_ends_it_at_once(
+    scheduler: Any, cfg: dict[str, Any]
+) -> None:
+    """A trigger cancelled (the triggerer stopping, the task marked done) while a replica's
+    log is quiet: the stream's reader thread is blocked reading, and closing the stream used
+    to wait for that read -- until the container wrote again or exited (minutes)."""
+    script = "for i in 1 2 3; do echo line $i; done; sleep 60"  # a regression waits 60 s
+    app = AppDef("quiet", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script])])
+    app_id = scheduler.submit(app, cfg)
+    client = create_async_client()
+    log = TaskLog()
+    try:
+        follow = asyncio.ensure_future(JobFollower(client, app_id, log=log).run())
+        for _ in range(600):
+            if len(log.of("r/0")) == 3 or follow.done():
+                break
+            await asyncio.sleep(0.05)
+        assert log.of("r/0") == ["line 1", "line 2", "line 3"], log.lines
+        await asyncio.sleep(0.5)  # the reader is blocked in its next read by now
+        began = asyncio.get_running_loop().time()
+        follow.cancel()
+        done, _ = await asyncio.wait({follow}, timeout=10)
+        took = asyncio.get_running_loop().time() - began
+        assert done, "the follow was still closing its log stream 10 s after its cancellation"
+        assert took < 2, f"cancelling took {took:.1f} s"
+    finally:
+        await client.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -40,9 +41,9 @@ from torchx_provider.specs.api import is_terminal
 if TYPE_CHECKING:
     from torchx_provider.schedulers.docker.scheduler import DockerAsyncClient
 
-#: Chunks in flight between a reader thread and the loop (the engine sends a chunk per
-#: frame, about a line; up to :data:`READ_BYTES` each).
-QUEUE_CHUNKS = 4096
+#: Chunks in flight between a reader thread and the loop, each up to :data:`READ_BYTES`
+#: (frames demultiplexed together): at most 4 MiB of log per replica waits for the loop.
+QUEUE_CHUNKS = 64
 #: Bytes of log the event loop decodes in one go (then it lets other work run).
 BATCH_BYTES = 64 * 1024
 #: Bytes read from the engine at once.
@@ -254,6 +255,19 @@ class RawLogStream:
                 yield b"".join(out)
 
     def close(self) -> None:
+        """End the stream, also for a thread blocked reading it: closing alone waits for that
+        read (the response's buffer is locked while it reads) -- until the container writes
+        again or exits -- so the socket is shut down first, which ends the read at once."""
+        raw = self.response.raw
+        try:
+            if hasattr(raw, "shutdown"):  # urllib3 2.3 and later
+                raw.shutdown()
+            else:
+                sock = getattr(getattr(raw, "_connection", None), "sock", None)
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, ValueError, RuntimeError):
+            pass  # already shut, or released: nothing is blocked on it
         self.response.close()
 
 
