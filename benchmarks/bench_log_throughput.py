@@ -37,49 +37,18 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "provider"))
+sys.path.insert(0, str(REPO / "tests"))  # the counting task logger
 
 IMAGE = "torchx-provider/busybox:latest"
 PAD = "x" * 80
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
-class Counting:
-    """The task logger: counts sequence-numbered lines of replica ``key``; keeps nothing."""
-
-    def __init__(self, key: str, total: int) -> None:
-        self.prefix = f"[{key}] "
-        self.total = total
-        self.next = self.lost = self.repeated = 0
-        self.done = asyncio.Event()
-
-    def info(self, msg: str, *args: Any) -> None:
-        text = msg % args if args else msg
-        if not text.startswith(self.prefix):
-            return
-        seq = int(text[len(self.prefix) : len(self.prefix) + 10])
-        if seq < self.next:
-            self.repeated += 1
-        else:
-            self.lost += seq - self.next
-            self.next = seq + 1
-        if self.next >= self.total:
-            self.done.set()
-
-    warning = info
-
-
 async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[str, float]:
+    from task_log import SequenceLog, rss_mb
     from torchx_provider.schedulers.streams import StreamSlots
     from torchx_provider.triggers.follow import JobFollower
 
-    log = Counting(key, total)
+    log = SequenceLog(key, total)
     await client.describe(app_id)  # clients made, caches synced: the memory baseline
     # as in a triggerer, Airflow's configuration (which holds the stream cap) is loaded
     # before any trigger runs: neither its import time nor its memory is the follow's

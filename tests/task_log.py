@@ -1,7 +1,9 @@
-"""The stand-in for the trigger's logger that tests give a follow: every line, in order."""
+"""Stand-ins for the trigger's logger that tests and benchmarks give a follow: one keeps
+every line in order; one keeps nothing but counts numbered lines (for long logs)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -27,3 +29,43 @@ class TaskLog:
     def replica_lines(self) -> list[str]:
         """Every replica line, with its ``[role/replica]`` prefix."""
         return [ln for ln in self.lines if ln.startswith("[")]
+
+
+class SequenceLog:
+    """Counts the lines of replica ``key`` that start with a 10-digit sequence number:
+    lines lost (numbers skipped) and repeated (numbers seen before); keeps only the other
+    lines (the follow's own). :attr:`done` is set once ``total`` lines have arrived."""
+
+    def __init__(self, key: str, total: int | None = None) -> None:
+        self.prefix = f"[{key}] "
+        self.total = total
+        self.next = self.lost = self.repeated = 0
+        self.other: list[str] = []
+        self.done = asyncio.Event()
+
+    def info(self, msg: str, *args: Any) -> None:
+        text = msg % args if args else msg
+        if not text.startswith(self.prefix):
+            self.other.append(text)
+            return
+        start = len(self.prefix)
+        seq = int(text[start : start + 10])
+        if seq < self.next:
+            self.repeated += 1
+        else:
+            self.lost += seq - self.next
+            self.next = seq + 1
+        if self.total is not None and self.next >= self.total:
+            self.done.set()
+
+    warning = info
+    error = info
+
+
+def rss_mb() -> float:
+    """This process's resident memory, in MiB (Linux)."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from torchx_provider.specs.api import AppDef, Role
 
@@ -80,3 +81,36 @@ def compare(task_log: list[str], printed: Printed) -> Compared:
     repeated = sum(len(v) - len(set(v)) for v in got.values())
     sample = sorted(t for v in got.values() for t, n in Counter(v).items() if n > 1)[:6]
     return Compared(lost, repeated, sample)
+
+
+def row_result(
+    *,
+    row_id: str,
+    fault: str,
+    expected: str,
+    event: Any,
+    printed: Printed,
+    seen: Compared,
+    seconds: float,
+    notes: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The reliability row of a Docker fault: how the follow ended and what reached the
+    task log of what the containers printed (``ok`` is set once its assertions pass)."""
+    return {
+        "id": row_id,
+        "fault": fault,
+        "expected": expected,
+        "observed": f"{event.kind.value} {event.state.name}",
+        "events": [(event.kind.value, event.state.name, event.message)],
+        "lines_written": printed.total,
+        "lines_lost": seen.lost,
+        "lines_repeated": seen.repeated,
+        "orphans": printed.running,
+        "duplicates": 0,
+        "seconds": round(seconds, 1),
+        **extra,
+        "repeated_sample": seen.repeated_sample,
+        "notes": notes,
+        "ok": False,
+    }

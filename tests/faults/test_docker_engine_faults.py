@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from docker_rows import compare, numbered_app, printed_by
+from docker_rows import compare, numbered_app, printed_by, row_result
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
@@ -117,23 +117,17 @@ async def test_docker_engine_fault_row(
         scheduler.delete(app_id)
         scheduler.close()
     seen = compare(log.lines, printed)
-    result = {
-        "id": f"docker-{kind}-5s",
-        "fault": f"Docker engine's endpoint: {KINDS[kind]} for {FAULT_FOR:.0f} s",
-        "expected": "followed to the end",
-        "observed": f"{event.kind.value} {event.state.name}",
-        "events": [(event.kind.value, event.state.name, event.message)],
-        "lines_written": printed.total,
-        "lines_lost": seen.lost,
-        "lines_repeated": seen.repeated,
-        "orphans": printed.running,
-        "duplicates": 0,
-        "seconds": round(time.monotonic() - started, 1),
-        "injected": dict(sorted(Counter(k for _, k, _ in engine_proxy.injected).items())),
-        "repeated_sample": seen.repeated_sample,
-        "notes": "a fault proxy on a unix socket in front of the engine's",
-        "ok": False,
-    }
+    result = row_result(
+        row_id=f"docker-{kind}-5s",
+        fault=f"Docker engine's endpoint: {KINDS[kind]} for {FAULT_FOR:.0f} s",
+        expected="followed to the end",
+        event=event,
+        printed=printed,
+        seen=seen,
+        seconds=time.monotonic() - started,
+        injected=dict(sorted(Counter(k for _, k, _ in engine_proxy.injected).items())),
+        notes="a fault proxy on a unix socket in front of the engine's",
+    )
     try:
         assert engine_proxy.injected, "the fault was never applied to a request"
         assert (event.kind, event.state) == (EventKind.FINISHED, AppState.SUCCEEDED), (

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_rows import Printed, compare, numbered_app, printed_by
+from docker_rows import Printed, compare, numbered_app, printed_by, row_result
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
@@ -216,22 +216,16 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
     out = await run_row(engine)
     seen = compare(out.log.lines, out.printed)
     event = out.event
-    result = {
-        "id": row["id"],
-        "fault": row["fault"],
-        "expected": row["expected"],
-        "observed": f"{event.kind.value} {event.state.name}",
-        "events": [(event.kind.value, event.state.name, event.message)],
-        "lines_written": out.printed.total,
-        "lines_lost": seen.lost,
-        "lines_repeated": seen.repeated,
-        "orphans": out.printed.running,
-        "duplicates": 0,
-        "seconds": round(time.monotonic() - started, 1),
-        "repeated_sample": seen.repeated_sample,
-        "notes": "an engine of the row's own (private socket and data root)",
-        "ok": False,
-    }
+    result = row_result(
+        row_id=row["id"],
+        fault=row["fault"],
+        expected=row["expected"],
+        event=event,
+        printed=out.printed,
+        seen=seen,
+        seconds=time.monotonic() - started,
+        notes="an engine of the row's own (private socket and data root)",
+    )
     try:
         assert event.kind == EventKind.FINISHED and event.state == row["final"], (
             result,

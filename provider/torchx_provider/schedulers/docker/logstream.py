@@ -35,7 +35,7 @@ from torchx_provider.schedulers.logs import (
     TimestampedLine,
     split_timestamp,
 )
-from torchx_provider.schedulers.streams import StreamSlots
+from torchx_provider.schedulers.streams import StreamSlots, any_of
 from torchx_provider.specs.api import is_terminal
 
 if TYPE_CHECKING:
@@ -108,8 +108,7 @@ class ContainerLogFollower:
                 await self._pause()
 
     async def _pause(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.ended.wait(), RECHECK)
+        await any_of(self.ended, timeout=RECHECK)
 
     async def _stream(
         self, container: ContainerInfo, cursor: LogCursor, *, follow: bool

@@ -40,7 +40,7 @@ from torchx_provider.schedulers.logs import (
     TimestampedLine,
     split_timestamp,
 )
-from torchx_provider.schedulers.streams import StreamSlots
+from torchx_provider.schedulers.streams import StreamSlots, any_of
 
 if TYPE_CHECKING:
     from torchx_provider.schedulers.kube.client import KubeAsyncClient
@@ -102,7 +102,7 @@ class ReplicaLogFollower:
                 if not todo:
                     if ended_before:
                         return
-                    await _any_of(changed, self.ended, timeout=RECHECK)
+                    await any_of(changed, self.ended, timeout=RECHECK)
                     continue
                 instance = todo[0]
                 progressed = False
@@ -124,7 +124,7 @@ class ReplicaLogFollower:
                     # The kubelet ended the stream, so the container has exited, but the
                     # cache does not show it yet (the watch is a moment behind): wait for
                     # the change, then look again. Not a failure, and no busy loop.
-                    await _any_of(changed, self.ended, timeout=EOF_RECHECK)
+                    await any_of(changed, self.ended, timeout=EOF_RECHECK)
                     continue
                 breaks = 0 if progressed else breaks + 1
                 if breaks > BREAKS_TOLERATED:
@@ -132,7 +132,7 @@ class ReplicaLogFollower:
                         f"the log stream of {self.source.key} (pod {instance.namespace}/"
                         f"{instance.pod}) keeps breaking"
                     )
-                await _any_of(changed, timeout=1.0)
+                await any_of(changed, timeout=1.0)
         finally:
             watch.unlisten(changed)
 
@@ -195,7 +195,7 @@ class ReplicaLogFollower:
             except SubmissionError as e:
                 if not no_log_yet(e):
                     raise
-                await _any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
+                await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
                 yield [], resume.cursor, False
                 return
             decoder = LineDecoder()
@@ -214,7 +214,7 @@ class ReplicaLogFollower:
                         woken = asyncio.ensure_future(
                             changed.wait()
                             if self.ended.is_set()
-                            else _any_of(changed, self.ended, slots.wanted)
+                            else any_of(changed, self.ended, slots.wanted)
                         )
                     timeout = (
                         QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
@@ -292,7 +292,7 @@ class ReplicaLogFollower:
                 quick = self.ended.is_set()
                 if woken is None:
                     woken = asyncio.ensure_future(
-                        changed.wait() if quick else _any_of(changed, self.ended)
+                        changed.wait() if quick else any_of(changed, self.ended)
                     )
                 done, _ = await asyncio.wait(
                     {opening, woken},
@@ -337,16 +337,6 @@ class ReplicaLogFollower:
             return False
         found = self._cached(instance, watch)
         return found is None or found.ended
-
-
-async def _any_of(*events: asyncio.Event, timeout: float | None = None) -> None:
-    """Until one of ``events`` is set, at most ``timeout`` seconds."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 def _client_errors() -> Any:
