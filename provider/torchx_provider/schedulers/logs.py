@@ -30,10 +30,7 @@ from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 
-_TS = re.compile(
-    r"^(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?"
-    r"(?P<tz>Z|[+-]\d{2}:\d{2}) ?"
-)
+_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2}) ?")
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -46,41 +43,82 @@ def parse_timestamp(value: str) -> datetime:
     m = _TS.match(value)
     if not m or m.end() != len(value):
         raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
-    return _from_match(m)
+    return key_time(_key_of(m))
 
 
-#: The last whole second parsed: ``((date, time, tz), datetime)`` (log lines come in runs of
-#: the same second; one tuple, so threads reading it never see a key with another's value).
-_LAST_SECOND: tuple[tuple[str, str, str], datetime] | None = None
+# A line's time is kept as its *key*: ``YYYY-MM-DDTHH:MM:SS.ffffff`` in UTC, which sorts as
+# the times do. A long log's lines are compared by key as they stream by; a key becomes a
+# datetime only where one is asked for (a cursor's time, once per batch).
 
 
-def _from_match(m: re.Match[str]) -> datetime:
-    global _LAST_SECOND
-    key = (m["date"], m["time"], m["tz"])
-    cached = _LAST_SECOND
+def time_key(value: datetime) -> str:
+    """The key of an aware datetime (µs precision, as :class:`LogCursor` keeps times)."""
+    if value.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+#: The last key turned into a datetime, and that datetime (one tuple: threads reading it
+#: never see a key with another's value).
+_LAST_KEY: tuple[str, datetime] | None = None
+
+
+def key_time(key: str) -> datetime:
+    """The aware UTC datetime of a key."""
+    global _LAST_KEY
+    cached = _LAST_KEY
     if cached is not None and cached[0] == key:
-        second = cached[1]
-    else:
-        tz = "+00:00" if key[2] == "Z" else key[2]
-        second = datetime.fromisoformat(f"{key[0]}T{key[1]}{tz}").astimezone(timezone.utc)
-        _LAST_SECOND = (key, second)
-    frac = m["frac"]
-    return second.replace(microsecond=int(frac[:6].ljust(6, "0"))) if frac else second
+        return cached[1]
+    value = datetime.fromisoformat(key).replace(tzinfo=timezone.utc)
+    _LAST_KEY = (key, value)
+    return value
+
+
+def _key_of(m: re.Match[str]) -> str:
+    """The key of a matched timestamp (fractions past µs dropped, as a datetime would)."""
+    whole, frac, tz = m.groups()
+    if frac is None:
+        frac = "000000"
+    elif len(frac) != 6:
+        frac = frac[:6] if len(frac) > 6 else frac.ljust(6, "0")
+    if tz == "Z":
+        return f"{whole}.{frac}"
+    local = datetime.fromisoformat(f"{whole}.{frac}{tz}")
+    return time_key(local)
 
 
 def format_timestamp(value: datetime) -> str:
     """UTC RFC 3339 with microseconds, e.g. ``2024-05-01T10:00:00.123456Z``."""
-    if value.tzinfo is None:
-        raise ValueError("timestamps must be timezone-aware")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return time_key(value) + "Z"
 
 
-@dataclass(frozen=True)
 class TimestampedLine:
-    """One log line (ending with ``\\n``) and when the backend recorded it."""
+    """One log line (ending with ``\\n``) and when the backend recorded it.
 
-    timestamp: datetime | None
-    text: str
+    ``TimestampedLine(timestamp, text)``; :attr:`key` is the time as a key (see
+    :func:`time_key`), which is what readers compare (``None``: the line had no timestamp).
+    """
+
+    __slots__ = ("key", "text")
+
+    def __init__(self, timestamp: datetime | None, text: str, key: str | None = None) -> None:
+        self.key = key if timestamp is None else time_key(timestamp)
+        self.text = text
+
+    @property
+    def timestamp(self) -> datetime | None:
+        return None if self.key is None else key_time(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TimestampedLine):
+            return NotImplemented
+        return (self.key, self.text) == (other.key, other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.key, self.text))
+
+    def __repr__(self) -> str:
+        return f"TimestampedLine(timestamp={self.timestamp!r}, text={self.text!r})"
 
 
 def split_timestamp(raw: str) -> TimestampedLine:
@@ -90,12 +128,15 @@ def split_timestamp(raw: str) -> TimestampedLine:
     bar) is its last state, see :func:`last_state`.
     """
     m = _TS.match(raw)
-    text = raw if m is None else raw[m.end() :]
+    if m is None:
+        key, text = None, raw
+    else:
+        key, text = _key_of(m), raw[m.end() :]
     if "\r" in text:
         text = last_state(text)
-    if not text.endswith("\n"):
+    if text[-1:] != "\n":
         text += "\n"
-    return TimestampedLine(None if m is None else _from_match(m), text)
+    return TimestampedLine(None, text, key)
 
 
 def last_state(text: str) -> str:
@@ -225,14 +266,16 @@ def within(
 def _within(
     lines: Iterable[TimestampedLine], since: datetime | None, until: datetime | None
 ) -> Iterator[TimestampedLine]:
+    low = None if since is None else time_key(since)
+    high = None if until is None else time_key(until)
     for line in lines:
-        ts = line.timestamp
-        if ts is None:
+        key = line.key
+        if key is None:
             yield line
             continue
-        if until is not None and ts > until:
+        if high is not None and key > high:
             return
-        if since is None or ts >= since:
+        if low is None or key >= low:
             yield line
 
 
@@ -291,12 +334,15 @@ class LogCursor:
 
         A line without a timestamp, or one older than the cursor, does not move it.
         """
-        ts = line.timestamp
-        if ts is None or (self.since is not None and ts < self.since):
+        key = line.key
+        if key is None:
             return self
-        if ts == self.since:
+        since = None if self.since is None else time_key(self.since)
+        if since is not None and key < since:
+            return self
+        if key == since:
             return replace(self, seen_at_since=self.seen_at_since + 1)
-        return replace(self, since=ts, seen_at_since=1)
+        return replace(self, since=key_time(key), seen_at_since=1)
 
     def is_done(self, instance: str) -> bool:
         """Whether ``instance`` was read to its end."""
@@ -326,19 +372,45 @@ def advance(
     ``cursor.since``. Lines without a timestamp are always emitted and do not move the cursor.
     """
     new: list[TimestampedLine] = []
-    moved = cursor
+    since = None if cursor.since is None else time_key(cursor.since)
     skip_at_since = cursor.seen_at_since
+    moved = _Moving(since, cursor.seen_at_since)
     for line in lines:
-        ts = line.timestamp
-        if ts is not None and cursor.since is not None:
-            if ts < cursor.since:
+        key = line.key
+        if key is not None and since is not None:
+            if key < since:
                 continue
-            if ts == cursor.since and skip_at_since > 0:
+            if key == since and skip_at_since > 0:
                 skip_at_since -= 1
                 continue
         new.append(line)
-        moved = moved.after(line)
-    return new, moved
+        moved.after(key)
+    return new, moved.cursor(cursor)
+
+
+class _Moving:
+    """A cursor's time and count as lines pass (:meth:`LogCursor.after` without a cursor
+    per line), by key."""
+
+    __slots__ = ("key", "moved", "seen")
+
+    def __init__(self, key: str | None, seen: int) -> None:
+        self.key, self.seen, self.moved = key, seen, False
+
+    def after(self, key: str | None) -> None:
+        if key is None or (self.key is not None and key < self.key):
+            return
+        if key == self.key:
+            self.seen += 1
+        else:
+            self.key, self.seen = key, 1
+        self.moved = True
+
+    def cursor(self, cursor: LogCursor) -> LogCursor:
+        """``cursor`` moved to where the lines passed took it."""
+        if not self.moved or self.key is None:
+            return cursor
+        return replace(cursor, since=key_time(self.key), seen_at_since=self.seen)
 
 
 class Resumed:
@@ -353,30 +425,39 @@ class Resumed:
         self.cursor = cursor
         self._skip = cursor.seen_at_since
         self._catching_up = cursor.since is not None
+        self._moving = _Moving(
+            None if cursor.since is None else time_key(cursor.since), cursor.seen_at_since
+        )
 
     def feed(self, lines: Iterable[TimestampedLine]) -> list[TimestampedLine]:
         """The lines of ``lines`` not emitted yet (the cursor moves past them)."""
         new: list[TimestampedLine] = []
-        since, seen = self.cursor.since, self.cursor.seen_at_since
+        append = new.append
+        moving = self._moving
+        since, seen = moving.key, moving.seen
+        catching_up = self._catching_up
         for line in lines:
-            ts = line.timestamp
-            if ts is not None and self._catching_up and since is not None:
-                if ts < since:
-                    continue
-                if ts == since and self._skip > 0:
-                    self._skip -= 1
-                    continue
-                self._catching_up = False
-            new.append(line)
-            # as LogCursor.after, without a cursor per line
-            if ts is None or (since is not None and ts < since):
+            key = line.key
+            if catching_up and key is not None:
+                if since is not None:
+                    if key < since:
+                        continue
+                    if key == since and self._skip > 0:
+                        self._skip -= 1
+                        continue
+                catching_up = False
+            append(line)
+            # as _Moving.after, inlined: this runs for every line of a followed log
+            if key is None or (since is not None and key < since):
                 continue
-            if ts == since:
+            if key == since:
                 seen += 1
             else:
-                since, seen = ts, 1
-        if new:
-            self.cursor = replace(self.cursor, since=since, seen_at_since=seen)
+                since, seen = key, 1
+        self._catching_up = catching_up
+        if since is not None and (since, seen) != (moving.key, moving.seen):
+            moving.key, moving.seen = since, seen
+            self.cursor = replace(self.cursor, since=key_time(since), seen_at_since=seen)
         return new
 
 

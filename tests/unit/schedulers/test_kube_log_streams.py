@@ -124,11 +124,43 @@ class Content:
             raise item
         return item
 
+    def read_nowait(self, n: int) -> bytes:
+        """As aiohttp's: the bytes already received (``b""``: none, or the end), or the
+        stream's error."""
+        if self.queue.empty() or self.queue._queue[0] == b"":  # type: ignore[attr-defined]
+            return b""
+        item = self.queue.get_nowait()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+class Protocol:
+    """The connection's protocol: records pauses of its socket's reading."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.pauses = 0
+
+    def pause_reading(self) -> None:
+        assert not self.paused
+        self.paused, self.pauses = True, self.pauses + 1
+
+    def resume_reading(self) -> None:
+        assert self.paused
+        self.paused = False
+
+
+class Connection:
+    def __init__(self) -> None:
+        self.protocol = Protocol()
+
 
 class Response:
     def __init__(self, content: Content) -> None:
         self.content = content
         self.released = False
+        self.connection = Connection()
 
     def release(self) -> None:
         self.released = True
@@ -167,6 +199,7 @@ class FakeKube:
         self.break_first: set[str] = set()
         self.eof_always: set[str] = set()  # a server that ends every stream (an empty log)
         self.silent_follow: set[str] = set()  # a server that answers a follow only with data
+        self.responses: list[Response] = []
 
     async def open_log(self, namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
         live = [p for p in self.watch.pods() if p["metadata"]["name"] == name]
@@ -186,7 +219,8 @@ class FakeKube:
         if breaks:
             return Response(Content(lines[:2], ends=False, breaks=True))
         ended = q.get("follow") != "true" or uid in self.eof_always
-        return Response(Content(lines, ends=ended))
+        self.responses.append(Response(Content(lines, ends=ended)))
+        return self.responses[-1]
 
 
 class FakeClient:
@@ -445,3 +479,29 @@ async def test_an_ended_apps_read_goes_first_and_running_streams_make_room() -> 
     assert order == ["running", "ended-later", "queued-running"]
     assert slots.held == 0 and not slots.waiting and not slots.urgent
     assert not slots.wanted.is_set()
+
+
+async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that sends every line on its own (as the API server does for a followed log)
+    would cost a read per line: after a small read the socket is left unread for GATHER
+    seconds (its reading paused, then resumed), and a large read is followed at once."""
+    from torchx_provider.schedulers.kube import logfollow
+
+    monkeypatch.setattr(logfollow, "GATHER_BELOW", 100)
+    small = [cri(i, f"l{i}") for i in range(3)]  # one line per read: under GATHER_BELOW
+    big = b"".join(cri(3 + i / 1000, f"b{i}") for i in range(20))  # a read of 20 lines
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [*small, big]
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.1)
+    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
+    ended.set()
+    lines, _ = await asyncio.wait_for(task, 5)
+    assert lines == [f"l{i}" for i in range(3)] + [f"b{i}" for i in range(20)]
+    protocol = client.kube.responses[0].connection.protocol
+    assert (protocol.pauses, protocol.paused) == (3, False)

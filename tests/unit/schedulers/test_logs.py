@@ -457,3 +457,46 @@ def test_resumed_streams_lose_and_repeat_nothing(
     again = [ln for ln in lines if floor is None or ln.timestamp >= floor]  # type: ignore[operator]
     out += Resumed(cursor).feed(again)
     assert out == lines
+
+
+# -- time keys: lines are compared by key, which must order as their times ----------------------
+
+
+def rfc3339(value: datetime, digits: int, offset_minutes: int) -> str:
+    """``value`` written as a backend might: ``digits`` fractional digits (0-9; RFC 3339
+    nano trims trailing zeros), in a zone ``offset_minutes`` from UTC."""
+    local = value.astimezone(timezone(timedelta(minutes=offset_minutes)))
+    text = local.strftime("%Y-%m-%dT%H:%M:%S")
+    if digits:
+        text += "." + f"{local.microsecond:06d}000"[:digits]
+    if offset_minutes == 0:
+        return text + "Z"
+    sign = "+" if offset_minutes > 0 else "-"
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    return f"{text}{sign}{hours:02d}:{minutes:02d}"
+
+
+written = st.tuples(
+    aware_datetimes, st.integers(0, 9), st.sampled_from([0, 0, 0, 60, -270, 330, 840])
+)
+
+
+@PROPS
+@given(written, written)
+def test_line_keys_order_as_their_times_whatever_the_digits_and_zone(
+    a: tuple[datetime, int, int], b: tuple[datetime, int, int]
+) -> None:
+    first, second = (split_timestamp(f"{rfc3339(*w)} x\n") for w in (a, b))
+    t1, t2 = (parse_timestamp(rfc3339(*w)) for w in (a, b))
+    assert first.timestamp == t1 and second.timestamp == t2
+    assert first.key is not None and second.key is not None
+    assert (first.key < second.key, first.key == second.key) == (t1 < t2, t1 == t2)
+
+
+def test_a_line_made_from_a_time_equals_the_same_line_parsed() -> None:
+    parsed = split_timestamp("2024-05-01T12:00:00.5000009+02:00 hi\n")
+    made = TimestampedLine(BASE.replace(microsecond=500000), "hi\n")
+    assert parsed == made and hash(parsed) == hash(made)
+    assert parsed.key == "2024-05-01T10:00:00.500000"
+    assert repr(parsed) == f"TimestampedLine(timestamp={parsed.timestamp!r}, text='hi\\n')"
+    assert TimestampedLine(None, "x\n").timestamp is None

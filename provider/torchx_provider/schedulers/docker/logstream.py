@@ -177,7 +177,7 @@ class ContainerLogFollower:
                         item = None
                     if isinstance(item, BaseException):
                         raise item
-                    raw = [r for chunk in taken for r in decoder.decode(chunk)]
+                    raw = decoder.decode(b"".join(taken))
                     if item is _END:
                         raw += decoder.flush()
                     new = resume.feed([split_timestamp(r) for r in raw])
@@ -197,10 +197,13 @@ class ContainerLogFollower:
 class RawLogStream:
     """A container's log as the engine sends it, demultiplexed in large chunks.
 
-    The docker SDK's log stream yields one frame (about one line) at a time, which caps a
-    reader at some 50,000 lines a second; this reads the HTTP body 64 KiB at a time and
-    takes the payload of every whole frame in it (an 8-byte header: stream, 3 zero bytes,
-    big-endian length). A container with a TTY has no frames: its body is the log.
+    The engine sends every log entry as an HTTP chunk of its own, which the HTTP client
+    hands out one at a time: a Python reader would pay a read per line. So a chunked body
+    is read from the connection's buffered socket 64 KiB (or what has arrived) at a time
+    and its chunks are decoded here (:class:`Dechunked`); any other body is read through the
+    client. Then the payload of every whole frame in it is taken (an 8-byte header: stream,
+    3 zero bytes, big-endian length). A container with a TTY has no frames: its body is
+    the log.
     """
 
     HEADER = 8
@@ -230,12 +233,8 @@ class RawLogStream:
         return cls(response, multiplexed=not tty)
 
     def __iter__(self) -> Iterator[bytes]:
-        raw = self.response.raw
         pending = b""
-        while True:
-            data = raw.read1(READ_BYTES) if hasattr(raw, "read1") else raw.read(READ_BYTES)
-            if not data:
-                return
+        for data in self._body():
             if not self.multiplexed:
                 yield data
                 continue
@@ -253,6 +252,37 @@ class RawLogStream:
             if out:
                 yield b"".join(out)
 
+    def _body(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive, in pieces of up to :data:`READ_BYTES`."""
+        sock = self._chunked_socket()
+        if sock is None:
+            raw = self.response.raw
+            while True:
+                data = raw.read1(READ_BYTES) if hasattr(raw, "read1") else raw.read(READ_BYTES)
+                if not data:
+                    return
+                yield data
+        body = Dechunked()
+        while not body.ended:
+            data = sock.read1(READ_BYTES)
+            if not data:
+                from urllib3.exceptions import ProtocolError
+
+                raise ProtocolError("the engine's log stream ended before its last chunk")
+            payload = body.feed(data)
+            if payload:
+                yield payload
+
+    def _chunked_socket(self) -> Any:
+        """The buffered socket under a chunked body nothing has read yet (else ``None``)."""
+        inner = getattr(self.response.raw, "_fp", None)  # the http.client response
+        if not getattr(inner, "chunked", False) or getattr(inner, "chunk_left", 0) is not None:
+            return None
+        if self.response.headers.get("Content-Encoding", "identity") != "identity":
+            return None
+        sock = getattr(inner, "fp", None)
+        return sock if hasattr(sock, "read1") else None
+
     def close(self) -> None:
         """End the stream, also for a thread blocked reading it: closing alone waits for that
         read (the response's buffer is locked while it reads) -- until the container writes
@@ -268,6 +298,66 @@ class RawLogStream:
         except (OSError, ValueError, RuntimeError):
             pass  # already shut, or released: nothing is blocked on it
         self.response.close()
+
+
+class Dechunked:
+    """Decodes an HTTP/1.1 chunked body fed in pieces of any size: :meth:`feed` returns the
+    payload bytes they complete; :attr:`ended` once the last (empty) chunk is read. A
+    chunk's payload is passed on as it arrives, so a large chunk is never held whole."""
+
+    #: Longest chunk-size line accepted (hex size and extensions).
+    MAX_SIZE_LINE = 4096
+
+    def __init__(self) -> None:
+        self.ended = False
+        self._buffer = b""
+        self._left = 0  # payload bytes of the current chunk still to come
+        self._crlf = False  # the CRLF after a chunk's payload is still to come
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._buffer + data if self._buffer else data
+        size_of = len(buf)
+        at = 0
+        out: list[bytes] = []
+        while at < size_of and not self.ended:
+            if self._left:
+                take = min(self._left, size_of - at)
+                out.append(buf[at : at + take])
+                at += take
+                self._left -= take
+                self._crlf = not self._left
+                continue
+            if self._crlf:
+                if size_of - at < 2:
+                    break
+                if buf[at : at + 2] != b"\r\n":
+                    self._malformed("no CRLF after a chunk")
+                at += 2
+                self._crlf = False
+                continue
+            eol = buf.find(b"\r\n", at)
+            if eol < 0:
+                if size_of - at > self.MAX_SIZE_LINE:
+                    self._malformed("a chunk-size line too long")
+                break
+            try:
+                size = int(buf[at:eol].split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                size = -1
+            if size < 0:
+                self._malformed(f"a bad chunk size {bytes(buf[at:eol][:40])!r}")
+            at = eol + 2
+            if size == 0:
+                self.ended = True
+            self._left = size
+        self._buffer = b"" if self.ended else buf[at:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    @staticmethod
+    def _malformed(what: str) -> None:
+        from urllib3.exceptions import ProtocolError
+
+        raise ProtocolError(f"the engine's log stream is malformed: {what}")
 
 
 def _close(stream: Any) -> None:

@@ -62,6 +62,12 @@ READ_BYTES = 64 * 1024
 #: Seconds to wait, after the server ended the stream of a container the cache still shows
 #: running, before it is opened again (a change of its pod wakes the reader sooner).
 EOF_RECHECK = 30.0
+#: A read smaller than this many bytes means the server sends lines as they come: the
+#: stream's bytes are then left to pile up for :data:`GATHER` seconds before the next read.
+GATHER_BELOW = 16 * 1024
+#: Seconds a trickling stream is not read, so that many lines come in one read (a server
+#: sending each line on its own costs a socket read, a parse and a wake-up per line).
+GATHER = 0.005
 #: Streams of one instance that may break in a row, without a line read, before the
 #: failure is reported (the caller then retries with backoff).
 BREAKS_TOLERATED = 2
@@ -199,15 +205,30 @@ class ReplicaLogFollower:
                 yield [], resume.cursor, False
                 return
             decoder = LineDecoder()
-            reader: asyncio.Future[bytes] | None = None
+            reads = _Reads(resp)
             woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
             ended_at: float | None = None  # when the cache showed the instance ended
             last_data = time.monotonic()
             clean = app_over = False
             try:
                 while True:
-                    if reader is None:
-                        reader = asyncio.ensure_future(resp.content.read(READ_BYTES))
+                    try:
+                        chunk = reads.take()
+                    except (OSError, asyncio.TimeoutError, _client_errors()):
+                        break  # the stream broke: opened again from the cursor
+                    if chunk is not None:
+                        if not chunk:
+                            clean = self._ended_cleanly = True
+                            break
+                        last_data = time.monotonic()
+                        new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
+                        if new:
+                            yield new, resume.cursor, False
+                        if len(chunk) < GATHER_BELOW:
+                            await _gather(resp)
+                        if slot.urgent or not slot.should_yield:
+                            continue
+                        break  # an ended app's read (or a slice's end): queue again
                     if woken is None:
                         # once the app ended, only a change of the pods is news; and, for
                         # a running app's stream, an ended app's read waiting for a slot
@@ -220,28 +241,15 @@ class ReplicaLogFollower:
                         QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
                     )
                     done, _ = await asyncio.wait(
-                        {reader, woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                        {reads.pending(), woken},
+                        timeout=timeout,
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
-                    if reader in done:
-                        try:
-                            chunk = reader.result()
-                        except (OSError, asyncio.TimeoutError, _client_errors()):
-                            break  # the stream broke: opened again from the cursor
-                        finally:
-                            reader = None
-                        if not chunk:
-                            clean = self._ended_cleanly = True
-                            break
-                        last_data = time.monotonic()
-                        new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
-                        if new:
-                            yield new, resume.cursor, False
-                        if slot.urgent or not slot.should_yield:
-                            continue
-                        break  # an ended app's read (or a slice's end): queue again
                     if woken in done:
                         changed.clear()
                         woken = None
+                    if reads.pending().done():
+                        continue  # taken at the top
                     if slot.should_yield:
                         break  # others wait for a stream: queue again, resume at the cursor
                     if ended_at is None and self._has_ended(instance, watch):
@@ -256,9 +264,9 @@ class ReplicaLogFollower:
                         clean = app_over = True
                         break
             finally:
-                for future in (reader, woken):
-                    if future is not None:
-                        future.cancel()
+                reads.cancel()
+                if woken is not None:
+                    woken.cancel()
                 resp.release()
             rest = resume.feed([split_timestamp(r) for r in decoder.flush()]) if clean else []
             finished = clean and (app_over or instance.ended or self._has_ended(instance, watch))
@@ -337,6 +345,56 @@ class ReplicaLogFollower:
             return False
         found = self._cached(instance, watch)
         return found is None or found.ended
+
+
+class _Reads:
+    """The reads of one log response's body, one at a time: what the HTTP client already
+    holds is taken at once; else a read task waits for more."""
+
+    def __init__(self, resp: Any) -> None:
+        self.content = resp.content
+        self._task: asyncio.Future[bytes] | None = None
+
+    def take(self) -> bytes | None:
+        """The next bytes (``b""``: the body has ended), or ``None`` while the read waits
+        (:meth:`pending`). A broken stream raises its client's error."""
+        task = self._task
+        if task is None:
+            data: bytes = self.content.read_nowait(READ_BYTES)
+            if data:
+                return data
+            self._task = asyncio.ensure_future(self.content.read(READ_BYTES))
+            return None
+        if not task.done():
+            return None
+        self._task = None
+        return task.result()
+
+    def pending(self) -> asyncio.Future[bytes]:
+        """The read waiting for more (after :meth:`take` gave ``None``)."""
+        assert self._task is not None
+        return self._task
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+async def _gather(resp: Any) -> None:
+    """Leave ``resp``'s socket unread for :data:`GATHER` seconds: what the server sends
+    meanwhile waits in the socket (TCP holds the sender back past its window) and comes in
+    one read."""
+    connection = getattr(resp, "connection", None)
+    protocol = getattr(connection, "protocol", None)
+    if protocol is None:
+        await asyncio.sleep(GATHER)
+        return
+    protocol.pause_reading()
+    try:
+        await asyncio.sleep(GATHER)
+    finally:
+        protocol.resume_reading()
 
 
 def _client_errors() -> Any:
