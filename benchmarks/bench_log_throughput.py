@@ -2,7 +2,7 @@
 
 One replica writes N sequence-numbered lines (100,000 on the local Kubernetes cluster, from
 a file the fake kubelet serves; 200,000 on Docker, from a busybox loop). Once the whole log
-is written, the same run times:
+is written, the same run times, in rounds (``--rounds``, default 5), each of:
 
 * ``raw``: the backend's own reader of that log (``kubectl logs`` / ``docker logs``), to
   the end;
@@ -11,13 +11,17 @@ is written, the same run times:
   arrived -- and how many were lost or repeated (by sequence number), and how much the
   process's memory grew meanwhile (sampled every 50 ms).
 
-The last line is machine-readable::
+The ratio is the raw reader's median time over the follow's (a single pair varies by up to
+2x on a small machine, where the API server, the fake kubelet and the follower share the
+CPUs); lost and repeated lines are summed over all rounds, RSS growth is the largest. The
+last line is machine-readable::
 
     backend=B lines=N ratio_vs_raw=R lost=L repeated=P rss_growth_mb=M
 
 Usage::
 
     python benchmarks/bench_log_throughput.py --backend kubernetes|local_docker [--lines N]
+        [--rounds R]
 
 Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); Docker an
 engine with the test image (``scripts/setup.sh`` makes both).
@@ -29,6 +33,7 @@ import argparse
 import asyncio
 import datetime as dt
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -101,9 +106,13 @@ def cluster_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def pod_log_path(env: dict[str, str], namespace: str, pod: str) -> Path:
+    return Path(env["TORCHX_CLUSTER_POD_LOGS"]) / "bench" / namespace / f"{pod}.log"
+
+
 def write_pod_log(env: dict[str, str], namespace: str, pod: str, total: int) -> None:
     """The pod's log file (CRI format) and the kwok Logs object naming it."""
-    path = Path(env["TORCHX_CLUSTER_POD_LOGS"]) / "bench" / namespace / f"{pod}.log"
+    path = pod_log_path(env, namespace, pod)
     path.parent.mkdir(parents=True, exist_ok=True)
     base = dt.datetime.now(dt.timezone.utc)
     with path.open("w", encoding="ascii") as f:
@@ -125,7 +134,7 @@ def write_pod_log(env: dict[str, str], namespace: str, pod: str, total: int) -> 
     )
 
 
-async def kubernetes(total: int) -> tuple[float, dict[str, float]]:
+async def kubernetes(total: int, rounds: int) -> list[tuple[float, dict[str, float]]]:
     from torchx_provider import specs
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 
@@ -158,17 +167,32 @@ async def kubernetes(total: int) -> tuple[float, dict[str, float]]:
             if resp is not None and resp.state.name == "RUNNING":
                 break
             await asyncio.sleep(0.1)
-        raw = time_raw(["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod], total)
-        followed = await time_follow(client, app_id, "r/0", total)
+        kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod]
+        timed = [
+            (time_raw(kubectl, total), await time_follow(client, app_id, "r/0", total))
+            for _ in range(rounds)
+        ]
     finally:
         await client.close()
         scheduler.delete(app_id)
         scheduler.close()
-    return raw, followed
+        remove_pod_log(env, namespace, pod)
+    return timed
+
+
+def remove_pod_log(env: dict[str, str], namespace: str, pod: str) -> None:
+    """The Logs object and the file (kwok serves every Logs object it has)."""
+    kubectl = ["kubectl", "--kubeconfig", env["TORCHX_CLUSTER_KUBECONFIG"], "-n", namespace]
+    subprocess.run(
+        [*kubectl, "delete", "logs.kwok.x-k8s.io", pod, "--ignore-not-found"],
+        check=False,
+        capture_output=True,
+    )
+    pod_log_path(env, namespace, pod).unlink(missing_ok=True)
 
 
 # -- Docker --------------------------------------------------------------------------------------
-async def local_docker(total: int) -> tuple[float, dict[str, float]]:
+async def local_docker(total: int, rounds: int) -> list[tuple[float, dict[str, float]]]:
     from torchx_provider.schedulers.docker import create_async_client, create_scheduler
     from torchx_provider.specs.api import AppDef, Role
 
@@ -188,38 +212,48 @@ async def local_docker(total: int) -> tuple[float, dict[str, float]]:
             if tail.stdout.startswith(f"{total - 1:010d}".encode()):
                 break
             await asyncio.sleep(0.1)
-        raw = time_raw(["docker", "logs", container.id], total)
-        followed = await time_follow(client, app_id, "r/0", total)
+        timed = [
+            (
+                time_raw(["docker", "logs", container.id], total),
+                await time_follow(client, app_id, "r/0", total),
+            )
+            for _ in range(rounds)
+        ]
         desc = scheduler.describe(app_id)
         print("  the app after the follow:", None if desc is None else desc.state.name)
     finally:
         await client.close()
         scheduler.delete(app_id)
         scheduler.close()
-    return raw, followed
+    return timed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["kubernetes", "local_docker"], required=True)
     parser.add_argument("--lines", type=int, help="default: 100,000 (kubernetes), 200,000")
+    parser.add_argument("--rounds", type=int, default=5, help="raw read + follow pairs")
     args = parser.parse_args()
     total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
     run = kubernetes if args.backend == "kubernetes" else local_docker
-    raw, followed = asyncio.run(run(total))
-    raw_rate = total / raw
-    follow_rate = total / followed["seconds"]
+    timed = asyncio.run(run(total, args.rounds))
     print(f"backend {args.backend}, {total:,} lines of {len(PAD) + 11} bytes, pid {os.getpid()}")
-    print(f"  raw reader: {raw:.2f} s ({raw_rate:,.0f} lines/s)")
+    for i, (raw, followed) in enumerate(timed, 1):
+        print(
+            f"  round {i}: raw reader {raw:.2f} s ({total / raw:,.0f} lines/s), follow "
+            f"{followed['seconds']:.2f} s ({total / followed['seconds']:,.0f} lines/s), lost "
+            f"{followed['lost']:.0f}, repeated {followed['repeated']:.0f}, RSS growth "
+            f"{followed['rss_growth_mb']:.1f} MB"
+        )
+    raw = statistics.median(r for r, _ in timed)
+    follow = statistics.median(f["seconds"] for _, f in timed)
+    lost = sum(f["lost"] for _, f in timed)
+    repeated = sum(f["repeated"] for _, f in timed)
+    growth = max(f["rss_growth_mb"] for _, f in timed)
+    print(f"  medians of {len(timed)} rounds: raw reader {raw:.2f} s, follow {follow:.2f} s")
     print(
-        f"  follow:     {followed['seconds']:.2f} s ({follow_rate:,.0f} lines/s), lost "
-        f"{followed['lost']:.0f}, repeated {followed['repeated']:.0f}, RSS growth "
-        f"{followed['rss_growth_mb']:.1f} MB"
-    )
-    print(
-        f"backend={args.backend} lines={total} ratio_vs_raw={follow_rate / raw_rate:.2f} "
-        f"lost={followed['lost']:.0f} repeated={followed['repeated']:.0f} "
-        f"rss_growth_mb={followed['rss_growth_mb']:.1f}"
+        f"backend={args.backend} lines={total} ratio_vs_raw={raw / follow:.2f} "
+        f"lost={lost:.0f} repeated={repeated:.0f} rss_growth_mb={growth:.1f}"
     )
 
 

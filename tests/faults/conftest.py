@@ -32,6 +32,7 @@ def _load_kube_fixtures() -> Any:
 
 _kube = _load_kube_fixtures()
 kube_cluster = _kube.kube_cluster
+pod_logs_removed = _kube.pod_logs_removed
 unique_name = _kube.unique_name
 
 

@@ -15,7 +15,9 @@ Every reader, sync and async, Docker and Kubernetes, uses the one pipeline here:
                    --within(since, until)--> lines in the asked time range
                    --advance(cursor)--> only the lines a cursor has not emitted yet
 
-A reader that emits every line it gets (a followed stream) keeps its cursor with
+A line's time is kept as a key that sorts as the times do (:func:`time_key`); lines are
+compared by key, and a key becomes a datetime only for a cursor. A reader that emits every
+line it gets (a followed stream) keeps its cursor with
 :meth:`LogCursor.after`. Every time bound a caller gives is checked by :func:`require_aware`
 (a naive datetime is refused with the same message on every backend).
 """

@@ -131,6 +131,10 @@ class KubeCluster:
     local: bool = False
     pod_logs_dir: Path | None = None
     _clients: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    #: the kwok Logs objects (namespace, pod, mcad) and log files made since the last
+    #: :meth:`forget_pod_logs`
+    _log_objects: set[tuple[str, str, bool]] = field(default_factory=set, repr=False)
+    _log_files: set[Path] = field(default_factory=set, repr=False)
 
     # -- clients ---------------------------------------------------------------
     def api_client(self, *, restricted: bool = False, mcad: bool = False) -> Any:
@@ -265,7 +269,29 @@ class KubeCluster:
         directory = self.pod_logs_dir / ("mcad" if mcad else "main") / ns
         directory.mkdir(parents=True, exist_ok=True)
         tag = f".{file_tag}" if file_tag else ""
-        return directory / f"{pod}.{container or '_all'}{tag}.log"
+        path = directory / f"{pod}.{container or '_all'}{tag}.log"
+        self._log_files.add(path)
+        return path
+
+    def forget_pod_logs(self) -> None:
+        """Remove the Logs objects and log files made since the last call (each test's are
+        removed after it: a long-lived cluster would keep them all, and kwok serves them)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        for namespace, pod, mcad in sorted(self._log_objects):
+            api = client.CustomObjectsApi(self.api_client(mcad=mcad))
+            try:
+                api.delete_namespaced_custom_object(
+                    "kwok.x-k8s.io", "v1alpha1", namespace, "logs", pod
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        for path in self._log_files:
+            path.unlink(missing_ok=True)
+        self._log_objects.clear()
+        self._log_files.clear()
 
     def _put_logs_object(
         self, pod: str, namespace: str, container: str | None, path: Path, mcad: bool
@@ -275,6 +301,7 @@ class KubeCluster:
 
         api = client.CustomObjectsApi(self.api_client(mcad=mcad))
         group, version, plural = "kwok.x-k8s.io", "v1alpha1", "logs"
+        self._log_objects.add((namespace, pod, mcad))
         entry: dict[str, Any] = {"logsFile": str(path), "follow": True}
         if container:
             entry["containers"] = [container]
@@ -494,6 +521,17 @@ def _wait_until(
             text = message() if callable(message) else message
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {text}")
         time.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def pod_logs_removed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that uses the cluster: its pod logs are removed
+    (:meth:`KubeCluster.forget_pod_logs`)."""
+    uses = "kube_cluster" in request.fixturenames
+    cluster = request.getfixturevalue("kube_cluster") if uses else None
+    yield
+    if cluster is not None:
+        cluster.forget_pod_logs()
 
 
 @pytest.fixture

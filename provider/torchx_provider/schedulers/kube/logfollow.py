@@ -13,6 +13,12 @@ Cursors are absolute: a stream is (re)opened with ``sinceTime`` (the kubelet com
 its own timestamps, so the triggerer's clock takes no part) and the lines of that second
 already emitted are dropped by :class:`~torchx_provider.schedulers.logs.Resumed`.
 
+The API server sends a followed log about a line at a time. A reader that took each piece
+as it came would pay a socket read, a parse and a wake-up per line, so after a small read
+(under :data:`GATHER_BELOW`) the socket is left unread for :data:`GATHER` seconds and the
+lines written meanwhile come in one read; what the HTTP client already holds is taken
+without waiting.
+
 A kubelet ends a followed stream when the container exits. A stream may also stay open
 after its container ended (a fake kubelet does, a stuck connection might): once the pod cache
 shows the instance ended, the stream is closed after it has been quiet for
