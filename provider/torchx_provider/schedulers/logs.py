@@ -53,11 +53,24 @@ def parse_timestamp(value: str) -> datetime:
 # datetime only where one is asked for (a cursor's time, once per batch).
 
 
+#: The keys of times before the first and past the last a datetime can hold in UTC.
+_KEY_MIN, _KEY_MAX = "0001-01-01T00:00:00.000000", "9999-12-31T23:59:59.999999"
+
+
 def time_key(value: datetime) -> str:
     """The key of an aware datetime (µs precision, as :class:`LogCursor` keeps times)."""
-    if value.tzinfo is None:
+    offset = value.utcoffset()
+    if offset is None:
         raise ValueError("timestamps must be timezone-aware")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if offset:
+        try:
+            value = value.astimezone(timezone.utc)
+        except OverflowError:  # a bound at the very end of the calendar, in its zone
+            return _KEY_MAX if offset.total_seconds() < 0 else _KEY_MIN
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:"
+        f"{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}"
+    )
 
 
 #: The last key turned into a datetime, and that datetime (one tuple: threads reading it

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from urllib3.exceptions import ProtocolError
 
-from torchx_provider.schedulers.docker.logstream import Dechunked
+from torchx_provider.schedulers.docker.logstream import Dechunked, RawLogStream
 
 
 def chunked(payloads: list[bytes], extension: bytes = b"") -> bytes:
@@ -61,3 +61,55 @@ def test_a_malformed_body_is_a_broken_stream(data: bytes, what: str) -> None:
     """The reader treats it as a cut connection: opened again from the cursor."""
     with pytest.raises(ProtocolError, match=what):
         Dechunked().feed(data)
+
+
+class Socket:
+    """The connection's buffered socket: hands out the given pieces, then raises ``error``
+    (or ends)."""
+
+    def __init__(self, pieces: list[bytes], error: OSError | None = None) -> None:
+        self.pieces = list(pieces)
+        self.error = error
+
+    def read1(self, n: int) -> bytes:
+        if self.pieces:
+            return self.pieces.pop(0)[:n]
+        if self.error is not None:
+            raise self.error
+        return b""
+
+
+class Response:
+    """A requests response whose urllib3 body sits on an http.client response."""
+
+    def __init__(self, sock: Socket) -> None:
+        self.headers = {"Transfer-Encoding": "chunked"}
+        inner = type("HTTPResponse", (), {"chunked": True, "chunk_left": None, "fp": sock})()
+        self.raw = type("Raw", (), {"_fp": inner})()
+
+
+def frame(text: bytes) -> bytes:
+    return b"\x01\x00\x00\x00" + len(text).to_bytes(4, "big") + text
+
+
+def test_the_engines_frames_come_from_the_socket_in_bulk() -> None:
+    frames = [frame(b"line %d\n" % i) for i in range(50)]
+    body = chunked(frames)
+    sock = Socket([body[:333], body[333:]])
+    stream = RawLogStream(Response(sock), multiplexed=True)
+    assert b"".join(stream) == b"".join(b"line %d\n" % i for i in range(50))
+
+
+@pytest.mark.parametrize("error", [TimeoutError(110, "timed out"), OSError(113, "no route")])
+def test_a_socket_error_is_a_broken_stream_as_the_http_client_says_it(error: OSError) -> None:
+    """Any socket error (not only a reset) is an outage of the engine: ridden out."""
+    sock = Socket([b"5\r\n" + frame(b"")[:5]], error=error)
+    with pytest.raises(ProtocolError, match="Connection broken"):
+        list(RawLogStream(Response(sock), multiplexed=True))
+
+
+def test_a_body_cut_before_its_last_chunk_is_a_broken_stream() -> None:
+    body = chunked([frame(b"a\n")])
+    sock = Socket([body[:-5]])
+    with pytest.raises(ProtocolError, match="before its last chunk"):
+        list(RawLogStream(Response(sock), multiplexed=True))

@@ -135,12 +135,16 @@ class Content:
         return item
 
 
-class Protocol:
-    """The connection's protocol: records pauses of its socket's reading."""
+class Transport:
+    """The connection's transport: records pauses of its socket's reading."""
 
     def __init__(self) -> None:
         self.paused = False
         self.pauses = 0
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
 
     def pause_reading(self) -> None:
         assert not self.paused
@@ -149,6 +153,19 @@ class Protocol:
     def resume_reading(self) -> None:
         assert self.paused
         self.paused = False
+
+
+class Protocol:
+    """The HTTP client's protocol (never paused by the reader: that holds its parser)."""
+
+    def __init__(self) -> None:
+        self.transport = Transport()
+        self._reading_paused = False
+
+    def pause_reading(self) -> None:
+        raise AssertionError("the reader pauses the transport, not the protocol")
+
+    resume_reading = pause_reading
 
 
 class Connection:
@@ -503,5 +520,22 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     ended.set()
     lines, _ = await asyncio.wait_for(task, 5)
     assert lines == [f"l{i}" for i in range(3)] + [f"b{i}" for i in range(20)]
-    protocol = client.kube.responses[0].connection.protocol
-    assert (protocol.pauses, protocol.paused) == (3, False)
+    transport = client.kube.responses[0].connection.protocol.transport
+    assert (transport.pauses, transport.paused) == (3, False)
+
+
+async def test_a_closing_or_client_paused_connection_is_not_paused_again() -> None:
+    """A connection the server closed, or one the HTTP client paused for its own flow
+    control, is only waited on: pausing it would fail, or resume what the client paused."""
+    from torchx_provider.schedulers.kube.logfollow import _gather
+
+    closing = Response(Content([], ends=True))
+    closing.connection.protocol.transport.closing = True
+    client_paused = Response(Content([], ends=True))
+    client_paused.connection.protocol._reading_paused = True
+    gone = Response(Content([], ends=True))
+    gone.connection = None  # type: ignore[assignment]
+    for resp in (closing, client_paused, gone):
+        await _gather(resp)
+    for resp in (closing, client_paused):
+        assert resp.connection.protocol.transport.pauses == 0

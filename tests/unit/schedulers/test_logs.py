@@ -500,3 +500,14 @@ def test_a_line_made_from_a_time_equals_the_same_line_parsed() -> None:
     assert parsed.key == "2024-05-01T10:00:00.500000"
     assert repr(parsed) == f"TimestampedLine(timestamp={parsed.timestamp!r}, text='hi\\n')"
     assert TimestampedLine(None, "x\n").timestamp is None
+
+
+def test_keys_of_bounds_at_the_ends_of_the_calendar_still_order() -> None:
+    """A year before 1000 keeps four digits; a bound past what UTC can hold keeps its side."""
+    early = datetime(500, 1, 1, tzinfo=UTC)
+    line = TimestampedLine(BASE, "x\n")
+    assert list(within([line], early, None)) == [line]
+    late = datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))
+    assert list(within([line], None, late)) == [line]
+    very_early = datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))
+    assert list(within([line], very_early, None)) == [line]

@@ -262,12 +262,15 @@ class RawLogStream:
                 if not data:
                     return
                 yield data
+        from urllib3.exceptions import ProtocolError
+
         body = Dechunked()
         while not body.ended:
-            data = sock.read1(READ_BYTES)
+            try:
+                data = sock.read1(READ_BYTES)
+            except OSError as e:  # as the HTTP client says it: a broken connection
+                raise ProtocolError(f"Connection broken: {e!r}") from e
             if not data:
-                from urllib3.exceptions import ProtocolError
-
                 raise ProtocolError("the engine's log stream ended before its last chunk")
             payload = body.feed(data)
             if payload:

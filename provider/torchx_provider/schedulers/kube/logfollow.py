@@ -28,6 +28,7 @@ shows the instance ended, the stream is closed after it has been quiet for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -390,17 +391,28 @@ class _Reads:
 async def _gather(resp: Any) -> None:
     """Leave ``resp``'s socket unread for :data:`GATHER` seconds: what the server sends
     meanwhile waits in the socket (TCP holds the sender back past its window) and comes in
-    one read."""
-    connection = getattr(resp, "connection", None)
-    protocol = getattr(connection, "protocol", None)
-    if protocol is None:
-        await asyncio.sleep(GATHER)
-        return
-    protocol.pause_reading()
+    one read. Only the transport is paused, never the HTTP client's protocol (whose pause
+    also holds its parser), and not at all when the connection is closing or the client
+    has paused it itself."""
+    protocol = getattr(getattr(resp, "connection", None), "protocol", None)
+    transport: Any = getattr(protocol, "transport", None)
+    paused = False
+    if (
+        transport is not None
+        and not transport.is_closing()
+        and not getattr(protocol, "_reading_paused", False)
+    ):
+        try:
+            transport.pause_reading()
+            paused = True
+        except (AttributeError, NotImplementedError, RuntimeError):
+            pass
     try:
         await asyncio.sleep(GATHER)
     finally:
-        protocol.resume_reading()
+        if paused and not transport.is_closing():
+            with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError):
+                transport.resume_reading()
 
 
 def _client_errors() -> Any:
