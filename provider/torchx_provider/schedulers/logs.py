@@ -440,16 +440,16 @@ class Resumed:
         self.cursor = cursor
         self._skip = cursor.seen_at_since
         self._catching_up = cursor.since is not None
-        self._moving = _Moving(
-            None if cursor.since is None else time_key(cursor.since), cursor.seen_at_since
-        )
+        # the cursor's time as a key, and its count (the cursor itself is remade only when
+        # a batch moves them)
+        self._since = None if cursor.since is None else time_key(cursor.since)
+        self._seen = cursor.seen_at_since
 
     def feed(self, lines: Iterable[TimestampedLine]) -> list[TimestampedLine]:
         """The lines of ``lines`` not emitted yet (the cursor moves past them)."""
         new: list[TimestampedLine] = []
         append = new.append
-        moving = self._moving
-        since, seen = moving.key, moving.seen
+        since, seen = self._since, self._seen
         catching_up = self._catching_up
         for line in lines:
             key = line.key
@@ -470,8 +470,8 @@ class Resumed:
             else:
                 since, seen = key, 1
         self._catching_up = catching_up
-        if since is not None and (since, seen) != (moving.key, moving.seen):
-            moving.key, moving.seen = since, seen
+        if since is not None and (since, seen) != (self._since, self._seen):
+            self._since, self._seen = since, seen
             self.cursor = replace(self.cursor, since=key_time(since), seen_at_since=seen)
         return new
 

@@ -258,6 +258,20 @@ async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[
     return out, cursor
 
 
+async def follow_until_pod_a_succeeds(
+    client: FakeClient, watch: FakeWatch
+) -> tuple[list[str], LogCursor]:
+    """Follow replica trainer/0 from the start; 0.1 s in, its pod ``a`` succeeds and the
+    app ends. What the follow read, and its cursor."""
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.1)
+    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
+    ended.set()
+    return await asyncio.wait_for(task, 5)
+
+
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     from torchx_provider.schedulers.kube import logfollow
@@ -297,13 +311,7 @@ async def test_a_broken_stream_is_reopened_from_its_cursor_without_repeats() -> 
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "l0"), cri(0.5, "l1"), cri(0.7, "l2"), cri(1.2, "l3")]
     client.kube.break_first.add("a")
-    ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
-    await asyncio.sleep(0.1)
-    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
-    ended.set()
-    lines, _ = await asyncio.wait_for(task, 5)
+    lines, _ = await follow_until_pod_a_succeeds(client, watch)
     assert lines == ["l0", "l1", "l2", "l3"]
     reopened = client.kube.opened[1][1]
     assert reopened["sinceTime"] == "2024-05-01T10:00:00Z"
@@ -390,13 +398,7 @@ async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end() -> N
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "late line")]
     client.kube.silent_follow.add("a")
-    ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
-    await asyncio.sleep(0.1)
-    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
-    ended.set()
-    lines, cursor = await asyncio.wait_for(task, 5)
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
     assert lines == ["late line"] and cursor.is_done("a/trainer/0")
     assert [q.get("follow") for _, q in client.kube.opened] == ["true", None]
 
@@ -512,13 +514,7 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [*small, big]
-    ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
-    await asyncio.sleep(0.1)
-    watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
-    ended.set()
-    lines, _ = await asyncio.wait_for(task, 5)
+    lines, _ = await follow_until_pod_a_succeeds(client, watch)
     assert lines == [f"l{i}" for i in range(3)] + [f"b{i}" for i in range(20)]
     transport = client.kube.responses[0].connection.protocol.transport
     assert (transport.pauses, transport.paused) == (3, False)
