@@ -26,6 +26,7 @@ from torchx_provider.schedulers.docker.client import (
     EngineConnection,
     docker_call,
 )
+from torchx_provider.schedulers.docker.netlock import network_lock
 from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     ContainerInfo,
@@ -90,12 +91,23 @@ class DockerEngine(EngineConnection):
     def ensure_network(self, name: str) -> str:
         """The id of the user-defined bridge network ``name``, created when missing.
 
-        Safe when several submits race: see :func:`.state.oldest_network`.
+        Safe when several submits race: on one host they create it one at a time
+        (:mod:`.netlock`); from several hosts, each settles on the oldest
+        (:func:`.state.oldest_network`).
         """
         api = self.client.api
         with docker_call(f"looking up Docker network {name!r}"):
             found = oldest_network(api.networks(names=[name]), name)
         if found is not None:
+            return str(found["Id"])
+        with network_lock(str(api.base_url), name):
+            return self._create_network(name)
+
+    def _create_network(self, name: str) -> str:
+        api = self.client.api
+        with docker_call(f"looking up Docker network {name!r}"):
+            found = oldest_network(api.networks(names=[name]), name)
+        if found is not None:  # another submitter created it while this one waited
             return str(found["Id"])
         created: str | None = None
         try:

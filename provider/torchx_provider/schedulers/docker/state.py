@@ -347,8 +347,8 @@ def oldest_network(networks: Iterable[Mapping[str, Any]], name: str) -> Mapping[
     """The network called exactly ``name`` that every submitter agrees on: the oldest.
 
     Two submits racing to create the network may both succeed (the engine's duplicate check
-    is not atomic); each then picks the oldest (ties broken by id), and removes its own if it
-    lost, so every replica lands on the same network.
+    is not atomic). On one host they are serialised (:mod:`.netlock`); from several hosts,
+    each picks the oldest (ties broken by id) and removes its own if it lost.
     """
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     matching = [n for n in networks if n.get("Name") == name]
