@@ -247,6 +247,48 @@ def _apiserver_ready(admin_kubeconfig: str) -> bool:
     return True
 
 
+#: taints the node lifecycle controller puts on a node whose heartbeats it missed
+NODE_TROUBLE = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def nodes_settled(admin_kubeconfig: str, steady: float = 20.0, limit: float = 180.0) -> float:
+    """Seconds until every node has been Ready, without a not-ready or unreachable taint, for
+    ``steady`` seconds in a row (at most ``limit``).
+
+    An API server that was down long enough makes the controller manager take the nodes'
+    heartbeats for missed once it is back: it marks them NotReady, taints them (no new pod
+    is scheduled there) and marks their pods NotReady, until kwok renews the leases. The
+    tests after the restart must not inherit that."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
+    began = time.monotonic()
+    healthy_since: float | None = None
+    with client.ApiClient(configuration) as api:
+        core = client.CoreV1Api(api)
+        while True:
+            now = time.monotonic()
+            try:
+                nodes = core.list_node(_request_timeout=5).items
+                healthy = bool(nodes) and all(
+                    any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                    and not any(t.key in NODE_TROUBLE for t in n.spec.taints or [])
+                    for n in nodes
+                )
+            except Exception:
+                healthy = False
+            healthy_since = (healthy_since or now) if healthy else None
+            if healthy_since is not None and now - healthy_since >= steady:
+                return round(now - began, 1)
+            if now - began >= limit:
+                raise AssertionError(
+                    f"the nodes did not stay Ready for {steady:.0f} s within {limit:.0f} s "
+                    "of the API server's restart"
+                )
+            time.sleep(0.5)
+
+
 def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
     """Stop the local cluster's kube-apiserver, wait ``down`` seconds, start it again with the
     same command line as ``cluster.sh`` gave it (recording its new pid where ``cluster.sh``
@@ -507,11 +549,34 @@ def jobs_of(kube_cluster: Any, name: str, namespace: str | None = None) -> list[
     return [j for j in items if j["metadata"]["name"].startswith(f"{name}-")]
 
 
+def where_it_stands(
+    kube_cluster: Any, name: str, namespace: str | None, log: TaskLog, started: float
+) -> str:
+    """What a follow that did not end was facing: the job's and its pods' phases as the API
+    server has them now, and the follow's own last lines (state changes, warnings)."""
+    from kubernetes import client
+
+    out = [f"{time.monotonic() - started:.0f} s after submitting:"]
+    try:
+        for job in jobs_of(kube_cluster, name, namespace):
+            state = job.get("status", {}).get("state", {})
+            out.append(f"job {job['metadata']['name']}: {state.get('phase')} {state}")
+        core = client.CoreV1Api(kube_cluster.api_client())
+        for pod in core.list_namespaced_pod(namespace or kube_cluster.namespace).items:
+            if pod.metadata.name.startswith(f"{name}-"):
+                out.append(f"pod {pod.metadata.name}: {pod.status.phase}")
+    except Exception as e:  # the diagnosis must not hide the failure
+        out.append(f"(could not read the cluster: {e!r})")
+    own = [ln for ln in log.lines if not ln.startswith("[")]
+    out.append(f"the follow's last lines ({len(log.lines)} in all): {own[-15:]}")
+    return "\n  ".join(out)
+
+
 async def follow_once(
-    kubeconfig: str, namespace: str, app_id: str, **kw: Any
+    kubeconfig: str, namespace: str, app_id: str, log: TaskLog | None = None, **kw: Any
 ) -> tuple[Any, TaskLog]:
     client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
-    log = TaskLog()
+    log = TaskLog() if log is None else log
     try:
         event = await JobFollower(client, app_id, log=log, **kw).run()
     finally:
@@ -588,17 +653,25 @@ async def run_row(
         await row.inject(proxy, row.seconds)
 
     injector = asyncio.create_task(fault())
+    first = TaskLog()
     try:
-        event, log = await asyncio.wait_for(
-            follow_once(
-                kubeconfig,
-                kube_cluster.namespace,
-                app_id,
-                outage_budget=row.outage_budget,
-                poll_interval=row.poll_interval,
-            ),
-            timeout,
-        )
+        try:
+            event, log = await asyncio.wait_for(
+                follow_once(
+                    kubeconfig,
+                    kube_cluster.namespace,
+                    app_id,
+                    log=first,
+                    outage_budget=row.outage_budget,
+                    poll_interval=row.poll_interval,
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            raise AssertionError(
+                f"not followed to its end in {timeout:.0f} s; "
+                + where_it_stands(kube_cluster, name, row.job_namespace, first, started)
+            ) from None
         events.append(event)
         for key in pods:
             lines[key] += log.of(key)
@@ -731,7 +804,12 @@ async def test_fault_row(
             "restarting the API server disturbs everyone using the cluster: set "
             "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
         )
-    await run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+    try:
+        await run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+    finally:
+        if row.id == "apiserver-restart":
+            settled = await asyncio.to_thread(nodes_settled, kube_cluster.kubeconfig)
+            print(f"nodes Ready again, and steadily, {settled} s after the row")
 
 
 @pytest.mark.parametrize("length", list(TOGETHER))

@@ -25,14 +25,20 @@ pytestmark = pytest.mark.docker
 
 IMAGE = "torchx-provider/busybox:latest"
 
-# Role 0 / replica 0 listens and answers "ack" to each of the three other replicas; they
-# connect to $TORCHX_RANK0_HOST (retrying until that replica is up, since Docker starts
-# replicas independently) and only stop once they got the answer: a connection that lands in
-# the listen backlog between two `nc -l` runs is reset without one, and is retried.
+# Role 0 / replica 0 listens and, for each of the three other replicas, reads its line,
+# prints it (to stderr: the program nc runs has the connection as stdout) and only then
+# answers "ack"; they connect to $TORCHX_RANK0_HOST (retrying until that replica is up,
+# since Docker starts replicas independently) and only stop once they got the answer: a
+# connection that lands in the listen backlog between two `nc -l` runs is reset without one,
+# and is retried. (Answering before reading lost a line on a loaded machine: the client
+# could read the answer and the end of the connection before its `echo` had written its
+# line, and end without sending it.)
 RENDEZVOUS = """
 if [ "$TORCHX_ROLE_IDX" = 0 ] && [ "$TORCHX_REPLICA_IDX" = 0 ]; then
     echo "rank0 hostname $(hostname)"
-    for i in 1 2 3; do echo ack | nc -l -p 9000; done
+    for i in 1 2 3; do
+        nc -l -p 9000 -e sh -c 'read -r line; echo "$line" >&2; echo ack'
+    done
 else
     for i in $(seq 150); do
         reply=$(echo "$TORCHX_ROLE_NAME/$TORCHX_REPLICA_IDX reached $TORCHX_RANK0_HOST" \
