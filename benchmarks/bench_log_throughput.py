@@ -110,14 +110,17 @@ def pod_log_path(env: dict[str, str], namespace: str, pod: str) -> Path:
     return Path(env["TORCHX_CLUSTER_POD_LOGS"]) / "bench" / namespace / f"{pod}.log"
 
 
-def write_pod_log(env: dict[str, str], namespace: str, pod: str, total: int) -> None:
-    """The pod's log file (CRI format) and the kwok Logs object naming it."""
+def write_pod_log(
+    env: dict[str, str], namespace: str, pod: str, total: int, interval: float
+) -> None:
+    """The pod's log file (CRI format), its lines ``interval`` seconds apart and the last one
+    written now, and the kwok Logs object naming it."""
     path = pod_log_path(env, namespace, pod)
     path.parent.mkdir(parents=True, exist_ok=True)
-    base = dt.datetime.now(dt.timezone.utc)
+    base = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=interval * total)
     with path.open("w", encoding="ascii") as f:
         for i in range(total):
-            when = base + dt.timedelta(microseconds=10 * i)
+            when = base + dt.timedelta(seconds=interval * i)
             stamp = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond:06d}000Z"
             f.write(f"{stamp} stdout F {i:010d} {PAD}\n")
     manifest = (
@@ -134,7 +137,9 @@ def write_pod_log(env: dict[str, str], namespace: str, pod: str, total: int) -> 
     )
 
 
-async def kubernetes(total: int, rounds: int) -> list[tuple[float, dict[str, float]]]:
+async def kubernetes(
+    total: int, rounds: int, interval: float
+) -> list[tuple[float, dict[str, float]]]:
     from torchx_provider import specs
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 
@@ -158,7 +163,7 @@ async def kubernetes(total: int, rounds: int) -> list[tuple[float, dict[str, flo
     info = scheduler.submit_dryrun(app, {"queue": "default"})
     job = info.request.body
     pod = f"{job['metadata']['name']}-{job['spec']['tasks'][0]['name']}-0"
-    write_pod_log(env, namespace, pod, total)
+    write_pod_log(env, namespace, pod, total, interval)
     app_id = scheduler.schedule(info)
     client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
     try:
@@ -233,10 +238,20 @@ def main() -> None:
     parser.add_argument("--backend", choices=["kubernetes", "local_docker"], required=True)
     parser.add_argument("--lines", type=int, help="default: 100,000 (kubernetes), 200,000")
     parser.add_argument("--rounds", type=int, default=5, help="raw read + follow pairs")
+    parser.add_argument(
+        "--line-interval",
+        type=float,
+        default=0.001,
+        help="kubernetes: seconds between the timestamps of successive lines (default 0.001: "
+        "a replica writing 1,000 lines/s); Docker's are the times the lines were written",
+    )
     args = parser.parse_args()
     total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
-    run = kubernetes if args.backend == "kubernetes" else local_docker
-    timed = asyncio.run(run(total, args.rounds))
+    timed = asyncio.run(
+        kubernetes(total, args.rounds, args.line_interval)
+        if args.backend == "kubernetes"
+        else local_docker(total, args.rounds)
+    )
     print(f"backend {args.backend}, {total:,} lines of {len(PAD) + 11} bytes, pid {os.getpid()}")
     for i, (raw, followed) in enumerate(timed, 1):
         print(

@@ -317,6 +317,42 @@ async def test_a_broken_stream_is_reopened_from_its_cursor_without_repeats() -> 
     assert reopened["sinceTime"] == "2024-05-01T10:00:00Z"
 
 
+async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its_cursor() -> None:
+    """The backlog comes from a read that does not follow (the API server sends it in large
+    pieces); the follow then starts at the backlog's last second, and what it sends again of
+    that second is dropped."""
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "l0"), cri(1.2, "l1"), cri(1.5, "l2")]
+    opened = client.kube.open_log
+
+    async def open_log(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        resp = await opened(namespace, name, query)
+        if len(client.kube.opened) == 1:  # written after the backlog was answered
+            client.kube.logs["a"].append(cri(1.7, "l3"))
+        return resp
+
+    client.kube.open_log = open_log  # type: ignore[method-assign]
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
+    assert lines == ["l0", "l1", "l2", "l3"]
+    assert cursor.is_done("a/trainer/0")
+    backlog, follow = (q for _, q in client.kube.opened[:2])
+    assert "follow" not in backlog and "sinceTime" not in backlog
+    assert follow["follow"] == "true" and follow["sinceTime"] == "2024-05-01T10:00:01Z"
+
+
+async def test_an_instance_ended_before_it_is_read_is_read_once_without_following() -> None:
+    watch = FakeWatch([pod("a", phase="Succeeded", state="terminated")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "l0"), cri(1, "l1")]
+    ended = asyncio.Event()
+    ended.set()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    lines, cursor = await asyncio.wait_for(collect(follower, LogCursor()), 5)
+    assert lines == ["l0", "l1"] and cursor.is_done("a/trainer/0")
+    assert [q.get("follow") for _, q in client.kube.opened] == [None]
+
+
 async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current_one() -> None:
     watch = FakeWatch(
         [
@@ -382,13 +418,14 @@ async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.3)
-    assert len(client.kube.opened) == 1  # waiting for a change, not reopening
+    # its backlog, then a follow the server ended: waiting for a change, not reopening
+    assert [q.get("follow") for _, q in client.kube.opened] == [None, "true"]
     watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
     await asyncio.sleep(0.1)
     ended.set()
     lines, cursor = await asyncio.wait_for(task, 5)
     assert lines == ["only line"] and cursor.is_done("a/trainer/0")
-    assert len(client.kube.opened) == 2
+    assert len(client.kube.opened) == 3
 
 
 async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end() -> None:
@@ -400,7 +437,8 @@ async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end() -> N
     client.kube.silent_follow.add("a")
     lines, cursor = await follow_until_pod_a_succeeds(client, watch)
     assert lines == ["late line"] and cursor.is_done("a/trainer/0")
-    assert [q.get("follow") for _, q in client.kube.opened] == ["true", None]
+    # its backlog, the follow given up, the log read to its end without following
+    assert [q.get("follow") for _, q in client.kube.opened] == [None, "true", None]
 
 
 # -- the cap on open streams -------------------------------------------------------------------

@@ -13,11 +13,17 @@ Cursors are absolute: a stream is (re)opened with ``sinceTime`` (the kubelet com
 its own timestamps, so the triggerer's clock takes no part) and the lines of that second
 already emitted are dropped by :class:`~torchx_provider.schedulers.logs.Resumed`.
 
-The API server sends a followed log about a line at a time. A reader that took each piece
-as it came would pay a socket read, a parse and a wake-up per line, so after a small read
-(under :data:`GATHER_BELOW`) the socket is left unread for :data:`GATHER` seconds and the
-lines written meanwhile come in one read; what the HTTP client already holds is taken
-without waiting.
+The API server sends a followed log about a line at a time (it flushes each piece the
+kubelet gives it), but a log that is not followed in large pieces. So a running instance's
+log is first read without following, from the cursor to what exists now (its backlog: all
+of it when a follow starts late, or after a triggerer restart), and then followed from the
+cursor that read left; an instance is read that way once per follower. A follow then
+re-reads the last second of the backlog (the API's resolution), which the cursor drops.
+
+Lines that come one at a time would cost a socket read, a parse and a wake-up each, so
+after a small read (under :data:`GATHER_BELOW`) the socket is left unread for
+:data:`GATHER` seconds and the lines written meanwhile come in one read; what the HTTP
+client already holds is taken without waiting.
 
 A kubelet ends a followed stream when the container exits. A stream may also stay open
 after its container ended (a fake kubelet does, a stuck connection might): once the pod cache
@@ -92,6 +98,8 @@ class ReplicaLogFollower:
         self.ended = ended
         self.warn: list[str] = []  # instances whose end could not be read (for the caller)
         self._ended_cleanly = False  # the last stream was ended by the server
+        self._backlog_read = False  # the last stream read an instance's backlog to its end
+        self._caught_up: set[str] = set()  # instances whose backlog has been read
 
     async def follow(
         self, cursor: LogCursor
@@ -124,8 +132,8 @@ class ReplicaLogFollower:
                     progressed = progressed or bool(lines)
                     cursor, finished = moved, done
                     yield lines, cursor
-                if finished:
-                    breaks = 0
+                if finished or self._backlog_read:
+                    breaks = 0  # (after its backlog: follow the instance from its cursor)
                     continue
                 if self._ended_cleanly:
                     breaks = 0
@@ -183,14 +191,21 @@ class ReplicaLogFollower:
         """One stream of ``instance``: ``(lines, cursor, finished)`` batches; the last says
         whether the instance has been read to its end (else the caller opens it again)."""
         resume = Resumed(cursor.at(instance.key))
-        self._ended_cleanly = False
+        self._ended_cleanly = self._backlog_read = False
         slots = StreamSlots.current()
         async with slots.hold(self.ended) as slot:
             # what the cache says now: a container that ended while this waited for its
             # turn is read to its end at once, without following
             instance = self._fresh(instance, watch)
+            backlog = not instance.ended and instance.key not in self._caught_up
             try:
-                resp = await self._open(instance, resume.cursor, watch, changed)
+                resp = await self._open(
+                    instance,
+                    resume.cursor,
+                    watch,
+                    changed,
+                    follow=not instance.ended and not backlog,
+                )
                 if resp is None:
                     # It ended while its follow was being opened (a server may answer a
                     # follow of a quiet log only with its first line): look again, and
@@ -225,7 +240,13 @@ class ReplicaLogFollower:
                         break  # the stream broke: opened again from the cursor
                     if chunk is not None:
                         if not chunk:
-                            clean = self._ended_cleanly = True
+                            clean = True
+                            if backlog:
+                                # not its end: the container ran on after the answer began
+                                self._caught_up.add(instance.key)
+                                self._backlog_read = True
+                            else:
+                                self._ended_cleanly = True
                             break
                         last_data = time.monotonic()
                         new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
@@ -276,7 +297,10 @@ class ReplicaLogFollower:
                     woken.cancel()
                 resp.release()
             rest = resume.feed([split_timestamp(r) for r in decoder.flush()]) if clean else []
-            finished = clean and (app_over or instance.ended or self._has_ended(instance, watch))
+            # A backlog's end is not the instance's, even if the cache shows it ended by now.
+            finished = clean and (
+                app_over or instance.ended or (not backlog and self._has_ended(instance, watch))
+            )
             if finished:
                 yield rest, resume.cursor.finished(instance.key), True
             else:
@@ -288,17 +312,18 @@ class ReplicaLogFollower:
         cursor: LogCursor,
         watch: AppWatch,
         changed: asyncio.Event,
+        *,
+        follow: bool,
     ) -> Any:
-        """Open ``instance``'s log; ``None`` when, before the server answered a follow, the
-        cache showed the instance ended (or the app ended and the container lingers)."""
+        """Open ``instance``'s log, following it or not; ``None`` when, before the server
+        answered a follow, the cache showed the instance ended (or the app ended and the
+        container lingers)."""
         opening = asyncio.ensure_future(
             self.client.kube.open_log(
-                instance.namespace,
-                instance.pod,
-                instance.query(cursor.since, follow=not instance.ended),
+                instance.namespace, instance.pod, instance.query(cursor.since, follow=follow)
             )
         )
-        if instance.ended:
+        if not follow:
             return await opening
         started = time.monotonic()
         woken: asyncio.Future[Any] | None = None
