@@ -349,15 +349,11 @@ class LogCursor:
 
         A line without a timestamp, or one older than the cursor, does not move it.
         """
-        key = line.key
-        if key is None:
+        if line.key is None:
             return self
-        since = None if self.since is None else time_key(self.since)
-        if since is not None and key < since:
-            return self
-        if key == since:
-            return replace(self, seen_at_since=self.seen_at_since + 1)
-        return replace(self, since=key_time(key), seen_at_since=1)
+        moving = _Moving(None if self.since is None else time_key(self.since), self.seen_at_since)
+        moving.after(line.key)
+        return moving.cursor(self)
 
     def is_done(self, instance: str) -> bool:
         """Whether ``instance`` was read to its end."""

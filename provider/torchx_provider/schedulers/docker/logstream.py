@@ -262,16 +262,14 @@ class RawLogStream:
                 if not data:
                     return
                 yield data
-        from urllib3.exceptions import ProtocolError
-
         body = Dechunked()
         while not body.ended:
             try:
                 data = sock.read1(READ_BYTES)
             except OSError as e:  # as the HTTP client says it: a broken connection
-                raise ProtocolError(f"Connection broken: {e!r}") from e
+                raise broken_stream(f"Connection broken: {e!r}") from e
             if not data:
-                raise ProtocolError("the engine's log stream ended before its last chunk")
+                raise broken_stream("the engine's log stream ended before its last chunk")
             payload = body.feed(data)
             if payload:
                 yield payload
@@ -358,9 +356,15 @@ class Dechunked:
 
     @staticmethod
     def _malformed(what: str) -> None:
-        from urllib3.exceptions import ProtocolError
+        raise broken_stream(f"the engine's log stream is malformed: {what}")
 
-        raise ProtocolError(f"the engine's log stream is malformed: {what}")
+
+def broken_stream(message: str) -> Exception:
+    """A broken log stream, as the HTTP client reports one (urllib3's ``ProtocolError``,
+    which the callers treat as a broken connection)."""
+    from urllib3.exceptions import ProtocolError
+
+    return ProtocolError(message)
 
 
 def _close(stream: Any) -> None:
