@@ -341,6 +341,35 @@ async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its
     assert follow["follow"] == "true" and follow["sinceTime"] == "2024-05-01T10:00:01Z"
 
 
+@pytest.mark.parametrize(
+    ("backlog_end", "ends"),
+    [
+        (cri(1, "hello world")[:-6], True),  # cut in the middle of the line: no newline yet
+        (cri(1, "hello wo"), True),  # what a kubelet sends of a line still being written
+        (cri(1, "hello world")[:-6], False),  # the answer stalls there, and the pod ends
+    ],
+    ids=["cut-line", "unfinished-line", "stalled-mid-line"],
+)
+async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
+    backlog_end: bytes, ends: bool
+) -> None:
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "l0"), cri(1, "hello world"), cri(2, "l2")]
+    opened = client.kube.open_log
+
+    async def open_log(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        if not client.kube.opened:  # the backlog, answered while the line was written
+            client.kube.opened.append(("a", dict(query)))
+            return Response(Content([cri(0, "l0"), backlog_end], ends=ends))
+        return await opened(namespace, name, query)
+
+    client.kube.open_log = open_log  # type: ignore[method-assign]
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
+    assert lines == ["l0", "hello world", "l2"]
+    assert cursor.is_done("a/trainer/0")
+
+
 async def test_an_instance_ended_before_it_is_read_is_read_once_without_following() -> None:
     watch = FakeWatch([pod("a", phase="Succeeded", state="terminated")])
     client = FakeClient(watch)

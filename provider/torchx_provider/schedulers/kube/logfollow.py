@@ -2,12 +2,12 @@
 
 A replica's log is the logs of its container instances one after the other
 (:func:`~.podlogs.replica_instances`: each pod that ran it, each restart of the container).
-:class:`ReplicaLogFollower` reads them oldest first, each as one ``follow`` stream opened as
-soon as the container has started and read to its end, so a crashing replica's last lines
-are read while the backend still has them -- before Volcano or the Job controller replaces
-the pod, before a TTL removes the job. Which pods exist and when a container ends comes
-from the event loop's shared pod cache (:class:`~.hub.AppWatch`); no request is made to find
-out.
+:class:`ReplicaLogFollower` reads them oldest first, each as a stream opened as soon as the
+container has started (what it wrote so far, then followed: see below) and read to its end,
+so a crashing replica's last lines are read while the backend still has them -- before
+Volcano or the Job controller replaces the pod, before a TTL removes the job. Which pods
+exist and when a container ends comes from the event loop's shared pod cache
+(:class:`~.hub.AppWatch`); no request is made to find out.
 
 Cursors are absolute: a stream is (re)opened with ``sinceTime`` (the kubelet compares it with
 its own timestamps, so the triggerer's clock takes no part) and the lines of that second
@@ -17,8 +17,10 @@ The API server sends a followed log about a line at a time (it flushes each piec
 kubelet gives it), but a log that is not followed in large pieces. So a running instance's
 log is first read without following, from the cursor to what exists now (its backlog: all
 of it when a follow starts late, or after a triggerer restart), and then followed from the
-cursor that read left; an instance is read that way once per follower. A follow then
-re-reads the last second of the backlog (the API's resolution), which the cursor drops.
+cursor that read left; an instance is read that way once per follower. The backlog's last
+line is left to the follow (the container may still be writing it, and the kubelet sends
+what there is), which re-reads the backlog's last second (the API's resolution): the
+cursor drops what was emitted of it.
 
 Lines that come one at a time would cost a socket read, a parse and a wake-up each, so
 after a small read (under :data:`GATHER_BELOW`) the socket is left unread for
@@ -230,6 +232,7 @@ class ReplicaLogFollower:
             reads = _Reads(resp)
             woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
             ended_at: float | None = None  # when the cache showed the instance ended
+            held: list[TimestampedLine] = []  # a backlog's last line (see below)
             last_data = time.monotonic()
             clean = app_over = False
             try:
@@ -242,14 +245,20 @@ class ReplicaLogFollower:
                         if not chunk:
                             clean = True
                             if backlog:
-                                # not its end: the container ran on after the answer began
+                                # the log up to the answer: the follow reads on from here
                                 self._caught_up.add(instance.key)
                                 self._backlog_read = True
                             else:
                                 self._ended_cleanly = True
                             break
                         last_data = time.monotonic()
-                        new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
+                        parsed = [split_timestamp(r) for r in decoder.decode(chunk)]
+                        if backlog and parsed:
+                            # A backlog's last line is held back until another follows it:
+                            # it may be one the container is still writing (the kubelet
+                            # sends what there is of it). The follow reads it again, whole.
+                            parsed, held = held + parsed[:-1], parsed[-1:]
+                        new = resume.feed(parsed)
                         if new:
                             yield new, resume.cursor, False
                         if len(chunk) < GATHER_BELOW:
@@ -283,25 +292,32 @@ class ReplicaLogFollower:
                     if ended_at is None and self._has_ended(instance, watch):
                         ended_at = time.monotonic()
                     now = time.monotonic()
+                    # (A backlog ends by itself: one that stalls is read again, as if broken.)
                     if ended_at is not None and now - max(ended_at, last_data) >= DRAIN_IDLE:
-                        clean = True
+                        clean = not backlog
                         break
                     if self.ended.is_set() and now - last_data >= APP_ENDED_IDLE:
                         # The app is over but this container lingers (being stopped, or a
                         # sidecar): what it wrote is read; its stopping is not waited for.
-                        clean = app_over = True
+                        clean = app_over = not backlog
                         break
             finally:
                 reads.cancel()
                 if woken is not None:
                     woken.cancel()
                 resp.release()
-            rest = resume.feed([split_timestamp(r) for r in decoder.flush()]) if clean else []
-            # A backlog's end is not the instance's, even if the cache shows it ended by now.
+            # A backlog's unfinished last line is the follow's to read, and the backlog's end
+            # is not the instance's, even if the cache shows it ended by now.
+            rest = (
+                resume.feed([split_timestamp(r) for r in decoder.flush()])
+                if clean and not backlog
+                else []
+            )
             finished = clean and (
                 app_over or instance.ended or (not backlog and self._has_ended(instance, watch))
             )
             if finished:
+                self._caught_up.discard(instance.key)
                 yield rest, resume.cursor.finished(instance.key), True
             else:
                 yield rest, resume.cursor, False

@@ -185,7 +185,7 @@ class ContainerInstance:
     def query(self, since: datetime | None, *, follow: bool) -> list[tuple[str, str]]:
         """The log request's query: timestamps, this container, from ``since`` (an absolute
         time: the kubelet compares it with its own timestamps, so no clock but the node's
-        takes part), following unless this run has ended."""
+        takes part), following if asked (never a previous run's log, which has ended)."""
         query = [("container", self.container), ("timestamps", "true")]
         if since is not None:
             # Whole seconds (the API's resolution), rounded down: the lines of that second
