@@ -370,6 +370,41 @@ async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
     assert cursor.is_done("a/trainer/0")
 
 
+async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
+    """At the stream cap, an instance whose backlog was read does not queue again for its
+    follow behind the others (a turn may last a slice: 20 s)."""
+    slots = StreamSlots(limit=1, slice=3600.0)
+    StreamSlots._by_loop[asyncio.get_running_loop()] = slots
+    one = pod("b", name="job-trainer-1", replica=1)
+    watch = FakeWatch([pod("a"), one])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "a0"), cri(1, "a1")]
+    client.kube.logs["b"] = [cri(0, "b0"), cri(1, "b1")]
+    ended = asyncio.Event()
+    followers = [
+        ReplicaLogFollower(client, "ns:job", LogSource("trainer", r), ended)  # type: ignore[arg-type]
+        for r in (0, 1)
+    ]
+    first = asyncio.ensure_future(collect(followers[0], LogCursor()))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(collect(followers[1], LogCursor()))
+    await asyncio.sleep(0.1)
+    assert [(uid, q.get("follow")) for uid, q in client.kube.opened] == [
+        ("a", None),
+        ("a", "true"),  # in the same turn: b still waits for the slot
+    ]
+    watch.set_pods(
+        [
+            pod("a", phase="Succeeded", state="terminated"),
+            pod("b", name="job-trainer-1", replica=1, phase="Succeeded", state="terminated"),
+        ]
+    )
+    ended.set()
+    (a, _), (b, _) = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert (a, b) == (["a0", "a1"], ["b0", "b1"])
+    assert slots.held == 0
+
+
 async def test_an_instance_ended_before_it_is_read_is_read_once_without_following() -> None:
     watch = FakeWatch([pod("a", phase="Succeeded", state="terminated")])
     client = FakeClient(watch)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
@@ -55,7 +55,7 @@ from torchx_provider.schedulers.logs import (
     TimestampedLine,
     split_timestamp,
 )
-from torchx_provider.schedulers.streams import StreamSlots, any_of
+from torchx_provider.schedulers.streams import Slot, StreamSlots, any_of
 
 if TYPE_CHECKING:
     from torchx_provider.schedulers.kube.client import KubeAsyncClient
@@ -134,8 +134,8 @@ class ReplicaLogFollower:
                     progressed = progressed or bool(lines)
                     cursor, finished = moved, done
                     yield lines, cursor
-                if finished or self._backlog_read:
-                    breaks = 0  # (after its backlog: follow the instance from its cursor)
+                if finished:
+                    breaks = 0
                     continue
                 if self._ended_cleanly:
                     breaks = 0
@@ -190,137 +190,154 @@ class ReplicaLogFollower:
         watch: AppWatch,
         changed: asyncio.Event,
     ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor, bool]]:
-        """One stream of ``instance``: ``(lines, cursor, finished)`` batches; the last says
-        whether the instance has been read to its end (else the caller opens it again)."""
+        """``instance`` read in one turn of a stream slot: ``(lines, cursor, finished)``
+        batches; the last says whether the instance has been read to its end (else the caller
+        opens it again). A backlog read to its end is followed on in the same turn."""
+        async with StreamSlots.current().hold(self.ended) as slot:
+            while True:
+                stream = self._stream(instance, cursor, watch, changed, slot)
+                async with contextlib.aclosing(stream):  # its response released at once
+                    async for batch in stream:
+                        cursor = batch[1]
+                        yield batch
+                if not self._backlog_read:
+                    return
+
+    async def _stream(
+        self,
+        instance: ContainerInstance,
+        cursor: LogCursor,
+        watch: AppWatch,
+        changed: asyncio.Event,
+        slot: Slot,
+    ) -> AsyncGenerator[tuple[list[TimestampedLine], LogCursor, bool], None]:
+        """One response for ``instance``: its backlog, a follow, or its log once it ended."""
         resume = Resumed(cursor.at(instance.key))
         self._ended_cleanly = self._backlog_read = False
         slots = StreamSlots.current()
-        async with slots.hold(self.ended) as slot:
-            # what the cache says now: a container that ended while this waited for its
-            # turn is read to its end at once, without following
-            instance = self._fresh(instance, watch)
-            backlog = not instance.ended and instance.key not in self._caught_up
-            try:
-                resp = await self._open(
-                    instance,
-                    resume.cursor,
-                    watch,
-                    changed,
-                    follow=not instance.ended and not backlog,
+        # what the cache says now: a container that ended while this waited for its
+        # turn is read to its end at once, without following
+        instance = self._fresh(instance, watch)
+        backlog = not instance.ended and instance.key not in self._caught_up
+        try:
+            resp = await self._open(
+                instance,
+                resume.cursor,
+                watch,
+                changed,
+                follow=not instance.ended and not backlog,
+            )
+            if resp is None:
+                # It ended while its follow was being opened (a server may answer a
+                # follow of a quiet log only with its first line): look again, and
+                # read what it wrote without following.
+                if self.ended.is_set() and not self._has_ended(instance, watch):
+                    yield [], resume.cursor.finished(instance.key), True  # lingering
+                else:
+                    yield [], resume.cursor, False
+                return
+        except UnknownAppError:
+            # The pod is gone: if the cache agrees, so is its log (reported as lost by
+            # the caller); else the cache is a moment behind.
+            yield [], resume.cursor, False
+            return
+        except SubmissionError as e:
+            if not no_log_yet(e):
+                raise
+            await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
+            yield [], resume.cursor, False
+            return
+        decoder = LineDecoder()
+        reads = _Reads(resp)
+        woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
+        ended_at: float | None = None  # when the cache showed the instance ended
+        held: list[TimestampedLine] = []  # a backlog's last line (see below)
+        last_data = time.monotonic()
+        clean = app_over = False
+        try:
+            while True:
+                try:
+                    chunk = reads.take()
+                except (OSError, asyncio.TimeoutError, _client_errors()):
+                    break  # the stream broke: opened again from the cursor
+                if chunk is not None:
+                    if not chunk:
+                        clean = True
+                        if backlog:
+                            # the log up to the answer: the follow reads on from here
+                            self._caught_up.add(instance.key)
+                            self._backlog_read = True
+                        else:
+                            self._ended_cleanly = True
+                        break
+                    last_data = time.monotonic()
+                    parsed = [split_timestamp(r) for r in decoder.decode(chunk)]
+                    if backlog and parsed:
+                        # A backlog's last line is held back until another follows it:
+                        # it may be one the container is still writing (the kubelet
+                        # sends what there is of it). The follow reads it again, whole.
+                        parsed, held = held + parsed[:-1], parsed[-1:]
+                    new = resume.feed(parsed)
+                    if new:
+                        yield new, resume.cursor, False
+                    if len(chunk) < GATHER_BELOW:
+                        await _gather(resp)
+                    if slot.urgent or not slot.should_yield:
+                        continue
+                    break  # an ended app's read (or a slice's end): queue again
+                if woken is None:
+                    # once the app ended, only a change of the pods is news; and, for
+                    # a running app's stream, an ended app's read waiting for a slot
+                    woken = asyncio.ensure_future(
+                        changed.wait()
+                        if self.ended.is_set()
+                        else any_of(changed, self.ended, slots.wanted)
+                    )
+                timeout = QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
+                done, _ = await asyncio.wait(
+                    {reads.pending(), woken},
+                    timeout=timeout,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-                if resp is None:
-                    # It ended while its follow was being opened (a server may answer a
-                    # follow of a quiet log only with its first line): look again, and
-                    # read what it wrote without following.
-                    if self.ended.is_set() and not self._has_ended(instance, watch):
-                        yield [], resume.cursor.finished(instance.key), True  # lingering
-                    else:
-                        yield [], resume.cursor, False
-                    return
-            except UnknownAppError:
-                # The pod is gone: if the cache agrees, so is its log (reported as lost by
-                # the caller); else the cache is a moment behind.
-                yield [], resume.cursor, False
-                return
-            except SubmissionError as e:
-                if not no_log_yet(e):
-                    raise
-                await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
-                yield [], resume.cursor, False
-                return
-            decoder = LineDecoder()
-            reads = _Reads(resp)
-            woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
-            ended_at: float | None = None  # when the cache showed the instance ended
-            held: list[TimestampedLine] = []  # a backlog's last line (see below)
-            last_data = time.monotonic()
-            clean = app_over = False
-            try:
-                while True:
-                    try:
-                        chunk = reads.take()
-                    except (OSError, asyncio.TimeoutError, _client_errors()):
-                        break  # the stream broke: opened again from the cursor
-                    if chunk is not None:
-                        if not chunk:
-                            clean = True
-                            if backlog:
-                                # the log up to the answer: the follow reads on from here
-                                self._caught_up.add(instance.key)
-                                self._backlog_read = True
-                            else:
-                                self._ended_cleanly = True
-                            break
-                        last_data = time.monotonic()
-                        parsed = [split_timestamp(r) for r in decoder.decode(chunk)]
-                        if backlog and parsed:
-                            # A backlog's last line is held back until another follows it:
-                            # it may be one the container is still writing (the kubelet
-                            # sends what there is of it). The follow reads it again, whole.
-                            parsed, held = held + parsed[:-1], parsed[-1:]
-                        new = resume.feed(parsed)
-                        if new:
-                            yield new, resume.cursor, False
-                        if len(chunk) < GATHER_BELOW:
-                            await _gather(resp)
-                        if slot.urgent or not slot.should_yield:
-                            continue
-                        break  # an ended app's read (or a slice's end): queue again
-                    if woken is None:
-                        # once the app ended, only a change of the pods is news; and, for
-                        # a running app's stream, an ended app's read waiting for a slot
-                        woken = asyncio.ensure_future(
-                            changed.wait()
-                            if self.ended.is_set()
-                            else any_of(changed, self.ended, slots.wanted)
-                        )
-                    timeout = (
-                        QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
-                    )
-                    done, _ = await asyncio.wait(
-                        {reads.pending(), woken},
-                        timeout=timeout,
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                    if woken in done:
-                        changed.clear()
-                        woken = None
-                    if reads.pending().done():
-                        continue  # taken at the top
-                    if slot.should_yield:
-                        break  # others wait for a stream: queue again, resume at the cursor
-                    if ended_at is None and self._has_ended(instance, watch):
-                        ended_at = time.monotonic()
-                    now = time.monotonic()
-                    # (A backlog ends by itself: one that stalls is read again, as if broken.)
-                    if ended_at is not None and now - max(ended_at, last_data) >= DRAIN_IDLE:
-                        clean = not backlog
-                        break
-                    if self.ended.is_set() and now - last_data >= APP_ENDED_IDLE:
-                        # The app is over but this container lingers (being stopped, or a
-                        # sidecar): what it wrote is read; its stopping is not waited for.
-                        clean = app_over = not backlog
-                        break
-            finally:
-                reads.cancel()
-                if woken is not None:
-                    woken.cancel()
-                resp.release()
-            # A backlog's unfinished last line is the follow's to read, and the backlog's end
-            # is not the instance's, even if the cache shows it ended by now.
-            rest = (
-                resume.feed([split_timestamp(r) for r in decoder.flush()])
-                if clean and not backlog
-                else []
-            )
-            finished = clean and (
-                app_over or instance.ended or (not backlog and self._has_ended(instance, watch))
-            )
-            if finished:
-                self._caught_up.discard(instance.key)
-                yield rest, resume.cursor.finished(instance.key), True
-            else:
-                yield rest, resume.cursor, False
+                if woken in done:
+                    changed.clear()
+                    woken = None
+                if reads.pending().done():
+                    continue  # taken at the top
+                if slot.should_yield:
+                    break  # others wait for a stream: queue again, resume at the cursor
+                if ended_at is None and self._has_ended(instance, watch):
+                    ended_at = time.monotonic()
+                now = time.monotonic()
+                # (A backlog ends by itself: one that stalls is read again, as if broken.)
+                if ended_at is not None and now - max(ended_at, last_data) >= DRAIN_IDLE:
+                    clean = not backlog
+                    break
+                if self.ended.is_set() and now - last_data >= APP_ENDED_IDLE:
+                    # The app is over but this container lingers (being stopped, or a
+                    # sidecar): what it wrote is read; its stopping is not waited for.
+                    clean = app_over = not backlog
+                    break
+        finally:
+            reads.cancel()
+            if woken is not None:
+                woken.cancel()
+            resp.release()
+        # A backlog's unfinished last line is the follow's to read, and the backlog's end
+        # is not the instance's, even if the cache shows it ended by now.
+        rest = (
+            resume.feed([split_timestamp(r) for r in decoder.flush()])
+            if clean and not backlog
+            else []
+        )
+        finished = clean and (
+            app_over or instance.ended or (not backlog and self._has_ended(instance, watch))
+        )
+        if finished:
+            self._caught_up.discard(instance.key)
+            yield rest, resume.cursor.finished(instance.key), True
+        else:
+            yield rest, resume.cursor, False
 
     async def _open(
         self,
