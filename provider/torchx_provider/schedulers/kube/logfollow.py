@@ -17,10 +17,11 @@ The API server sends a followed log about a line at a time (it flushes each piec
 kubelet gives it), but a log that is not followed in large pieces. So a running instance's
 log is first read without following, from the cursor to what exists now (its backlog: all
 of it when a follow starts late, or after a triggerer restart), and then followed from the
-cursor that read left; an instance is read that way once per follower. The backlog's last
-line is left to the follow (the container may still be writing it, and the kubelet sends
-what there is), which re-reads the backlog's last second (the API's resolution): the
-cursor drops what was emitted of it.
+cursor that read left, in the same turn of its stream slot; an instance is read that way
+once per follower. An unfinished line at the backlog's end (the container is writing it;
+the kubelet sends what there is, without its newline) is left to the follow, which
+re-reads the backlog's last second (the API's resolution): the cursor drops the lines of it
+already emitted.
 
 Lines that come one at a time would cost a socket read, a parse and a wake-up each, so
 after a small read (under :data:`GATHER_BELOW`) the socket is left unread for
@@ -251,7 +252,6 @@ class ReplicaLogFollower:
         reads = _Reads(resp)
         woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
         ended_at: float | None = None  # when the cache showed the instance ended
-        held: list[TimestampedLine] = []  # a backlog's last line (see below)
         last_data = time.monotonic()
         clean = app_over = False
         try:
@@ -271,13 +271,7 @@ class ReplicaLogFollower:
                             self._ended_cleanly = True
                         break
                     last_data = time.monotonic()
-                    parsed = [split_timestamp(r) for r in decoder.decode(chunk)]
-                    if backlog and parsed:
-                        # A backlog's last line is held back until another follows it:
-                        # it may be one the container is still writing (the kubelet
-                        # sends what there is of it). The follow reads it again, whole.
-                        parsed, held = held + parsed[:-1], parsed[-1:]
-                    new = resume.feed(parsed)
+                    new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
                     if new:
                         yield new, resume.cursor, False
                     if len(chunk) < GATHER_BELOW:
@@ -323,8 +317,9 @@ class ReplicaLogFollower:
             if woken is not None:
                 woken.cancel()
             resp.release()
-        # A backlog's unfinished last line is the follow's to read, and the backlog's end
-        # is not the instance's, even if the cache shows it ended by now.
+        # A backlog may end inside a line the container is still writing (the kubelet sends
+        # what there is of it, without its newline): the follow reads that line, whole. And
+        # the backlog's end is not the instance's, even if the cache shows it ended by now.
         rest = (
             resume.feed([split_timestamp(r) for r in decoder.flush()])
             if clean and not backlog
