@@ -234,12 +234,17 @@ ROWS = (
 )
 
 
-def _apiserver_ready(admin_kubeconfig: str) -> bool:
+def _admin_api(admin_kubeconfig: str) -> Any:
+    """A sync API client for the local cluster's admin (a context manager)."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
     config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
-    with client.ApiClient(configuration) as api:
+    return client.ApiClient(configuration)
+
+
+def _apiserver_ready(admin_kubeconfig: str) -> bool:
+    with _admin_api(admin_kubeconfig) as api:
         try:
             api.call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
         except Exception:
@@ -259,13 +264,11 @@ def nodes_settled(admin_kubeconfig: str, steady: float = 20.0, limit: float = 18
     heartbeats for missed once it is back: it marks them NotReady, taints them (no new pod
     is scheduled there) and marks their pods NotReady, until kwok renews the leases. The
     tests after the restart must not inherit that."""
-    from kubernetes import client, config
+    from kubernetes import client
 
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
     began = time.monotonic()
     healthy_since: float | None = None
-    with client.ApiClient(configuration) as api:
+    with _admin_api(admin_kubeconfig) as api:
         core = client.CoreV1Api(api)
         while True:
             now = time.monotonic()

@@ -14,7 +14,7 @@ replicas costs about as much as ``docker run`` N times in parallel.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -95,18 +95,20 @@ class DockerEngine(EngineConnection):
         (:mod:`.netlock`); from several hosts, each settles on the oldest
         (:func:`.state.oldest_network`).
         """
-        api = self.client.api
-        with docker_call(f"looking up Docker network {name!r}"):
-            found = oldest_network(api.networks(names=[name]), name)
+        found = self._existing_network(name)
         if found is not None:
             return str(found["Id"])
-        with network_lock(str(api.base_url), name):
+        with network_lock(str(self.client.api.base_url), name):
             return self._create_network(name)
+
+    def _existing_network(self, name: str) -> Mapping[str, Any] | None:
+        """The network every submitter settles on, if one is visible."""
+        with docker_call(f"looking up Docker network {name!r}"):
+            return oldest_network(self.client.api.networks(names=[name]), name)
 
     def _create_network(self, name: str) -> str:
         api = self.client.api
-        with docker_call(f"looking up Docker network {name!r}"):
-            found = oldest_network(api.networks(names=[name]), name)
+        found = self._existing_network(name)
         if found is not None:  # another submitter created it while this one waited
             return str(found["Id"])
         created: str | None = None
@@ -121,8 +123,7 @@ class DockerEngine(EngineConnection):
         except SubmissionError as e:
             if e.status != 409:  # 409: someone else created it first
                 raise
-        with docker_call(f"looking up Docker network {name!r}"):
-            found = oldest_network(api.networks(names=[name]), name)
+        found = self._existing_network(name)
         if found is None:
             raise SubmissionError(f"Docker network {name!r} vanished right after its creation")
         if created is not None and found["Id"] != created:

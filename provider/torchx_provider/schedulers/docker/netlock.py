@@ -42,15 +42,11 @@ def network_lock(engine: str, network: str, wait: float = WAIT) -> Iterator[bool
     a read-only directory) or another holder kept it for ``wait`` seconds: creating the
     network goes on, as it would without the lock.
     """
-    import fcntl  # POSIX only, as Airflow is
-
     path = lock_path(engine, network)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
         log.info("not locking the creation of Docker network %r (%s): %s", network, path, e)
-        fd = -1
-    if fd < 0:
         yield False
         return
     try:
@@ -67,17 +63,21 @@ def network_lock(engine: str, network: str, wait: float = WAIT) -> Iterator[bool
             yield held
         finally:
             if held:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                _flock(fd, unlock=True)
     finally:
         os.close(fd)
 
 
-def _acquire(fd: int, deadline: float) -> bool:
-    import fcntl
+def _flock(fd: int, *, unlock: bool = False) -> None:
+    import fcntl  # POSIX only, as Airflow is
 
+    fcntl.flock(fd, fcntl.LOCK_UN if unlock else fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _acquire(fd: int, deadline: float) -> bool:
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:

@@ -215,7 +215,6 @@ class ReplicaLogFollower:
         """One response for ``instance``: its backlog, a follow, or its log once it ended."""
         resume = Resumed(cursor.at(instance.key))
         self._ended_cleanly = self._backlog_read = False
-        slots = StreamSlots.current()
         # what the cache says now: a container that ended while this waited for its
         # turn is read to its end at once, without following
         instance = self._fresh(instance, watch)
@@ -285,7 +284,7 @@ class ReplicaLogFollower:
                     woken = asyncio.ensure_future(
                         changed.wait()
                         if self.ended.is_set()
-                        else any_of(changed, self.ended, slots.wanted)
+                        else any_of(changed, self.ended, slot.slots.wanted)
                     )
                 timeout = QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
                 done, _ = await asyncio.wait(
