@@ -30,13 +30,17 @@ A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) 
 pauses the follow: its pump says so once and retries from its cursor.
 
 Progress (the log cursors and the last state seen) is checkpointed while it changes, at most
-every :data:`CHECKPOINT_EVERY` seconds, each time as it was :data:`CHECKPOINT_LATENESS`
-seconds before, so a line handed to the log has had that long to reach the task log before
-the cursor that covers it is stored; and once more, as it is, when the follow is cancelled
-from outside (a triggerer stopping flushes its log on the way out). A follow rebuilt from
-the stored cursors therefore loses nothing; after a graceful stop it repeats nothing, after
-a crash what each replica wrote since the last stored checkpoint (about a second, plus the
-time the store took: in a busy triggerer, seconds).
+every :data:`CHECKPOINT_EVERY` seconds, each time as it was at least
+:data:`CHECKPOINT_LATENESS` seconds before, so a line handed to the log has had that long to
+reach the task log before the cursor that covers it is stored; and once more, as it is, when
+the follow ends or is cancelled from outside (a triggerer stopping flushes its log on the way
+out). The writes of all follows in a process take turns
+(:mod:`~torchx_provider.triggers.pacing`): a follow waiting for its turn keeps taking its
+progress, and its turn stores the newest one old enough. A failed write is tried again
+later, after a pause that doubles per failure up to :data:`CHECKPOINT_BACKOFF` seconds. A
+follow rebuilt from the stored cursors therefore loses nothing; after a graceful stop it
+repeats nothing, after a crash what each replica wrote since the last stored checkpoint
+(about a second with a few follows; with many, the time a turn takes to come round).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from torchx_provider.triggers.events import (
     status_line,
 )
 from torchx_provider.triggers.logpump import LogPumps
+from torchx_provider.triggers.pacing import Aging, CheckpointPacer
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
@@ -103,9 +108,13 @@ CHECKPOINT_EVERY = 1.0
 CHECKPOINT_LATENESS = 0.5
 #: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
 CHECKPOINT_TIMEOUT = 3.0
+#: Seconds between checkpoints at most, after failed ones (which double the pause each).
+CHECKPOINT_BACKOFF = 60.0
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
 FINAL_DRAIN = 120.0
 
+#: what a checkpoint stores: the cursors and the last state
+Progress = tuple[dict[str, LogCursor], "AppState | None"]
 #: persists ``(cursors, last state)``
 Checkpoint = Callable[[dict[str, LogCursor], "AppState | None"], Awaitable[None]]
 #: a fresh client, after the backend refused the current one's credentials (HTTP 401)
@@ -127,6 +136,7 @@ class JobFollower:
         ``checkpoint_every`` seconds while they change (see the module docstring), and once
         more at the end.
     :param checkpoint_every: seconds between checkpoints.
+    :param pacer: whose turns checkpoint writes take; the event loop's by default.
     :param outage_budget: seconds of backend outage ridden out before giving up.
     :param deadline: when to stop following, on :attr:`clock`; ``None``: never.
     :param cancel_on_timeout: cancel the app when the deadline passes.
@@ -148,6 +158,7 @@ class JobFollower:
         state: AppState | None = None,
         checkpoint: Checkpoint | None = None,
         checkpoint_every: float = CHECKPOINT_EVERY,
+        pacer: CheckpointPacer | None = None,
         outage_budget: float = OUTAGE_BUDGET,
         deadline: float | None = None,
         cancel_on_timeout: bool = True,
@@ -164,6 +175,7 @@ class JobFollower:
         self.cursors: dict[str, LogCursor] = dict(cursors or {})
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
+        self.pacer = pacer
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
@@ -200,27 +212,91 @@ class JobFollower:
         except asyncio.CancelledError:
             # Stopped from outside (a triggerer shutting down, a rolling restart): what was
             # handed to the log is flushed on the way out, so keep every line's cursor.
+            checkpoints.cancel()
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(
-                    self._persist(dict(self.cursors), self.state), CHECKPOINT_TIMEOUT
-                )
+                await self._persist_final()
             raise
         finally:
             checkpoints.cancel()
             await asyncio.gather(checkpoints, return_exceptions=True)
             await self.pumps.close()
 
+    def _pacer(self) -> CheckpointPacer:
+        if self.pacer is None:
+            self.pacer = CheckpointPacer.current()
+        return self.pacer
+
     async def _checkpoints(self) -> None:
         """While progress is made, at most every ``checkpoint_every`` seconds: take the
         progress, let :data:`CHECKPOINT_LATENESS` seconds pass (the lines it covers reach the
-        task log meanwhile), persist it (see the module docstring)."""
+        task log meanwhile), then wait for a turn of the process's checkpoint writes
+        (:mod:`~torchx_provider.triggers.pacing`) and persist the newest progress taken that
+        long ago (see the module docstring)."""
+        lateness = min(CHECKPOINT_LATENESS, self.checkpoint_every)
         while self.checkpoint is not None:
             await self._progress.wait()
             self._progress.clear()
-            taken = (dict(self.cursors), self.state)
-            await asyncio.sleep(min(CHECKPOINT_LATENESS, self.checkpoint_every))
-            await self._persist(*taken)
-            await asyncio.sleep(max(0.0, self.checkpoint_every - CHECKPOINT_LATENESS))
+            taken: Aging[Progress] = Aging(lateness)
+            taken.take((dict(self.cursors), self.state))
+            await asyncio.sleep(lateness)
+            await self._checkpoint_in_turn(taken)
+            await asyncio.sleep(self._checkpoint_pause(lateness))
+
+    async def _checkpoint_in_turn(self, taken: Aging[Progress]) -> None:
+        """Wait for a turn, taking the progress meanwhile; then persist the newest progress
+        old enough."""
+        written: list[Progress] = []
+
+        def produce() -> Awaitable[None]:
+            written.append(taken.aged())
+            return self._persist(*written[0])
+
+        turn = asyncio.ensure_future(self._pacer().write(produce))
+        try:
+            await self._keep_taking(taken, turn)
+            await turn
+        finally:
+            turn.cancel()
+        if written and written[0] is not taken.newest():
+            self._progress.set()  # progress taken while waiting, not stored yet
+
+    async def _keep_taking(self, taken: Aging[Progress], turn: asyncio.Future[None]) -> None:
+        """Until ``turn`` comes: take the progress again whenever it changed and the last
+        one taken is old enough (so the turn stores progress at most ``2 * lateness`` old)."""
+        while not turn.done():
+            settles_in = taken.settles_in()
+            if settles_in > 0:
+                await asyncio.wait({turn}, timeout=settles_in)
+                continue
+            changed = asyncio.ensure_future(self._progress.wait())
+            either: set[asyncio.Future[Any]] = {turn, changed}
+            try:
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+            if self._progress.is_set() and not turn.done():
+                self._progress.clear()
+                taken.take((dict(self.cursors), self.state))
+
+    def _checkpoint_pause(self, lateness: float) -> float:
+        """Seconds until the next checkpoint may be taken: the rest of ``checkpoint_every``;
+        after failed writes, doubling per failure up to :data:`CHECKPOINT_BACKOFF`."""
+        if self._checkpoint_failures:
+            doubled = self.checkpoint_every * 2.0**self._checkpoint_failures
+            return min(CHECKPOINT_BACKOFF, doubled)
+        return max(0.0, self.checkpoint_every - lateness)
+
+    async def _persist_final(self) -> None:
+        """Persist the progress as it is now, ahead of periodic checkpoints (the follow
+        ended, or is stopped from outside)."""
+        progress = (dict(self.cursors), self.state)
+        try:
+            await asyncio.wait_for(
+                self._pacer().write(lambda: self._persist(*progress), final=True),
+                CHECKPOINT_TIMEOUT,
+            )
+        except asyncio.TimeoutError:
+            self.log.warning("could not store the final log cursors in time; continuing")
 
     async def _run(self) -> JobEvent:
         while True:
@@ -250,7 +326,7 @@ class JobFollower:
             self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
                 await self._finish_logs()
-                await self._persist(self.cursors, self.state)
+                await self._persist_final()
                 return self._event(EventKind.FINISHED, self._message)
             await self._until_changed(self.poll_interval)
 
@@ -431,18 +507,19 @@ class JobFollower:
             return
         try:
             await asyncio.wait_for(self.checkpoint(*progress), CHECKPOINT_TIMEOUT)
-            self._persisted = progress
-            self._checkpoint_failures = 0
         except Exception as e:  # a lost checkpoint only means more repeats after a restart
             self._checkpoint_failures += 1
             if self._checkpoint_failures == 1:
-                self.log.warning("could not store log cursors (%s); continuing", e)
-            if self._checkpoint_failures >= 3:
                 self.log.warning(
-                    "storing log cursors failed 3 times in a row; not trying again, so a "
-                    "triggerer restart will repeat lines from the last stored cursors"
+                    "could not store log cursors (%s); trying again later (a triggerer "
+                    "restart meanwhile repeats lines from the last stored cursors)",
+                    type(e).__name__ if isinstance(e, asyncio.TimeoutError) else e,
                 )
-                self.checkpoint = None
+            return
+        self._persisted = progress
+        if self._checkpoint_failures:
+            self.log.info("log cursors stored again")
+        self._checkpoint_failures = 0
 
     def _event(self, kind: EventKind, message: str) -> JobEvent:
         return JobEvent(

@@ -1,0 +1,155 @@
+"""The checkpoint writes of one triggerer process, taking turns.
+
+A follow stores its progress (log cursors, last state) as an XCom, and in a triggerer every
+such write goes through the triggerer's supervisor, which serves the requests of all the
+process's triggers one at a time. Measured on a real triggerer (Airflow 3.3, SQLite, one API
+server worker): about 90 writes a second, each waiting behind all the others (10 ms alone,
+0.1 s among 10 concurrent writers, 1.1 s among 100). A thousand follows writing every second
+each would keep the supervisor busy forever: every write, and every other request of every
+trigger (events, connections), would wait seconds, and checkpoints would time out.
+
+So the writes of one event loop take turns (:class:`CheckpointPacer`): one at a time, first
+come first served, with a pause after each that is at least :data:`MIN_GAP` seconds and at
+least :data:`SHARE_FACTOR` times as long as the write took. Checkpoints thus take at most
+``1 / (1 + SHARE_FACTOR)`` of the supervisor's time (a third), and slow down by themselves
+when it is slow. A few follows still store their progress every second; many store it when
+their turn comes (1,000 follows, writes of 11 ms: each about every 33 s), and a triggerer
+crash repeats what was written since. Final writes (a follow cancelled, or ended) go before
+periodic ones and skip the pause.
+
+:class:`Aging` holds a follow's progress while it waits for its turn, so that the write
+stores the newest progress that has been taken long enough ago (see
+:mod:`~torchx_provider.triggers.follow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+#: Seconds between the end of one checkpoint write and the start of the next, at least.
+MIN_GAP = 0.02
+#: The pause after a write is at least this many times as long as the write took.
+SHARE_FACTOR = 2.0
+
+T = TypeVar("T")
+
+
+class CheckpointPacer:
+    """One checkpoint write at a time per event loop (see the module docstring)."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CheckpointPacer] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(
+        self,
+        min_gap: float = MIN_GAP,
+        share_factor: float = SHARE_FACTOR,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.min_gap = min_gap
+        self.share_factor = share_factor
+        self.clock = clock
+        self._busy = False
+        self._next = float("-inf")
+        self._final: deque[asyncio.Future[None]] = deque()
+        self._periodic: deque[asyncio.Future[None]] = deque()
+
+    @classmethod
+    def current(cls) -> CheckpointPacer:
+        """The pacer of the running event loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        found = cls._by_loop.get(loop)
+        if found is None:
+            found = cls._by_loop[loop] = cls()
+        return found
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for q in (self._final, self._periodic) for f in q)
+
+    async def write(self, produce: Callable[[], Awaitable[None]], *, final: bool = False) -> None:
+        """Wait for a turn (``final``: ahead of periodic writes, without the pause), then
+        await ``produce()``, called only then so that it writes the newest progress."""
+        await self._acquire(final)
+        try:
+            if not final:
+                delay = self._next - self.clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            started = self.clock()
+            try:
+                await produce()
+            finally:
+                ended = self.clock()
+                self._next = ended + max(self.min_gap, (ended - started) * self.share_factor)
+        finally:
+            self._release()
+
+    async def _acquire(self, final: bool) -> None:
+        if not self._busy and not self._final and not self._periodic:
+            self._busy = True
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._final if final else self._periodic
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release()  # handed the turn as it was cancelled: pass it on
+            elif turn in queue:  # (a release may have dropped it already)
+                queue.remove(turn)
+            raise
+
+    def _release(self) -> None:
+        for queue in (self._final, self._periodic):
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)  # the turn passes on: still busy
+                    return
+        self._busy = False
+
+
+class Aging(Generic[T]):
+    """Snapshots of a follow's progress; :meth:`aged` is the newest one taken at least
+    ``lateness`` seconds ago (the lines it covers have had that long to reach the task log)."""
+
+    def __init__(self, lateness: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.lateness = lateness
+        self.clock = clock
+        self._taken: deque[tuple[float, T]] = deque()
+
+    def take(self, value: T) -> None:
+        now = self.clock()
+        # of the snapshots old enough, only the newest can still be the one stored
+        while len(self._taken) >= 2 and now - self._taken[1][0] >= self.lateness:
+            self._taken.popleft()
+        self._taken.append((now, value))
+
+    def settles_in(self) -> float:
+        """Seconds until the newest snapshot is old enough (0: it is)."""
+        if not self._taken:
+            return 0.0
+        return max(0.0, self._taken[-1][0] + self.lateness - self.clock())
+
+    def newest(self) -> T:
+        if not self._taken:
+            raise LookupError("no snapshot taken")
+        return self._taken[-1][1]
+
+    def aged(self) -> T:
+        """The newest snapshot old enough; the oldest one while none is."""
+        if not self._taken:
+            raise LookupError("no snapshot taken")
+        now = self.clock()
+        for taken_at, value in reversed(self._taken):
+            if now - taken_at >= self.lateness:
+                return value
+        return self._taken[0][1]

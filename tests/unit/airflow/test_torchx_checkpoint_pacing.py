@@ -1,0 +1,228 @@
+"""Checkpoint writes taking turns in one process (``triggers/pacing.py``), and the follow
+storing the newest progress old enough when its turn comes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torchx_fakes
+
+from task_log import TaskLog as ListLog
+from torchx_provider.schedulers.logs import LogCursor
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.follow import JobFollower
+from torchx_provider.triggers.pacing import Aging, CheckpointPacer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Supervisor:
+    """Serves one write at a time, each taking ``service`` seconds (as a triggerer's
+    supervisor serves its triggers' requests); records when each write ran."""
+
+    def __init__(self, service: float) -> None:
+        self.service = service
+        self.lock = asyncio.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.spans: list[tuple[str, float, float]] = []
+
+    async def serve(self, who: str) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            async with self.lock:
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                await asyncio.sleep(self.service)
+                self.spans.append((who, start, loop.time()))
+        finally:
+            self.in_flight -= 1
+
+
+async def test_writes_go_one_at_a_time_in_order_with_a_pause_after_each() -> None:
+    supervisor = Supervisor(0.01)
+    pacer = CheckpointPacer(min_gap=0.02, share_factor=3.0)
+    await asyncio.gather(
+        *(pacer.write(lambda who=f"w{i}": supervisor.serve(who)) for i in range(5))  # type: ignore[misc]
+    )
+    assert [who for who, _, _ in supervisor.spans] == [f"w{i}" for i in range(5)]
+    assert supervisor.most_in_flight == 1
+    gaps = [b[1] - a[2] for a, b in zip(supervisor.spans, supervisor.spans[1:], strict=False)]
+    # the pause is the larger of min_gap (0.02) and 3 x the write (0.03)
+    assert all(g >= 0.029 for g in gaps), gaps
+
+
+async def test_a_slow_write_makes_a_longer_pause() -> None:
+    clock = Clock()
+    pacer = CheckpointPacer(min_gap=0.05, share_factor=4.0, clock=clock)
+
+    async def slow() -> None:
+        clock.now += 0.5  # the write took 0.5 s
+
+    await pacer.write(slow)
+    assert pacer._next == pytest.approx(clock.now + 2.0)
+
+
+async def test_final_writes_go_before_waiting_periodic_ones_and_skip_the_pause() -> None:
+    supervisor = Supervisor(0.005)
+    pacer = CheckpointPacer(min_gap=0.2)
+    first = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("p0")))
+    await asyncio.sleep(0)  # p0 has the turn
+    periodic = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("p1")))
+    await asyncio.sleep(0)
+    final = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("f"), final=True))
+    await asyncio.wait_for(asyncio.gather(first, final, periodic), 5)
+    assert [who for who, _, _ in supervisor.spans] == ["p0", "f", "p1"]
+    # f did not wait out p0's pause of 0.2 s; p1 waited out f's
+    assert supervisor.spans[1][1] - supervisor.spans[0][2] < 0.1
+    assert supervisor.spans[2][1] - supervisor.spans[1][2] >= 0.19
+
+
+async def test_a_waiter_cancelled_in_the_queue_or_on_its_turn_does_not_block_the_rest() -> None:
+    supervisor = Supervisor(0.0)
+    pacer = CheckpointPacer(min_gap=0.0)
+    release = asyncio.Event()
+
+    async def holding() -> None:
+        await release.wait()
+
+    holder = asyncio.ensure_future(pacer.write(holding))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("queued")))
+    handed = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("handed")))
+    last = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("last")))
+    await asyncio.sleep(0)
+    release.set()  # the holder's release runs first ...
+    queued.cancel()  # ... and finds "queued" cancelled, still waiting in the queue
+    await holder  # its release handed the turn to "handed" ...
+    handed.cancel()  # ... which is cancelled before it ran: the turn passes on
+    await asyncio.wait_for(last, 5)
+    for cancelled in (queued, handed):
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    assert [who for who, _, _ in supervisor.spans] == ["last"]
+    assert pacer.waiting == 0 and not pacer._busy
+
+
+async def test_each_event_loop_has_its_own_pacer() -> None:
+    assert CheckpointPacer.current() is CheckpointPacer.current()
+
+    def other() -> CheckpointPacer:
+        async def get() -> CheckpointPacer:
+            return CheckpointPacer.current()
+
+        return asyncio.run(get())
+
+    assert await asyncio.to_thread(other) is not CheckpointPacer.current()
+
+
+def test_aging_gives_the_newest_snapshot_old_enough() -> None:
+    clock = Clock()
+    aging: Aging[str] = Aging(0.5, clock)
+    aging.take("a")
+    assert aging.settles_in() == pytest.approx(0.5)
+    assert aging.aged() == "a"  # none is old enough yet: the oldest
+    clock.now += 0.6
+    aging.take("b")
+    clock.now += 0.3
+    assert aging.aged() == "a" and aging.newest() == "b"
+    clock.now += 0.3
+    assert aging.aged() == "b" and aging.settles_in() == 0.0
+    aging.take("c")
+    clock.now += 0.6
+    aging.take("d")  # b and c are old enough: only c can still be stored
+    assert [v for _, v in aging._taken] == ["c", "d"]
+    assert aging.aged() == "c"
+
+
+def submit(**meta: Any) -> str:
+    return torchx_fakes.FakeScheduler().submit(torchx_fakes.make_app(**meta))
+
+
+async def test_a_follow_waiting_for_its_turn_stores_progress_taken_while_it_waited(
+    fake_cluster: Any,
+) -> None:
+    """A turn that comes late stores recent progress, not the progress of when it queued."""
+    app_id = submit(lines=4000, ticks=4000)  # lines for a few seconds
+    stored: list[dict[str, LogCursor]] = []
+    log = ListLog()
+
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        stored.append(cursors)
+
+    pacer = CheckpointPacer(min_gap=0.0)
+    release = asyncio.Event()
+
+    async def other_follow_writing() -> None:  # holds the only turn for a while
+        await release.wait()
+
+    blocker = asyncio.ensure_future(pacer.write(other_follow_writing))
+    await asyncio.sleep(0)
+    follower = JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        checkpoint=checkpoint,
+        checkpoint_every=0.05,
+        pacer=pacer,
+    )
+    task = asyncio.ensure_future(follower.run())
+    for _ in range(5_000):  # lines flow while the follow waits for its turn
+        if len(log.replica_lines()) >= 100:
+            break
+        await asyncio.sleep(0.001)
+    early = dict(follower.cursors)  # more than 2 x 0.05 s before the turn comes
+    await asyncio.sleep(0.15)
+    assert not stored, "no turn yet"
+    release.set()
+    await blocker
+    for _ in range(5_000):
+        if stored:
+            break
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stored and set(stored[0]) == set(early)
+    for key, cursor in early.items():
+        # not the progress of when the follow first queued (its first lines)
+        assert cursor.since is not None and stored[0][key].since is not None
+        assert stored[0][key].since >= cursor.since, key
+
+
+async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluster: Any) -> None:
+    app_id = submit(lines=200, ticks=200)
+    attempts: list[int] = []
+    stored: list[dict[str, LogCursor]] = []
+    log = ListLog()
+
+    async def flaky(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        attempts.append(len(attempts))
+        if len(attempts) <= 4:
+            raise RuntimeError("supervisor busy")
+        stored.append(cursors)
+
+    follower = JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.002,
+        checkpoint=flaky,
+        checkpoint_every=0.002,
+        pacer=CheckpointPacer(min_gap=0.0),
+    )
+    event = await asyncio.wait_for(follower.run(), 30)
+    assert event.succeeded
+    assert len(attempts) > 4 and stored, "stored again after 4 failures"
+    assert sum("could not store log cursors" in ln for ln in log.lines) == 1
+    assert sum("log cursors stored again" in ln for ln in log.lines) >= 1
