@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+
+from torchx_provider.perloop import PerLoop
 
 #: Log streams one event loop holds open at once, unless ``[torchx] max_log_streams`` is set.
 MAX_STREAMS = 512
@@ -82,10 +83,6 @@ class StreamSlots:
     them).
     """
 
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamSlots] = (
-        weakref.WeakKeyDictionary()
-    )
-
     def __init__(self, limit: int = MAX_STREAMS, slice: float = SLICE) -> None:
         if limit < 1:
             raise ValueError("a stream cap must be at least 1")
@@ -104,11 +101,12 @@ class StreamSlots:
     @classmethod
     def current(cls) -> StreamSlots:
         """The slots of the running event loop (made on first use)."""
-        loop = asyncio.get_running_loop()
-        found = cls._by_loop.get(loop)
-        if found is None:
-            found = cls._by_loop[loop] = cls(stream_cap())
-        return found
+        return _SLOTS.get()
+
+    @staticmethod
+    def use(slots: StreamSlots) -> None:
+        """Use ``slots`` on the running event loop from now on (a cap of a test's own)."""
+        _SLOTS.set(slots)
 
     @asynccontextmanager
     async def hold(self, ended: asyncio.Event | None = None) -> AsyncIterator[Slot]:
@@ -172,6 +170,9 @@ class StreamSlots:
             self.wanted.set()
         else:
             self.wanted.clear()
+
+
+_SLOTS: PerLoop[StreamSlots] = PerLoop(lambda: StreamSlots(stream_cap()))
 
 
 async def any_of(*events: asyncio.Event, timeout: float | None = None) -> None:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+
+from torchx_provider.perloop import PerLoop
 
 #: Seconds between the end of one checkpoint write and the start of the next, at least.
 MIN_GAP = 0.02
@@ -41,10 +42,6 @@ T = TypeVar("T")
 
 class CheckpointPacer:
     """One checkpoint write at a time per event loop (see the module docstring)."""
-
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CheckpointPacer] = (
-        weakref.WeakKeyDictionary()
-    )
 
     def __init__(
         self,
@@ -63,11 +60,7 @@ class CheckpointPacer:
     @classmethod
     def current(cls) -> CheckpointPacer:
         """The pacer of the running event loop (made on first use)."""
-        loop = asyncio.get_running_loop()
-        found = cls._by_loop.get(loop)
-        if found is None:
-            found = cls._by_loop[loop] = cls()
-        return found
+        return _PACERS.get()
 
     @property
     def waiting(self) -> int:
@@ -115,6 +108,9 @@ class CheckpointPacer:
                     turn.set_result(None)  # the turn passes on: still busy
                     return
         self._busy = False
+
+
+_PACERS: PerLoop[CheckpointPacer] = PerLoop(CheckpointPacer)
 
 
 class Aging(Generic[T]):

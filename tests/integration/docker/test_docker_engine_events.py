@@ -51,7 +51,7 @@ async def test_three_apps_one_stream_woken_by_their_events(
     try:
         start = asyncio.get_running_loop().time()
         results = await asyncio.wait_for(asyncio.gather(*(follow(i) for i in range(3))), 30)
-        streams = EngineEvents._shared[asyncio.get_running_loop()]
+        streams = EngineEvents.on_this_loop()
     finally:
         for client in clients:
             await client.close()

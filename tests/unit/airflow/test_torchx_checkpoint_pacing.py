@@ -148,6 +148,22 @@ def submit(**meta: Any) -> str:
     return torchx_fakes.FakeScheduler().submit(torchx_fakes.make_app(**meta))
 
 
+def fake_follower(
+    app_id: str, log: ListLog, checkpoint: Any, *, every: float, pacer: CheckpointPacer
+) -> JobFollower:
+    """A follow of the fake backend polling every millisecond, checkpointing every
+    ``every`` seconds through ``pacer``."""
+    return JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        checkpoint=checkpoint,
+        checkpoint_every=every,
+        pacer=pacer,
+    )
+
+
 async def test_a_follow_waiting_for_its_turn_stores_progress_taken_while_it_waited(
     fake_cluster: Any,
 ) -> None:
@@ -167,15 +183,7 @@ async def test_a_follow_waiting_for_its_turn_stores_progress_taken_while_it_wait
 
     blocker = asyncio.ensure_future(pacer.write(other_follow_writing))
     await asyncio.sleep(0)
-    follower = JobFollower(
-        torchx_fakes.FakeAsyncClient(),
-        app_id,
-        log=log,
-        poll_interval=0.001,
-        checkpoint=checkpoint,
-        checkpoint_every=0.05,
-        pacer=pacer,
-    )
+    follower = fake_follower(app_id, log, checkpoint, every=0.05, pacer=pacer)
     task = asyncio.ensure_future(follower.run())
     for _ in range(5_000):  # lines flow while the follow waits for its turn
         if len(log.replica_lines()) >= 100:
@@ -212,15 +220,7 @@ async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluste
             raise RuntimeError("supervisor busy")
         stored.append(cursors)
 
-    follower = JobFollower(
-        torchx_fakes.FakeAsyncClient(),
-        app_id,
-        log=log,
-        poll_interval=0.002,
-        checkpoint=flaky,
-        checkpoint_every=0.002,
-        pacer=CheckpointPacer(min_gap=0.0),
-    )
+    follower = fake_follower(app_id, log, flaky, every=0.002, pacer=CheckpointPacer(min_gap=0))
     event = await asyncio.wait_for(follower.run(), 30)
     assert event.succeeded
     assert len(attempts) > 4 and stored, "stored again after 4 failures"

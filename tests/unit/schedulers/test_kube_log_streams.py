@@ -375,7 +375,7 @@ async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
     """At the stream cap, an instance whose backlog was read does not queue again for its
     follow behind the others (a turn may last a slice: 20 s)."""
     slots = StreamSlots(limit=1, slice=3600.0)
-    StreamSlots._by_loop[asyncio.get_running_loop()] = slots
+    StreamSlots.use(slots)
     one = pod("b", name="job-trainer-1", replica=1)
     watch = FakeWatch([pod("a"), one])
     client = FakeClient(watch)

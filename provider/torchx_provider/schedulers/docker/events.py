@@ -23,11 +23,11 @@ import hashlib
 import json
 import logging
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
+from torchx_provider.perloop import PerLoop
 from torchx_provider.schedulers.backoff import Backoff
 from torchx_provider.schedulers.docker.client import DockerClientConfig, make_client
 from torchx_provider.schedulers.labels import LABEL_APP_ID, MANAGED_SELECTOR, label_value
@@ -110,10 +110,6 @@ class AppEvents:
 class EngineEvents:
     """The event stream of one engine on one event loop (see the module docstring)."""
 
-    _shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, EngineEvents]] = (
-        weakref.WeakKeyDictionary()
-    )
-
     def __init__(self, opener: StreamOpener, *, linger: float = LINGER) -> None:
         self.opener = opener
         self.linger = linger
@@ -131,13 +127,17 @@ class EngineEvents:
     @classmethod
     def of(cls, config: DockerClientConfig) -> EngineEvents:
         """The running event loop's stream of ``config``'s engine (opened on first use)."""
-        loop = asyncio.get_running_loop()
-        streams = cls._shared.setdefault(loop, {})
+        streams = cls.on_this_loop()
         key = engine_key(config)
         found = streams.get(key)
         if found is None or found._stop.is_set():
             found = streams[key] = cls(open_events(config))
         return found
+
+    @staticmethod
+    def on_this_loop() -> dict[str, EngineEvents]:
+        """The running event loop's streams, by engine."""
+        return _STREAMS.get()
 
     def subscribe(self, app_id: str) -> AppEvents:
         if self._linger is not None:
@@ -214,3 +214,6 @@ class EngineEvents:
             subs = list(self.subscribers.get(app, ()))
         for sub in subs:
             sub.mark()
+
+
+_STREAMS: PerLoop[dict[str, EngineEvents]] = PerLoop(dict)

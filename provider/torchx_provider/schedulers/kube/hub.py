@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchx_provider.perloop import PerLoop
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.informer import Informer, WatchSource, object_name
 from torchx_provider.schedulers.kube.resources import CustomResource
@@ -156,10 +156,6 @@ class AppWatch:
 class InformerHub:
     """The shared clients and informers of one event loop (see the module docstring)."""
 
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, InformerHub] = (
-        weakref.WeakKeyDictionary()
-    )
-
     def __init__(self, *, linger: float = LINGER) -> None:
         self.linger = linger
         self.clients: dict[str, _Client] = {}
@@ -168,11 +164,7 @@ class InformerHub:
     @classmethod
     def current(cls) -> InformerHub:
         """The hub of the running event loop (made on first use)."""
-        loop = asyncio.get_running_loop()
-        hub = cls._by_loop.get(loop)
-        if hub is None:
-            hub = cls._by_loop[loop] = cls()
-        return hub
+        return _HUBS.get()
 
     # -- API clients ------------------------------------------------------------------------------
     async def acquire_client(self, config: KubeClientConfig, *, count: bool = True) -> Any:
@@ -290,3 +282,6 @@ class InformerHub:
             watch.changed.set()
             for event in watch._listeners:
                 event.set()
+
+
+_HUBS: PerLoop[InformerHub] = PerLoop(InformerHub)
