@@ -192,6 +192,7 @@ class JobFollower:
         self._checkpoint_failures = 0
         self._held: list[str] = []
         self._progress = asyncio.Event()  # lines were written, or the state changed
+        self._checkpointing: asyncio.Future[None] | None = None
         self.pumps = LogPumps(
             lambda: self.client,
             app_id,
@@ -206,20 +207,26 @@ class JobFollower:
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> JobEvent:
         """Follow until the app is terminal, gone, timed out or unreachable for too long."""
-        checkpoints = asyncio.ensure_future(self._checkpoints())
+        self._checkpointing = asyncio.ensure_future(self._checkpoints())
         try:
             return await self._run()
         except asyncio.CancelledError:
             # Stopped from outside (a triggerer shutting down, a rolling restart): what was
             # handed to the log is flushed on the way out, so keep every line's cursor.
-            checkpoints.cancel()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._persist_final()
             raise
         finally:
-            checkpoints.cancel()
-            await asyncio.gather(checkpoints, return_exceptions=True)
+            await self._stop_checkpoints()
             await self.pumps.close()
+
+    async def _stop_checkpoints(self) -> None:
+        """Cancel the periodic checkpoints and wait until they stopped (a write of theirs
+        under way is cancelled; one already sent lands before anything written after)."""
+        task, self._checkpointing = self._checkpointing, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _pacer(self) -> CheckpointPacer:
         if self.pacer is None:
@@ -239,6 +246,8 @@ class JobFollower:
             taken: Aging[Progress] = Aging(lateness)
             taken.take((dict(self.cursors), self.state))
             await asyncio.sleep(lateness)
+            if taken.settles_in() > 0:  # a timer may fire a hair early
+                await asyncio.sleep(taken.settles_in())
             await self._checkpoint_in_turn(taken)
             await asyncio.sleep(self._checkpoint_pause(lateness))
 
@@ -257,8 +266,9 @@ class JobFollower:
             await turn
         finally:
             turn.cancel()
-        if written and written[0] is not taken.newest():
-            self._progress.set()  # progress taken while waiting, not stored yet
+        if self._checkpoint_failures or (written and written[0] is not taken.newest()):
+            # not stored (tried again after the pause), or progress taken while waiting
+            self._progress.set()
 
     async def _keep_taking(self, taken: Aging[Progress], turn: asyncio.Future[None]) -> None:
         """Until ``turn`` comes: take the progress again whenever it changed and the last
@@ -287,8 +297,10 @@ class JobFollower:
         return max(0.0, self.checkpoint_every - lateness)
 
     async def _persist_final(self) -> None:
-        """Persist the progress as it is now, ahead of periodic checkpoints (the follow
-        ended, or is stopped from outside)."""
+        """Persist the progress as it is now, ahead of other follows' periodic checkpoints
+        (the follow ended, or is stopped from outside); this follow's own stop first, so
+        that none of theirs lands after it."""
+        await self._stop_checkpoints()
         progress = (dict(self.cursors), self.state)
         try:
             await asyncio.wait_for(

@@ -4,6 +4,7 @@ storing the newest progress old enough when its turn comes."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -226,3 +227,117 @@ async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluste
     assert len(attempts) > 4 and stored, "stored again after 4 failures"
     assert sum("could not store log cursors" in ln for ln in log.lines) == 1
     assert sum("log cursors stored again" in ln for ln in log.lines) >= 1
+
+
+def idle_follower(checkpoint: Any, every: float, pacer: CheckpointPacer) -> JobFollower:
+    """A follow whose checkpoint loop the test drives (its progress set by hand)."""
+    follower = JobFollower(
+        client=None,  # type: ignore[arg-type]  # only the checkpoint loop runs
+        app_id="app-1",
+        log=ListLog(),
+        checkpoint=checkpoint,
+        checkpoint_every=every,
+        pacer=pacer,
+    )
+    follower._checkpointing = asyncio.ensure_future(follower._checkpoints())
+    return follower
+
+
+def moved(follower: JobFollower, second: int) -> None:
+    """The follow's replica wrote a line stamped ``second``."""
+    follower.cursors["trainer/0"] = LogCursor(
+        since=datetime(2026, 1, 1, 0, 0, second, tzinfo=timezone.utc)
+    )
+    follower._progress.set()
+
+
+async def test_a_failed_write_is_tried_again_though_the_follow_went_quiet() -> None:
+    attempts: list[int] = []
+
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise RuntimeError("supervisor busy")
+
+    follower = idle_follower(checkpoint, 0.05, CheckpointPacer(min_gap=0.0))
+    moved(follower, 1)  # and nothing after: the replica is quiet
+    for _ in range(300):
+        if len(attempts) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    await follower._stop_checkpoints()
+    assert len(attempts) == 2, "tried again after its pause (0.1 s), not only on new lines"
+    assert follower._persisted[0]["trainer/0"].since is not None
+
+
+async def test_no_periodic_write_of_a_follow_lands_after_its_final_one() -> None:
+    """The follow ends while its periodic turn waits behind another follow's write: that turn
+    is dropped before the final write, not handed the pacer after it."""
+    written: list[AppState | None] = []
+
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        written.append(state)
+
+    pacer = CheckpointPacer()
+    release = asyncio.Event()
+
+    async def other_follow_writing() -> None:
+        await release.wait()
+
+    blocker = asyncio.ensure_future(pacer.write(other_follow_writing))
+    await asyncio.sleep(0)
+    follower = idle_follower(checkpoint, 0.05, pacer)
+    moved(follower, 1)
+    for _ in range(300):  # its periodic turn queues behind the other follow's write
+        if pacer.waiting:
+            break
+        await asyncio.sleep(0.01)
+    assert pacer.waiting == 1
+    moved(follower, 2)
+    follower.state = AppState.SUCCEEDED
+    final = asyncio.ensure_future(follower._persist_final())
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.wait_for(final, 5)
+    # run() stops the periodic checkpoints only later: give a stray turn time to write
+    await asyncio.sleep(0.3)
+    await blocker
+    assert written == [AppState.SUCCEEDED]
+
+
+async def test_stored_progress_was_taken_at_least_lateness_before_its_write() -> None:
+    """Whatever the queue, a write stores cursors the follow had at least ``lateness``
+    (here 0.1 s) before: the lines they cover have had that long to reach the task log."""
+    lateness = 0.1
+    loop = asyncio.get_running_loop()
+    moved_at: dict[int, float] = {}
+    stored: list[tuple[float, int]] = []
+
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        since = cursors["trainer/0"].since
+        assert since is not None
+        stored.append((loop.time(), since.second * 1000 + since.microsecond // 1000))
+
+    pacer = CheckpointPacer(min_gap=0.0)
+    follower = idle_follower(checkpoint, lateness, pacer)
+
+    async def others_writing() -> None:  # other follows hold the turn now and then
+        for _ in range(6):
+            await pacer.write(lambda: asyncio.sleep(0.15))
+            await asyncio.sleep(0.05)
+
+    others = asyncio.ensure_future(others_writing())
+    for i in range(150):  # a line every 10 ms, numbered by milliseconds
+        follower.cursors["trainer/0"] = LogCursor(
+            since=datetime(2026, 1, 1, 0, 0, i // 100, (i % 100) * 10_000, tzinfo=timezone.utc)
+        )
+        moved_at[(i // 100) * 1000 + (i % 100) * 10] = loop.time()
+        follower._progress.set()
+        await asyncio.sleep(0.01)
+    await others
+    await follower._stop_checkpoints()
+    assert len(stored) >= 3
+    ages = [written_at - moved_at[n] for written_at, n in stored]
+    assert min(ages) >= lateness, ages
+    # and not the progress of when a turn was first asked for: taken again while waiting
+    assert sorted(ages)[len(ages) // 2] < 0.15 + 2 * lateness + 0.1, ages
