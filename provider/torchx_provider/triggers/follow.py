@@ -214,7 +214,7 @@ class JobFollower:
             # Stopped from outside (a triggerer shutting down, a rolling restart): what was
             # handed to the log is flushed on the way out, so keep every line's cursor.
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._persist_final()
+                await self._persist_final(paced=False)
             raise
         finally:
             await self._stop_checkpoints()
@@ -296,12 +296,20 @@ class JobFollower:
             return min(CHECKPOINT_BACKOFF, doubled)
         return max(0.0, self.checkpoint_every - lateness)
 
-    async def _persist_final(self) -> None:
-        """Persist the progress as it is now, ahead of other follows' periodic checkpoints
-        (the follow ended, or is stopped from outside); this follow's own stop first, so
-        that none of theirs lands after it."""
+    async def _persist_final(self, *, paced: bool = True) -> None:
+        """Persist the progress as it is now (the follow ended, or is stopped from outside);
+        its own periodic checkpoints are stopped first, so that none of theirs lands after
+        it. ``paced``: in a turn ahead of other follows' periodic checkpoints; else at once.
+
+        A follow stopped from outside writes at once: a triggerer shutting down stops
+        reading its supervisor's answers before it cancels its triggers, so each write then
+        waits out its timeout though the supervisor serves it. Taking turns, one follow's
+        final write would make all the others miss theirs."""
         await self._stop_checkpoints()
         progress = (dict(self.cursors), self.state)
+        if not paced:
+            await self._persist(*progress)
+            return
         try:
             await asyncio.wait_for(
                 self._pacer().write(lambda: self._persist(*progress), final=True),

@@ -13,9 +13,10 @@ come first served, with a pause after each that is at least :data:`MIN_GAP` seco
 least :data:`SHARE_FACTOR` times as long as the write took. Checkpoints thus take at most
 ``1 / (1 + SHARE_FACTOR)`` of the supervisor's time (a third), and slow down by themselves
 when it is slow. A few follows still store their progress every second; many store it when
-their turn comes (1,000 follows, writes of 11 ms: each about every 33 s), and a triggerer
-crash repeats what was written since. Final writes (a follow cancelled, or ended) go before
-periodic ones and skip the pause.
+their turn comes (1,000 follows, writes of 11 ms: each about every 40 s), and a triggerer
+crash repeats what was written since. The final write of a follow that ended goes before
+periodic ones and skips the pause (a follow stopped from outside writes at once, without a
+turn: see :meth:`~torchx_provider.triggers.follow.JobFollower._persist_final`).
 
 :class:`Aging` holds a follow's progress while it waits for its turn, so that the write
 stores the newest progress that has been taken long enough ago (see

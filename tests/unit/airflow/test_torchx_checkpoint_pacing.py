@@ -341,3 +341,43 @@ async def test_stored_progress_was_taken_at_least_lateness_before_its_write() ->
     assert min(ages) >= lateness, ages
     # and not the progress of when a turn was first asked for: taken again while waiting
     assert sorted(ages)[len(ages) // 2] < 0.15 + 2 * lateness + 0.1, ages
+
+
+async def test_follows_stopped_together_all_send_their_final_write(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A triggerer shutting down stops reading its supervisor's answers before it cancels
+    its triggers: every write then waits out its timeout, though it is served. Follows
+    cancelled together each send their final write at once, not one per timeout."""
+    from torchx_provider.triggers import follow as follow_module
+
+    monkeypatch.setattr(follow_module, "CHECKPOINT_TIMEOUT", 0.5)
+    sent: list[str] = []
+    pacer = CheckpointPacer(min_gap=0.0)
+    never = asyncio.Event()
+
+    def unanswered(name: str) -> Any:
+        async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+            sent.append(name)
+            await never.wait()  # served, but its answer never read
+
+        return checkpoint
+
+    logs = [ListLog() for _ in range(3)]
+    followers = [
+        fake_follower(
+            submit(lines=4000, ticks=4000), log, unanswered(f"f{i}"), every=10.0, pacer=pacer
+        )
+        for i, log in enumerate(logs)
+    ]
+    tasks = [asyncio.ensure_future(f.run()) for f in followers]
+    for _ in range(3000):  # every follow has forwarded lines (its first checkpoint pending)
+        if all(log.replica_lines() for log in logs):
+            break
+        await asyncio.sleep(0.001)
+    sent.clear()
+    for task in tasks:
+        task.cancel()
+    done, _ = await asyncio.wait(tasks, timeout=5)
+    assert len(done) == 3
+    assert sorted(sent) == ["f0", "f1", "f2"], sent
