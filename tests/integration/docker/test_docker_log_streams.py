@@ -9,6 +9,7 @@ from typing import Any
 
 from task_log import SequenceLog, TaskLog, rss_mb
 from torchx_provider.schedulers.docker import create_async_client
+from torchx_provider.schedulers.logs import CUT_MARKER, MAX_LINE_CHARS, LogCursor
 from torchx_provider.schedulers.streams import StreamSlots
 from torchx_provider.specs.api import AppDef, AppState, Role
 from torchx_provider.triggers.follow import JobFollower
@@ -138,3 +139,32 @@ async def test_cancelling_the_follow_of_a_quiet_replica_ends_it_at_once(
         assert took < 2, f"cancelling took {took:.1f} s"
     finally:
         await client.close()
+
+
+async def test_lines_longer_than_the_engines_entries_arrive_whole(
+    scheduler: Any, cfg: dict[str, Any]
+) -> None:
+    """The engine stores a line of more than 16 KiB as several entries, each stamped: a
+    40,000-character line arrives exact, a 5,000,000-character one cut at the kept length
+    with the exact count, followed, read again from a cursor and through log_iter alike."""
+    script = (
+        "echo first; head -c 40000 /dev/zero | tr '\\0' a; echo; "
+        "head -c 5000000 /dev/zero | tr '\\0' b; echo; echo err >&2; sleep 0.2; echo last"
+    )
+    app = AppDef("long", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script])])
+    app_id = scheduler.submit(app, {**cfg, "remove": False})
+    event, log = await follow(app_id)
+    assert event.state == AppState.SUCCEEDED, event
+    cut = "b" * MAX_LINE_CHARS + CUT_MARKER.format(5_000_000 - MAX_LINE_CHARS)
+    expected = ["first", "a" * 40_000, cut, "err", "last"]
+    assert log.of("r/0") == expected
+    assert [line.rstrip("\n") for line in scheduler.log_iter(app_id, "r", 0)] == expected
+    # read again from the cursor after the first line: the long lines come whole, once
+    client = create_async_client()
+    try:
+        lines, _ = client.engine.read_logs(app_id, "r", 0, LogCursor())
+        rest, _ = client.engine.read_logs(app_id, "r", 0, LogCursor().after(lines[0]))
+    finally:
+        await client.close()
+    assert [line.text.rstrip("\n") for line in lines] == expected
+    assert [line.text.rstrip("\n") for line in rest] == expected[1:]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from urllib3.exceptions import ProtocolError
 
-from torchx_provider.schedulers.docker.logstream import Dechunked, RawLogStream
+from torchx_provider.schedulers.docker.logbody import Dechunked, RawLogStream, lines_of
 
 
 def chunked(payloads: list[bytes], extension: bytes = b"") -> bytes:
@@ -97,7 +97,9 @@ def test_the_engines_frames_come_from_the_socket_in_bulk() -> None:
     body = chunked(frames)
     sock = Socket([body[:333], body[333:]])
     stream = RawLogStream(Response(sock), multiplexed=True)
-    assert b"".join(stream) == b"".join(b"line %d\n" % i for i in range(50))
+    assert len(list(stream)) == 2
+    stream = RawLogStream(Response(Socket([body])), multiplexed=True)
+    assert [line.text for line in lines_of(stream)] == [f"line {i}\n" for i in range(50)]
 
 
 @pytest.mark.parametrize("error", [TimeoutError(110, "timed out"), OSError(113, "no route")])

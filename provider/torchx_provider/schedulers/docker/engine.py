@@ -26,9 +26,11 @@ from torchx_provider.schedulers.docker.client import (
     EngineConnection,
     docker_call,
 )
+from torchx_provider.schedulers.docker.logbody import RawLogStream, close_quietly, lines_of
 from torchx_provider.schedulers.docker.netlock import network_lock
 from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
+    REMOVING_SUFFIX,
     ContainerInfo,
     describe_app,
     list_apps,
@@ -57,7 +59,6 @@ from torchx_provider.schedulers.logs import (
     LogCursor,
     TimestampedLine,
     advance,
-    timestamped_lines,
     within,
 )
 from torchx_provider.schedulers.workspace import build_workspace_image, ensure_image
@@ -317,13 +318,13 @@ class DockerEngine(EngineConnection):
         finished_before = is_terminal(replica_state(container))
         client = self.stream_client if follow else self.client
         with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
-            stream = client.api.logs(container.id, stream=True, follow=follow, **params)
+            stream = RawLogStream.open(client.api, container.id, follow=follow, **params)
         return self._lines(container, stream, streams, since, until, follow, finished_before)
 
     def _lines(
         self,
         container: ContainerInfo,
-        stream: Any,
+        stream: RawLogStream,
         streams: str | None,
         since: datetime | None,
         until: datetime | None,
@@ -334,16 +335,16 @@ class DockerEngine(EngineConnection):
         cursor = LogCursor()
         try:
             with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
-                for line in within(timestamped_lines(stream), since, until):
+                for line in within(lines_of(stream), since, until):
                     cursor = cursor.after(line)
                     yield line.text
         finally:
-            stream.close()
+            close_quietly(stream)
         if follow:
             # A follower is closed without the last line when that line has no newline
             # (Docker 20.10): read what was written after the last line emitted.
             rest = self._read(container, streams, cursor.since or since, until)
-            new, cursor = advance(cursor, within(timestamped_lines([rest]), since, until))
+            new, cursor = advance(cursor, within(rest, since, until))
             yield from (line.text for line in new)
         # Read to its end without an upper bound: the log counts as read (see ``remove``).
         if until is not None or not (finished_before or follow):
@@ -361,8 +362,7 @@ class DockerEngine(EngineConnection):
         """What one replica wrote after ``cursor`` (both streams), and the advanced cursor."""
         container = self.replica(app_id, role, replica_id)
         finished_before = is_terminal(replica_state(container))
-        raw = self._read(container, None, cursor.since, None)
-        new, cursor = advance(cursor, timestamped_lines([raw]))
+        new, cursor = advance(cursor, self._read(container, None, cursor.since, None))
         if finished_before:
             self.mark_drained(app_id, role, replica_id)
         return new, cursor
@@ -373,12 +373,15 @@ class DockerEngine(EngineConnection):
         streams: str | None,
         since: datetime | None,
         until: datetime | None,
-    ) -> bytes:
-        """The replica's log between the bounds as it is now (not following), in one piece."""
+    ) -> list[TimestampedLine]:
+        """The replica's log between the bounds as it is now (not following)."""
         params = log_params(streams, since, until)
         with docker_call(f"reading the log of {_replica(container)}", app_id=container.app_id):
-            raw: bytes = self.client.api.logs(container.id, stream=False, **params)
-        return raw
+            stream = RawLogStream.open(self.client.api, container.id, follow=False, **params)
+            try:
+                return list(lines_of(stream))
+            finally:
+                close_quietly(stream)
 
     # -- stopping and removing ---------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
@@ -416,7 +419,13 @@ class DockerEngine(EngineConnection):
             self._remove_app(app_id, containers)
 
     def _remove_app(self, app_id: str, containers: Sequence[ContainerInfo]) -> None:
-        self._remove_ids([c.id for c in containers])
+        """Remove the app's containers, then its workspace images. One container is marked
+        first and removed last: while it is left, a describe takes the replicas already
+        gone for this removal, not for ones removed from outside (:mod:`.state`)."""
+        last = self._mark_removing(containers)
+        self._remove_ids([c.id for c in containers if c.id != last])
+        if last is not None:
+            self._remove_ids([last])
         with self._lock:
             self._drained.pop(app_id, None)
         # Workspace images built for this app (labelled with its id) are of no further use
@@ -430,6 +439,22 @@ class DockerEngine(EngineConnection):
                     api.remove_image(image["Id"], force=True)
             except SubmissionError as e:
                 log.debug("workspace image %s kept: %s", image["Id"], e)
+
+    def _mark_removing(self, containers: Sequence[ContainerInfo]) -> str | None:
+        """Rename one of ``containers`` with :data:`.state.REMOVING_SUFFIX`; its id, or
+        ``None`` when none is left to mark (already marked counts)."""
+        for c in containers:
+            if c.removing:
+                return c.id
+            try:
+                with docker_call(f"marking container {c.name} as being removed", app_id=""):
+                    self.client.api.rename(c.id, c.name + REMOVING_SUFFIX)
+            except UnknownAppError:
+                continue  # gone meanwhile: mark another
+            except SubmissionError as e:  # removed last all the same
+                log.debug("could not mark container %s as being removed: %s", c.name, e)
+            return c.id
+        return None
 
 
 def _replica(c: ContainerInfo) -> str:
