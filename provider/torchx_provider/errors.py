@@ -7,7 +7,12 @@ The tree::
     ├── InvalidOptionError (ValueError)  a run option (cfg) is unknown, ill-typed or missing
     ├── BackendUnavailableError          the engine / API server cannot be reached or refused us
     ├── UnknownAppError (LookupError)    no app with that id/handle exists on the backend
-    └── SubmissionError                  the backend rejected what we sent (quota, schema, ...)
+    ├── SubmissionError                  the backend rejected what we sent (quota, schema, ...)
+    └── AppFailedError                   the app could not run to success
+        └── AppConfigurationError        it could not start (or be followed) as configured
+            └── BackendConfigurationError  (also a BackendUnavailableError) credentials
+                                         rejected, a permission missing, a certificate not
+                                         trusted: waiting does not heal it
 
 Every message names the field or object at fault and says what to do about it; a reader of an
 Airflow task log should never need the traceback to know the fix. Backend client exceptions
@@ -91,3 +96,42 @@ class SubmissionError(TorchXProviderError):
         self.status = status
         self.body = body
         super().__init__(message)
+
+
+class AppFailedError(TorchXProviderError):
+    """The app could not run to success. ``app_id`` names it when it was submitted."""
+
+    def __init__(self, message: str, *, app_id: str | None = None) -> None:
+        self.app_id = app_id
+        super().__init__(message)
+
+
+class AppConfigurationError(AppFailedError):
+    """The app could not start, or be followed, as configured: running it again unchanged
+    fails the same way, so a retry policy should not spend a try on it."""
+
+
+class BackendConfigurationError(AppConfigurationError, BackendUnavailableError):
+    """The backend refuses this connection's configuration: credentials rejected (401), a
+    permission the account lacks (403; ``permission`` says which), a server certificate
+    that is not trusted. It is a :class:`BackendUnavailableError` too (callers that ride out
+    outages see its ``status``), but waiting does not heal it.
+
+    >>> e = BackendConfigurationError("pods is forbidden", 403)
+    >>> isinstance(e, BackendUnavailableError), isinstance(e, AppConfigurationError), e.status
+    (True, True, 403)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
+        *,
+        permission: Any = None,
+        app_id: str | None = None,
+    ) -> None:
+        BackendUnavailableError.__init__(self, message, status, body)
+        self.app_id = app_id
+        #: what a 403 refused (a :class:`~torchx_provider.schedulers.kube.errors.Permission`)
+        self.permission = permission

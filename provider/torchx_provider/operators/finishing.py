@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torchx_provider.triggers.events import EventKind, JobEvent, replica_table
+from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent, replica_table
 from torchx_provider.triggers.summary import failed_rows, replica_failure
 
 
@@ -30,6 +30,12 @@ def replica_results(event: JobEvent) -> list[dict[str, Any]]:
 def unfinished(event: JobEvent) -> str | None:
     """The failure message of a follow that did not see the app's end: it lost the app
     (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    if event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION:
+        return (
+            f"cannot follow TorchX app {event.app_id} (last state {event.state.name}) as "
+            f"configured: {event.message}. It may still be running; a retry of this task "
+            "reattaches to it once the configuration is fixed."
+        )
     if event.kind == EventKind.ERROR:
         return (
             f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "

@@ -447,6 +447,7 @@ class TorchXOperator(BaseOperator):
         """Step 4 (module doc): XComs, clean-up, and the outcome."""
         from airflow.sdk.exceptions import AirflowException
 
+        from torchx_provider.errors import AppConfigurationError
         from torchx_provider.operators.finishing import (
             failure,
             replica_results,
@@ -454,6 +455,7 @@ class TorchXOperator(BaseOperator):
             unfinished,
         )
         from torchx_provider.specs.names import make_app_handle
+        from torchx_provider.triggers.events import ErrorKind
 
         ti = context["ti"]
         ti.xcom_push(key="final_state", value=event.state.name)
@@ -461,6 +463,8 @@ class TorchXOperator(BaseOperator):
         if event.ui_url:
             TorchXJobLink.persist(ti, event.ui_url)
         not_seen_ending = unfinished(event)
+        if not_seen_ending is not None and event.error == ErrorKind.CONFIGURATION:
+            raise AppConfigurationError(not_seen_ending, app_id=event.app_id)
         if not_seen_ending is not None:
             raise AirflowException(not_seen_ending)
         if self.lifecycle.deletes(event.succeeded):

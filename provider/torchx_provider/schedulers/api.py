@@ -358,6 +358,12 @@ class AsyncSchedulerClient(abc.ABC):
     #: event stream); ``False``: it only sleeps, and a follow loop keeps its own clock.
     reports_changes: bool = False
 
+    def take_notices(self) -> list[str]:
+        """What this client has to tell the task log once since it was last asked: how it
+        works around what the backend refused (a permission the account lacks, so a part
+        of the app cannot be seen). The follow loop logs each as a warning."""
+        return []
+
     async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
         """What the app was when last seen, if it was deleted since while this client
         followed it (a TTL after it ended, a user); ``None`` if it was not, or the backend

@@ -38,6 +38,15 @@ class EventKind(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
+class ErrorKind(str, enum.Enum):
+    """What kind of error ended an :attr:`EventKind.ERROR` follow (the exception class the
+    operator raises); absent: the backend was lost (unreachable, the app unknown)."""
+
+    #: refused as configured: credentials, a permission, a certificate
+    #: (:class:`~torchx_provider.errors.AppConfigurationError`)
+    CONFIGURATION = "configuration"
+
+
 @dataclass(frozen=True)
 class ReplicaRow:
     """One replica as the backend last described it."""
@@ -152,6 +161,7 @@ class JobEvent:
         replicas: the last per-replica rows.
         log_cursors: ``role/replica`` -> :meth:`LogCursor.to_dict` after the last line forwarded.
         ui_url: the job's URL from the backend, if it has one.
+        error: for :attr:`EventKind.ERROR`, what kind of error (:class:`ErrorKind`).
     """
 
     kind: EventKind
@@ -161,6 +171,7 @@ class JobEvent:
     replicas: tuple[ReplicaRow, ...] = ()
     log_cursors: dict[str, dict[str, Any]] = field(default_factory=dict)
     ui_url: str | None = None
+    error: ErrorKind | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -168,7 +179,7 @@ class JobEvent:
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-safe form (the ``TriggerEvent`` payload)."""
-        return {
+        payload = {
             "version": PAYLOAD_VERSION,
             "kind": self.kind.value,
             "app_id": self.app_id,
@@ -178,6 +189,9 @@ class JobEvent:
             "log_cursors": {k: dict(v) for k, v in self.log_cursors.items()},
             "ui_url": self.ui_url,
         }
+        if self.error is not None:  # only when set: readers of version 1 before it had none
+            payload["error"] = self.error.value
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> JobEvent:
@@ -193,4 +207,5 @@ class JobEvent:
             replicas=tuple(ReplicaRow.from_dict(r) for r in payload.get("replicas") or []),
             log_cursors={str(k): dict(v) for k, v in (payload.get("log_cursors") or {}).items()},
             ui_url=payload.get("ui_url"),
+            error=ErrorKind(payload["error"]) if payload.get("error") else None,
         )

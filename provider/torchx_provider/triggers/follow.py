@@ -52,11 +52,17 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from torchx_provider.errors import BackendUnavailableError, TorchXProviderError, UnknownAppError
+from torchx_provider.errors import (
+    BackendConfigurationError,
+    BackendUnavailableError,
+    TorchXProviderError,
+    UnknownAppError,
+)
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import (
+    ErrorKind,
     EventKind,
     JobEvent,
     ReplicaRow,
@@ -327,6 +333,10 @@ class JobFollower:
             except BackendUnavailableError as e:
                 if e.status == 401 and await self._reconnect():
                     continue
+                if isinstance(e, BackendConfigurationError):
+                    # Refused as configured (credentials, a permission, a certificate):
+                    # waiting does not heal it.
+                    return self._event(EventKind.ERROR, str(e), error=ErrorKind.CONFIGURATION)
                 given_up = await self._ride_out(e)
                 if given_up is not None:
                     return given_up
@@ -336,6 +346,8 @@ class JobFollower:
             except TorchXProviderError as e:
                 return self._event(EventKind.ERROR, f"{type(e).__name__}: {e}")
             self._recovered()
+            for notice in self.client.take_notices():
+                self.log.warning("%s", notice)
             if resp is None:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
@@ -541,7 +553,7 @@ class JobFollower:
             self.log.info("log cursors stored again")
         self._checkpoint_failures = 0
 
-    def _event(self, kind: EventKind, message: str) -> JobEvent:
+    def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
         return JobEvent(
             kind=kind,
             app_id=self.app_id,
@@ -550,4 +562,5 @@ class JobFollower:
             replicas=self.rows,
             log_cursors=cursors_to_json(self.cursors),
             ui_url=self.ui_url,
+            error=error,
         )

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from torchx_provider.errors import (
+    BackendConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     TorchXProviderError,
@@ -139,6 +140,12 @@ class LogPumps:
             except BackendUnavailableError as e:
                 if e.status == 401 and self.reconnect is not None and await self.reconnect():
                     continue
+                if isinstance(e, BackendConfigurationError) and e.status != 401:
+                    # A permission the account lacks, a certificate not trusted: reading
+                    # again does not heal it. Said once; the app is followed on without it.
+                    self.log.warning("logs of %s are not forwarded: %s", key, e)
+                    self.unread.add(key)
+                    return
                 self._unreadable_source(key, e)
                 # No answer at all (the engine or API server is down) is an outage, ridden
                 # out; an answer refusing this source (its node is down) is the source's own.

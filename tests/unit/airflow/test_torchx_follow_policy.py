@@ -12,12 +12,16 @@ import pytest
 import torchx_fakes
 from test_torchx_trigger import ListLog, submit, trigger_args
 
-from torchx_provider.errors import BackendUnavailableError, UnknownAppError
+from torchx_provider.errors import (
+    BackendConfigurationError,
+    BackendUnavailableError,
+    UnknownAppError,
+)
 from torchx_provider.operators.finishing import deferral_timed_out, unfinished
 from torchx_provider.operators.following import follow_deadline
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
-from torchx_provider.triggers.events import EventKind, JobEvent
+from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger, checkpoint_value
 from torchx_provider.triggers.policy import retry_delay
@@ -152,6 +156,59 @@ async def test_a_401_gets_fresh_credentials_once_then_counts_as_an_outage(
     assert len(fresh) == 1  # re-resolved once, not in a loop
 
 
+async def test_a_refused_permission_ends_the_follow_at_once_as_a_configuration_error(
+    fake_cluster: Any,
+) -> None:
+    """A 403 does not heal by waiting: no outage is ridden out, the event says what kind of
+    error it is, and the task fails with AppConfigurationError."""
+    clock = Clock()
+
+    class Forbidden(torchx_fakes.FakeAsyncClient):
+        async def describe(self, app_id: str) -> Any:
+            raise BackendConfigurationError("jobs is forbidden: add the rule {...}", status=403)
+
+    log = ListLog()
+    event = await follower(Forbidden(), submit(), clock, log).run()
+    assert event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION
+    assert clock.now == 0.0 and not any("unreachable" in ln for ln in log.lines)
+    assert JobEvent.from_payload(event.to_payload()) == event
+    message = unfinished(event)
+    assert message is not None and "as configured: jobs is forbidden" in message
+
+
+async def test_credentials_refused_again_after_resolving_them_end_the_follow_at_once(
+    fake_cluster: Any,
+) -> None:
+    clock = Clock()
+
+    class Refused(torchx_fakes.FakeAsyncClient):
+        async def describe(self, app_id: str) -> Any:
+            raise BackendConfigurationError("Unauthorized", status=401)
+
+    fresh: list[Any] = []
+
+    async def reconnect() -> Any:
+        fresh.append(Refused())
+        return fresh[-1]
+
+    event = await follower(Refused(), submit(), clock, reconnect=reconnect).run()
+    assert event.error == ErrorKind.CONFIGURATION and len(fresh) == 1 and clock.now == 0.0
+
+
+async def test_what_the_client_works_around_is_said_once(fake_cluster: Any) -> None:
+    app_id = submit(lines=2, ticks=3, replicas=1)
+    clock = Clock()
+
+    class NoPods(torchx_fakes.FakeAsyncClient):
+        def take_notices(self) -> list[str]:
+            return ["the replicas of app x cannot be seen"] if not clock.sleeps else []
+
+    log = ListLog()
+    event = await follower(NoPods(), app_id, clock, log).run()
+    assert event.succeeded
+    assert sum("cannot be seen" in ln for ln in log.lines) == 1
+
+
 # -- one replica's logs --------------------------------------------------------------------------
 async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
     fake_cluster: Any,
@@ -182,6 +239,35 @@ async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
         assert mine == [f"[worker/{rid}] worker {rid} line {i}" for i in range(6)]
     assert any("last lines of worker/1 could not be read" in ln for ln in log.lines)
     assert not any("backend unreachable" in ln for ln in log.lines)  # no outage
+
+
+async def test_a_log_read_refused_by_rbac_is_said_once_and_not_retried(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(lines=3, ticks=3, replicas=2)
+    clock = Clock()
+    reads: list[int] = []
+
+    class NoLogPermission(torchx_fakes.FakeAsyncClient):
+        async def read_logs(
+            self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+        ) -> Any:
+            if replica_id == 1:
+                reads.append(replica_id)
+                raise BackendConfigurationError("pods/log is forbidden: add the rule", 403)
+            return await super().read_logs(app_id, role_name, replica_id, cursor)
+
+    log = ListLog()
+    event = await follower(NoLogPermission(), app_id, clock, log).run()
+    assert event.succeeded, event.message
+    assert reads == [1]
+    assert (
+        sum("logs of worker/1 are not forwarded: pods/log is forbidden" in ln for ln in log.lines)
+        == 1
+    )
+    assert [ln for ln in log.replica_lines() if ln.startswith("[worker/0]")] == [
+        f"[worker/0] worker 0 line {i}" for i in range(3)
+    ]
 
 
 async def test_a_401_on_a_log_read_gets_fresh_credentials_and_loses_no_line(

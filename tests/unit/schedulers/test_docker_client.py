@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from torchx_provider.errors import (
+    BackendConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     SubmissionError,
@@ -116,9 +117,23 @@ def test_not_found_with_an_app_id_is_unknown_app() -> None:
     assert isinstance(plain, SubmissionError) and plain.status == 404
 
 
-def test_access_refused_is_backend_unavailable() -> None:
+def test_access_refused_is_a_configuration_error_not_an_outage() -> None:
     err = translate_error(api_error(403, "forbidden"), "listing containers")
-    assert isinstance(err, BackendUnavailableError) and err.status == 403
+    assert isinstance(err, BackendConfigurationError) and err.status == 403
+
+
+def test_an_engine_certificate_nothing_trusts_names_the_fix() -> None:
+    """A real TLS handshake with an engine whose certificate the client cannot verify."""
+    from tls_server import untrusted_tls_server
+    from torchx_provider.schedulers.docker.client import DockerClientConfig, make_client
+
+    with untrusted_tls_server() as url:
+        config = DockerClientConfig(base_url=url.replace("https", "tcp"), tls_verify=True)
+        with pytest.raises(BackendConfigurationError) as raised:
+            make_client(config)
+    message = str(raised.value)
+    assert "certificate is not trusted (self-signed certificate)" in message, message
+    assert "tls_ca_cert" in message and "tls_skip_verify" in message
 
 
 def test_a_busy_or_unreachable_gateway_is_backend_unavailable_not_a_request_error() -> None:

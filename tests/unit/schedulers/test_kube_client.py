@@ -10,13 +10,15 @@ import pytest
 import yaml
 
 from torchx_provider.errors import (
+    AppConfigurationError,
+    BackendConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     SubmissionError,
     UnknownAppError,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
-from torchx_provider.schedulers.kube.errors import api_errors, translate
+from torchx_provider.schedulers.kube.errors import Permission, api_errors, translate
 
 KUBECONFIG: dict[str, Any] = {
     "apiVersion": "v1",
@@ -165,8 +167,8 @@ def api_exception(status: int, body: dict[str, Any], asyncio: bool = False) -> E
             {"message": "the server could not find the requested resource"},
             BackendUnavailableError,
         ),
-        (403, {"message": "forbidden: cannot get jobs"}, BackendUnavailableError),
-        (401, {"message": "Unauthorized"}, BackendUnavailableError),
+        (403, {"message": "forbidden: cannot get jobs"}, BackendConfigurationError),
+        (401, {"message": "Unauthorized"}, BackendConfigurationError),
         (409, {"message": "already exists", "details": {"name": "x"}}, SubmissionError),
         (422, {"message": "spec.tasks: Invalid value"}, SubmissionError),
         (500, {"message": "etcd down"}, BackendUnavailableError),
@@ -192,7 +194,7 @@ def test_client_subclasses_of_api_exception_map() -> None:
 
     for cls, expected in (
         (NotFoundException, UnknownAppError),
-        (ForbiddenException, BackendUnavailableError),
+        (ForbiddenException, BackendConfigurationError),
     ):
         e = cls(status=404 if cls is NotFoundException else 403, reason="r")
         e.body = json.dumps({"message": "m", "details": {"name": "x"}})
@@ -209,3 +211,58 @@ def test_connection_errors_and_others() -> None:
     assert translate(KeyError("x"), "list", "jobs") is None
     with pytest.raises(KeyError), api_errors("list", "jobs"):
         raise KeyError("x")
+
+
+def test_a_403_names_the_verb_resource_namespace_and_the_rule_to_add() -> None:
+    message = (
+        'pods is forbidden: User "system:serviceaccount:ml:airflow" cannot list resource '
+        '"pods" in API group "" in the namespace "ml"'
+    )
+    e = api_exception(403, {"message": message, "details": {"kind": "pods"}}, False)
+    err = translate(e, "list", "the pods of app 'ml:x'", app_id="ml:x")
+    assert isinstance(err, BackendConfigurationError) and isinstance(err, AppConfigurationError)
+    assert err.permission == Permission(
+        "system:serviceaccount:ml:airflow", "list", "pods", "", "ml"
+    )
+    assert (
+        'may not list pods in namespace ml; add the rule {apiGroups: [""], resources: ["pods"], '
+        'verbs: ["list"]} to its Role' in str(err)
+    )
+
+
+def test_a_cluster_scoped_403_asks_for_a_cluster_role() -> None:
+    message = (
+        'queues.scheduling.volcano.sh "q" is forbidden: User "u" cannot get resource "queues" '
+        'in API group "scheduling.volcano.sh" at the cluster scope'
+    )
+    err = translate(api_exception(403, {"message": message}, True), "read", "Queue 'q'")
+    assert isinstance(err, BackendConfigurationError) and err.permission is not None
+    assert err.permission.namespace is None
+    assert "in the cluster scope; add the rule" in str(err) and "ClusterRole" in str(err)
+
+
+def test_an_untrusted_certificate_says_the_fix_with_either_client() -> None:
+    """A kubeconfig without the cluster's CA: a real TLS handshake against a server whose
+    certificate nothing trusts, through the sync client's urllib3 and the async aiohttp."""
+    import ssl
+
+    import aiohttp
+    import urllib3
+
+    cause = ssl.SSLCertVerificationError(
+        1,
+        "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed "
+        "certificate in certificate chain (_ssl.c:1000)",
+    )
+    sync_error = urllib3.exceptions.MaxRetryError(
+        None,  # type: ignore[arg-type]
+        "/api/v1/namespaces/ml/pods",
+        urllib3.exceptions.SSLError(cause),
+    )
+    conn_key = aiohttp.client_reqrep.ConnectionKey("kube", 6443, True, True, None, None, None)
+    async_error = aiohttp.ClientConnectorCertificateError(conn_key, cause)
+    for e in (sync_error, async_error):
+        err = translate(e, "list", "pods")
+        assert isinstance(err, BackendConfigurationError), e
+        assert "not trusted (self-signed certificate in certificate chain)" in str(err)
+        assert "certificate-authority-data" in str(err) and "disable_verify_ssl" in str(err)

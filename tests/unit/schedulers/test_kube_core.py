@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 from torchx_provider import specs
-from torchx_provider.errors import BackendUnavailableError, InvalidOptionError, SubmissionError
+from torchx_provider.errors import (
+    BackendConfigurationError,
+    BackendUnavailableError,
+    InvalidOptionError,
+    SubmissionError,
+)
 from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_async_client
 from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource
@@ -49,6 +54,8 @@ class FakeKube:
         self.unserved = unserved or set()
         #: namespaces where listing is forbidden (403)
         self.forbidden = forbidden or set()
+        #: listing pods is forbidden (403)
+        self.pods_forbidden = False
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
@@ -107,6 +114,8 @@ class FakeKube:
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         self.calls.append(("pods", selector))
+        if self.pods_forbidden:
+            raise BackendConfigurationError("pods is forbidden: add the rule", status=403)
         return [
             copy.deepcopy(p) for p in self.pod_list if _matches(selector, p["metadata"]["labels"])
         ]
@@ -315,6 +324,24 @@ def test_find_apps_skips_a_later_namespace_it_may_not_list(fake: FakeKube) -> No
     fake.forbidden = {"team"}
     with pytest.raises(BackendUnavailableError):
         scheduler.find_apps(key, ["team"])
+
+
+def test_an_app_whose_pods_may_not_be_listed_is_described_from_its_object(
+    volcano: Any, fake: FakeKube
+) -> None:
+    """Without ``list`` on pods the app's state still comes from its own object; what is
+    missing is said once, not ridden out as an outage."""
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    add_pod(fake, set_phase(fake, app_id, "Running"), 0, "Running")
+    fake.pods_forbidden = True
+    assert volcano.describe(app_id).state is AppState.RUNNING
+    set_phase(fake, app_id, "Completed")  # once ended, the pods are read for exit codes
+    for _ in range(2):
+        assert volcano.describe(app_id).state is AppState.SUCCEEDED
+    notices = volcano.core.take_notices()
+    assert len(notices) == 1, notices
+    assert "cannot be seen" in notices[0] and "pods is forbidden" in notices[0]
+    assert volcano.core.take_notices() == []
 
 
 def test_log_iter_bounds_filters_and_picks_the_replica(volcano: Any, fake: FakeKube) -> None:

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from torchx_provider.errors import (
+    BackendConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     SubmissionError,
     TorchXProviderError,
     UnknownAppError,
 )
+from torchx_provider.schedulers.certificates import untrusted_certificate
 from torchx_provider.specs.runopts import bool_value
 
 
@@ -362,7 +364,7 @@ def translate_error(e: BaseException, what: str, app_id: str | None = None) -> E
         if isinstance(e, docker.errors.NotFound) and app_id is not None:
             return UnknownAppError(app_id)
         if status in (401, 403):
-            return BackendUnavailableError(
+            return BackendConfigurationError(
                 f"{what}: the Docker engine refused access ({status}): {explanation}; check "
                 "the TLS client certificate or the permissions on the Docker socket",
                 status=status,
@@ -382,6 +384,14 @@ def translate_error(e: BaseException, what: str, app_id: str | None = None) -> E
     import http.client
 
     import urllib3.exceptions
+
+    untrusted = untrusted_certificate(e)
+    if untrusted is not None:
+        return BackendConfigurationError(
+            f"{what}: the Docker engine's certificate is not trusted ({untrusted}); give the "
+            "connection the CA that signed it (tls_ca_cert), or, for a test engine only, set "
+            "tls_skip_verify"
+        )
 
     if isinstance(
         e,

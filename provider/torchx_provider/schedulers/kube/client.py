@@ -130,6 +130,9 @@ class KubeAsyncClient(AsyncSchedulerClient):
 
     reports_changes = True
 
+    def take_notices(self) -> builtins.list[str]:
+        return self.core.take_notices()
+
     async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
         """What the app was when the cache last saw it, if it has been deleted since (by its
         TTL, or by someone) while this client followed it; ``None`` if it was not.

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from torchx_provider.errors import BackendUnavailableError
+from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
@@ -86,6 +86,8 @@ class KubeCore:
         #: (namespace, name) -> the resource type the app was found under (see :meth:`get`);
         #: the last :data:`HOMES_KEPT` apps (a long-lived scheduler sees many).
         self.homes: dict[tuple[str, str], CustomResource] = {}
+        self._notices: builtins.list[str] = []
+        self._noticed: set[str] = set()
 
     def _home(self, namespace: str, name: str, res: CustomResource) -> None:
         key = (namespace, name)
@@ -163,12 +165,30 @@ class KubeCore:
         obj = await self.get(namespace, name)
         if obj is None:
             return None
-        pods = (
-            await self.io.pods(namespace, app_selector(name))
-            if self.translation.needs_pods(obj)
-            else []
-        )
+        pods: builtins.list[dict[str, Any]] = []
+        if self.translation.needs_pods(obj):
+            try:
+                pods = await self.io.pods(namespace, app_selector(name))
+            except BackendConfigurationError as e:
+                if e.status != 403:
+                    raise
+                # The app can be followed without its pods: its state is the object's.
+                self.notice(
+                    f"the replicas of app {app_id!r} cannot be seen, only the app's state, "
+                    f"and no log can be read: {e}"
+                )
         return self.translation.describe(app_id, obj, pods)
+
+    def notice(self, text: str) -> None:
+        """Keep ``text`` for the task log, once (see :meth:`take_notices`)."""
+        if text not in self._noticed:
+            self._noticed.add(text)
+            self._notices.append(text)
+
+    def take_notices(self) -> builtins.list[str]:
+        """The notices kept since the last call (each said once per core)."""
+        taken, self._notices = self._notices, []
+        return taken
 
     async def list(
         self, namespace: str, handle: Callable[[str], str]

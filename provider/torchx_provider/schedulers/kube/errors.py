@@ -15,10 +15,13 @@ HTTP status / failure   raised as
 404 for an object       :class:`~torchx_provider.errors.UnknownAppError`
 404 for a resource      :class:`~torchx_provider.errors.BackendUnavailableError` (CRD or
 type                    controller not installed)
-401, 403                :class:`~torchx_provider.errors.BackendUnavailableError` (credentials
-                        or RBAC; the message names the verb and resource)
+401, 403                :class:`~torchx_provider.errors.BackendConfigurationError` (credentials
+                        or RBAC; for 403 the message names the verb, resource and namespace
+                        and the Role rule to add, see :class:`Permission`)
 400, 409, 422           :class:`~torchx_provider.errors.SubmissionError` (rejected object)
 429, 5xx                :class:`~torchx_provider.errors.BackendUnavailableError`
+untrusted certificate   :class:`~torchx_provider.errors.BackendConfigurationError` (the fix:
+                        the cluster's CA in the kubeconfig, or ``disable_verify_ssl``)
 no connection, timeout  :class:`~torchx_provider.errors.BackendUnavailableError`
 ======================  ===============================================================
 """
@@ -26,16 +29,78 @@ no connection, timeout  :class:`~torchx_provider.errors.BackendUnavailableError`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from torchx_provider.errors import (
+    BackendConfigurationError,
     BackendUnavailableError,
     SubmissionError,
     TorchXProviderError,
     UnknownAppError,
 )
+from torchx_provider.schedulers.certificates import untrusted_certificate
+
+#: How the API server words an RBAC refusal (``... is forbidden: User "u" cannot list
+#: resource "pods" in API group "" in the namespace "ns"``, or ``at the cluster scope``).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "(?P<group>[^"]*)")?'
+    r'(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'
+)
+
+
+@dataclass(frozen=True)
+class Permission:
+    """What an RBAC refusal (403) names: who may not do what, where.
+
+    >>> p = Permission.from_message(
+    ...     'pods is forbidden: User "system:serviceaccount:ml:airflow" cannot list resource '
+    ...     '"pods" in API group "" in the namespace "ml"')
+    >>> p.rule()
+    'apiGroups: [""], resources: ["pods"], verbs: ["list"]'
+    >>> p.where()
+    'namespace ml'
+    """
+
+    user: str
+    verb: str
+    resource: str
+    group: str = ""
+    namespace: str | None = None
+
+    @classmethod
+    def from_message(cls, message: str) -> Permission | None:
+        m = _FORBIDDEN.search(message)
+        if m is None:
+            return None
+        return cls(
+            user=m["user"],
+            verb=m["verb"],
+            resource=m["resource"],
+            group=m["group"] or "",
+            namespace=m["namespace"],
+        )
+
+    def rule(self) -> str:
+        """The rule to add, as it is written in a Role."""
+        return (
+            f'apiGroups: ["{self.group}"], resources: ["{self.resource}"], verbs: ["{self.verb}"]'
+        )
+
+    def where(self) -> str:
+        return "the cluster scope" if self.namespace is None else f"namespace {self.namespace}"
+
+    def fix(self) -> str:
+        """What to do, for the end of a message."""
+        kind = "Role" if self.namespace is not None else "ClusterRole"
+        return (
+            f"{self.user} may not {self.verb} {self.resource} in {self.where()}; add the rule "
+            f"{{{self.rule()}}} to its {kind} (the provider's Role: README, RBAC)"
+        )
 
 
 def _status_body(e: BaseException) -> dict[str, Any]:
@@ -87,6 +152,16 @@ def translate(
     if isinstance(e, TorchXProviderError):
         return None
     if not _is_api_exception(e):
+        if _is_connection_error(e) or isinstance(e, OSError):
+            untrusted = untrusted_certificate(e)
+            if untrusted is not None:
+                return BackendConfigurationError(
+                    f"cannot {action} {what}: the API server's certificate is not trusted "
+                    f"({untrusted}); give the kubeconfig the cluster's CA "
+                    "(certificate-authority-data, or certificate-authority), or, for a test "
+                    "cluster only, set disable_verify_ssl on the connection",
+                    app_id=app_id,
+                )
         if _is_connection_error(e):
             if type(e).__name__ == "ConfigException":
                 return BackendUnavailableError(
@@ -113,14 +188,29 @@ def translate(
             status,
             body,
         )
-    if status in (401, 403):
-        hint = (
-            "the credentials were rejected; refresh the token or kubeconfig"
-            if status == 401
-            else "the service account lacks this permission; grant it in its Role "
-            "(see the provider's RBAC rules)"
+    if status == 401:
+        return BackendConfigurationError(
+            f"cannot {action} {what}: {message}; the API server rejected the credentials: "
+            "refresh the token or the kubeconfig of the connection",
+            status,
+            body,
+            app_id=app_id,
         )
-        return BackendUnavailableError(f"cannot {action} {what}: {message}; {hint}", status, body)
+    if status == 403:
+        permission = Permission.from_message(str(message))
+        hint = (
+            permission.fix()
+            if permission is not None
+            else "the account lacks this permission; grant it in its Role (the provider's "
+            "Role: README, RBAC)"
+        )
+        return BackendConfigurationError(
+            f"cannot {action} {what}: {message}; {hint}",
+            status,
+            body,
+            permission=permission,
+            app_id=app_id,
+        )
     if status == 413 or "request is too large" in str(message):
         # The body (413, over the API server's limit) or the object (etcd's limit, given
         # back as a 500) is too large: the same request will never fit.
