@@ -14,11 +14,14 @@ from torchx_provider.schedulers.docker import DockerOpts
 from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     CONTAINER_STATE,
+    REMOVED_FROM_OUTSIDE,
+    REMOVING_SUFFIX,
     ContainerInfo,
     app_state,
     describe_app,
     exit_code,
     list_apps,
+    missing_replica,
     oldest_network,
     ready_to_remove,
     replica_state,
@@ -57,11 +60,13 @@ def inspect_attrs(
     restarts: int = 0,
     cancelled: bool = False,
     remove: bool = True,
+    removing: bool = False,
 ) -> dict[str, Any]:
     name = f"{APP_ID}-{role}-{replica}"
+    marks = (CANCELLED_SUFFIX if cancelled else "") + (REMOVING_SUFFIX if removing else "")
     return {
         "Id": f"id-{role}-{replica}",
-        "Name": "/" + name + (CANCELLED_SUFFIX if cancelled else ""),
+        "Name": "/" + name + marks,
         "Created": "2024-05-01T10:00:00.123456789Z",
         "RestartCount": restarts,
         "State": {"Status": status, "ExitCode": code, "Error": error, "OOMKilled": oom},
@@ -103,6 +108,8 @@ def test_the_table_covers_every_docker_status() -> None:
         ("exited", 143, {"cancelled": True}, AppState.CANCELLED),
         ("created", 0, {"cancelled": True}, AppState.CANCELLED),
         ("running", 0, {"cancelled": True}, AppState.RUNNING),  # still stopping
+        ("exited", 143, {"cancelled": True, "removing": True}, AppState.CANCELLED),
+        ("exited", 0, {"removing": True}, AppState.SUCCEEDED),
         ("something-new", 0, {}, AppState.UNKNOWN),
     ],
 )
@@ -216,12 +223,48 @@ def test_describe_reports_failures_with_exit_codes() -> None:
     assert codes == {("trainer", 0): 0, ("trainer", 1): 3, ("ps", 0): 137}
 
 
-def test_a_missing_replica_is_unknown_so_the_app_never_succeeds_on_partial_evidence() -> None:
+def test_a_replica_whose_container_is_gone_failed_and_is_named() -> None:
+    """Removed from outside (``docker rm -f``): the engine never creates it again, so the
+    app ends FAILED, naming it, once the others are finished -- never SUCCEEDED on partial
+    evidence, and never waiting for a replica that no longer exists."""
     resp = describe_app(APP_ID, [info("trainer", 0, "exited", 0), info("ps", 0, "exited", 0)])
     assert resp is not None
-    assert resp.state == AppState.UNKNOWN
+    assert resp.state == AppState.FAILED
     missing = resp.roles_statuses[0].replicas[1]
-    assert (missing.id, missing.state) == (1, AppState.UNKNOWN)
+    assert (missing.id, missing.state, missing.exit_code) == (1, AppState.FAILED, None)
+    assert missing.structured_error_msg == REMOVED_FROM_OUTSIDE
+    assert missing.hostname == f"{APP_ID}-trainer-1"
+    assert resp.msg == f"trainer/1: {REMOVED_FROM_OUTSIDE}"
+    assert "other than this task" in resp.msg
+
+
+def test_a_gone_replica_fails_the_app_once_the_others_are_finished() -> None:
+    running = [info("trainer", 0, "running"), info("ps", 0, "exited", 0)]
+    resp = describe_app(APP_ID, running)
+    assert resp is not None and resp.state == AppState.RUNNING  # as after any failure
+    assert resp.roles_statuses[0].replicas[1].state == AppState.FAILED
+    failed = [info("trainer", 0, "exited", 2), info("ps", 0, "exited", 0)]
+    resp = describe_app(APP_ID, failed)
+    assert resp is not None and resp.state == AppState.FAILED
+    assert resp.msg == f"trainer/0 exited with code 2; trainer/1: {REMOVED_FROM_OUTSIDE}"
+    # the same rule decides what list says
+    ended = [info("trainer", 0, "exited", 0), info("ps", 0, "exited", 0)]
+    apps = list_apps(ended, lambda app_id: app_id)
+    assert [(a.app_id, a.state) for a in apps] == [(APP_ID, AppState.FAILED)]
+
+
+def test_replicas_gone_while_the_provider_removes_the_app_are_not_blamed() -> None:
+    """The provider marks one container before it removes an app's containers and removes
+    it last: while it is left, the others are gone for that removal (UNKNOWN, as the app
+    is about to vanish), not removed from outside."""
+    left = [info("trainer", 0, "exited", 0, removing=True), info("ps", 0, "exited", 0)]
+    resp = describe_app(APP_ID, left)
+    assert resp is not None and resp.state == AppState.UNKNOWN
+    assert resp.msg == "<NONE>"
+    gone = resp.roles_statuses[0].replicas[1]
+    assert (gone.role, gone.id, gone.state) == ("trainer", 1, AppState.UNKNOWN)
+    assert missing_replica(APP_ID, "ps", 0, removing=True).state == AppState.UNKNOWN
+    assert missing_replica(APP_ID, "ps", 0).state == AppState.FAILED
 
 
 def test_describe_of_nothing_is_none() -> None:

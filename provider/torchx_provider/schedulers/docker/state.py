@@ -8,6 +8,12 @@ many containers; the exit code is read from its ``Status`` text). Both become a
 The app's state follows from its replicas (:func:`app_state`): SUCCEEDED only when every
 replica exited 0; FAILED when any failed and the rest are finished; CANCELLED when the app
 was cancelled and nothing failed; otherwise the earliest state among the unfinished replicas.
+
+A replica the app declares but whose container is gone counts as FAILED
+(:func:`missing_replica`): the engine never creates a container again, so the replica has
+ended, and how is lost. The app is then FAILED once its other replicas are finished, like
+after any failure; only while the provider itself removes the app (its mark on a container
+left) is the gap UNKNOWN, for the moment the removal takes.
 """
 
 from __future__ import annotations
@@ -70,6 +76,15 @@ CONTAINER_STATE: dict[str, ReplicaState | None] = {
 #: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
 #: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
 CANCELLED_SUFFIX = ".cancelled"
+#: Appended to the name of the container the provider removes last when it removes an app:
+#: while any container is left, the ones already gone are the provider's doing, not a
+#: replica removed from outside (:func:`missing_replica`).
+REMOVING_SUFFIX = ".removing"
+#: Why a replica whose container is gone failed.
+REMOVED_FROM_OUTSIDE = (
+    "its container was removed by something other than this task before the app ended; "
+    "its exit code and unread log lines are lost"
+)
 
 T = TypeVar("T")
 
@@ -164,7 +179,12 @@ class ContainerInfo:
 
     @property
     def cancelled(self) -> bool:
-        return self.name.endswith(CANCELLED_SUFFIX)
+        return self.name.removesuffix(REMOVING_SUFFIX).endswith(CANCELLED_SUFFIX)
+
+    @property
+    def removing(self) -> bool:
+        """Whether the provider is removing this container's app (:data:`REMOVING_SUFFIX`)."""
+        return self.name.endswith(REMOVING_SUFFIX)
 
     @property
     def task_instance(self) -> TaskInstanceKey | None:
@@ -206,6 +226,27 @@ def app_state(states: Iterable[ReplicaState]) -> AppState:
     return AppState.CANCELLED
 
 
+def missing_replica(
+    app_id: str, role: str, replica_id: int, *, removing: bool = False
+) -> ReplicaStatus:
+    """A replica the app declares but whose container is gone.
+
+    FAILED, saying it was removed from outside: the engine never creates it again, so it
+    has ended, and its exit code and unread lines went with it. While the provider removes
+    the app (``removing``: its mark on a container left) it is UNKNOWN instead, for the
+    moment before the rest are gone too.
+    """
+    return ReplicaStatus(
+        id=replica_id,
+        state=ReplicaState.UNKNOWN if removing else ReplicaState.FAILED,
+        role=role,
+        hostname=replica_name(app_id, role, replica_id),
+        structured_error_msg=(
+            "the provider is removing the app" if removing else REMOVED_FROM_OUTSIDE
+        ),
+    )
+
+
 def _failure_msg(role: str, c: ContainerInfo) -> str:
     if c.error:
         return f"{role}/{c.replica_id} failed to start: {c.error}"
@@ -219,9 +260,11 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
     """The app made of ``containers`` (all of one app id), or ``None`` when there are none.
 
     Roles come from the role JSON each container carries. A replica the role declares but
-    whose container is gone is reported UNKNOWN, so an app is never called SUCCEEDED on
-    partial evidence.
+    whose container is gone is :func:`missing_replica`: FAILED, named in the message (an
+    app is never called SUCCEEDED on partial evidence, and never waits for it).
     """
+    containers = list(containers)
+    removing = any(c.removing for c in containers)
     by_role: dict[str, list[ContainerInfo]] = {}
     roles: dict[str, tuple[int, Role]] = {}
     for c in containers:
@@ -258,15 +301,10 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
             if state == ReplicaState.FAILED:
                 failures.append(_failure_msg(name, c))
         for missing in sorted(set(range(role.num_replicas)) - seen):
-            replicas.append(
-                ReplicaStatus(
-                    id=missing,
-                    state=ReplicaState.UNKNOWN,
-                    role=name,
-                    hostname=replica_name(app_id, name, missing),
-                    structured_error_msg="the replica's container no longer exists",
-                )
-            )
+            gone = missing_replica(app_id, name, missing, removing=removing)
+            replicas.append(gone)
+            if gone.state == ReplicaState.FAILED:
+                failures.append(f"{name}/{missing}: {gone.structured_error_msg}")
         replicas.sort(key=lambda r: r.id)
         states.extend(r.state for r in replicas)
         statuses.append(RoleStatus(name, replicas))
@@ -291,7 +329,8 @@ def _try_number(c: ContainerInfo) -> int | None:
 def list_apps(
     containers: Iterable[ContainerInfo], app_handle: Callable[[str], str]
 ) -> list[ListAppResponse]:
-    """One entry per app id among ``containers``, oldest first."""
+    """One entry per app id among ``containers``, oldest first; each in the state
+    :func:`describe_app` gives it (a replica whose container is gone counts)."""
     by_app: dict[str, list[ContainerInfo]] = {}
     for c in containers:
         if c.app_id:
@@ -299,10 +338,11 @@ def list_apps(
     out = []
     for app_id, cs in by_app.items():
         created = [c.created for c in cs if c.created is not None]
+        described = describe_app(app_id, cs)
         out.append(
             ListAppResponse(
                 app_id=app_id,
-                state=app_state(replica_state(c) for c in cs),
+                state=described.state if described is not None else AppState.UNKNOWN,
                 app_handle=app_handle(app_id),
                 name=cs[0].labels.get(LABEL_APP_NAME, ""),
                 created=min(created) if created else None,
