@@ -469,6 +469,26 @@ async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> 
     assert cursor.is_done("a/trainer/0")
 
 
+async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended() -> None:
+    """A pod deleted while it is followed (kubectl delete, an eviction): its stream is left
+    once the cache shows it gone, what it wrote kept. While the app runs a controller may
+    replace it, so the follow waits; once the app has ended it stops at once -- it never
+    waits for a pod that will not come back."""
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "a0")]
+    ended = asyncio.Event()
+    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    await asyncio.sleep(0.1)
+    watch.set_pods([])  # deleted, and no replacement comes
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    ended.set()
+    lines, cursor = await asyncio.wait_for(task, 1)
+    assert lines == ["a0"] and cursor.is_done("a/trainer/0")
+
+
 async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

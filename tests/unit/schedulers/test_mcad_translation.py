@@ -14,6 +14,7 @@ from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
 from torchx_provider.schedulers.kube.mcad.state import (
     JOB_STATE,
+    POD_GONE,
     appwrapper_state,
     describe_appwrapper,
 )
@@ -210,6 +211,46 @@ def test_running_appwrapper_without_pods_is_pending_per_replica() -> None:
     resp = McadTranslation().describe("ns:x", aw, [])
     assert resp.state is AppState.RUNNING
     assert [r.state for r in resp.roles_statuses[0].replicas] == [AppState.PENDING] * 2
+
+
+def test_a_pod_deleted_while_the_appwrapper_runs_fails_it_once_the_others_ended() -> None:
+    """MCAD never creates a deleted pod again and completes an AppWrapper only once every
+    pod is complete: without requeuing it stays Running for ever. Once the other pods
+    have ended, the replica without a pod is FAILED, named, and so is the app."""
+    aw = aw_of(specs.AppDef("a", [role(num_replicas=2), role("ps")]))
+    aw["status"] = {"state": "Running", "succeeded": 2}
+    templates = [i["generictemplate"] for i in items(aw, "Pod")]
+    pods = [pod_from(templates[0], "Succeeded", 0), pod_from(templates[2], "Succeeded", 0)]
+    resp = describe_appwrapper("ns:x", aw, pods)
+    assert resp.state is AppState.FAILED
+    replicas = {(rs.role, r.id): r for rs in resp.roles_statuses for r in rs.replicas}
+    assert replicas[("worker", 0)].state is AppState.SUCCEEDED
+    gone = replicas[("worker", 1)]
+    assert (gone.state, gone.exit_code, gone.structured_error_msg) == (
+        AppState.FAILED,
+        None,
+        POD_GONE,
+    )
+    assert resp.msg == f"worker/1: {POD_GONE}"
+    assert resp.structured_error_msg == f"worker/1: {POD_GONE}"
+    assert "other than this task" in resp.msg
+
+
+def test_a_missing_pod_is_waited_for_while_mcad_may_still_act() -> None:
+    aw = aw_of(specs.AppDef("a", [role(num_replicas=2)]))
+    aw["status"] = {"state": "Running"}
+    template = items(aw, "Pod")[0]["generictemplate"]
+    # another pod still runs: the app is not over either way
+    running = describe_appwrapper("ns:x", aw, [pod_from(template, "Running")])
+    assert running.state is AppState.RUNNING
+    assert running.roles_statuses[0].replicas[1].state is AppState.PENDING
+    # with retries, MCAD requeues an AppWrapper short of pods (minAvailable) by itself
+    retried = aw_of(specs.AppDef("a", [role(num_replicas=2, max_retries=1)]))
+    retried["status"] = {"state": "Running"}
+    ended = pod_from(items(retried, "Pod")[0]["generictemplate"], "Succeeded", 0)
+    assert describe_appwrapper("ns:x", retried, [ended]).state is AppState.RUNNING
+    # no pod at all yet: just dispatched
+    assert describe_appwrapper("ns:x", aw, []).state is AppState.RUNNING
 
 
 def test_completed_with_a_failed_pod_but_no_count_is_failed() -> None:

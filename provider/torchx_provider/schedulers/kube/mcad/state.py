@@ -2,11 +2,17 @@
 
 MCAD reports pod counts, not replicas: the AppWrapper's ``status.state`` gives the app state
 (:data:`JOB_STATE`), and each replica's state is read from its pod.
+
+A pod deleted while its AppWrapper runs (``kubectl delete``, an eviction) is never created
+again, and MCAD completes an AppWrapper only once every pod is complete: without requeuing
+it stays ``Running`` for ever. So once every other replica's pod has ended, the replicas
+without a pod are FAILED, and so is the app (:func:`pods_gone_for_good`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
@@ -39,6 +45,34 @@ def appwrapper_state(status: Mapping[str, Any], where: str = "") -> AppState:
     return app_state
 
 
+#: Why a replica whose pod is gone while its AppWrapper runs failed.
+POD_GONE = (
+    "its pod was deleted by something other than this task (kubectl delete, an eviction) "
+    "while the AppWrapper ran; MCAD does not create it again"
+)
+
+
+def requeues(obj: Mapping[str, Any]) -> bool:
+    """Whether MCAD requeues this AppWrapper when fewer of its pods run than it needs
+    (``schedulingSpec.minAvailable``; set when the app has retries): it then recovers
+    from a deleted pod by itself."""
+    spec = (obj.get("spec") or {}).get("schedulingSpec") or {}
+    return int(spec.get("minAvailable") or 0) > 0
+
+
+def pods_gone_for_good(
+    app_state: AppState, obj: Mapping[str, Any], states: Sequence[AppState | None]
+) -> bool:
+    """Whether a running AppWrapper can never complete: some replica has no pod (``None``
+    in ``states``, the others' pod states), every other replica's pod has ended, and MCAD
+    does not requeue it. MCAD creates the pods all at once when it dispatches, so a pod
+    missing after the others ended was deleted, and is never created again."""
+    if app_state is not AppState.RUNNING or requeues(obj):
+        return False
+    podded = [s for s in states if s is not None]
+    return len(podded) < len(states) and bool(podded) and all(is_terminal(s) for s in podded)
+
+
 def pod_items(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The pod templates among an AppWrapper's generic items."""
     items = ((obj.get("spec") or {}).get("resources") or {}).get("GenericItems") or []
@@ -57,6 +91,7 @@ def describe_appwrapper(
     app_state = appwrapper_state(status, f" (AppWrapper {name})")
     pod_index = readback.pods_by_replica(pods)
     replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
+    pod_states: list[AppState | None] = []
     for template in pod_items(obj):
         key = readback.replica_of(template.get("metadata") or {})
         if key is None:
@@ -68,10 +103,20 @@ def describe_appwrapper(
         state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
         record = readback.ReplicaRecord(key, state, hostname).with_pod(pod, prefer_pod_state=True)
         replicas.append((record, template))
-    if app_state is AppState.SUCCEEDED and any(r.state is AppState.FAILED for r, _ in replicas):
-        app_state = AppState.FAILED
+        pod_states.append(None if pod is None else record.state)
     conditions = status.get("conditions") or []
     msg = status.get("message") or (conditions[-1].get("message") if conditions else None)
+    if pods_gone_for_good(app_state, obj, pod_states):
+        gone = [i for i, s in enumerate(pod_states) if s is None]
+        for i in gone:
+            record, pod_template = replicas[i]
+            replicas[i] = (replace(record, state=AppState.FAILED, error=POD_GONE), pod_template)
+        app_state = AppState.FAILED
+        msg = "; ".join(
+            f"{replicas[i][0].key.role}/{replicas[i][0].key.replica_id}: {POD_GONE}" for i in gone
+        )
+    if app_state is AppState.SUCCEEDED and any(r.state is AppState.FAILED for r, _ in replicas):
+        app_state = AppState.FAILED
     restarts = int(status.get("numberOfRequeueings") or 0)
     return readback.describe_app(
         app_id, app_state, replicas, num_restarts=restarts, msg=str(msg or NONE)
