@@ -53,6 +53,7 @@ ORDER = [
     "docker-503-5s",
     "docker-stall-5s",
     "docker-engine-restart",
+    "docker-replica-removed",
     "airflow-triggerer-restart",
     "airflow-triggerer-sigkill",
     "airflow-triggerer-frozen",
