@@ -56,6 +56,8 @@ class FakeKube:
         self.forbidden = forbidden or set()
         #: listing pods is forbidden (403)
         self.pods_forbidden = False
+        #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
+        self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
@@ -91,6 +93,12 @@ class FakeKube:
         self._check(res)
         self.calls.append(("get", res.group, name))
         return copy.deepcopy(self._stored(res, (res.plural, namespace, name)))
+
+    def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get-cluster", res.plural, name))
+        if self.cluster_objects is None:  # a Role that may not read cluster-scoped objects
+            raise BackendConfigurationError(f"{res.plural} is forbidden", status=403)
+        return copy.deepcopy(self.cluster_objects.get((res.plural, name)))
 
     def list_objects(
         self, res: CustomResource, namespace: str, selector: str
@@ -141,9 +149,12 @@ class FakeAsyncKube:
         self.sync = sync
 
     async def create(
-        self, res: CustomResource, namespace: str, body: Mapping[str, Any]
+        self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
     ) -> dict[str, Any]:
-        return self.sync.create(res, namespace, body)
+        return self.sync.create(res, namespace, body, dry_run)
+
+    async def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
+        return self.sync.get_cluster_object(res, name)
 
     async def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         return self.sync.get(res, namespace, name)
@@ -245,8 +256,8 @@ def test_schedule_describe_cancel_delete(volcano: Any, fake: FakeKube) -> None:
     info = volcano.submit_dryrun(app(), {"queue": "q", "validate_spec": True})
     app_id = volcano.schedule(info)
     assert app_id == info.request.app_id
-    assert [c[0] for c in fake.calls] == ["create", "create"]
-    assert fake.calls[0][3] == "dry"  # server-side validation first
+    assert [c[0] for c in fake.calls] == ["get-cluster", "create", "create"]
+    assert fake.calls[1][3] == "dry"  # server-side validation first
     assert volcano.describe(app_id).state is AppState.SUBMITTED
     assert volcano.describe("ns:missing") is None
 
@@ -269,6 +280,41 @@ def test_schedule_describe_cancel_delete(volcano: Any, fake: FakeKube) -> None:
     volcano.delete(app_id)
     assert volcano.describe(app_id) is None
     volcano.delete(app_id)  # idempotent
+
+
+def test_a_queue_that_does_not_exist_or_is_closed_is_refused_before_anything_is_created(
+    volcano: Any, fake: FakeKube
+) -> None:
+    fake.cluster_objects = {("queues", "open"): {"status": {"state": "Open"}}}
+    fake.cluster_objects[("queues", "shut")] = {"status": {"state": "Closed"}}
+    for queue, why in (("nope", "does not exist"), ("shut", "is Closed and admits no new job")):
+        with pytest.raises(InvalidOptionError, match=why) as raised:
+            volcano.schedule(volcano.submit_dryrun(app(), {"queue": queue}))
+        assert raised.value.option == "queue"
+    assert not [c for c in fake.calls if c[0] == "create"]
+    assert volcano.schedule(volcano.submit_dryrun(app(), {"queue": "open"}))
+    # A Role that may not read queues (they are cluster-scoped): Volcano decides.
+    fake.cluster_objects = None
+    assert volcano.schedule(volcano.submit_dryrun(app(), {"queue": "nope"}))
+
+
+async def test_the_async_face_checks_the_queue_and_validates_with_a_dry_run(
+    fake: FakeKube,
+) -> None:
+    """The triggerer's client creates through the same core: the queue check and the
+    server-side dry run (``validate_spec``) work there too."""
+    from torchx_provider.schedulers.kube.core import KubeCore
+    from torchx_provider.schedulers.kube.volcano.translation import VolcanoTranslation
+
+    scheduler = create_scheduler("s", namespace="ns")
+    request = scheduler.submit_dryrun(app(), {"queue": "q", "validate_spec": True}).request
+    fake.cluster_objects = {}
+    core = KubeCore(VolcanoTranslation(), FakeAsyncKube(fake))
+    with pytest.raises(InvalidOptionError, match="does not exist"):
+        await core.create(request)
+    fake.cluster_objects = {("queues", "q"): {"status": {"state": "Open"}}}
+    await core.create(request)
+    assert [c[3] for c in fake.calls if c[0] == "create"] == ["dry", ""]
 
 
 def test_list_and_find_apps(volcano: Any, fake: FakeKube) -> None:

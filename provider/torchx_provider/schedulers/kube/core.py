@@ -152,13 +152,33 @@ class KubeCore:
         return None if found is None else found[1]
 
     async def create(self, request: KubeRequest) -> str:
-        """Create the request's object (validated server-side first if asked); its app id."""
+        """Create the request's object (validated server-side first if asked); its app id.
+
+        The cluster-scoped objects it needs are checked first (:meth:`check_prerequisites`).
+        """
+        await self.check_prerequisites(request)
         if request.validate_spec:
             await self.io.create(request.resource, request.namespace, request.body, dry_run=True)
         created = await self.io.create(request.resource, request.namespace, request.body)
         name = created["metadata"]["name"]
         self._home(request.namespace, name, request.resource)
         return make_app_id(request.namespace, name)
+
+    async def check_prerequisites(self, request: KubeRequest) -> None:
+        """Refuse an app whose prerequisites (a Volcano queue) do not exist or admit nothing,
+        before anything is created: the controller would leave it waiting without a word.
+        What the account may not read (a namespaced Role cannot read cluster-scoped objects)
+        or the cluster does not serve is skipped: the controller decides then."""
+        for res, name in self.translation.prerequisites(request.body):
+            try:
+                obj = await self.io.get_cluster_object(res, name)
+            except BackendUnavailableError as e:
+                if e.status in (403, 404):
+                    continue
+                raise
+            problem = self.translation.prerequisite_problem(res, name, obj)
+            if problem is not None:
+                raise problem
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
         namespace, name = parse_app_id(app_id)

@@ -59,18 +59,34 @@ class AsyncKube:
         return client.CoreV1Api(await self.api())
 
     async def create(
-        self, res: CustomResource, namespace: str, body: Mapping[str, Any]
+        self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
     ) -> dict[str, Any]:
         name = (body.get("metadata") or {}).get("name")
+        extra = {"dry_run": "All"} if dry_run else {}
+        verb = "validate (server-side dry run)" if dry_run else "create"
         api = await self._custom()
-        with api_errors("create", what(res, namespace, name)):
+        with api_errors(verb, what(res, namespace, name)):
             return dict(
                 await api.create_namespaced_custom_object(
                     *at(res, namespace),
                     body,
                     _request_timeout=REQUEST_TIMEOUT,
+                    **extra,
                 )
             )
+
+    async def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
+        """A cluster-scoped object (``None``: there is none of that name)."""
+        api = await self._custom()
+        try:
+            with api_errors("read", f"{res.kind} {name!r}", app_id=name):
+                return dict(
+                    await api.get_cluster_custom_object(
+                        res.group, res.version, res.plural, name, _request_timeout=REQUEST_TIMEOUT
+                    )
+                )
+        except UnknownAppError:
+            return None
 
     async def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         api = await self._custom()

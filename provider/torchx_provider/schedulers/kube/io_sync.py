@@ -93,6 +93,18 @@ class SyncKube:
         except UnknownAppError:
             return None
 
+    def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
+        """A cluster-scoped object (``None``: there is none of that name)."""
+        try:
+            with api_errors("read", f"{res.kind} {name!r}", app_id=name):
+                return dict(
+                    self._custom().get_cluster_custom_object(
+                        res.group, res.version, res.plural, name, _request_timeout=REQUEST_TIMEOUT
+                    )
+                )
+        except UnknownAppError:
+            return None
+
     def list_objects(
         self, res: CustomResource, namespace: str, selector: str
     ) -> list[dict[str, Any]]:

@@ -206,6 +206,18 @@ class KubeTranslation(abc.ABC):
     def read_resources(self) -> Sequence[CustomResource]:
         """The resource types an app may be stored as, most likely first."""
 
+    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
+        """Cluster-scoped objects a manifest names that must exist, and be usable, before it
+        is created (a Volcano queue): checked where the account may read them."""
+        return ()
+
+    def prerequisite_problem(
+        self, resource: CustomResource, name: str, obj: Mapping[str, Any] | None
+    ) -> InvalidOptionError | None:
+        """Why a prerequisite (``obj``; ``None``: it does not exist) makes the app unable to
+        run, naming the run option to change; ``None``: usable."""
+        return None
+
     @abc.abstractmethod
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """The pods (templates) inside a manifest."""

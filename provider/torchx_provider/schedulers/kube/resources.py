@@ -40,6 +40,8 @@ class CustomResource:
 
 #: Volcano's Job (``vcjob``): https://volcano.sh/en/docs/vcjob/
 VOLCANO_JOB = CustomResource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
+#: Volcano's Queue (cluster-scoped): a job names the one it is scheduled in.
+VOLCANO_QUEUE = CustomResource("scheduling.volcano.sh", "v1beta1", "queues", "Queue")
 #: Volcano's bus Command: ``vcctl job suspend`` creates one with action ``AbortJob``.
 VOLCANO_COMMAND = CustomResource("bus.volcano.sh", "v1alpha1", "commands", "Command")
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
@@ -45,7 +46,12 @@ from torchx_provider.schedulers.kube.pod import (
     role_annotation,
 )
 from torchx_provider.schedulers.kube.request import KubeTranslation
-from torchx_provider.schedulers.kube.resources import VOLCANO_COMMAND, VOLCANO_JOB, CustomResource
+from torchx_provider.schedulers.kube.resources import (
+    VOLCANO_COMMAND,
+    VOLCANO_JOB,
+    VOLCANO_QUEUE,
+    CustomResource,
+)
 from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
 from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV
@@ -168,6 +174,37 @@ def abort_command(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Queue states (``status.state``) in which Volcano admits no new job.
+#: https://github.com/volcano-sh/apis/blob/master/pkg/apis/scheduling/v1beta1/types.go
+CLOSED_QUEUE_STATES = frozenset({"Closed", "Closing"})
+
+
+def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionError | None:
+    """Why a job cannot be scheduled in Volcano queue ``name`` (``None``: it does not exist);
+    ``None`` when it can. Volcano itself leaves such a job without a status, saying why only
+    in its controller's log.
+
+    >>> str(queue_problem("gpu", None)).startswith("Volcano queue 'gpu' does not exist")
+    True
+    >>> queue_problem("q", {"status": {"state": "Open"}}) is None
+    True
+    """
+    if queue is None:
+        why = (
+            f"Volcano queue {name!r} does not exist on this cluster: name an existing queue in "
+            "run option queue (kubectl get queues), or ask an administrator to create it"
+        )
+    else:
+        state = str((queue.get("status") or {}).get("state") or "")
+        if state not in CLOSED_QUEUE_STATES:
+            return None
+        why = (
+            f"Volcano queue {name!r} is {state} and admits no new job: name another queue in "
+            "run option queue, or ask an administrator to open it"
+        )
+    return InvalidOptionError(why, "queue")
+
+
 class VolcanoTranslation(KubeTranslation):
     """The :class:`KubeTranslation` of the ``kubernetes`` backend."""
 
@@ -183,6 +220,15 @@ class VolcanoTranslation(KubeTranslation):
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (VOLCANO_JOB,)
+
+    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
+        queue = (body.get("spec") or {}).get("queue")
+        return ((VOLCANO_QUEUE, str(queue)),) if queue else ()
+
+    def prerequisite_problem(
+        self, resource: CustomResource, name: str, obj: Mapping[str, Any] | None
+    ) -> InvalidOptionError | None:
+        return queue_problem(name, obj)
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         for task in (body.get("spec") or {}).get("tasks") or []:
