@@ -317,6 +317,26 @@ async def test_the_async_face_checks_the_queue_and_validates_with_a_dry_run(
     assert [c[3] for c in fake.calls if c[0] == "create"] == ["dry", ""]
 
 
+def test_a_job_volcano_gives_no_status_is_said_once_with_its_usual_cause(
+    volcano: Any, fake: FakeKube
+) -> None:
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = fake.objects[("jobs", "ns", app_id.split(":")[1])]
+    job["metadata"]["creationTimestamp"] = format_timestamp(datetime.now(timezone.utc))
+    assert volcano.describe(app_id).state is AppState.SUBMITTED
+    assert volcano.core.take_notices() == []  # Volcano has not had the time yet
+    old = datetime.now(timezone.utc) - timedelta(seconds=45)
+    job["metadata"]["creationTimestamp"] = format_timestamp(old)
+    for _ in range(3):
+        volcano.describe(app_id)
+    notices = volcano.core.take_notices()
+    assert len(notices) == 1, notices
+    assert "no status 45s after it was created; usually its queue 'q' does not exist" in notices[0]
+    set_phase(fake, app_id, "Pending")
+    volcano.describe(app_id)
+    assert volcano.core.take_notices() == []
+
+
 def test_list_and_find_apps(volcano: Any, fake: FakeKube) -> None:
     key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", 0, 1)
     first = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))

@@ -110,6 +110,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
         if watch.healthy:
             obj = watch.object()
             if obj is not None:
+                self.core.observe(obj)
                 return with_failures(self._describe(app_id, obj, watch.pods()), watch)
             if watch.last_seen is not None:
                 return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
@@ -36,6 +37,7 @@ from torchx_provider.schedulers.kube.request import (
 )
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR, TaskInstanceKey
+from torchx_provider.schedulers.logs import parse_timestamp
 from torchx_provider.specs.api import is_terminal
 
 _T = TypeVar("_T")
@@ -185,6 +187,7 @@ class KubeCore:
         obj = await self.get(namespace, name)
         if obj is None:
             return None
+        self.observe(obj)
         pods: builtins.list[dict[str, Any]] = []
         if self.translation.needs_pods(obj):
             try:
@@ -199,10 +202,26 @@ class KubeCore:
                 )
         return self.translation.describe(app_id, obj, pods)
 
-    def notice(self, text: str) -> None:
+    def observe(self, obj: Mapping[str, Any]) -> None:
+        """Keep a notice when the controller has not taken up ``obj`` in time
+        (:meth:`KubeTranslation.stalled`)."""
+        created = (obj.get("metadata") or {}).get("creationTimestamp")
+        if not created:
+            return
+        try:
+            age = (datetime.now(timezone.utc) - parse_timestamp(str(created))).total_seconds()
+        except ValueError:
+            return
+        stalled = self.translation.stalled(obj, age)
+        if stalled is not None:
+            meta = obj.get("metadata") or {}
+            self.notice(stalled, key=f"stalled:{meta.get('uid') or meta.get('name')}")
+
+    def notice(self, text: str, key: str | None = None) -> None:
         """Keep ``text`` for the task log, once (see :meth:`take_notices`)."""
-        if text not in self._noticed:
-            self._noticed.add(text)
+        key = text if key is None else key
+        if key not in self._noticed:
+            self._noticed.add(key)
             self._notices.append(text)
 
     def take_notices(self) -> builtins.list[str]:

@@ -206,6 +206,11 @@ class KubeTranslation(abc.ABC):
     def read_resources(self) -> Sequence[CustomResource]:
         """The resource types an app may be stored as, most likely first."""
 
+    def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
+        """What to tell the task log when the controller has not taken up an app ``age``
+        seconds after it was created (and what usually causes it); ``None``: nothing."""
+        return None
+
     def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
         """Cluster-scoped objects a manifest names that must exist, and be usable, before it
         is created (a Volcano queue): checked where the account may read them."""

@@ -174,6 +174,9 @@ def abort_command(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Seconds after which a job Volcano has given no status is reported (it gives one to a job
+#: it takes up within a second or two).
+STATUS_WAIT = 30.0
 #: Queue states (``status.state``) in which Volcano admits no new job.
 #: https://github.com/volcano-sh/apis/blob/master/pkg/apis/scheduling/v1beta1/types.go
 CLOSED_QUEUE_STATES = frozenset({"Closed", "Closing"})
@@ -220,6 +223,17 @@ class VolcanoTranslation(KubeTranslation):
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (VOLCANO_JOB,)
+
+    def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
+        if phase(obj) is not None or age < STATUS_WAIT:
+            return None
+        queue = (obj.get("spec") or {}).get("queue")
+        return (
+            f"Volcano has given job {(obj.get('metadata') or {}).get('name')!r} no status "
+            f"{age:.0f}s after it was created; usually its queue {queue!r} does not exist or "
+            "is closed (Volcano says so only in its controller's log): check it with "
+            f"`kubectl get queue {queue}`, or name another queue in run option queue"
+        )
 
     def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
         queue = (body.get("spec") or {}).get("queue")
