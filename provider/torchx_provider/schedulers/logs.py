@@ -142,11 +142,29 @@ def split_timestamp(raw: str) -> TimestampedLine:
     The text is the line as the user last saw it: a line redrawn with ``\\r`` (a progress
     bar) is its last state, see :func:`last_state`.
     """
-    m = _TS.match(raw)
-    if m is None:
-        key, text = None, raw
+    # The common form first (UTC, "Z", as Docker and the kubelet write it), without a regex:
+    # "YYYY-MM-DDTHH:MM:SS[.fraction]Z text".
+    sp = raw.find(" ", 19, 42)
+    if (
+        sp > 0
+        and raw[sp - 1] == "Z"
+        and raw[10] == "T"
+        and raw[4] == raw[7] == "-"
+        and raw[13] == raw[16] == ":"
+        and (sp == 20 or (raw[19] == "." and raw[20 : sp - 1].isdigit()))
+        and raw[:4].isdigit()
+    ):
+        if sp >= 27:  # six fractional digits or more: the key is the first 26 characters
+            key: str | None = raw[:26]
+        else:
+            key = raw[:19] + "." + raw[20 : sp - 1].ljust(6, "0")
+        text = raw[sp + 1 :]
     else:
-        key, text = _key_of(m), raw[m.end() :]
+        m = _TS.match(raw)
+        if m is None:
+            key, text = None, raw
+        else:
+            key, text = _key_of(m), raw[m.end() :]
     if "\r" in text:
         text = last_state(text)
     if text[-1:] != "\n":
@@ -207,11 +225,17 @@ class LineDecoder:
             text = chunk
         if not text:
             return []
-        parts = (self._buffer + text).split("\n")
+        joined = self._buffer + text if self._buffer else text
+        parts = joined.split("\n")
         rest = parts.pop()
-        lines: list[str] = []
-        for part in parts:
-            lines.append(self._finish(part.removesuffix("\r")))
+        if (
+            self._cut
+            or "\r\n" in joined
+            or (parts and len(max(parts, key=len)) > self.max_chars)
+        ):
+            lines = [self._finish(part.removesuffix("\r")) for part in parts]
+        else:  # the common case: nothing to cut or strip
+            lines = [part + "\n" for part in parts]
         self._buffer = rest
         if len(rest) > self.max_chars:
             self._cut += len(rest) - self.max_chars

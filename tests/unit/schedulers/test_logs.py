@@ -511,3 +511,33 @@ def test_keys_of_bounds_at_the_ends_of_the_calendar_still_order() -> None:
     assert list(within([line], None, late)) == [line]
     very_early = datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))
     assert list(within([line], very_early, None)) == [line]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31), timezones=st.just(None)
+    ),
+    st.integers(0, 9),
+    st.sampled_from(["Z", "+00:00", "-05:30", "z"]),
+    st.sampled_from([" text\n", " \n", "\n", " a b\r\n", "", " 2026-01-01T00:00:00Z x\n"]),
+)
+def test_the_common_timestamp_form_splits_as_the_general_rule_does(
+    when: datetime, digits: int, zone: str, rest: str
+) -> None:
+    """split_timestamp reads "...Z text" without its regex: the same key and text as the
+    regex reading, for every fraction length, and other forms still go through the regex."""
+    from torchx_provider.schedulers import logs
+
+    frac = f"{when.microsecond:06d}{when.microsecond % 997:03d}"[:digits]
+    raw = when.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + (f".{frac}" if digits else "")
+    raw += zone + rest
+    m = logs._TS.match(raw)
+    expected_key = None if m is None else logs._key_of(m)
+    expected_text = raw if m is None else raw[m.end() :]
+    line = split_timestamp(raw)
+    assert line.key == expected_key
+    if "\r" not in expected_text:
+        assert line.text == (
+            expected_text if expected_text.endswith("\n") else expected_text + "\n"
+        )

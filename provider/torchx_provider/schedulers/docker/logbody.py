@@ -64,20 +64,23 @@ class FrameLines:
         out: list[TimestampedLine] = []
         run: list[bytes] = []  # whole one-entry lines, decoded together
         at = 0
-        while size_of - at >= self.HEADER:
-            end = at + self.HEADER + int.from_bytes(buf[at + 4 : at + 8], "big")
+        from_bytes = int.from_bytes
+        append = run.append
+        while size_of - at >= 8:
+            start = at + 8
+            end = start + from_bytes(buf[at + 4 : start], "big")
             if end > size_of:
                 break
-            payload = buf[at + self.HEADER : end]
-            stream = buf[at]
-            at = end
-            if not self._open and payload[-1:] == b"\n":
-                run.append(payload)
+            if end > start and buf[end - 1] == 10 and not self._open:  # a whole line
+                append(buf[start:end])
+                at = end
                 continue
             if run:
                 out += self._whole(run)
                 run = []
-            self._piece(stream, payload, out)
+                append = run.append
+            self._piece(buf[at], buf[start:end], out)
+            at = end
         if run:
             out += self._whole(run)
         self._pending = buf[at:]
