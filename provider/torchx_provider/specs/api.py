@@ -241,6 +241,10 @@ def _template(text: str) -> string.Template:
     return string.Template(text)
 
 
+#: TorchX's "not set" for a string field (``torchx.specs.MISSING``).
+MISSING = "<MISSING>"
+
+
 @dataclass
 class Role:
     """One program of an app, run as ``num_replicas`` replicas.

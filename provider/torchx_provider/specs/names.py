@@ -15,7 +15,7 @@ import secrets
 import string
 from typing import NamedTuple
 
-from torchx_provider.errors import InvalidAppError
+from torchx_provider.specs.exceptions import MalformedAppHandleException
 
 MAX_NAME_LEN = 63
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -102,6 +102,10 @@ def is_rfc1123_name(name: str, max_len: int = MAX_NAME_LEN) -> bool:
 # App handles
 
 
+#: An app handle, ``{scheduler_backend}://{session_name}/{app_id}`` (TorchX's type name).
+AppHandle = str
+
+
 class ParsedAppHandle(NamedTuple):
     """The parts of ``{scheduler_backend}://{session_name}/{app_id}``.
 
@@ -126,11 +130,16 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> s
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
-def parse_app_handle(app_handle: str) -> ParsedAppHandle:
-    """Split an app handle into its parts; an :class:`InvalidAppError` shows the form.
+def parse_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
+    """Split an app handle into its parts; a :class:`MalformedAppHandleException` (an
+    :class:`~torchx_provider.errors.InvalidAppError` of field ``app_handle``) shows the form.
 
-    The session may be empty; the app id is everything after the third ``/`` (Kubernetes
-    ids look like ``namespace:name``).
+    The scheduler and the app id must be there, as TorchX requires. The session may be
+    empty, unlike TorchX's: it is what the operators write when ``session_name`` is left
+    empty (``local_docker:///echo-k3x9q2ab``), and the handles they stored must stay
+    readable. The app id is everything after the third ``/`` (Kubernetes ids look like
+    ``namespace:name``); TorchX splits at the last ``/`` instead. Both read a handle alike
+    when neither its session nor its app id holds a ``/``, as none the operators make does.
 
     >>> scheduler, session, app_id = parse_app_handle("volcano://airflow/default:ddp-k3x9")
     >>> scheduler, session, app_id
@@ -138,9 +147,5 @@ def parse_app_handle(app_handle: str) -> ParsedAppHandle:
     """
     m = _HANDLE.match(app_handle.strip()) if isinstance(app_handle, str) else None
     if not m:
-        raise InvalidAppError(
-            f"{app_handle!r} is not an app handle; expected "
-            "{scheduler}://{session}/{app_id}, e.g. local_docker:///echo-k3x9q2ab",
-            field="app_handle",
-        )
+        raise MalformedAppHandleException(app_handle)
     return ParsedAppHandle(m["scheduler"], m["session"], m["app_id"])

@@ -2,12 +2,13 @@
 
 TorchX 0.7.0 knows, besides the generic ``cpu.*``/``gpu.*`` sizes (in
 :data:`~torchx_provider.specs.api.NAMED_RESOURCES`), the AWS instance types ``aws_<type>``
-(:data:`AWS_NAMED_RESOURCES`: the instance's CPUs and GPUs, 96 % of its memory, its EFA and
-Neuron devices, and ``node.kubernetes.io/instance-type`` so that Kubernetes places the pod on
-such a node), plus whatever installed packages register under the ``torchx.named_resources``
-entry-point group (a name mapped to a function returning a Resource). :func:`complete` adds
-both to the table on first use, so a DAG that names ``aws_p4d.24xlarge`` or a size its
-company package registers for TorchX keeps working unchanged.
+(:data:`AWS_NAMED_RESOURCES`, from :mod:`~torchx_provider.specs.named_resources_aws`: the
+instance's CPUs and GPUs, 96 % of its memory, its EFA and Neuron devices, and
+``node.kubernetes.io/instance-type`` so that Kubernetes places the pod on such a node), plus
+whatever installed packages register under the ``torchx.named_resources`` entry-point group
+(a name mapped to a function returning a Resource). :func:`complete` adds both to the table
+on first use, so a DAG that names ``aws_p4d.24xlarge`` or a size its company package
+registers for TorchX keeps working unchanged.
 """
 
 from __future__ import annotations
@@ -17,59 +18,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torchx_provider.specs.api import NAMED_RESOURCES, NULL_RESOURCE, Resource
+from torchx_provider.specs.named_resources_aws import NAMED_RESOURCES as AWS_NAMED_RESOURCES
 
 #: The entry-point group TorchX reads named resources from.
 ENTRY_POINT_GROUP = "torchx.named_resources"
-#: TorchX keeps 96 % of an instance's memory for the job (``MEM_TAX``).
-_GiB = int(1024 * 0.96)
-_EFA = "vpc.amazonaws.com/efa"
-_NEURON = "aws.amazon.com/neurondevice"
-_ITYPE = "node.kubernetes.io/instance-type"
-
-#: instance type -> (CPUs, GPUs, memory in GiB before the tax, devices): TorchX 0.7.0's table.
-_AWS: dict[str, tuple[int, int, int, dict[str, int]]] = {
-    "t3.medium": (2, 0, 4, {}),
-    "m5.2xlarge": (8, 0, 32, {}),
-    "p3.2xlarge": (8, 1, 61, {}),
-    "p3.8xlarge": (32, 4, 244, {}),
-    "p3.16xlarge": (64, 8, 488, {}),
-    "p3dn.24xlarge": (96, 8, 768, {_EFA: 1}),
-    "p4d.24xlarge": (96, 8, 1152, {_EFA: 4}),
-    "p4de.24xlarge": (96, 8, 1152, {_EFA: 4}),
-    "p5.48xlarge": (192, 8, 2048, {_EFA: 32}),
-    "g4dn.xlarge": (4, 1, 16, {}),
-    "g4dn.2xlarge": (8, 1, 32, {}),
-    "g4dn.4xlarge": (16, 1, 64, {}),
-    "g4dn.8xlarge": (32, 1, 128, {_EFA: 1}),
-    "g4dn.16xlarge": (64, 1, 256, {_EFA: 1}),
-    "g4dn.12xlarge": (48, 4, 192, {_EFA: 1}),
-    "g4dn.metal": (96, 8, 384, {_EFA: 1}),
-    "g5.xlarge": (4, 1, 16, {}),
-    "g5.2xlarge": (8, 1, 32, {}),
-    "g5.4xlarge": (16, 1, 64, {}),
-    "g5.8xlarge": (32, 1, 128, {_EFA: 1}),
-    "g5.16xlarge": (64, 1, 256, {_EFA: 1}),
-    "g5.12xlarge": (48, 4, 192, {_EFA: 1}),
-    "g5.24xlarge": (96, 4, 384, {_EFA: 1}),
-    "g5.48xlarge": (192, 8, 768, {_EFA: 1}),
-    "trn1.2xlarge": (8, 0, 32, {_NEURON: 1}),
-    "trn1.32xlarge": (128, 0, 512, {_EFA: 8, _NEURON: 16}),
-}
-
-
-def _aws(itype: str) -> Callable[[], Resource]:
-    cpu, gpu, gib, devices = _AWS[itype]
-    return lambda: Resource(
-        cpu=cpu,
-        gpu=gpu,
-        memMB=gib * _GiB,
-        capabilities={_ITYPE: itype},
-        devices=dict(devices),
-    )
-
-
-#: ``aws_<instance type>`` -> a factory of its Resource.
-AWS_NAMED_RESOURCES: dict[str, Callable[[], Resource]] = {f"aws_{t}": _aws(t) for t in _AWS}
 
 
 def _as_resource(value: Any, name: str) -> Resource:

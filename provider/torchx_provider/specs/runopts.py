@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torchx_provider.errors import InvalidOptionError
+from torchx_provider.specs.exceptions import InvalidRunConfigException
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
@@ -58,6 +58,21 @@ def _pieces(cfg_str: str) -> list[tuple[str, str]]:
     that came before each."""
     parts = re.split(r"([,;])", cfg_str)
     return [("", parts[0])] + [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+def get_type_name(tp: Any) -> str:
+    """TorchX's name of a run option type: a class's own name, and ``str(tp)`` for a
+    ``typing`` form or anything without a name.
+
+    The names TorchX prints in its help and errors; this package's own messages write
+    ``list[str]`` and ``dict[str, str]`` instead (:attr:`runopt.type_name`).
+
+    >>> get_type_name(int), get_type_name(list[str]), get_type_name(typing.List[str])
+    ('int', 'list', 'typing.List[str]')
+    """
+    if getattr(tp, "__module__", None) == "typing" or not hasattr(tp, "__name__"):
+        return str(tp)
+    return str(tp.__name__)
 
 
 def _type_name(tp: Any) -> str:
@@ -147,20 +162,21 @@ class runopts:
             or "(none: this scheduler takes no run options)"
         )
 
-    def _unknown(self, keys: list[str]) -> InvalidOptionError:
+    def _unknown(self, keys: list[str]) -> InvalidRunConfigException:
         hints = [
             f"{m[0]!r} for {k!r}"
             for k in keys
             if (m := difflib.get_close_matches(k, list(self._opts), n=1))
         ]
         hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
-        return InvalidOptionError(
+        return InvalidRunConfigException(
             f"unknown run option(s) {keys}{hint}; valid options are: {self._valid_list()}",
-            option=keys[0],
+            cfg_key=keys[0],
         )
 
     def resolve(self, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
-        """Check ``cfg`` and fill in defaults; one :class:`InvalidOptionError` lists the fix.
+        """Check ``cfg`` and fill in defaults; one :class:`InvalidRunConfigException` (an
+        :class:`~torchx_provider.errors.InvalidOptionError`) lists the fix.
 
         Values given as strings (from the CLI form, templates or connection extras) are
         converted to the option's type; anything else must already be of that type.
@@ -186,11 +202,11 @@ class runopts:
                 value = float(typing.cast(float, value))  # an int passed is_type
             resolved[key] = value
         if missing:
-            raise InvalidOptionError(
+            raise InvalidRunConfigException(
                 f"required run option(s) {missing} not set; set them in cfg "
                 f"(e.g. cfg={{'{missing[0]}': ...}}) or in the connection's extras. "
                 f"Valid options are: {self._valid_list()}",
-                option=missing[0],
+                cfg_key=missing[0],
             )
         return resolved
 
@@ -203,10 +219,10 @@ class runopts:
         if typing.get_origin(opt.opt_type) is dict and isinstance(value, Mapping):
             converted = {str(k): str(v) for k, v in value.items()}
             return converted
-        raise InvalidOptionError(
+        raise InvalidRunConfigException(
             f"run option {key!r} must be a {opt.type_name}, got {type(value).__name__} "
             f"{value!r}. {key}: {opt.help}",
-            option=key,
+            cfg_key=key,
         )
 
     def _parse_value(self, key: str, opt: runopt, raw: str) -> CfgVal:
@@ -240,12 +256,12 @@ class runopts:
             if tp is float:
                 return float(raw)
         except ValueError as e:
-            raise InvalidOptionError(
+            raise InvalidRunConfigException(
                 f"run option {key!r} must be a {opt.type_name}, cannot parse {raw!r} ({e}). "
                 f"{key}: {opt.help}",
-                option=key,
+                cfg_key=key,
             ) from None
-        raise InvalidOptionError(f"run option {key!r} has unsupported type {tp!r}", key)
+        raise InvalidRunConfigException(f"run option {key!r} has unsupported type {tp!r}", key)
 
     # -- the CLI string form ------------------------------------------------------------------
     def cfg_from_str(self, cfg_str: str) -> dict[str, CfgVal]:
@@ -276,7 +292,7 @@ class runopts:
                 k, v = pieces[-1]
                 pieces[-1] = (k, f"{v}{delim}{piece}")
             else:
-                raise InvalidOptionError(
+                raise InvalidRunConfigException(
                     f"cannot parse run options {cfg_str!r}: {piece!r} is not key=value. "
                     f"Valid options are: {self._valid_list()}"
                 )
