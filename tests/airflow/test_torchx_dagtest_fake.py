@@ -268,6 +268,14 @@ with DAG(
     TorchXOperator(task_id="bad_component", app="dist.nope", app_args={}, scheduler="fake")
     TorchXOperator(task_id="no_connection", app=APP, scheduler="fake", conn_id="absent")
     TorchXKubernetesOperator(task_id="bad_kubeconfig", app=APP, conn_id="bad_kube")
+    NUL_ENV = torchx_fakes.make_app()
+    NUL_ENV.roles[0].env = {"TOKEN": "s3cr\\x00t"}
+    TorchXOperator(task_id="nul_env", app=NUL_ENV, scheduler="fake")
+    CPU = torchx_fakes.make_app()
+    CPU.roles[0].resource.cpu, CPU.roles[0].resource.memMB = -1, 64
+    TorchXOperator(task_id="cpu_minus_one", app=CPU, scheduler="fake")
+    TorchXOperator(task_id="app_args_number", app="utils.echo", app_args=5, scheduler="fake")
+    TorchXOperator(task_id="app_name_number", app=APP, app_name=5, scheduler="fake")
 """,
     )
     text = "".join(capfd.readouterr())
@@ -281,9 +289,14 @@ with DAG(
         "unknown component 'dist.nope'",
         "connection 'absent' does not exist",
         "cannot read kubeconfig file (kube_config_path)",
+        "roles[0].env.TOKEN: the value holds a NUL character",
+        "roles[0].resource.cpu: must be >= 0, got -1",
+        "app_args: app_args must be a dict",
+        "app_name: app_name must be a string",
     ):
         assert message in text, message
-    assert text.count("(nothing was submitted)") >= 5
+    assert text.count("(nothing was submitted)") >= 9
+    assert "s3cr" not in text  # an env value is never shown
 
 
 @pytest.mark.parametrize(

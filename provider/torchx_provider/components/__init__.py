@@ -11,6 +11,8 @@ and resolve it with :func:`get_component`.
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -84,27 +86,119 @@ def run_component(name: str, args: Mapping[str, Any] | list[Any] | None = None) 
     """
     fn = get_component(name)
     sig = inspect.signature(fn)
-    positional: list[Any]
-    keywords: dict[str, Any]
-    if isinstance(args, Mapping):
-        keywords = dict(args)
-        positional = []
-        for param in sig.parameters.values():
-            if param.kind is inspect.Parameter.VAR_POSITIONAL and param.name in keywords:
-                value = keywords.pop(param.name)
-                positional = [value] if isinstance(value, str) else list(value)
-    else:
-        positional, keywords = list(args or []), {}
+    positional, keywords = _split_args(args, sig)
     try:
         # Bind first: a TypeError from binding is the caller's mistake, while one raised
         # inside the component is a bug that must not be reported as "bad arguments".
-        sig.bind(*positional, **keywords)
+        bound = sig.bind(*positional, **keywords)
     except TypeError as e:
         raise InvalidAppError(
             f"bad arguments for component {name!r}: {e}; its signature is {name}{sig}",
             "app_args",
         ) from None
+    try:
+        hints = typing.get_type_hints(fn)
+    except (NameError, TypeError):  # annotations that do not resolve are not checked
+        hints = {}
+    for param_name, value in bound.arguments.items():
+        param = sig.parameters[param_name]
+        _check_arg(param, hints.get(param_name, Any), value, f"{name}{sig}")
     return fn(*positional, **keywords).validate()
+
+
+def _split_args(args: object, sig: inspect.Signature) -> tuple[list[Any], dict[str, Any]]:
+    """``app_args`` as the positional and keyword arguments of a call (see
+    :func:`run_component`); anything but a mapping with string keys, a list or ``None`` is
+    refused naming ``app_args``."""
+    if args is None:
+        return [], {}
+    if isinstance(args, (list, tuple)):
+        return list(args), {}
+    if not isinstance(args, Mapping):
+        raise InvalidAppError(
+            f"app_args must be a dict of the component's arguments or a list of its "
+            f"positional ones, got {type(args).__name__}; e.g. app_args={{'j': '2x2'}}",
+            "app_args",
+        )
+    keywords: dict[str, Any] = {}
+    for key, value in args.items():
+        if not isinstance(key, str):
+            raise InvalidAppError(
+                f"argument names must be strings, got {type(key).__name__} {key!r}", "app_args"
+            )
+        keywords[key] = value
+    positional: list[Any] = []
+    for param in sig.parameters.values():
+        if param.kind is inspect.Parameter.VAR_POSITIONAL and param.name in keywords:
+            value = keywords.pop(param.name)
+            if isinstance(value, str):
+                positional = [value]
+            elif isinstance(value, (list, tuple)):
+                positional = list(value)
+            else:
+                raise InvalidAppError(
+                    f"must be a string or a list of strings, got {type(value).__name__} {value!r}",
+                    f"app_args.{param.name}",
+                )
+    return positional, keywords
+
+
+def _check_arg(param: inspect.Parameter, hint: Any, value: Any, signature: str) -> None:
+    """Refuse an argument whose type its annotation rules out (a list where a string
+    belongs, a number among ``*args`` strings), before the component trips over it.
+
+    A string is taken wherever a number, a flag or a list is: templated arguments arrive as
+    strings, and the app's own validation judges what the component makes of them.
+    """
+    if param.kind is inspect.Parameter.VAR_POSITIONAL:
+        for i, item in enumerate(value):
+            if not _fits(item, hint):
+                raise InvalidAppError(
+                    f"item {i} must be a {_type_name(hint)}, got {type(item).__name__} "
+                    f"{item!r}; quote numbers, e.g. ['--epochs', '3']",
+                    f"app_args.{param.name}",
+                )
+        return
+    if not _fits(value, hint):
+        raise InvalidAppError(
+            f"must be {_type_name(hint)}, got {type(value).__name__} {value!r}; the "
+            f"component's signature is {signature}",
+            f"app_args.{param.name}",
+        )
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` can be passed where ``hint`` is annotated (see :func:`_check_arg`)."""
+    origin, params = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, p) for p in params)
+    if hint is type(None):
+        return value is None
+    if hint is str:
+        return isinstance(value, str)
+    if hint is bool:
+        return isinstance(value, (bool, str))
+    if hint in (int, float):
+        number = (int, float) if hint is float else int
+        return isinstance(value, str) or (isinstance(value, number) and not isinstance(value, bool))
+    if origin is list:  # one string stands for one item (``mounts="type=bind,..."``)
+        item = params[0] if params else Any
+        return isinstance(value, str) or (
+            isinstance(value, (list, tuple)) and all(_fits(v, item) for v in value)
+        )
+    if origin is dict:
+        key, item = params if params else (Any, Any)
+        return isinstance(value, Mapping) and all(
+            _fits(k, key) and _fits(v, item) for k, v in value.items()
+        )
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    """How a message names an annotation: ``str``, ``list[str] | None``."""
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 __all__ = ["get_component", "list_components", "run_component"]

@@ -115,7 +115,18 @@ def resolve_app(
         data = app_to_template(source)
     if data is not None:
         app = from_dict(data)
+    if app_name is not None and not isinstance(app_name, str):
+        raise InvalidAppError(
+            f"app_name must be a string (or None to keep the app's name), got "
+            f"{type(app_name).__name__}; e.g. app_name='train-{{{{ ds_nodash }}}}'",
+            "app_name",
+        )
     if app_name:
-        app.name = str(app_name)
-        app.validate()
+        app.name = app_name
+        try:
+            app.validate()
+        except InvalidAppError as e:
+            if e.field != "name":
+                raise
+            raise InvalidAppError(e.message, "app_name") from None
     return app

@@ -36,6 +36,39 @@ class OnFinishAction(str, enum.Enum):
     DELETE_SUCCEEDED = "delete_succeeded"
 
 
+#: The longest wait, budget or timeout an option may give: ten years. Longer ones are
+#: mistakes (a unit, a misplaced digit) and would overflow the dates a deadline is kept in.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
+def _flag(value: object, name: str) -> bool:
+    """A true/false option; anything else (``"false"``, ``0``) is refused, since Python would
+    read a non-empty string as true."""
+    if not isinstance(value, bool):
+        raise InvalidOptionError(
+            f"{name} must be True or False, got {type(value).__name__} {value!r}", name
+        )
+    return value
+
+
+def check_session_name(value: object) -> str:
+    """The session part of app handles (``{scheduler}://{session}/{app_id}``): a string
+    without ``/``, whitespace or control characters, which would make the handle unreadable.
+
+    >>> check_session_name("airflow")
+    'airflow'
+    """
+    if not isinstance(value, str) or any(
+        c == "/" or not c.isprintable() or c.isspace() for c in value
+    ):
+        raise InvalidOptionError(
+            f"session_name must be a string without '/', spaces or control characters, got "
+            f"{value!r}; e.g. session_name='airflow'",
+            "session_name",
+        )
+    return value
+
+
 def _enum(cls: type[enum.Enum], value: object, name: str) -> enum.Enum:
     try:
         return cls(value.value if isinstance(value, enum.Enum) else str(value).lower())
@@ -73,10 +106,10 @@ class Lifecycle:
     ) -> Lifecycle:
         """Check and convert the operator's keyword arguments."""
         return cls(
-            wait_for_completion=bool(wait_for_completion),
+            wait_for_completion=_flag(wait_for_completion, "wait_for_completion"),
             on_kill_action=_enum(OnKillAction, on_kill_action, "on_kill_action"),  # type: ignore[arg-type]
             on_finish_action=_enum(OnFinishAction, on_finish_action, "on_finish_action"),  # type: ignore[arg-type]
-            reattach=bool(reattach),
+            reattach=_flag(reattach, "reattach"),
         )
 
     def deletes(self, succeeded: bool) -> bool:
@@ -116,9 +149,9 @@ class Following:
         outage_budget: float | timedelta = OUTAGE_BUDGET,
         follow_timeout: float | timedelta | None = None,
     ) -> Following:
-        replicas = LogSelection.parse(log_replicas).patterns
+        replicas = LogSelection.parse(_log_replicas(log_replicas)).patterns
         return cls(
-            deferrable=bool(deferrable),
+            deferrable=_flag(deferrable, "deferrable"),
             poll_interval=_seconds(poll_interval, "poll_interval"),
             log_replicas=replicas,
             outage_budget=_seconds(outage_budget, "outage_budget"),
@@ -133,5 +166,26 @@ class Following:
         return LogSelection(self.log_replicas)
 
 
+def _log_replicas(value: object) -> str | list[str] | None:
+    """``log_replicas`` as :meth:`LogSelection.parse` takes it: ``None``, a string, or a list
+    (any iterable) of strings; anything else names the option."""
+    if value is None or isinstance(value, str):
+        return value
+    items = list(value) if isinstance(value, Iterable) else None
+    if items is None or not all(isinstance(v, str) for v in items):
+        raise InvalidOptionError(
+            f"log_replicas must be a string or a list of strings such as ['trainer/0', "
+            f"'ps/*'], got {value!r}",
+            "log_replicas",
+        )
+    return items
+
+
 def _seconds(value: object, name: str) -> float:
-    return positive_seconds(value, name)
+    """A positive, finite number of seconds of at most :data:`MAX_SECONDS`."""
+    seconds = positive_seconds(value, name)
+    if seconds > MAX_SECONDS:
+        raise InvalidOptionError(
+            f"{name} must be at most {MAX_SECONDS:,} seconds (ten years), got {value!r}", name
+        )
+    return seconds

@@ -125,10 +125,13 @@ def _resource_from(data: Any, where: str) -> Resource:
             where,
         )
     _unknown_keys(data, _RESOURCE_FIELDS, where)
+    # A number left out asks for nothing: -1 ("not set") when all three are, else 0 -- the
+    # same on every backend, and -1 is "not set" only for the whole resource.
+    unset = -1 if not {"cpu", "gpu", "memMB"} & set(data) else 0
     return Resource(
-        cpu=data.get("cpu", -1),
-        gpu=data.get("gpu", -1),
-        memMB=data.get("memMB", -1),
+        cpu=data.get("cpu", unset),
+        gpu=data.get("gpu", unset),
+        memMB=data.get("memMB", unset),
         capabilities=_mapping(data.get("capabilities"), f"{where}.capabilities", "hints"),
         devices=_mapping(data.get("devices"), f"{where}.devices", "device counts"),
     )

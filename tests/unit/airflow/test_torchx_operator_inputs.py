@@ -339,3 +339,116 @@ def test_an_event_about_another_app_is_set_aside_and_the_try_defers_again(
         {"ti": TI()},  # type: ignore[arg-type]
         event("any-app", AppState.SUCCEEDED),
     )
+
+
+def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
+    fake_cluster: Any,
+) -> None:
+    """Credentials, permissions and certificates do not heal by waiting: the task fails with
+    AppConfigurationError (which a retry policy tells apart); a lost backend stays a plain
+    failure that a retry may heal."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from torchx_provider.errors import AppConfigurationError
+    from torchx_provider.specs import AppState
+    from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
+
+    class TI:
+        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
+
+        def xcom_push(self, key: str, value: Any) -> None:
+            pass
+
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    refused = JobEvent(
+        EventKind.ERROR, "a", AppState.RUNNING, "jobs is forbidden", error=ErrorKind.CONFIGURATION
+    )
+    with pytest.raises(AppConfigurationError, match="as configured: jobs is forbidden") as e:
+        op.execute_complete({"ti": TI()}, refused.to_payload(), app_id="a")  # type: ignore[arg-type]
+    assert e.value.app_id == "a"
+    lost = JobEvent(EventKind.ERROR, "a", AppState.RUNNING, "backend unreachable for 600s")
+    with pytest.raises(AirflowException, match="lost track") as e2:
+        op.execute_complete({"ti": TI()}, lost.to_payload(), app_id="a")  # type: ignore[arg-type]
+    assert not isinstance(e2.value, AppConfigurationError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs: one table, each refused before anything is submitted, naming the field
+
+
+def _app_with(**role: Any) -> dict[str, Any]:
+    """``APP`` with role 0's fields changed."""
+    return {**APP, "roles": [{**APP["roles"][0], **role}]}
+
+
+class _TI:
+    dag_id, task_id, run_id, map_index, try_number = "dag", "t", "run", -1, 1
+
+
+def _component(name: str, args: Any) -> dict[str, Any]:
+    return {"app": name, "app_args": args}
+
+
+#: (row id, operator arguments, the field the failure names)
+BAD_TASK_INPUTS: list[tuple[str, dict[str, Any], str]] = [
+    ("app_name object", {"app_name": object()}, "app_name"),
+    ("app_name number", {"app_name": 42}, "app_name"),
+    ("app_name NUL", {"app_name": "a\x00b"}, "app_name"),
+    ("app_args object", _component("utils.echo", object()), "app_args"),
+    ("app_args number", _component("utils.echo", 5), "app_args"),
+    ("app_args key not a string", _component("utils.echo", {1: "x"}), "app_args"),
+    ("app_args list for a string", _component("utils.echo", {"msg": ["a"]}), "app_args.msg"),
+    ("app_args positional wrong", _component("utils.echo", ["hi", 2.5]), "app_args.image"),
+    ("app_args *args not a list", _component("utils.sh", {"args": 5}), "app_args.args"),
+    ("app_args *args item a number", _component("utils.sh", {"args": ["a", 1]}), "app_args.args"),
+    (
+        "app_args cpu -1",
+        _component("utils.sh", {"args": ["a"], "cpu": -1}),
+        "roles[0].resource.cpu",
+    ),
+    ("env value NUL", {"app": _app_with(env={"A": "s3cr\x00t"})}, "roles[0].env.A"),
+    ("env name with =", {"app": _app_with(env={"A=B": "1"})}, "roles[0].env"),
+    ("cpu -1", {"app": _app_with(resource={"cpu": -1, "memMB": 64})}, "roles[0].resource.cpu"),
+    ("args item NUL", {"app": _app_with(args=["h\x00i"])}, "roles[0].args[0]"),
+    ("image NUL", {"app": _app_with(image="busy\x00box")}, "roles[0].image"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"), [r[1:] for r in BAD_TASK_INPUTS], ids=[r[0] for r in BAD_TASK_INPUTS]
+)
+def test_bad_task_inputs_fail_at_once_naming_the_field(
+    fake_cluster: Any, kwargs: dict[str, Any], field: str
+) -> None:
+    """Each fails the task without retries (Airflow's fail exception), before anything is
+    submitted, with one message that starts with the field."""
+    from torchx_provider.compat import fail_exception
+
+    op = TorchXOperator(task_id="t", scheduler="fake", **{"app": APP, **kwargs})
+    with pytest.raises(fail_exception()) as info:
+        op.prepare({"ti": _TI()})  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith(f"{field}: ") and message.endswith("(nothing was submitted)")
+    assert "s3cr" not in message  # an env value is never shown
+    assert fake_cluster.submitted == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"wait_for_completion": "false"}, "wait_for_completion"),
+        ({"reattach": 0}, "reattach"),
+        ({"deferrable": "yes"}, "deferrable"),
+        ({"poll_interval": 1e12}, "poll_interval"),
+        ({"outage_budget": 10**10}, "outage_budget"),
+        ({"follow_timeout": timedelta(days=365 * 20)}, "follow_timeout"),
+        ({"log_replicas": 5}, "log_replicas"),
+        ({"log_replicas": ["trainer", 0]}, "log_replicas"),
+    ],
+)
+def test_bad_operator_options_are_refused_when_the_dag_is_parsed(
+    kwargs: dict[str, Any], option: str
+) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        TorchXOperator(task_id="t", app=APP, scheduler="fake", **kwargs)
+    assert info.value.option == option and str(info.value).startswith(option)

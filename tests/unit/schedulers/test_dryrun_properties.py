@@ -16,6 +16,7 @@ minute per backend), 300 by default.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import string
@@ -122,22 +123,33 @@ def role(g: Gen) -> Any:
         ports[g.pick(["c10d", "tb", "Tensor Board"], [""], "port name")] = port
     return specs.Role(
         g.name("role.name"),
-        image=g.pick(["registry.example.com/app:1", "busybox"], [""], "image"),
-        entrypoint=g.pick(["python", "sh"], [""], "entrypoint"),
-        args=draw(
-            st.lists(st.sampled_from(["-m", "train", "${replica_id}", "${app_id}"]), max_size=3)
+        image=g.pick(
+            ["registry.example.com/app:1", "busybox"], ["", "busy\x00box", "Big Box"], "image"
         ),
-        env={g.pick(["LR", "_X"], ["bad name", "", "A=B"], "env"): "1"}
+        entrypoint=g.pick(["python", "sh"], ["", "py\x00"], "entrypoint"),
+        args=[
+            *draw(
+                st.lists(st.sampled_from(["-m", "train", "${replica_id}", "${app_id}"]), max_size=3)
+            ),
+            g.pick(["--lr=0.1"], ["--lr=\x00"], "args"),
+        ],
+        env={
+            g.pick(["LR", "_X"], ["bad name", "", "A=B"], "env"): g.pick(
+                ["1", "$${HOME}"], ["secret\x00"], "env value"
+            )
+        }
         if draw(st.booleans())
         else {},
         num_replicas=replicas,
         min_replicas=g.pick([None, 1], [0, -1, 99], "min_replicas"),
         max_retries=g.number(0, 3, [-1], "max_retries"),
-        resource=specs.Resource(
-            # -1 is TorchX's "not set" (NULL_RESOURCE); other negatives are wrong
-            cpu=g.number(-1, 16, [-2], "cpu") or 1,
-            gpu=g.number(-1, 4, [-2], "gpu"),
-            memMB=g.number(128, 65536, [-5], "memMB"),
+        # -1 is TorchX's "not set" only for the whole resource (NULL_RESOURCE)
+        resource=copy.deepcopy(specs.NULL_RESOURCE)
+        if draw(st.integers(0, 4)) == 0
+        else specs.Resource(
+            cpu=g.number(1, 16, [-1, -2, float("nan")], "cpu"),
+            gpu=g.number(0, 4, [-1, -2, 10**9], "gpu"),
+            memMB=g.number(128, 65536, [-5, -1, 2**40], "memMB"),
         ),
         port_map=ports,
         # another backend's overlay is ignored, whatever its shape

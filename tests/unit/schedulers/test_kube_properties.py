@@ -62,6 +62,7 @@ mounts = st.lists(
         ),
     ),
     max_size=3,
+    unique_by=lambda m: m.dst_path,  # no two mounts at one place in the replica
 )
 resources = st.one_of(
     st.just(specs.NULL_RESOURCE),

@@ -37,15 +37,25 @@ PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthC
 
 # -- strategies for valid apps -------------------------------------------------------------------
 
-_no_dollar = st.text(alphabet=st.characters(blacklist_characters="$"), max_size=12)
+#: Characters a string that reaches a replica may hold: any but NUL (and lone surrogates).
+_chars = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+_text = lambda **kw: st.text(alphabet=_chars, **kw)  # noqa: E731
+_no_dollar = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="$\x00"),
+    max_size=12,
+)
 _macro = st.sampled_from(sorted(f"${{{n}}}" for n in specs.macros.NAMES))
 #: Text whose every ``$`` is a known macro or an escaped ``$$``: what validation accepts.
 macro_text = st.lists(st.one_of(_no_dollar, _macro, st.just("$$")), max_size=3).map("".join)
-non_blank = st.text(min_size=1, max_size=20).filter(lambda s: s.strip() != "")
-env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,15}", fullmatch=True)
-abs_path = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=15).map(
-    lambda s: "/" + s
+non_blank = _text(min_size=1, max_size=20).filter(lambda s: s.strip() != "")
+#: Image references as the Docker engine and the kubelet parse them.
+images = st.from_regex(
+    r"([a-z0-9]+(\.[a-z0-9]+)*(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+)?"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,10})?",
+    fullmatch=True,
 )
+env_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,15}", fullmatch=True)
+abs_path = _text(max_size=15).map(lambda s: "/" + s)
 
 json_scalar = st.one_of(
     st.none(),
@@ -57,24 +67,24 @@ json_scalar = st.one_of(
 json_value = st.recursive(
     json_scalar,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        st.lists(inner, max_size=3), st.dictionaries(_text(max_size=8), inner, max_size=3)
     ),
     max_leaves=6,
 )
 
-unset_or = lambda s: st.one_of(st.just(-1), s)  # noqa: E731
 resources = st.one_of(
     st.just(specs.NULL_RESOURCE).map(copy.deepcopy),
     st.sampled_from(sorted(specs.NAMED_RESOURCES)).map(specs.get_named_resource),
     st.builds(
         Resource,
-        cpu=unset_or(
-            st.one_of(st.integers(0, 512), st.floats(0, 512, allow_nan=False, allow_infinity=False))
+        # -1 ("not set") only for the whole resource: NULL_RESOURCE above
+        cpu=st.one_of(
+            st.integers(0, 512), st.floats(0, 512, allow_nan=False, allow_infinity=False)
         ),
-        gpu=unset_or(st.integers(0, 16)),
-        memMB=unset_or(st.integers(0, 2**40)),
-        capabilities=st.dictionaries(st.text(max_size=10), json_value, max_size=2),
-        devices=st.dictionaries(st.text(max_size=10), st.integers(0, 64), max_size=2),
+        gpu=st.integers(0, 16),
+        memMB=st.integers(0, 2**30),
+        capabilities=st.dictionaries(_text(max_size=10), json_value, max_size=2),
+        devices=st.dictionaries(_text(min_size=1, max_size=10), st.integers(0, 64), max_size=2),
     ),
 )
 mounts = st.one_of(
@@ -99,7 +109,7 @@ def roles(draw: st.DrawFn, name: str) -> Role:
     num_replicas = draw(st.integers(1, 8))
     return Role(
         name=name,
-        image=draw(non_blank),
+        image=draw(images),
         entrypoint=draw(_no_dollar.filter(lambda s: s.strip() != "")),
         args=draw(st.lists(macro_text, max_size=3)),
         env=draw(st.dictionaries(env_name, macro_text, max_size=2)),
@@ -109,8 +119,9 @@ def roles(draw: st.DrawFn, name: str) -> Role:
         retry_policy=draw(st.sampled_from(RetryPolicy)),
         resource=draw(resources),
         port_map=draw(st.dictionaries(non_blank, st.integers(1, 65535), max_size=2)),
-        metadata=draw(st.dictionaries(st.text(max_size=10), json_value, max_size=2)),
-        mounts=draw(st.lists(mounts, max_size=2)),
+        metadata=draw(st.dictionaries(_text(max_size=10), json_value, max_size=2)),
+        # no two mounts at one place in the replica
+        mounts=draw(st.lists(mounts, max_size=2, unique_by=lambda m: m.dst_path.rstrip("/"))),
         workspace=draw(st.one_of(st.none(), non_blank)),
     )
 
@@ -121,7 +132,7 @@ def apps(draw: st.DrawFn) -> AppDef:
     return AppDef(
         name=draw(non_blank),
         roles=[draw(roles(n)) for n in names],
-        metadata=draw(st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=3)),
+        metadata=draw(st.dictionaries(_text(max_size=10), _text(max_size=10), max_size=3)),
     )
 
 

@@ -180,7 +180,7 @@ def test_from_dict_friendly_forms() -> None:
     assert one.resource == specs.named_resources["cpu.small"]
     assert one.retry_policy is RetryPolicy.REPLICA
     assert one.mounts == [BindMount("/a", "/b", True)]
-    assert two.resource == Resource(cpu=1, gpu=-1, memMB=-1)
+    assert two.resource == Resource(cpu=1, gpu=0, memMB=0)  # what is left out asks for none
     assert two.mounts == [
         BindMount("/a", "/b"),
         DeviceMount("/dev/f", "/dev/f"),

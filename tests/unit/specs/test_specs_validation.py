@@ -228,10 +228,13 @@ def test_validate_role_uses_the_given_prefix() -> None:
     assert info.value.field == "role"
 
 
-def test_null_and_partially_set_resources_are_valid() -> None:
+def test_minus_one_is_not_set_only_for_the_whole_resource() -> None:
     validate_role(_role(resource=specs.NULL_RESOURCE))
-    validate_role(_role(resource=Resource(cpu=2, gpu=-1, memMB=-1)))
     validate_role(_role(resource=Resource(cpu=0, gpu=0, memMB=0)))
+    for partial in (Resource(cpu=2, gpu=-1, memMB=-1), Resource(cpu=-1, gpu=0, memMB=64)):
+        with pytest.raises(InvalidAppError, match="give 0 to ask for none") as info:
+            validate_role(_role(resource=partial))
+        assert info.value.field in ("role.resource.gpu", "role.resource.cpu")
 
 
 def test_validation_does_not_modify_the_app() -> None:
