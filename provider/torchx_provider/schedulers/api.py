@@ -267,6 +267,22 @@ class Scheduler(abc.ABC, Generic[T]):
 LOG_LATENCY = 1.0
 
 
+@dataclass(frozen=True)
+class Notice:
+    """Something a follow tells the task log once: ``key`` says what it is about (of the
+    notices with one key, only the first is said), e.g. the permission it misses."""
+
+    key: str
+    text: str
+
+
+def refusal_key(e: BaseException) -> str:
+    """The :class:`Notice` key of a refusal: the permission it names (each missing one is
+    said once, whatever it stopped), else its text."""
+    permission = getattr(e, "permission", None)
+    return f"refused {permission.rule()}" if permission is not None else f"refused {e}"
+
+
 class AsyncSchedulerClient(abc.ABC):
     """The async twins of the calls a trigger needs: describe, read logs, cancel.
 
@@ -358,7 +374,7 @@ class AsyncSchedulerClient(abc.ABC):
     #: event stream); ``False``: it only sleeps, and a follow loop keeps its own clock.
     reports_changes: bool = False
 
-    def take_notices(self) -> list[str]:
+    def take_notices(self) -> list[Notice]:
         """What this client has to tell the task log once since it was last asked: how it
         works around what the backend refused (a permission the account lacks, so a part
         of the app cannot be seen). The follow loop logs each as a warning."""

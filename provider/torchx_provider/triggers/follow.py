@@ -347,7 +347,7 @@ class JobFollower:
                 return self._event(EventKind.ERROR, f"{type(e).__name__}: {e}")
             self._recovered()
             for notice in self.client.take_notices():
-                self.log.warning("%s", notice)
+                self.pumps.say_once(notice.key, notice.text)
             if resp is None:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):

@@ -32,7 +32,7 @@ from torchx_provider.errors import (
     InvalidOptionError,
     TorchXProviderError,
 )
-from torchx_provider.schedulers.api import AsyncSchedulerClient
+from torchx_provider.schedulers.api import AsyncSchedulerClient, refusal_key
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
 from torchx_provider.triggers.policy import retry_delay
 
@@ -85,6 +85,7 @@ class LogPumps:
         self.unread: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._unreadable: set[str] = set()
+        self._said: set[str] = set()
         self._summary_lines = summary_lines
         self._last_yield = time.monotonic()
 
@@ -142,8 +143,9 @@ class LogPumps:
                     continue
                 if isinstance(e, BackendConfigurationError) and e.status != 401:
                     # A permission the account lacks, a certificate not trusted: reading
-                    # again does not heal it. Said once; the app is followed on without it.
-                    self.log.warning("logs of %s are not forwarded: %s", key, e)
+                    # again does not heal it. Said once (for every source it stops); the
+                    # app is followed on without them.
+                    self.say_once(refusal_key(e), f"logs of {key} are not forwarded: {e}")
                     self.unread.add(key)
                     return
                 self._unreadable_source(key, e)
@@ -186,6 +188,13 @@ class LogPumps:
                 await asyncio.sleep(0)  # a big batch must not hold the event loop
                 self._last_yield = time.monotonic()
         self.lines_forwarded += len(lines)
+
+    def say_once(self, key: str, text: str) -> None:
+        """Warn ``text`` unless something was said under ``key`` already (this follow's
+        notices and refusals share the keys: each missing permission is said once)."""
+        if key not in self._said:
+            self._said.add(key)
+            self.log.warning("%s", text)
 
     def _unreadable_source(self, key: str, e: TorchXProviderError) -> None:
         """One source's log could not be read: say so once, keep following the app."""

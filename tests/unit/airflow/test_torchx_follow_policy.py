@@ -19,6 +19,8 @@ from torchx_provider.errors import (
 )
 from torchx_provider.operators.finishing import deferral_timed_out, unfinished
 from torchx_provider.operators.following import follow_deadline
+from torchx_provider.schedulers.api import Notice, refusal_key
+from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
@@ -200,13 +202,20 @@ async def test_what_the_client_works_around_is_said_once(fake_cluster: Any) -> N
     clock = Clock()
 
     class NoPods(torchx_fakes.FakeAsyncClient):
-        def take_notices(self) -> list[str]:
-            return ["the replicas of app x cannot be seen"] if not clock.sleeps else []
+        """Refused the pods, then their logs: the same permission, said once."""
 
+        def take_notices(self) -> list[Notice]:
+            return [Notice(refusal_key(refused), f"the pods of app x cannot be read: {refused}")]
+
+        async def read_logs(self, *args: Any) -> Any:
+            raise refused
+
+    refused = BackendConfigurationError("pods is forbidden", 403)
+    refused.permission = Permission("u", "list", "pods", "", "ns")
     log = ListLog()
     event = await follower(NoPods(), app_id, clock, log).run()
     assert event.succeeded
-    assert sum("cannot be seen" in ln for ln in log.lines) == 1
+    assert sum("pods is forbidden" in ln for ln in log.lines) == 1, log.lines
 
 
 # -- one replica's logs --------------------------------------------------------------------------

@@ -329,7 +329,7 @@ def test_a_job_volcano_gives_no_status_is_said_once_with_its_usual_cause(
     job["metadata"]["creationTimestamp"] = format_timestamp(old)
     for _ in range(3):
         volcano.describe(app_id)
-    notices = volcano.core.take_notices()
+    notices = [n.text for n in volcano.core.take_notices()]
     assert len(notices) == 1, notices
     assert "no status 45s after it was created; usually its queue 'q' does not exist" in notices[0]
     set_phase(fake, app_id, "Pending")
@@ -404,9 +404,10 @@ def test_an_app_whose_pods_may_not_be_listed_is_described_from_its_object(
     set_phase(fake, app_id, "Completed")  # once ended, the pods are read for exit codes
     for _ in range(2):
         assert volcano.describe(app_id).state is AppState.SUCCEEDED
-    notices = volcano.core.take_notices()
+    notices = [n.text for n in volcano.core.take_notices()]
     assert len(notices) == 1, notices
-    assert "cannot be seen" in notices[0] and "pods is forbidden" in notices[0]
+    assert "cannot be read: its state is followed" in notices[0]
+    assert "pods is forbidden" in notices[0]
     assert volcano.core.take_notices() == []
 
 

@@ -28,6 +28,7 @@ from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
     DescribeAppResponse,
     ListAppResponse,
+    Notice,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
@@ -131,7 +132,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
 
     reports_changes = True
 
-    def take_notices(self) -> builtins.list[str]:
+    def take_notices(self) -> builtins.list[Notice]:
         return self.core.take_notices()
 
     async def last_seen(self, app_id: str) -> DescribeAppResponse | None:

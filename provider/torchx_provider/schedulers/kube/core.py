@@ -22,7 +22,12 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
-from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Notice,
+    refusal_key,
+)
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
     replica_selector,
@@ -88,7 +93,7 @@ class KubeCore:
         #: (namespace, name) -> the resource type the app was found under (see :meth:`get`);
         #: the last :data:`HOMES_KEPT` apps (a long-lived scheduler sees many).
         self.homes: dict[tuple[str, str], CustomResource] = {}
-        self._notices: builtins.list[str] = []
+        self._notices: builtins.list[Notice] = []
         self._noticed: set[str] = set()
 
     def _home(self, namespace: str, name: str, res: CustomResource) -> None:
@@ -197,8 +202,9 @@ class KubeCore:
                     raise
                 # The app can be followed without its pods: its state is the object's.
                 self.notice(
-                    f"the replicas of app {app_id!r} cannot be seen, only the app's state, "
-                    f"and no log can be read: {e}"
+                    f"the pods of app {app_id!r} cannot be read: its state is followed, but "
+                    f"not its replicas' exit codes, hosts or logs: {e}",
+                    key=refusal_key(e),
                 )
         return self.translation.describe(app_id, obj, pods)
 
@@ -217,14 +223,13 @@ class KubeCore:
             meta = obj.get("metadata") or {}
             self.notice(stalled, key=f"stalled:{meta.get('uid') or meta.get('name')}")
 
-    def notice(self, text: str, key: str | None = None) -> None:
-        """Keep ``text`` for the task log, once (see :meth:`take_notices`)."""
-        key = text if key is None else key
+    def notice(self, text: str, key: str) -> None:
+        """Keep ``text`` for the task log, once per ``key`` (see :meth:`take_notices`)."""
         if key not in self._noticed:
             self._noticed.add(key)
-            self._notices.append(text)
+            self._notices.append(Notice(key, text))
 
-    def take_notices(self) -> builtins.list[str]:
+    def take_notices(self) -> builtins.list[Notice]:
         """The notices kept since the last call (each said once per core)."""
         taken, self._notices = self._notices, []
         return taken
