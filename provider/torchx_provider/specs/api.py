@@ -241,7 +241,8 @@ def _template(text: str) -> string.Template:
     return string.Template(text)
 
 
-#: TorchX's "not set" for a string field (``torchx.specs.MISSING``).
+#: TorchX's "not set" for a string field (``torchx.specs.MISSING``): a Role's entrypoint until
+#: one is given; validation refuses it there, as it refuses an empty one.
 MISSING = "<MISSING>"
 
 
@@ -252,7 +253,8 @@ class Role:
     Args:
         name: role name, unique within the app; it appears in object names and log prefixes.
         image: container image (Docker/Kubernetes).
-        entrypoint: the command to run (``python``, ``torchrun``, ``/bin/sh``...).
+        entrypoint: the command to run (``python``, ``torchrun``, ``/bin/sh``...); required,
+            though it defaults to :data:`MISSING` as in TorchX.
         args: its arguments; may contain :class:`macros`.
         env: environment variables; values may contain :class:`macros`. On Kubernetes a value
             of the form ``[FIELD_PATH]status.podIP`` becomes a ``fieldRef``.
@@ -271,7 +273,7 @@ class Role:
 
     name: str
     image: str = ""
-    entrypoint: str = ""
+    entrypoint: str = MISSING
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     num_replicas: int = 1

@@ -31,6 +31,7 @@ from typing import Any
 
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import (
+    MISSING,
     AppDef,
     BindMount,
     DeviceMount,
@@ -390,7 +391,7 @@ def _check_image(role: Role, where: str) -> None:
 
 def _check_command(role: Role, where: str) -> None:
     """Entrypoint and args: strings a program can be started with."""
-    if not isinstance(role.entrypoint, str) or not role.entrypoint:
+    if not isinstance(role.entrypoint, str) or role.entrypoint in ("", MISSING):
         raise InvalidAppError(
             f"role {role.name!r} has no entrypoint; set the program to run, e.g. "
             "entrypoint='python'",

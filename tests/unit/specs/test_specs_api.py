@@ -118,7 +118,7 @@ def test_null_resource_is_all_unset_and_roles_do_not_share_it() -> None:
 def test_role_defaults_follow_torchx() -> None:
     role = specs.Role("trainer", "busybox")
     assert role.image == "busybox"
-    assert role.entrypoint == ""
+    assert role.entrypoint == specs.MISSING == "<MISSING>"
     assert role.args == [] and role.env == {} and role.port_map == {} and role.mounts == []
     assert role.num_replicas == 1
     assert role.min_replicas is None

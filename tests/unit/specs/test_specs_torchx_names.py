@@ -56,6 +56,32 @@ def test_named_resources_aws_imports_as_a_module() -> None:
     assert specs.MISSING == "<MISSING>"
 
 
+# -- MISSING and Role's defaults --------------------------------------------------------------
+
+
+def test_a_role_s_entrypoint_defaults_to_missing() -> None:
+    role = specs.Role("trainer", image="busybox")
+    assert role.entrypoint is specs.MISSING
+    assert specs.MISSING == "<MISSING>"
+
+
+def test_a_missing_entrypoint_is_refused_before_submission() -> None:
+    app = specs.AppDef("a", roles=[specs.Role("trainer", image="busybox", args=["x"])])
+    with pytest.raises(InvalidAppError) as info:
+        app.validate()
+    assert info.value.field == "roles[0].entrypoint"
+    assert "has no entrypoint" in str(info.value)
+    with pytest.raises(InvalidAppError, match="has no entrypoint"):
+        specs.validate_role(specs.Role("r", image="busybox", entrypoint=specs.MISSING))
+    specs.validate_role(specs.Role("r", image="busybox", entrypoint="echo"))
+
+
+def test_a_role_with_the_default_entrypoint_round_trips_as_a_dict() -> None:
+    role = specs.Role("trainer", image="busybox")
+    assert specs.role_to_dict(role)["entrypoint"] == specs.MISSING
+    assert specs.role_from_dict(specs.role_to_dict(role)) == role
+
+
 # -- app handles ----------------------------------------------------------------------------
 
 

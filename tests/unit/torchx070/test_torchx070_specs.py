@@ -1,10 +1,10 @@
 """``torchx.specs`` names compared with TorchX 0.7.0 itself: what its users import and call.
 
 ``dump_specs.py`` runs in TorchX's own environment (``scripts/torchx_venv.py``) and prints
-what TorchX's ``specs`` does with the cases below: its exported names, app handles,
-``get_type_name``, ``runopts.resolve``, ``AppStatus`` (text, repr, raise_for_status), its
-exceptions and ``named_resources_aws``. This package must do the same, or the case is listed
-here with the reason.
+what TorchX's ``specs`` does with the cases below: its exported names, Role's defaults, app
+handles, ``get_type_name``, ``runopts.resolve``, ``AppStatus`` (text, repr, raise_for_status),
+its exceptions and ``named_resources_aws``. This package must do the same, or the case is
+listed here with the reason.
 
 Without that environment the tests skip with the reason -- and fail in CI.
 """
@@ -38,6 +38,13 @@ NOT_PROVIDED = {
     "UnknownAppException": "the schedulers raise UnknownAppError (a LookupError)",
     "UnknownSchedulerException": "an unknown scheduler is an InvalidOptionError",
     "materialize_appdef": "TorchX's CLI builder; components are called as functions",
+}
+
+#: Role fields whose default differs, and why.
+ROLE_DIFFER = {
+    "image": "'' instead of required: validation refuses it, and describe rebuilds roles "
+    "without one",
+    "base_image": "no such field: deprecated in TorchX 0.7.0 and never read",
 }
 
 #: Handles parsed TorchX's way, a few on purpose not (handle -> why).
@@ -231,7 +238,25 @@ def _status(case: dict[str, Any]) -> specs.AppStatus:
 def test_every_torchx_specs_name_is_exported_or_listed(torchx: dict[str, Any]) -> None:
     ours = set(specs.__all__)
     assert set(torchx["all"]) - ours == set(NOT_PROVIDED)
+
+
+def test_role_defaults_are_torchx_s(torchx: dict[str, Any]) -> None:
     assert torchx["missing"] == specs.MISSING
+    ours = {f.name: f for f in dataclasses.fields(specs.Role)}
+    for name, theirs in torchx["role"].items():
+        if name in ROLE_DIFFER:
+            assert name not in ours or theirs["required"], f"{name} is TorchX's: unlist it"
+            continue
+        mine = ours[name]
+        if theirs["required"]:
+            assert mine.default is dataclasses.MISSING, name
+            assert mine.default_factory is dataclasses.MISSING, name
+            continue
+        factory = mine.default_factory
+        default = factory() if factory is not dataclasses.MISSING else mine.default
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            default = dataclasses.asdict(default)
+        assert default == theirs["default"], name
 
 
 @pytest.mark.parametrize("index", range(len(HANDLES)), ids=lambda i: repr(HANDLES[i]))
