@@ -124,41 +124,58 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 
 def render(text: str, rows: dict[str, dict[str, Any]]) -> str:
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+    return replace_block(text, START, END, table(rows))
+
+
+def replace_block(text: str, start: str, end: str, body: str) -> str:
+    """``text`` with what stands between the markers ``start`` and ``end`` replaced."""
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
-    block = f"{START}\n{table(rows)}{END}"
+        raise SystemExit(f"README.md lacks the markers {start} ... {end}")
+    block = f"{start}\n{body}{end}"
     return pattern.sub(lambda _m: block, text)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_or_check(new: str, check: bool, what: str, fix: str) -> int:
+    """Write README.md as ``new``; with ``check``, only say (and exit 1) if it would change."""
+    text = README.read_text()
+    if not check:
+        README.write_text(new)
+        return 0
+    if new == text:
+        return 0
+    print(f"README.md's {what} differs from what was measured: {fix}", file=sys.stderr)
+    sys.stdout.writelines(
+        line + "\n"
+        for line in difflib.unified_diff(
+            text.splitlines(), new.splitlines(), "README.md", "measured", lineterm=""
+        )
+    )
+    return 1
+
+
+def cli(doc: str, results: Path, render_rows: Any, what: str, fix: str) -> int:
+    """The command line of a table script: rewrite README.md (or ``--check`` it) from a
+    results file, with ``render_rows(readme_text, rows)``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the tier's results file")
+    parser.add_argument("--results", type=Path, default=results, help="the tier's results file")
     args = parser.parse_args()
     if not args.results.is_file():
-        print(f"{args.results} does not exist: run the fault tier (tests/faults) first")
+        print(f"{args.results} does not exist: run the tests that write it first")
         return 1
     rows = json.loads(args.results.read_text())
-    text = README.read_text()
-    new = render(text, rows)
-    if args.check:
-        if new != text:
-            print(
-                "README.md's reliability table differs from what the fault tier measured: run "
-                "scripts/reliability_table.py and commit README.md",
-                file=sys.stderr,
-            )
-            sys.stdout.writelines(
-                line + "\n"
-                for line in difflib.unified_diff(
-                    text.splitlines(), new.splitlines(), "README.md", "measured", lineterm=""
-                )
-            )
-            return 1
-        return 0
-    README.write_text(new)
-    return 0
+    return write_or_check(render_rows(README.read_text(), rows), args.check, what, fix)
+
+
+def main() -> int:
+    return cli(
+        __doc__ or "",
+        RESULTS,
+        render,
+        "reliability table",
+        "run scripts/reliability_table.py and commit README.md",
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""Render the permission table of README.md from the permission tier's results.
+
+``tests/integration/kubernetes/test_permission_matrix.py`` runs what a task does as an
+account without one permission of the documented Role, for each, and writes one record per
+permission to ``.ci-logs/permissions/results.json``. This script puts them, in the Role's
+order, between ``<!-- generated: permissions -->`` and ``<!-- end generated: permissions -->``
+in README.md; ``--check`` exits 1 when the README's table differs from the results.
+
+    .venv/bin/python scripts/permission_table.py            # rewrite README.md
+    .venv/bin/python scripts/permission_table.py --check    # fail when it would change
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from reliability_table import REPO, cli, replace_block
+
+RESULTS = REPO / ".ci-logs" / "permissions" / "results.json"
+START, END = "<!-- generated: permissions -->", "<!-- end generated: permissions -->"
+COLUMNS = ("API group", "Resource", "Verb", "Measured with", "Without it", "Notes")
+#: what a measurement on the local cluster cannot show, by row id
+NOTES = {
+    "batch.volcano.sh/jobs:watch": "changes are read every poll instead of watched",
+    "batch.volcano.sh/jobs:patch": "not used today",
+    "workload.codeflare.dev/appwrappers:watch": "changes are read every poll instead of watched",
+    "core/pods:watch": "pod changes are read every poll instead of watched",
+    "batch/jobs:create": "needed where the AppWrapper admission webhook runs (its "
+    "userRBACAdmissionCheck: the submitter may create what is wrapped); the local cluster "
+    "serves none",
+    "core/services:create": "as batch jobs create (a Service is wrapped per app)",
+    "scheduling.x-k8s.io/podgroups:create": "MCAD apps with gang scheduling wrap a PodGroup "
+    "(the local MCAD server has no coscheduler)",
+    "core/pods:list": "without it the job's state is followed, not its replicas' exit codes, "
+    "hosts or logs",
+    "core/pods/log:get": "without it the replicas' logs are not forwarded",
+    "core/events:get": "not used yet",
+    "core/events:list": "not used yet",
+}
+
+
+def table(rows: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of ``rows``, in the Role's order."""
+    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in sorted(rows.values(), key=lambda r: int(r["order"])):
+        cells = (
+            f"`{r['group']}`" if r["group"] else "core",
+            f"`{r['resource']}`",
+            f"`{r['verb']}`",
+            f"`{r['backend']}`",
+            r["outcome"],
+            NOTES.get(r["id"], ""),
+        )
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    return cli(
+        __doc__ or "",
+        RESULTS,
+        lambda text, rows: replace_block(text, START, END, table(rows)),
+        "permission table",
+        "run scripts/permission_table.py and commit README.md",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
