@@ -228,11 +228,7 @@ class LineDecoder:
         joined = self._buffer + text if self._buffer else text
         parts = joined.split("\n")
         rest = parts.pop()
-        if (
-            self._cut
-            or "\r\n" in joined
-            or (parts and len(max(parts, key=len)) > self.max_chars)
-        ):
+        if self._cut or "\r\n" in joined or (parts and len(max(parts, key=len)) > self.max_chars):
             lines = [self._finish(part.removesuffix("\r")) for part in parts]
         else:  # the common case: nothing to cut or strip
             lines = [part + "\n" for part in parts]
@@ -510,8 +506,3 @@ class LogSource:
         """``role/replica`` or ``role/replica:container``: its cursor's key and log prefix."""
         base = f"{self.role}/{self.replica_id}"
         return base if self.container is None else f"{base}:{self.container}"
-
-
-def prefix_line(role: str, replica_id: int, text: str) -> str:
-    """The form lines take in the Airflow task log: ``[role/replica] text`` (no newline)."""
-    return f"[{role}/{replica_id}] {text.rstrip(chr(10))}"

@@ -19,7 +19,6 @@ from torchx_provider.schedulers.logs import (
     atimestamped_lines,
     format_timestamp,
     parse_timestamp,
-    prefix_line,
     require_aware,
     split_timestamp,
     timestamped_lines,
@@ -81,11 +80,6 @@ def test_split_timestamp() -> None:
     assert split_timestamp("no timestamp") == TimestampedLine(None, "no timestamp\n")
     assert split_timestamp("2024-05-01T10:00:00Z") == TimestampedLine(BASE, "\n")
     assert split_timestamp("2024-05-01T10:00:00Z  indented").text == " indented\n"
-
-
-def test_prefix_line() -> None:
-    assert prefix_line("trainer", 3, "loss=0.1\n") == "[trainer/3] loss=0.1"
-    assert prefix_line("ps", 0, "") == "[ps/0] "
 
 
 # -- line decoding -----------------------------------------------------------------------------
