@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.specs.api import Role
 from torchx_provider.specs.names import short_hash
+from torchx_provider.specs.serialization import role_to_dict
 from torchx_provider.version import __version__
 
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -51,8 +53,16 @@ LABEL_RUN_ID = "airflow.apache.org/run-id"
 LABEL_MAP_INDEX = "airflow.apache.org/map-index"
 LABEL_TRY_NUMBER = "airflow.apache.org/try-number"
 
-#: Annotation holding the role (JSON, as ``specs.role_to_dict``) a replica was created from.
+#: Annotation (a label on Docker) holding the role a replica was created from, as
+#: :func:`stored_role_json` writes it.
 ANNOTATION_ROLE = "torchx.pytorch.org/role"
+#: What :data:`ANNOTATION_ROLE` leaves out of the role. ``env``: its values are often secrets
+#: (tokens, passwords), and a label or annotation is copied into listings, events and
+#: monitoring systems, while the replica's own environment stays where access to the
+#: container or pod governs it. ``metadata``: backend settings (a pod overlay, which may hold
+#: environment values of its own), already applied to the objects themselves. Describing the
+#: app needs neither: it reads the role's name, replica count, image and command back.
+STORED_ROLE_OMITS = frozenset({"env", "metadata"})
 
 _T = TypeVar("_T")
 
@@ -218,6 +228,21 @@ def check_labels(labels: Mapping[str, str], option: str = "labels") -> None:
                 "63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric)",
                 option,
             )
+
+
+def stored_role_json(role: Role) -> str:
+    """The role as compact JSON for :data:`ANNOTATION_ROLE`: ``role_to_dict`` without
+    :data:`STORED_ROLE_OMITS` (``role_from_dict`` reads it back with an empty env and
+    metadata). One function for every backend, so none stores more than the others.
+
+    >>> from torchx_provider.specs.api import Role
+    >>> stored_role_json(Role("r", image="i", entrypoint="e", env={"TOKEN": "s3cret"}))[:60]
+    '{"args":[],"entrypoint":"e","image":"i","max_retries":0,"min'
+    >>> "s3cret" in stored_role_json(Role("r", env={"TOKEN": "s3cret"}))
+    False
+    """
+    data = {k: v for k, v in role_to_dict(role).items() if k not in STORED_ROLE_OMITS}
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
 def stored_json(raw: str | None, parse: Callable[[Any], _T]) -> _T | None:

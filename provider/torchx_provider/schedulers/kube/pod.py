@@ -38,6 +38,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
     TaskInstanceKey,
     replica_labels,
+    stored_role_json,
 )
 from torchx_provider.specs.api import (
     BindMount,
@@ -222,10 +223,9 @@ def macro_values(app_id: str, replica_id: int, rank0_env: str) -> macros.Values:
 
 
 def role_annotation(role: Role) -> str:
-    """The role as compact JSON, for :data:`~torchx_provider.schedulers.labels.ANNOTATION_ROLE`."""
-    from torchx_provider.specs.serialization import role_to_dict
-
-    return json.dumps(role_to_dict(role), separators=(",", ":"), sort_keys=True)
+    """The role for :data:`~torchx_provider.schedulers.labels.ANNOTATION_ROLE`, without its
+    env and metadata (:func:`~torchx_provider.schedulers.labels.stored_role_json`)."""
+    return stored_role_json(role)
 
 
 class ReplicaIdentity:
