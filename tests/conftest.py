@@ -3,17 +3,55 @@
 Integration tests need a real Docker engine or Kubernetes cluster. Outside CI a missing one
 skips the test with the reason; in CI (``CI`` set) it fails, so a broken setup can never pass
 as "all skipped".
+
+No test reaches a cluster it was not given. The Kubernetes tiers use the local cluster
+(tests/cluster/cluster.sh) or the one ``TORCHX_TEST_KUBECONFIG`` names; everything else
+gives its clients a kubeconfig explicitly. A client left to find a cluster by itself would
+take the shell's (``KUBECONFIG``, ``~/.kube/config``, the service account of a pod), perhaps
+a production one: so, for the whole session (and the processes it starts), ``KUBECONFIG``
+names a kubeconfig without clusters or contexts, which the clients and the provider read
+instead of ``~/.kube/config`` (no client can be made from it), and the in-cluster service
+account is hidden. Tests of that search set their own environment.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
 IN_CI = bool(os.environ.get("CI"))
+
+
+def _no_cluster_by_default() -> None:
+    """Point ``KUBECONFIG`` at a kubeconfig that names no cluster and hide the in-cluster
+    service account (see the module docstring)."""
+    folder = tempfile.mkdtemp(prefix="torchx-tests-no-cluster-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / "kubeconfig"
+    path.write_text(
+        "# KUBECONFIG of the test session: no cluster (tests/conftest.py). The Kubernetes\n"
+        "# tests use the local cluster or the one TORCHX_TEST_KUBECONFIG names.\n"
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n"
+    )
+    os.environ["KUBECONFIG"] = str(path)
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        os.environ.pop(name, None)
+    # The client libraries read KUBECONFIG once, when first imported.
+    for module in ("kubernetes.config.kube_config", "kubernetes_asyncio.config.kube_config"):
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            setattr(loaded, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))  # noqa: B010
+
+
+_no_cluster_by_default()
 
 
 def unavailable(reason: str) -> NoReturn:

@@ -4,9 +4,11 @@ The ``kube_cluster`` fixture (session scope) gives every test in this directory
 a cluster with Volcano, AppWrapper v1beta2 and an MCAD (AppWrapper v1beta1) API
 server. Where it comes from:
 
-1. ``TORCHX_TEST_KUBECONFIG`` (or, failing that, ``KUBECONFIG``) names a cluster:
-   it is used as is. The fixture applies ``tests/cluster/rbac.yaml`` there with
-   that (admin) kubeconfig and mints a token for the restricted ServiceAccount.
+1. ``TORCHX_TEST_KUBECONFIG`` names a cluster: it is used as is. Only this variable
+   does: ``KUBECONFIG`` and ``~/.kube/config`` are never used (they may name a
+   production cluster; tests/conftest.py keeps every client away from them). The
+   fixture applies ``tests/cluster/rbac.yaml`` there with that (admin) kubeconfig
+   and mints a token for the restricted ServiceAccount.
    ``TORCHX_TEST_MCAD_KUBECONFIG`` may name the MCAD API server.
    If it is the admin kubeconfig of the local cluster below (``cluster.sh
    kubeconfig``), that cluster is used as it is, with all its helpers.
@@ -373,12 +375,13 @@ def _local_env(extra: dict[str, str] | None = None) -> dict[str, str] | None:
 
 
 def _given_kubeconfig() -> str | None:
-    path = os.environ.get("TORCHX_TEST_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    """The kubeconfig ``TORCHX_TEST_KUBECONFIG`` names, if any: a cluster is only ever
+    given explicitly, never taken from ``KUBECONFIG`` or ``~/.kube/config``."""
+    path = os.environ.get("TORCHX_TEST_KUBECONFIG")
     if not path:
         return None
-    path = path.split(os.pathsep)[0]
     if not Path(path).is_file():
-        _unavailable(f"kubeconfig {path} (from TORCHX_TEST_KUBECONFIG/KUBECONFIG) does not exist")
+        _unavailable(f"kubeconfig {path} (from TORCHX_TEST_KUBECONFIG) does not exist")
     return path
 
 
