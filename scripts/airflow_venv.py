@@ -36,11 +36,10 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 import urllib.request
 import venv
 from pathlib import Path
-
-import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 
