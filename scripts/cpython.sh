@@ -44,7 +44,7 @@ mirror=http://deb.debian.org/debian
 fetch() { curl -fsSL --retry 3 -o "$2" "$1"; }
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-found=""
+file=""
 for suite in trixie sid; do
   fetch "$mirror/dists/$suite/InRelease" "$work/InRelease"
   gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg \
@@ -60,21 +60,27 @@ for suite in trixie sid; do
     echo "$suite's source index does not match its InRelease" >&2
     exit 1
   }
-  # "<directory> <sha256> <file>" of python$minor's upstream tarball
-  found=$(xz -dc "$work/Sources.xz" | awk -v pkg="python$minor" '
-    $1=="Package:" {p = ($2 == pkg)}
+  # "<version> <directory> <sha256> <file>" of python$minor's upstream tarball, one line per
+  # version the suite lists (sid may list an older one beside the newest), newest first
+  candidates=$(xz -dc "$work/Sources.xz" | awk -v pkg="python$minor" '
+    function emit() {if (p && file != "") print ver " " dir " " sum " " file}
+    $1=="Package:" {p = ($2 == pkg); ver = dir = sum = file = ""}
+    p && $1=="Version:" {ver = $2}
     p && $1=="Directory:" {dir = $2}
     p && /^Checksums-Sha256:/ {c = 1; next}
     p && c && /^ / && $3 ~ /\.orig\.tar\.xz$/ {sum = $1; file = $3}
     /^[^ ]/ && !/^Checksums-Sha256:/ {c = 0}
-    /^$/ {if (file != "" && out == "") out = dir " " sum " " file; p = 0}
-    END {if (out != "") print out}')
-  [ -n "$found" ] && break
+    /^$/ {emit(); p = 0}
+    END {emit()}' | sort -k1,1Vr)
+  while read -r version dir sum file; do
+    [ -n "$file" ] || continue
+    if fetch "$mirror/$dir/$file" "$work/$file"; then break 2; fi
+    echo "$suite lists $file ($version), which the mirror does not serve" >&2
+    file=""
+  done <<<"$candidates"
 done
-[ -n "$found" ] || { echo "no Debian suite carries python$minor's source" >&2; exit 1; }
-read -r dir sum file <<<"$found"
+[ -n "$file" ] || { echo "no Debian suite serves python$minor's source" >&2; exit 1; }
 echo "building CPython from $mirror/$dir/$file into $prefix" >&2
-fetch "$mirror/$dir/$file" "$work/$file"
 [ "$(sha256_of "$work/$file")" = "$sum" ] || { echo "$file does not match its index" >&2; exit 1; }
 tar -xJf "$work/$file" -C "$work"
 src=$(find "$work" -maxdepth 1 -type d -name 'Python-*' | head -n 1)
