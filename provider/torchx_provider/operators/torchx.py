@@ -78,17 +78,17 @@ and what this operator logs or pushes to XCom is redacted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn
 
 from airflow.sdk import BaseOperator
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.links import TorchXJobLink
-from torchx_provider.operators.app_source import app_to_template, resolve_app
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
-from torchx_provider.operators.submission import SubmissionPlan, bad_input
 from torchx_provider.optional import MissingExtraError
 from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
 
@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
+    from torchx_provider.operators.submission import SubmissionPlan
     from torchx_provider.schedulers.api import Scheduler
     from torchx_provider.schedulers.labels import TaskInstanceKey
     from torchx_provider.triggers.events import JobEvent
@@ -140,6 +141,13 @@ class TorchXOperator(BaseOperator):
     #: the backend used when ``scheduler`` is not given
     default_scheduler: ClassVar[str] = "local_docker"
 
+    # Set while the task runs (worker side). Class defaults: the dag-processor builds every
+    # task at each parse, and each attribute an operator sets there is a pass through
+    # BaseOperator.__setattr__.
+    _app_resolved: bool = False
+    _scheduler_client: Scheduler[Any] | None = None
+    _app_id: str | None = None
+
     def __init__(
         self,
         *,
@@ -162,35 +170,76 @@ class TorchXOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if deferrable is None:
-            from torchx_provider.compat import airflow_conf
+        # A component name, an app file or an app's dict is kept as given, as app_to_template
+        # keeps them; its module (and the app classes it imports) is loaded for other apps
+        # only: the dag-processor imports this module again at every parse.
+        if isinstance(app, (str, Mapping)) or app is None:
+            self.app: Any = app
+        else:
+            from torchx_provider.operators.app_source import app_to_template
 
-            deferrable = airflow_conf().getboolean(
-                "operators", "default_deferrable", fallback=False
-            )
-        self.app = app_to_template(app)
+            self.app = app_to_template(app)
         self.app_args = app_args
         self.cfg = cfg
         self.scheduler = scheduler or self.default_scheduler
         self.conn_id = conn_id
         self.app_name = app_name
         self.session_name = session_name
-        self.lifecycle = Lifecycle.build(
-            wait_for_completion, on_kill_action, on_finish_action, reattach
+        self._options = _options(
+            wait_for_completion,
+            on_kill_action,
+            on_finish_action,
+            reattach,
+            deferrable,
+            poll_interval,
+            log_replicas,
+            outage_budget,
+            follow_timeout,
         )
-        self.following = Following.build(
-            deferrable, poll_interval, log_replicas, outage_budget, follow_timeout
-        )
-        # set while the task runs (worker side)
-        self._app_resolved = False
-        self._scheduler_client: Scheduler[Any] | None = None
-        self._app_id: str | None = None
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """What the task does with the job (``wait_for_completion``, ``on_kill_action``,
+        ``on_finish_action``, ``reattach``)."""
+        return self._options.lifecycle
+
+    @property
+    def following(self) -> Following:
+        """How the task follows the job. ``deferrable=None`` takes Airflow's
+        ``[operators] default_deferrable``, read here on first use rather than when the task
+        is built: a parse builds every task of the file, and reading the setting cost about
+        a quarter of what building a task costs Airflow itself."""
+        options = self._options
+        if options.default_deferrable:
+            from torchx_provider.compat import airflow_conf
+
+            deferrable = airflow_conf().getboolean(
+                "operators", "default_deferrable", fallback=False
+            )
+            following = dataclasses.replace(options.following, deferrable=deferrable)
+            self._options = options = options._replace(
+                following=following, default_deferrable=False
+            )
+        return options.following
+
+    def _set_xcomargs_dependencies(self) -> None:
+        """Make the tasks whose XComArgs the templated arguments hold upstream of this one
+        (Airflow's own walk, run once a task is built), skipped when every templated
+        argument is plain data -- strings, numbers, ``None``, and lists, tuples and dicts of
+        those -- in which the walk can find nothing. The walk cost as much as all of this
+        operator's own argument checks."""
+        for name in self.template_fields:
+            if not _plain(getattr(self, name, None)):
+                super()._set_xcomargs_dependencies()
+                return
 
     # -- inputs -----------------------------------------------------------------------------------
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Render the templates, then resolve ``app`` into the dict of the exact AppDef that
         will be submitted, which is what the "Rendered Template" view then shows."""
         super().render_template_fields(context, jinja_env)
+        from torchx_provider.operators.app_source import resolve_app
+
         env = jinja_env or self.get_template_env()
         try:
             app = resolve_app(
@@ -232,7 +281,12 @@ class TorchXOperator(BaseOperator):
     def prepare(self, context: Context) -> SubmissionPlan:
         """Step 1 (module doc): everything up to the dry run; bad input fails the task."""
         from torchx_provider.backends import get_backend
-        from torchx_provider.operators.submission import merge_cfg, task_instance_key
+        from torchx_provider.operators.app_source import resolve_app
+        from torchx_provider.operators.submission import (
+            SubmissionPlan,
+            merge_cfg,
+            task_instance_key,
+        )
         from torchx_provider.specs.serialization import from_dict
 
         try:
@@ -501,3 +555,79 @@ class TorchXOperator(BaseOperator):
             self.log.info("task killed; cancelled app %s", self._app_id)
         except Exception as e:
             self.log.warning("task killed; could not cancel app %s: %s", self._app_id, e)
+
+
+class _Options(NamedTuple):
+    """A task's checked options (see :func:`_options`)."""
+
+    lifecycle: Lifecycle
+    following: Following
+    #: ``deferrable=None``: :attr:`TorchXOperator.following` reads Airflow's setting first
+    default_deferrable: bool
+
+
+def _build_options(
+    wait_for_completion: Any,
+    on_kill_action: Any,
+    on_finish_action: Any,
+    reattach: Any,
+    deferrable: Any,
+    poll_interval: Any,
+    log_replicas: Any,
+    outage_budget: Any,
+    follow_timeout: Any,
+) -> _Options:
+    """Check the operator's options, each failing with its own message."""
+    return _Options(
+        Lifecycle.build(wait_for_completion, on_kill_action, on_finish_action, reattach),
+        Following.build(
+            False if deferrable is None else deferrable,
+            poll_interval,
+            log_replicas,
+            outage_budget,
+            follow_timeout,
+        ),
+        deferrable is None,
+    )
+
+
+# The tasks of a sweep repeat the same options, and the checked objects are immutable: they
+# are kept per distinct arguments. Only arguments that passed their checks are kept (a bad
+# one raises, with its message, every time), and ``typed`` keeps ``1`` apart from ``True``
+# and ``"keep"`` apart from ``OnKillAction.KEEP``.
+_cached_options = functools.lru_cache(maxsize=64, typed=True)(_build_options)
+
+
+def _options(*args: Any) -> _Options:
+    """:func:`_build_options`, from the cache when the arguments can key it (a list of
+    ``log_replicas`` cannot)."""
+    try:
+        hash(args)
+    except TypeError:
+        return _build_options(*args)
+    return _cached_options(*args)
+
+
+def bad_input(e: Exception) -> Exception:
+    """:func:`torchx_provider.operators.submission.bad_input`, its module imported when a
+    task fails rather than at each parse."""
+    from torchx_provider.operators import submission
+
+    return submission.bad_input(e)
+
+
+#: the types of plain data (see :meth:`TorchXOperator._set_xcomargs_dependencies`)
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is plain data: of exactly those types (a subclass may be anything),
+    and lists, tuples and dicts (their values) of them."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return False
+    return all(_plain(item) for item in value)

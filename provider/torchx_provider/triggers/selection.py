@@ -9,8 +9,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torchx_provider.schedulers.logs import LogSource
+if TYPE_CHECKING:  # imported when first needed: the operator imports this module at each parse
+    from torchx_provider.schedulers.logs import LogSource
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class LogSelection:
     def sources(self, role: str, replica_id: int) -> list[LogSource]:
         """The logs of this replica to forward: its main container if :meth:`wants` it,
         then each other container a ``:<container>`` pattern names."""
+        from torchx_provider.schedulers.logs import LogSource
+
         out = [LogSource(role, replica_id)] if self.wants(role, replica_id) else []
         for pattern in self.patterns or ():
             replicas, sep, container = pattern.rpartition(":")
