@@ -242,7 +242,8 @@ def main() -> int:
         submit = ""
         if "submit" in runs[0]:
             sub_med, sub_min = summary(runs, "submit")
-            submit = f"   submit {sub_med:.3f} / {sub_min:.3f}"
+            rate = args.replicas / sub_med
+            submit = f"   submit {sub_med:.3f} / {sub_min:.3f} ({rate:.1f} containers/s)"
         print(
             f"  {labels[name]:<38} end to end {e2e_med:.3f} / {e2e_min:.3f}"
             f"   x{e2e_med / base:.2f} of plain{submit}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -163,3 +165,42 @@ with DAG("{dag_id}", **ARGS) as dag:
     lines = replica_lines(text)
     assert lines["worker/0"] == [f"replica 0 says {i}" for i in range(5)]
     assert containers_of(docker_engine, app_id) == []
+
+
+def test_a_large_submission_logs_its_handle_then_its_progress(
+    dag_runner: Any, docker_engine: Any, capfd: Any, caplog: Any
+) -> None:
+    """The task log names the app before its first container is made, then the creation (the
+    engine's lines come through Python logging, which pytest reads apart from stdout)."""
+    with caplog.at_level(logging.INFO, "torchx_provider.schedulers.docker.engine"):
+        dag_run = dag_runner.run(
+            "docker_large",
+            HEADER
+            + """
+with DAG("docker_large", **ARGS) as dag:
+    TorchXDockerOperator(
+        task_id="train", app=app("large", "true", replicas=40), wait_for_completion=False
+    )
+""",
+        )
+    text = "".join(capfd.readouterr())
+    app_id = xcoms(dag_run, "train")["app_id"]
+    try:
+        assert task_instances(dag_run)["train"].state == "success"
+        submitted = re.search(
+            rf"^(\S+) .*submitted app local_docker:///{app_id}; creating it", text, re.M
+        )
+        assert submitted is not None, text
+        creating = [
+            r
+            for r in caplog.records
+            if r.getMessage() == f"app {app_id}: creating and starting 40 containers, 16 at a time"
+        ]
+        assert len(creating) == 1
+        assert datetime.fromisoformat(submitted.group(1)).timestamp() <= creating[0].created
+        assert any(
+            f"app {app_id}: all 40 containers created" in r.getMessage() for r in caplog.records
+        )
+    finally:
+        for c in containers_of(docker_engine, app_id):
+            c.remove(force=True)

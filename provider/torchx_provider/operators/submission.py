@@ -8,7 +8,7 @@ backend's run options), which live jobs of this task instance exist and the job'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import InvalidOptionError
@@ -95,6 +95,9 @@ class LiveApps:
     resumable: list[str]
     #: of tries before the task was last cleared: the user asked for a new run of the task
     superseded: list[str]
+    #: app id -> what shows that its submission was cut short (the worker died while it was
+    #: being created), live or not: it cannot run as submitted, so it is removed
+    cut_short: dict[str, str] = field(default_factory=dict)
 
 
 def first_try_since_clear(ti: Any, retries: Any) -> int:
@@ -119,7 +122,8 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     """Live jobs of earlier tries of this task instance: the one in ``store`` (Airflow 3.3's
     ``task_state_store``) first, then those found by labels in every namespace the task's
     jobs may live in (:func:`job_namespaces`). Those of tries before ``first_try`` (see
-    :func:`first_try_since_clear`) are superseded: the task was cleared since."""
+    :func:`first_try_since_clear`) are superseded: the task was cleared since. Those whose
+    submission was cut short, finished or not, are neither: they are ``cut_short``."""
     from torchx_provider.specs.api import is_terminal
     from torchx_provider.specs.names import parse_app_handle
 
@@ -138,12 +142,16 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
             if desc is not None and not is_terminal(desc.state):
                 found.append(stored.app_id)
     tries: dict[str, int | None] = {}
+    cut_short: dict[str, str] = {}
     for listed in scheduler.find_apps(plan.ti_key, job_namespaces(plan)):
         tries[listed.app_id] = listed.try_number
-        if not is_terminal(listed.state) and listed.app_id not in found:
+        if listed.incomplete:
+            cut_short[listed.app_id] = listed.incomplete
+        elif not is_terminal(listed.state) and listed.app_id not in found:
             found.append(listed.app_id)
+    found = [a for a in found if a not in cut_short]
     superseded = [a for a in found if (tries.get(a) or first_try) < first_try]
-    return LiveApps([a for a in found if a not in superseded], superseded)
+    return LiveApps([a for a in found if a not in superseded], superseded, cut_short)
 
 
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:

@@ -27,7 +27,10 @@ What a task does:
    running (found by those labels, or by the handle stored in Airflow 3.3's
    ``task_state_store``), the task follows that job instead of submitting another
    (``reattach=True``, the default); with ``reattach=False`` it cancels it first. Either way
-   there is never more than one live job per task instance.
+   there is never more than one live job per task instance. A job whose submission was cut
+   short (the worker died while a Docker app's containers were being created) cannot run as
+   submitted: the task removes it, says so, and submits anew. Where the dry run fixes the app
+   id (Docker), the handle is logged and stored before the first object is made.
 3. **Follow**: deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger`
    (``deferrable=True``), or on the worker with the same loop. Every selected replica's log
    lines reach the task log as ``[role/replica] text``, with state transitions and a
@@ -140,6 +143,8 @@ class TorchXOperator(BaseOperator):
     ui_color = "#f9d3c8"
     #: the backend used when ``scheduler`` is not given
     default_scheduler: ClassVar[str] = "local_docker"
+    #: whether the app is being scheduled (worker side): ``on_kill`` stops its submission
+    _submitting: bool = False
 
     # Set while the task runs (worker side). Class defaults: the dag-processor builds every
     # task at each parse, and each attribute an operator sets there is a pass through
@@ -314,11 +319,7 @@ class TorchXOperator(BaseOperator):
     # -- submit or reattach ------------------------------------------------------------------------
     def submit_or_reattach(self, plan: SubmissionPlan, context: Context) -> tuple[str, bool]:
         """Step 2 (module doc): the app id to follow and whether it was reattached."""
-        from torchx_provider.operators.submission import (
-            first_try_since_clear,
-            live_apps,
-            remember,
-        )
+        from torchx_provider.operators.submission import first_try_since_clear, live_apps
 
         store = context.get("task_state_store")
         try:
@@ -327,6 +328,14 @@ class TorchXOperator(BaseOperator):
             )
         except InvalidOptionError as e:
             raise bad_input(e) from e
+        for app_id, evidence in apps.cut_short.items():
+            self.log.warning(
+                "removing app %s: an earlier try's submission of it was cut short (%s), so it "
+                "cannot run as submitted; submitting anew",
+                app_id,
+                evidence,
+            )
+            plan.scheduler.delete(app_id)
         for app_id in apps.superseded:
             self.log.warning(
                 "cancelling app %s of a try before the task was cleared: a cleared task runs anew",
@@ -345,11 +354,34 @@ class TorchXOperator(BaseOperator):
         if keep is not None:
             self.log.info("reattaching to app %s left running by an earlier try", keep)
             return keep, True
-        app_id = plan.scheduler.schedule(plan.dryrun)
+        return self._submit(plan, store), False
+
+    def _submit(self, plan: SubmissionPlan, store: Any) -> str:
+        """Schedule the dry run. When the dry run fixed the app id (Docker), the handle is
+        logged and stored, and ``on_kill`` knows the app, before its first object is made: a
+        kill stops the submission, and a try after a worker that died finds the app."""
+        planned = plan.scheduler.planned_app_id(plan.dryrun)
+        if planned is not None:
+            self._announce(plan, planned, store, "; creating it")
+            self._app_id = planned
+        self._submitting = True
+        try:
+            app_id = plan.scheduler.schedule(plan.dryrun)
+        except InvalidAppError as e:  # refused before anything was made (too large an app)
+            raise bad_input(e) from e
+        finally:
+            self._submitting = False
+        if planned is None:
+            self._announce(plan, app_id, store, "")
+        return app_id
+
+    def _announce(self, plan: SubmissionPlan, app_id: str, store: Any, doing: str) -> None:
+        """Log the submitted app's handle and store it for a later try."""
+        from torchx_provider.operators.submission import remember
+
         handle = plan.scheduler.app_handle(app_id)
-        self.log.info("submitted app %s", handle)
+        self.log.info("submitted app %s%s", handle, doing)
         remember(store, handle, self.log)
-        return app_id, False
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
@@ -544,10 +576,14 @@ class TorchXOperator(BaseOperator):
             self.log.warning("could not delete app %s: %s", app_id, e)
 
     def on_kill(self) -> None:
-        """The task is being killed on the worker: cancel the job (unless ``keep``)."""
+        """The task is being killed on the worker: cancel the job (unless ``keep``). A job
+        still being submitted is cancelled either way: it could never run as submitted, and
+        cancelling stops its submission, which removes what it made (Docker)."""
         if self._app_id is None or self._scheduler_client is None:
             return
-        if self.lifecycle.on_kill_action != OnKillAction.CANCEL:
+        if self._submitting:
+            self.log.warning("task killed while app %s was being submitted", self._app_id)
+        elif self.lifecycle.on_kill_action != OnKillAction.CANCEL:
             self.log.info("task killed; app %s left running (on_kill_action=keep)", self._app_id)
             return
         try:

@@ -96,6 +96,9 @@ class ListAppResponse:
     created: datetime | None = None
     #: the Airflow try that submitted it, when an Airflow task did (``find_apps``)
     try_number: int | None = None
+    #: what shows that the app's submission was cut short (the submitter died while it made
+    #: the app's objects), empty when it is whole: such an app cannot run as submitted
+    incomplete: str = ""
 
 
 class Scheduler(abc.ABC, Generic[T]):
@@ -147,6 +150,12 @@ class Scheduler(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
         """Create the app on the backend from a dry run; return its app id."""
+
+    def planned_app_id(self, dryrun_info: AppDryRunInfo[T]) -> str | None:
+        """The id :meth:`schedule` will give the app of ``dryrun_info``, when the dry run
+        already fixed it (``None``: known once scheduled). A caller can then record the app
+        before a long :meth:`schedule` makes its first object."""
+        return None
 
     # -- following -------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -202,14 +211,14 @@ class Scheduler(abc.ABC, Generic[T]):
         return []
 
     def find_live_app(self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()) -> str | None:
-        """The newest app of this task instance that is not finished, or ``None``
-        (``namespaces`` as in :meth:`find_apps`).
+        """The newest app of this task instance that is not finished (nor cut short), or
+        ``None`` (``namespaces`` as in :meth:`find_apps`).
 
         An Airflow retry calls this before submitting, to follow a job a previous try left
         running instead of starting a second one.
         """
         for found in self.find_apps(ti_key, namespaces):
-            if not is_terminal(found.state):
+            if not is_terminal(found.state) and not found.incomplete:
                 return found.app_id
         return None
 

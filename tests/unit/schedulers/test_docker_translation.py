@@ -309,6 +309,7 @@ def test_run_opts_declare_every_option() -> None:
         "quiet",
         "network",
         "remove",
+        "max_replicas",
     ]
     resolved = opts.resolve(opts.cfg_from_str("copy_env=A*;B,env=K:V,privileged=true,remove=0"))
     typed = DockerOpts.from_cfg(resolved)

@@ -25,7 +25,18 @@ Behaviour worth knowing:
   also pushed.
 * **Resources**: ``cpu`` -> ``nano_cpus``, ``memMB`` -> ``mem_limit`` and ``shm_size``,
   ``gpu`` -> a GPU device request (NVIDIA runtime), ``devices`` -> host devices. A replica
-  asking for more CPUs or memory than the engine has is refused before anything starts.
+  asking for more CPUs or memory than the engine has is refused before anything starts
+  (the sums over replicas are not: they are limits, not reservations).
+* **Size**: an app has at most ``max_replicas`` containers (1,023 by default, what one
+  bridge network holds: a Linux bridge's ports), refused in the dry run; an app that does
+  not fit its network beside the containers attached to it now is refused before any
+  container is made.
+* **Submission**: the containers are created and started 16 at a time (fewer with a
+  smaller ``max_pool_size``), with progress logged every 5 s. A failure, a cancel (an
+  Airflow task's ``on_kill``) or an exception in the submitting thread (a task timeout)
+  begins no further container and removes those made. A submitter killed outright leaves
+  part of the app; every container says how many the app has, so the next try of the task
+  finds the app cut short, removes it and submits anew.
 * **Retries**: ``max_retries`` restarts a failed container (Docker's ``on-failure``
   policy); only that replica restarts, whatever the ``retry_policy`` (no whole-app or
   whole-role restarts on this backend).
@@ -42,6 +53,8 @@ The package, one job per module (pure ones first):
 
 * :mod:`.options` -- :class:`DockerOpts`, the run options, declared once;
 * :mod:`.translation` -- app + options -> the containers to create (and log read parameters);
+* :mod:`.creation` -- how many containers are made at a time, progress lines, and what a
+  creation cut short leaves;
 * :mod:`.state` -- containers -> replica and app states, and when an app may be removed;
 * :mod:`.client` -- client parameters, the clients, the one place errors are translated;
 * :mod:`.engine` -- :class:`~.engine.DockerEngine`, every docker SDK call;

@@ -290,13 +290,18 @@ class EngineConnection:
                     f.set_exception(e)
                 futures.append(f)
             return futures
+        pool = self._executor()
+        return [pool.submit(fn, item) for item in items]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The worker pool (``max_pool_size`` threads, as many as connections), made on first
+        use."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
                     max_workers=self.config.max_pool_size, thread_name_prefix="torchx-docker"
                 )
-            pool = self._pool
-        return [pool.submit(fn, item) for item in items]
+            return self._pool
 
     def close(self) -> None:
         """Close the client's connections and the thread pool. Safe to call twice."""

@@ -8,13 +8,19 @@ functions of :mod:`.translation`, :mod:`.state` and :mod:`torchx_provider.schedu
 
 Calls on independent objects (inspecting the replicas of an app, starting them, stopping them)
 run concurrently on the worker pool of its :class:`~.client.EngineConnection`: submitting N
-replicas costs about as much as ``docker run`` N times in parallel.
+replicas costs about as much as ``docker run`` N times in parallel. An app's containers are
+created a bounded window at a time, with progress in the log (:mod:`.creation`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -25,6 +31,12 @@ from torchx_provider.schedulers.docker.client import (
     DockerClientConfig,
     EngineConnection,
     docker_call,
+)
+from torchx_provider.schedulers.docker.creation import (
+    PROGRESS_INTERVAL,
+    creation_window,
+    cut_short,
+    progress_line,
 )
 from torchx_provider.schedulers.docker.logbody import RawLogStream, close_quietly, lines_of
 from torchx_provider.schedulers.docker.netlock import network_lock
@@ -41,6 +53,7 @@ from torchx_provider.schedulers.docker.state import (
 from torchx_provider.schedulers.docker.translation import (
     DockerJob,
     check_engine_resources,
+    check_network_room,
     log_params,
     spec_replica,
     with_image,
@@ -69,6 +82,12 @@ log = logging.getLogger(__name__)
 #: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
 STOP_TIMEOUT = 10
 
+#: Seconds within which a creation notices it was asked to stop.
+STOP_POLL = 0.2
+
+#: One replica's creation: its container id (if created) and its error (if any).
+Outcome = tuple[str | None, BaseException | None]
+
 
 class DockerEngine(EngineConnection):
     """One Docker engine, as ``local_docker`` uses it. Thread-safe; create it cheaply (the
@@ -79,6 +98,8 @@ class DockerEngine(EngineConnection):
         self._limits: tuple[int, int] | None = None
         # app id -> replicas whose log has been read to its end (see ``remove``).
         self._drained: dict[str, set[tuple[str, int]]] = {}
+        # app id -> set to stop its submission in progress (see ``stop_submission``).
+        self._submitting: dict[str, threading.Event] = {}
 
     # -- submitting ------------------------------------------------------------------------------
     def engine_limits(self) -> tuple[int, int]:
@@ -139,9 +160,41 @@ class DockerEngine(EngineConnection):
         """Create and start every container of ``job``; return the app id.
 
         Workspaces are built first. Then, concurrently: the engine's size is read, the images
-        are found (or pulled), the network is ensured. If any replica cannot be created or
-        started, the app's containers are removed and the first error is raised.
+        are found (or pulled), the network is ensured; an app the engine or its network
+        cannot hold is refused. The containers are then created a window at a time
+        (:meth:`_create_all`). If one cannot be created or started, or the submission is
+        stopped (:meth:`stop_submission`) or interrupted, none is begun after it, the app's
+        containers are removed and the error is raised.
         """
+        with self._submission(job.app_id) as stop:
+            self._run(job, stop)
+        return job.app_id
+
+    @contextlib.contextmanager
+    def _submission(self, app_id: str) -> Iterator[threading.Event]:
+        """The event that stops the submission of ``app_id`` while it is in progress."""
+        stop = threading.Event()
+        with self._lock:
+            self._submitting[app_id] = stop
+        try:
+            yield stop
+        finally:
+            with self._lock:
+                self._submitting.pop(app_id, None)
+
+    def stop_submission(self, app_id: str) -> bool:
+        """Stop a submission of ``app_id`` in progress on this engine: it begins no further
+        container, removes those it created and raises. Returns at once, ``False`` when no
+        such submission is in progress. Safe from a signal handler of the submitting thread
+        (an Airflow task's ``on_kill``): the removal happens when the handler returns."""
+        with self._lock:
+            stop = self._submitting.get(app_id)
+        if stop is None:
+            return False
+        stop.set()
+        return True
+
+    def _run(self, job: DockerJob, stop: threading.Event) -> None:
         client = self.client
         for ws in job.workspaces:
             image = build_workspace_image(
@@ -178,24 +231,84 @@ class DockerEngine(EngineConnection):
         ncpu, mem = results[0]
         network_id = results[1]
         check_engine_resources(job, ncpu, mem)
+        with docker_call(f"inspecting Docker network {job.network!r}"):
+            check_network_room(job, client.api.inspect_network(network_id))
+        self._create_all(job, network_id, stop)
 
-        outcomes = self._map(lambda spec: self._create_and_start(spec, network_id), job.containers)
+    def _create_all(self, job: DockerJob, network_id: str, stop: threading.Event) -> None:
+        """Create and start the containers, at most :func:`.creation.creation_window` at a
+        time, logging progress every :data:`.creation.PROGRESS_INTERVAL` seconds; on the
+        first error, a stop or an interruption (a timeout or signal raised in this thread),
+        wait for those in flight, remove every one created and raise."""
+        total = len(job.containers)
+        window = creation_window(self.config.max_pool_size, total)
+        pool = self._executor()
+        specs = iter(job.containers)
+        running: set[Future[Outcome]] = set()
         created: list[str] = []
-        errors: list[BaseException] = []
-        for f in outcomes:
-            container_id, error = f.result()
-            if container_id:
-                created.append(container_id)
-            if error is not None:
-                errors.append(error)
-        if errors:
-            self._remove_ids(created)
-            raise errors[0]
-        return job.app_id
+        error: BaseException | None = None
+        started = reported = time.monotonic()
+        log.log(
+            logging.INFO if total > window else logging.DEBUG,
+            "app %s: creating and starting %d containers, %d at a time",
+            job.app_id,
+            total,
+            window,
+        )
+        try:
+            while True:
+                if error is None and stop.is_set():
+                    error = SubmissionError(
+                        f"the submission of app {job.app_id!r} was stopped after "
+                        f"{len(created):,} of its {total:,} containers"
+                    )
+                while error is None and len(running) < window:
+                    spec = next(specs, None)
+                    if spec is None:
+                        break
+                    running.add(pool.submit(self._create_and_start, spec, network_id))
+                if not running:
+                    break
+                done, running = wait(running, timeout=STOP_POLL, return_when=FIRST_COMPLETED)
+                error = _collect(done, created, error)
+                now = time.monotonic()
+                if error is None and now - reported >= PROGRESS_INTERVAL:
+                    log.info(progress_line(job.app_id, len(created), total, now - started))
+                    reported = now
+        except BaseException as interrupted:
+            self._roll_back(job.app_id, running, created, interrupted)
+            raise
+        if error is not None:
+            self._roll_back(job.app_id, running, created, error)
+            raise error
+        log.log(
+            logging.INFO if reported > started else logging.DEBUG,
+            "app %s: all %d containers created and started in %.1f s",
+            job.app_id,
+            total,
+            time.monotonic() - started,
+        )
 
-    def _create_and_start(
-        self, spec: dict[str, Any], network_id: str
-    ) -> tuple[str | None, BaseException | None]:
+    def _roll_back(
+        self,
+        app_id: str,
+        running: set[Future[Outcome]],
+        created: list[str],
+        why: BaseException,
+    ) -> None:
+        """Wait for the creations in flight, then remove every container of the app made."""
+        _collect(wait(running).done, created, None)
+        if created:
+            reason = str(why) or type(why).__name__
+            log.warning(
+                "app %s: removing the %d containers created so far (%s)",
+                app_id,
+                len(created),
+                reason,
+            )
+            self._remove_ids(created)
+
+    def _create_and_start(self, spec: dict[str, Any], network_id: str) -> Outcome:
         role, replica = spec_replica(spec)
         what = f"replica {role}/{replica} ({spec['name']})"
         kwargs = {**spec, "network": network_id}
@@ -260,7 +373,7 @@ class DockerEngine(EngineConnection):
         return describe_app(app_id, self.containers(app_id))
 
     def list_apps(self, app_handle: Callable[[str], str]) -> list[ListAppResponse]:
-        return list_apps(self.summaries(), app_handle)
+        return _listed(self.summaries(), app_handle)
 
     def find_apps(
         self, ti_key: TaskInstanceKey, app_handle: Callable[[str], str]
@@ -271,7 +384,7 @@ class DockerEngine(EngineConnection):
             for c in self.summaries(selector=ti_key.selector().split(","))
             if ti_key.same_instance(c.task_instance)
         ]
-        return list(reversed(list_apps(found, app_handle)))
+        return list(reversed(_listed(found, app_handle)))
 
     def replica(self, app_id: str, role: str, replica_id: int) -> ContainerInfo:
         """The container of one replica; :class:`UnknownAppError` names what exists."""
@@ -459,3 +572,29 @@ class DockerEngine(EngineConnection):
 
 def _replica(c: ContainerInfo) -> str:
     return f"replica {c.role_name}/{c.replica_id} of app {c.app_id!r}"
+
+
+def _collect(
+    done: Iterable[Future[Outcome]], created: list[str], error: BaseException | None
+) -> BaseException | None:
+    """Add the ids of finished creations to ``created``; the first error (``error`` first)."""
+    for f in done:
+        container_id, failed = f.result()
+        if container_id:
+            created.append(container_id)
+        if error is None:
+            error = failed
+    return error
+
+
+def _listed(
+    containers: Sequence[ContainerInfo], app_handle: Callable[[str], str]
+) -> list[ListAppResponse]:
+    """:func:`.state.list_apps`, each app saying whether its creation was cut short."""
+    by_app: dict[str, list[ContainerInfo]] = {}
+    for c in containers:
+        by_app.setdefault(c.app_id, []).append(c)
+    return [
+        dataclasses.replace(app, incomplete=cut_short(by_app.get(app.app_id, [])))
+        for app in list_apps(containers, app_handle)
+    ]

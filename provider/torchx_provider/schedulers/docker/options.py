@@ -18,6 +18,10 @@ from torchx_provider.specs.validation import is_env_name
 #: The user-defined bridge network replicas join by default (TorchX's name).
 NETWORK = "torchx"
 
+#: The most containers one Docker bridge network holds: a Linux bridge has 1,024 ports, one
+#: of them reserved (the engine's "exchange full" past it). The default of ``max_replicas``.
+BRIDGE_PORTS = 1023
+
 
 @dataclass(frozen=True)
 class DockerOpts:
@@ -73,6 +77,14 @@ class DockerOpts:
             "log has been read to its end",
         },
     )
+    max_replicas: int = field(
+        default=BRIDGE_PORTS,
+        metadata={
+            "type": int,
+            "help": "most replicas (containers) an app may have over all its roles, refused "
+            "in the dry run above it; the default is what one Docker bridge network holds",
+        },
+    )
 
     @classmethod
     def run_opts(cls) -> runopts:
@@ -94,6 +106,11 @@ class DockerOpts:
                 f"run option env: {bad[0]!r} is not a valid environment variable name "
                 "(letters, digits, _ . -; not starting with a digit)",
                 "env",
+            )
+        limit = values.get("max_replicas")
+        if isinstance(limit, int) and limit < 1:
+            raise InvalidOptionError(
+                f"run option max_replicas must be at least 1, got {limit}", "max_replicas"
             )
         if "network" in values and not str(values["network"]).strip():
             raise InvalidOptionError(

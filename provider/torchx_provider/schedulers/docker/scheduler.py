@@ -70,12 +70,27 @@ class DockerScheduler(Scheduler[DockerJob]):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         return self.engine.run(dryrun_info.request)
 
+    def planned_app_id(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
+        return dryrun_info.request.app_id
+
     # -- following -------------------------------------------------------------------------------
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         return self.engine.describe(app_id)
 
     def list(self) -> list[ListAppResponse]:
         return self.engine.list_apps(self.app_handle)
+
+    def cancel(self, app_id: str) -> None:
+        """As :meth:`Scheduler.cancel`; a submission of the app still in progress here is
+        stopped instead, which removes what it created (:meth:`DockerEngine.stop_submission`)."""
+        if not self.engine.stop_submission(app_id):
+            super().cancel(app_id)
+
+    def delete(self, app_id: str) -> None:
+        """As :meth:`Scheduler.delete`; a submission of the app still in progress here is
+        stopped instead, which removes what it created."""
+        if not self.engine.stop_submission(app_id):
+            super().delete(app_id)
 
     def _cancel_existing(self, app_id: str) -> None:
         self.engine.cancel(app_id)

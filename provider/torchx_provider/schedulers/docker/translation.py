@@ -1,7 +1,8 @@
 """AppDef + options -> the containers ``local_docker`` runs. Pure: no docker import, no I/O.
 
-Also pure and here: what the engine can hold (:func:`check_engine_resources`) and the
-parameters of a log read (:func:`log_params`). A role's resources, devices and mounts become
+Also pure and here: what the engine can hold (:func:`check_replica_count`,
+:func:`check_engine_resources`, :func:`check_network_room`) and the parameters of a log read
+(:func:`log_params`). A role's resources, devices and mounts become
 container arguments in :mod:`~torchx_provider.schedulers.docker.resources`.
 
 One container per replica. Each container spec is a plain dict of the keyword arguments of
@@ -37,14 +38,16 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import ipaddress
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError, SubmissionError
-from torchx_provider.schedulers.docker.options import DockerOpts
+from torchx_provider.schedulers.docker.options import BRIDGE_PORTS, DockerOpts
 from torchx_provider.schedulers.docker.resources import (
     MiB,
     mount_kwargs,
@@ -78,6 +81,9 @@ LABEL_REMOVE = "torchx.pytorch.org/remove"
 #: Label holding the full task-instance values (JSON of ``TaskInstanceKey.annotations()``):
 #: containers have no annotations, and the ``airflow.apache.org/*`` labels may be hashed.
 LABEL_TASK_INSTANCE = "airflow.apache.org/task-instance"
+#: Label holding how many containers the whole app has: what a next try compares with the
+#: containers it finds, to tell a whole app from one whose creation was cut short.
+LABEL_CONTAINERS = "torchx.pytorch.org/containers"
 
 #: Stands for the replica id while a role's macros are substituted once for all its replicas;
 #: no argument or variable can hold it (a NUL character cannot be passed to a process).
@@ -201,6 +207,7 @@ def app_to_containers(
     finds the app again.
     """
     check_names(app, app_id)
+    total = check_replica_count(app, opts.max_replicas)
     base_env = {**select_env(opts.copy_env, host_env), **(opts.env or {})}
     ti_labels: dict[str, str] = {}
     if ti_key is not None:
@@ -225,6 +232,7 @@ def app_to_containers(
             **ti_labels,
             LABEL_ROLE: role_json,
             LABEL_REMOVE: "true" if opts.remove else "false",
+            LABEL_CONTAINERS: str(total),
         }
         # Replica 0's spec with a placeholder for the replica id; each replica is a copy of
         # it with the placeholder replaced (macros are substituted in args and env, what
@@ -304,11 +312,96 @@ def with_image(job: DockerJob, role: str, image: str) -> DockerJob:
 # What the engine can hold
 
 
+def check_replica_count(app: AppDef, limit: int) -> int:
+    """The app's number of containers (its replicas over all roles); refused above ``limit``
+    (the ``max_replicas`` run option) in the dry run, before anything is created.
+
+    Every replica is a container on one engine and one network: an app too large for either
+    would start part of its replicas (a gang that can never run) before failing.
+
+    >>> from torchx_provider.specs.api import Role
+    >>> check_replica_count(AppDef("a", [Role("r", image="i", num_replicas=3)]), 4)
+    3
+    """
+    total = sum(role.num_replicas for role in app.roles)
+    if total <= limit:
+        return total
+    i, largest = max(enumerate(app.roles), key=lambda ir: ir[1].num_replicas)
+    roles = "" if len(app.roles) == 1 else f" (role {largest.name!r}: {largest.num_replicas:,})"
+    raise InvalidAppError(
+        f"app {app.name!r} has {total:,} replicas{roles}, more than the {limit:,} local_docker "
+        f"runs (run option max_replicas; one Docker bridge network holds {BRIDGE_PORTS:,} "
+        "containers): lower num_replicas, raise max_replicas for a network that holds more, "
+        "or use a Kubernetes backend",
+        f"roles[{i}].num_replicas",
+    )
+
+
+def network_capacity(network: Mapping[str, Any]) -> int | None:
+    """How many containers ``network`` (``docker network inspect``) can hold: a bridge's
+    ports and each IPv4 pool's addresses (less network, broadcast and the gateway, which the
+    engine takes from the pool also when the network does not name it); ``None`` when
+    neither bounds it.
+
+    >>> network_capacity({"Driver": "bridge", "IPAM": {"Config": [{"Subnet": "10.1.0.0/24",
+    ...     "Gateway": "10.1.0.1"}]}})
+    253
+    """
+    limits = [BRIDGE_PORTS] if network.get("Driver") == "bridge" else []
+    for config in (network.get("IPAM") or {}).get("Config") or []:
+        pool = config.get("IPRange") or config.get("Subnet")
+        try:
+            net = ipaddress.ip_network(pool or "", strict=False)
+        except ValueError:
+            continue
+        if net.version != 4:
+            continue
+        reserved = 2 if net.num_addresses > 2 else 0
+        gateway = config.get("Gateway")
+        if not gateway or ipaddress.ip_address(gateway) in net:
+            reserved += 1
+        limits.append(max(net.num_addresses - reserved, 0))
+    return min(limits) if limits else None
+
+
+def check_network_room(job: DockerJob, network: Mapping[str, Any]) -> None:
+    """Refuse an app whose containers do not fit on its network next to those attached now.
+
+    Past a bridge's ports the engine fails a container's start with "exchange full", past
+    the addresses with "no available IPv4 addresses": only after the replicas before it were
+    created. An app larger than the network even when empty is an :class:`InvalidAppError`
+    (no retry helps); one that does not fit beside the other apps' running containers, a
+    :class:`SubmissionError` (a retry may find room).
+    """
+    capacity = network_capacity(network)
+    wanted = len(job.containers)
+    attached = len(network.get("Containers") or {})
+    if capacity is None or wanted + attached <= capacity:
+        return
+    where = f"network {job.network!r} holds at most {capacity:,} containers"
+    if wanted > capacity:
+        largest = Counter(int(spec["environment"][ENV_ROLE_IDX]) for spec in job.containers)
+        raise InvalidAppError(
+            f"app {job.app_id!r} has {wanted:,} replicas but Docker {where}: lower "
+            "num_replicas, or use a network that holds more (run option network)",
+            f"roles[{largest.most_common(1)[0][0]}].num_replicas",
+        )
+    raise SubmissionError(
+        f"app {job.app_id!r} has {wanted:,} replicas but Docker {where} and {attached:,} are "
+        "attached to it now: wait for other apps to end, or use another network (run option "
+        "network)",
+        status=400,
+    )
+
+
 def check_engine_resources(job: DockerJob, ncpu: int, mem_bytes: int) -> None:
     """Refuse a replica that asks for more CPUs or memory than the whole engine has.
 
     Docker itself rejects too many CPUs with a bare HTTP 400 and silently accepts a memory
     limit above the host's memory; one :class:`SubmissionError` naming the role is clearer.
+    The sums over replicas are not refused: CPU and memory are limits, not reservations, so
+    the engine runs more of them than it has (slower; a replica that does use its whole
+    memory may be killed), as a small test of a large app does on a laptop.
     """
     for spec in job.containers:
         role, _ = spec_replica(spec)

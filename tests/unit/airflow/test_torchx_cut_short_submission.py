@@ -1,0 +1,186 @@
+"""A submission cut short: the next try removes the half-made app and submits anew; where the
+dry run fixes the app id (Docker), the handle is logged and stored, and ``on_kill`` knows the
+app, before the backend makes anything; an app refused at schedule time as too large is a bad
+input (no retries)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+import torchx_fakes
+
+from torchx_provider.errors import InvalidAppError
+from torchx_provider.hooks.base import BackendTarget
+from torchx_provider.operators import TorchXOperator
+from torchx_provider.operators.submission import STATE_STORE_KEY, SubmissionPlan, live_apps
+from torchx_provider.schedulers.api import ListAppResponse
+from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.specs.api import AppDryRunInfo
+from torchx_provider.specs.names import make_unique
+
+APP = {"name": "hello", "roles": [{"name": "echo", "image": "busybox", "entrypoint": "echo"}]}
+
+
+class PlannedScheduler(torchx_fakes.FakeScheduler):
+    """The fake backend, fixing the app id in the dry run as ``local_docker`` does; apps in
+    ``cut`` are reported cut short, and ``during`` runs inside ``schedule``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut: dict[str, str] = {}
+        self.during: Callable[[str], None] = lambda app_id: None
+
+    def _submit_dryrun(self, app: Any, cfg: Any, ti_key: Any) -> AppDryRunInfo[dict]:
+        info = super()._submit_dryrun(app, cfg, ti_key)
+        info.request["app_id"] = make_unique(app.name)
+        return info
+
+    def planned_app_id(self, dryrun_info: AppDryRunInfo[dict]) -> str:
+        return str(dryrun_info.request["app_id"])
+
+    def schedule(self, dryrun_info: AppDryRunInfo[dict]) -> str:
+        app_id = self.planned_app_id(dryrun_info)
+        self.during(app_id)
+        key = dryrun_info.request["ti_key"]
+        cluster = torchx_fakes.CLUSTER
+        assert dryrun_info._app is not None
+        cluster.apps[app_id] = torchx_fakes.FakeApp(
+            app_id,
+            dryrun_info._app,
+            {},
+            None if key is None else TaskInstanceKey.from_dict(key),
+            created=datetime.now(timezone.utc),
+        )
+        cluster.submitted.append(app_id)
+        return app_id
+
+    def find_apps(
+        self, ti_key: TaskInstanceKey, namespaces: Sequence[str] = ()
+    ) -> list[ListAppResponse]:
+        return [
+            dataclasses.replace(a, incomplete=self.cut.get(a.app_id, ""))
+            for a in super().find_apps(ti_key, namespaces)
+        ]
+
+
+class Recorder:
+    """The operator's log, as text."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
+
+    warning = info
+
+
+class Recorded(TorchXOperator):
+    recorder = Recorder()
+
+    @property
+    def log(self) -> Any:  # type: ignore[override]
+        return self.recorder
+
+
+class Store:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+
+class TI:
+    try_number, max_tries = 2, 1  # a retry (retries=1), never cleared
+
+
+def plan_for(scheduler: PlannedScheduler, try_number: int) -> SubmissionPlan:
+    app = torchx_fakes.make_app(ticks=100)
+    key = TaskInstanceKey("d", "t", "r", try_number=try_number)
+    return SubmissionPlan(
+        BackendTarget("fake"), scheduler, app, {}, scheduler.submit_dryrun(app, ti_key=key), key
+    )
+
+
+def operator(**kwargs: Any) -> Recorded:
+    Recorded.recorder = Recorder()
+    return Recorded(task_id="t", app=APP, scheduler="fake", retries=1, **kwargs)
+
+
+def test_a_retry_removes_an_app_whose_submission_was_cut_short_and_submits_anew(
+    fake_cluster: Any,
+) -> None:
+    scheduler = PlannedScheduler()
+    first = plan_for(scheduler, 1)
+    old = scheduler.schedule(first.dryrun)
+    scheduler.cut[old] = "120 of its 300 containers exist"
+    store = Store()
+    store.values[STATE_STORE_KEY] = scheduler.app_handle(old)  # the first try stored it
+
+    retry = plan_for(scheduler, 2)
+    apps = live_apps(retry, store, Recorder(), 1)
+    assert (apps.resumable, apps.superseded, apps.cut_short) == (
+        [],
+        [],
+        {old: "120 of its 300 containers exist"},
+    )
+    op = operator()
+    app_id, reattached = op.submit_or_reattach(retry, {"ti": TI(), "task_state_store": store})
+    assert not reattached and app_id != old
+    assert fake_cluster.deleted == [old] and fake_cluster.submitted == [old, app_id]
+    assert op.recorder.lines[0] == (
+        f"removing app {old}: an earlier try's submission of it was cut short (120 of its 300 "
+        "containers exist), so it cannot run as submitted; submitting anew"
+    )
+    assert store.values[STATE_STORE_KEY] == scheduler.app_handle(app_id)
+
+
+def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_made(
+    fake_cluster: Any,
+) -> None:
+    scheduler = PlannedScheduler()
+    plan = plan_for(scheduler, 1)
+    store = Store()
+    op = operator(on_kill_action="keep")
+    op._scheduler_client = scheduler
+    seen: list[Any] = []
+
+    def killed_while_creating(app_id: str) -> None:
+        seen.append((list(op.recorder.lines), store.get(STATE_STORE_KEY)))
+        op.on_kill()  # Airflow's SIGTERM handler, in the thread that is submitting
+
+    scheduler.during = killed_while_creating
+    app_id, _ = op.submit_or_reattach(plan, {"ti": TI(), "task_state_store": store})
+    handle = scheduler.app_handle(app_id)
+    assert seen == [([f"submitted app {handle}; creating it"], handle)]
+    # Cancelled though on_kill_action is keep: half made, it could never run as submitted
+    # (the fake app is made after the cancel here: what matters is that it was asked).
+    assert fake_cluster.cancelled == [] and op.recorder.lines[1:] == [
+        f"task killed while app {app_id} was being submitted",
+        f"task killed; cancelled app {app_id}",
+    ]
+    op.on_kill()  # submitted: keep applies again
+    assert op.recorder.lines[-1] == f"task killed; app {app_id} left running (on_kill_action=keep)"
+
+
+def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
+    fake_cluster: Any,
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    scheduler = PlannedScheduler()
+
+    def too_large(app_id: str) -> None:
+        raise InvalidAppError("app has 300 replicas but network holds 253", "roles[0].num_replicas")
+
+    scheduler.during = too_large
+    with pytest.raises(AirflowFailException, match=r"holds 253 .*nothing was submitted"):
+        operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
