@@ -56,9 +56,9 @@ async def test_three_apps_one_stream_woken_by_their_events(
         for client in clients:
             await client.close()
     assert [state for state, _, _ in results] == [AppState.SUCCEEDED] * 3
-    assert all(woken >= 1 for _, woken, _ in results)
+    assert all(woken >= 1 for _, woken, _ in results), results
     # Ended within seconds of the container (4, 5, 6 s), not at the 60 s timeout.
-    assert all(end - start < 20 for _, _, end in results)
+    assert all(end - start < 20 for _, _, end in results), (start, results)
     assert len(streams) == 1  # one stream for the engine, shared by the three clients
     # Inspected when something happened, not in a loop: a handful of times per app.
     assert all(n <= 6 for n in inspections), inspections
