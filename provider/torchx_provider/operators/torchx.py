@@ -367,7 +367,8 @@ class TorchXOperator(BaseOperator):
         self._submitting = True
         try:
             app_id = plan.scheduler.schedule(plan.dryrun)
-        except InvalidAppError as e:  # refused before anything was made (too large an app)
+        except (InvalidAppError, InvalidOptionError) as e:
+            # refused before anything was made (too large an app, a queue that does not exist)
             raise bad_input(e) from e
         finally:
             self._submitting = False

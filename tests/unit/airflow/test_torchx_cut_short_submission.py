@@ -184,3 +184,23 @@ def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
     scheduler.during = too_large
     with pytest.raises(AirflowFailException, match=r"holds 253 .*nothing was submitted"):
         operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
+
+
+def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: Any) -> None:
+    """A Volcano queue that does not exist is found when the app is scheduled (its check
+    reads the cluster), before anything is made: a bad input too."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from torchx_provider.errors import InvalidOptionError
+
+    scheduler = PlannedScheduler()
+
+    def no_queue(app_id: str) -> None:
+        raise InvalidOptionError("Volcano queue 'nope' does not exist on this cluster", "queue")
+
+    scheduler.during = no_queue
+    with pytest.raises(
+        AirflowFailException, match=r"'nope' does not exist .*nothing was submitted"
+    ):
+        operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
+    assert torchx_fakes.CLUSTER.submitted == []
