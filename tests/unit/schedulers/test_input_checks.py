@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from torchx_provider import specs
-from torchx_provider.errors import InvalidAppError
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.specs.validation import MAX_ARG_BYTES
 
 BACKENDS = ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper", "local_docker"]
@@ -233,6 +233,13 @@ def test_a_nul_env_value_is_not_shown_in_the_message() -> None:
     with pytest.raises(InvalidAppError) as info:
         specs.validate_app(bad)
     assert "hf_s3cret" not in str(info.value) and "position 9" in str(info.value)
+
+
+@pytest.mark.parametrize("env", [{"A": f"v{NUL}"}, {"A=B": "1"}, {"": "1"}, {"A": HUGE}])
+def test_the_docker_env_option_takes_the_rule_of_a_roles_env(env: dict[Any, Any]) -> None:
+    with pytest.raises(InvalidOptionError, match="run option env: ") as info:
+        scheduler("local_docker").submit_dryrun(good_app(), {"env": env})
+    assert info.value.option == "env"
 
 
 def test_a_partial_resource_dict_asks_for_none_of_what_it_leaves_out() -> None:

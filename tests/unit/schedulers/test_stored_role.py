@@ -25,8 +25,11 @@ from torchx_provider.schedulers.labels import (
 
 SECRET = "hf_Zq8sEcReTvAlUe0123456789"
 OVERLAY_SECRET = "ovErLaYsEcReT42"
-BACKENDS = ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper"]
-CFG: dict[str, dict[str, Any]] = {"kubernetes": {"queue": "default"}}
+BACKENDS = ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper", "local_docker"]
+CFG: dict[str, dict[str, Any]] = {
+    "kubernetes": {"queue": "default"},
+    "local_docker": {"env": {"OPTION_TOKEN": SECRET}},
+}
 
 
 def secret_app() -> specs.AppDef:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.specs.runopts import CfgVal, runopts
-from torchx_provider.specs.validation import is_env_name
+from torchx_provider.specs.validation import env_problem
 
 #: The user-defined bridge network replicas join by default (TorchX's name).
 NETWORK = "torchx"
@@ -100,13 +100,10 @@ class DockerOpts:
         """Typed options from a resolved ``cfg`` (``run_opts().resolve`` did the checking)."""
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in cfg.items() if k in names and v is not None}
-        bad = [k for k in values.get("env") or {} if not is_env_name(k)]  # type: ignore[union-attr]
-        if bad:
-            raise InvalidOptionError(
-                f"run option env: {bad[0]!r} is not a valid environment variable name "
-                "(letters, digits, _ . -; not starting with a digit)",
-                "env",
-            )
+        for key, value in (values.get("env") or {}).items():  # type: ignore[union-attr]
+            problem = env_problem(key, value)  # the rule of a role's env
+            if problem is not None:
+                raise InvalidOptionError(f"run option env: {problem}", "env")
         limit = values.get("max_replicas")
         if isinstance(limit, int) and limit < 1:
             raise InvalidOptionError(

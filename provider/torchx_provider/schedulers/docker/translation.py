@@ -59,6 +59,7 @@ from torchx_provider.schedulers.labels import (
     RANK0_HOST_ENV,
     TaskInstanceKey,
     replica_labels,
+    stored_role_json,
 )
 from torchx_provider.schedulers.logs import require_aware
 from torchx_provider.specs.api import (
@@ -66,7 +67,6 @@ from torchx_provider.specs.api import (
     macros,
 )
 from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
-from torchx_provider.specs.serialization import role_to_dict
 from torchx_provider.specs.yaml_text import yaml_text
 
 ENV_APP_ID = "TORCHX_APP_ID"
@@ -74,7 +74,8 @@ ENV_ROLE_IDX = "TORCHX_ROLE_IDX"
 ENV_ROLE_NAME = "TORCHX_ROLE_NAME"
 ENV_REPLICA_IDX = "TORCHX_REPLICA_IDX"
 
-#: Label holding the role (JSON, as ``role_to_dict``) the container was created from.
+#: Label holding the role the container was created from, without its env and metadata
+#: (``labels.stored_role_json``: a label is copied into listings, events and monitoring).
 LABEL_ROLE = ANNOTATION_ROLE
 #: Label saying whether the container is removed once finished and its log read.
 LABEL_REMOVE = "torchx.pytorch.org/remove"
@@ -226,7 +227,7 @@ def app_to_containers(
             )
         # What all replicas of the role share is made once; per replica only the macros,
         # the name and the replica id change.
-        role_json = json.dumps(role_to_dict(role), sort_keys=True, separators=(",", ":"))
+        role_json = stored_role_json(role)
         labels = {
             **replica_labels(app.name, app_id, role.name, role_idx, 0),
             **ti_labels,
