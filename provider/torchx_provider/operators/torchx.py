@@ -91,7 +91,12 @@ from airflow.sdk import BaseOperator
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.links import TorchXJobLink
-from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
+from torchx_provider.operators.options import (
+    Following,
+    Lifecycle,
+    OnKillAction,
+    check_session_name,
+)
 from torchx_provider.optional import MissingExtraError
 from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
 
@@ -189,7 +194,7 @@ class TorchXOperator(BaseOperator):
         self.scheduler = scheduler or self.default_scheduler
         self.conn_id = conn_id
         self.app_name = app_name
-        self.session_name = session_name
+        self.session_name = check_session_name(session_name)
         self._options = _options(
             wait_for_completion,
             on_kill_action,
