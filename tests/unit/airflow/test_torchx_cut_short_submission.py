@@ -174,7 +174,7 @@ def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_mad
 def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
     fake_cluster: Any,
 ) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
+    from torchx_provider.compat import fail_exception
 
     scheduler = PlannedScheduler()
 
@@ -182,15 +182,14 @@ def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
         raise InvalidAppError("app has 300 replicas but network holds 253", "roles[0].num_replicas")
 
     scheduler.during = too_large
-    with pytest.raises(AirflowFailException, match=r"holds 253 .*nothing was submitted"):
+    with pytest.raises(fail_exception(), match=r"holds 253 .*nothing was submitted"):
         operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
 
 
 def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: Any) -> None:
     """A Volcano queue that does not exist is found when the app is scheduled (its check
     reads the cluster), before anything is made: a bad input too."""
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from torchx_provider.compat import fail_exception
     from torchx_provider.errors import InvalidOptionError
 
     scheduler = PlannedScheduler()
@@ -199,8 +198,6 @@ def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: An
         raise InvalidOptionError("Volcano queue 'nope' does not exist on this cluster", "queue")
 
     scheduler.during = no_queue
-    with pytest.raises(
-        AirflowFailException, match=r"'nope' does not exist .*nothing was submitted"
-    ):
+    with pytest.raises(fail_exception(), match=r"'nope' does not exist .*nothing was submitted"):
         operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
     assert torchx_fakes.CLUSTER.submitted == []
