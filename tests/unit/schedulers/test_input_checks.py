@@ -10,12 +10,11 @@ nothing was sent.
 from __future__ import annotations
 
 import copy
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from dead_backends import Schedulers, unreachable_backends
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
@@ -172,38 +171,12 @@ ROWS: list[tuple[str, Callable[[specs.AppDef], None], str]] = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def unreachable_backends() -> Iterator[None]:
-    """Clients that would fail on any call: nothing listens on port 9."""
-    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "DOCKER_HOST")}
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-            "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
-        )
-    os.environ["KUBECONFIG"], os.environ["DOCKER_HOST"] = f.name, "tcp://127.0.0.1:9"
-    try:
+def dead_backends() -> Iterator[None]:
+    with unreachable_backends():
         yield
-    finally:
-        os.unlink(f.name)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
-SCHEDULERS: dict[str, Any] = {}
-
-
-def scheduler(backend: str) -> Any:
-    from torchx_provider.backends import create_scheduler
-
-    if backend not in SCHEDULERS:
-        kwargs = {} if backend == "local_docker" else {"namespace": "default"}
-        SCHEDULERS[backend] = create_scheduler(backend, "checks", **kwargs)
-    return SCHEDULERS[backend]
+scheduler = Schedulers("checks")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
