@@ -212,7 +212,7 @@ class KubeCore:
         """Keep a notice when the controller has not taken up ``obj`` in time
         (:meth:`KubeTranslation.stalled`)."""
         created = (obj.get("metadata") or {}).get("creationTimestamp")
-        if not created:
+        if not created or not self.translation.unclaimed(obj):
             return
         try:
             age = (datetime.now(timezone.utc) - parse_timestamp(str(created))).total_seconds()

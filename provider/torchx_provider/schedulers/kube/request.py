@@ -206,6 +206,11 @@ class KubeTranslation(abc.ABC):
     def read_resources(self) -> Sequence[CustomResource]:
         """The resource types an app may be stored as, most likely first."""
 
+    def unclaimed(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the controller has not taken up ``obj`` yet (cheap: looked at on every
+        describe; only then is :meth:`stalled` asked)."""
+        return False
+
     def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
         """What to tell the task log when the controller has not taken up an app ``age``
         seconds after it was created (and what usually causes it); ``None``: nothing."""

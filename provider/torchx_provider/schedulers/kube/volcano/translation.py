@@ -224,8 +224,11 @@ class VolcanoTranslation(KubeTranslation):
     def read_resources(self) -> Sequence[CustomResource]:
         return (VOLCANO_JOB,)
 
+    def unclaimed(self, obj: Mapping[str, Any]) -> bool:
+        return phase(obj) is None
+
     def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
-        if phase(obj) is not None or age < STATUS_WAIT:
+        if age < STATUS_WAIT:
             return None
         queue = (obj.get("spec") or {}).get("queue")
         return (
