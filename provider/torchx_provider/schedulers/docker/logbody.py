@@ -66,8 +66,9 @@ class FrameLines:
         at = 0
         from_bytes = int.from_bytes
         append = run.append
-        while size_of - at >= 8:
-            start = at + 8
+        header = self.HEADER  # stream byte, 3 zero bytes, big-endian payload length
+        while size_of - at >= header:
+            start = at + header
             end = start + from_bytes(buf[at + 4 : start], "big")
             if end > size_of:
                 break
