@@ -25,6 +25,9 @@ What ends a follow is the app's own state, as the backend reported it:
   than ``outage_budget`` seconds -> ``ERROR`` naming how long (retries: backoff with jitter,
   :mod:`~torchx_provider.triggers.policy`); any other provider error from ``describe`` ->
   ``ERROR``. A 401 first gets a fresh client from ``reconnect`` (credentials re-resolved).
+  A refusal (:class:`~torchx_provider.errors.BackendConfigurationError`) -> ``ERROR`` of kind
+  ``CONFIGURATION`` at once, unless a ``describe`` of this follow succeeded before: then it is
+  retried like an outage for up to ``REFUSAL_GRACE`` seconds (an API server restarting).
 
 A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) never ends or
 pauses the follow: its pump says so once and retries from its cursor.
@@ -74,6 +77,7 @@ from torchx_provider.triggers.pacing import Aging, CheckpointPacer
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
+    REFUSAL_GRACE,
     Outage,
     retry_delay,
 )
@@ -194,6 +198,7 @@ class JobFollower:
         self.ui_url: str | None = None
         self._persisted: tuple[dict[str, LogCursor], AppState | None] = (dict(self.cursors), state)
         self._outage: Outage | None = None
+        self._described = False  # a describe of this follow succeeded
         self._reconnected = False
         self._checkpoint_failures = 0
         self._held: list[str] = []
@@ -208,6 +213,7 @@ class JobFollower:
             reconnect=self._reconnect,
             rand=rand,
             on_progress=self._progress.set,
+            clock=clock,
         )
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -333,10 +339,12 @@ class JobFollower:
             except BackendUnavailableError as e:
                 if e.status == 401 and await self._reconnect():
                     continue
-                if isinstance(e, BackendConfigurationError):
+                if isinstance(e, BackendConfigurationError) and not self._described:
                     # Refused as configured (credentials, a permission, a certificate):
                     # waiting does not heal it.
                     return self._event(EventKind.ERROR, str(e), error=ErrorKind.CONFIGURATION)
+                # Refused after it was allowed: an API server restarting answers 403 until
+                # its authorizer has the Roles again; ridden out, but briefly.
                 given_up = await self._ride_out(e)
                 if given_up is not None:
                     return given_up
@@ -346,6 +354,7 @@ class JobFollower:
             except TorchXProviderError as e:
                 return self._event(EventKind.ERROR, f"{type(e).__name__}: {e}")
             self._recovered()
+            self._described = True
             for notice in self.client.take_notices():
                 self.pumps.say_once(notice.key, notice.text)
             if resp is None:
@@ -471,7 +480,17 @@ class JobFollower:
             # have broken before this describe), not from this describe.
             self._outage = Outage(started=now - max(0.0, e.unreachable_for))
         outage = self._outage
-        if outage.exceeded(now, self.outage_budget):
+        if isinstance(e, BackendConfigurationError):
+            budget = min(self.outage_budget, REFUSAL_GRACE)
+            if outage.exceeded(now, budget):
+                return self._event(
+                    EventKind.ERROR,
+                    f"refused for {now - outage.started:.0f}s after it was allowed: {e}",
+                    error=ErrorKind.CONFIGURATION,
+                )
+        else:
+            budget = self.outage_budget
+        if outage.exceeded(now, budget):
             return self._event(
                 EventKind.ERROR,
                 f"backend unreachable for {now - outage.started:.0f}s (outage_budget "
@@ -481,7 +500,7 @@ class JobFollower:
         # Never wait past the budget: the last retry is made when it runs out.
         delay = min(
             retry_delay(outage.attempts, self.poll_interval, self.rand()),
-            outage.started + self.outage_budget - now,
+            outage.started + budget - now,
         )
         outage.attempts += 1
         self.log.warning(
@@ -489,7 +508,7 @@ class JobFollower:
             now - outage.started,
             outage.attempts,
             delay,
-            self.outage_budget,
+            budget,
             e,
         )
         await self._wait(delay)

@@ -34,7 +34,7 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient, refusal_key
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
-from torchx_provider.triggers.policy import retry_delay
+from torchx_provider.triggers.policy import REFUSAL_GRACE, retry_delay
 
 #: Last lines of each source kept for the failure summary.
 SUMMARY_LINES = 50
@@ -69,6 +69,7 @@ class LogPumps:
         rand: Callable[[], float] = random.random,
         summary_lines: int = SUMMARY_LINES,
         on_progress: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.app_id = app_id
@@ -78,6 +79,7 @@ class LogPumps:
         self.reconnect = reconnect
         self.rand = rand
         self.on_progress = on_progress
+        self.clock = clock
         self.ended = asyncio.Event()
         self.tails: dict[str, deque[str]] = {}
         self.lines_forwarded = 0
@@ -120,6 +122,8 @@ class LogPumps:
     async def _pump(self, source: LogSource) -> None:
         key = source.key
         attempt = final = 0
+        read_once = False  # a read of this source succeeded
+        refused_since: float | None = None
         while True:
             start = self.cursors.get(key, LogCursor())
             try:
@@ -127,6 +131,7 @@ class LogPumps:
                 async for lines, cursor in client.follow_logs(
                     self.app_id, source, start, self.ended
                 ):
+                    read_once, refused_since = True, None
                     if lines:
                         await self._write(source, lines)
                         attempt = 0
@@ -144,10 +149,14 @@ class LogPumps:
                 if isinstance(e, BackendConfigurationError) and e.status != 401:
                     # A permission the account lacks, a certificate not trusted: reading
                     # again does not heal it. Said once (for every source it stops); the
-                    # app is followed on without them.
-                    self.say_once(refusal_key(e), f"logs of {key} are not forwarded: {e}")
-                    self.unread.add(key)
-                    return
+                    # app is followed on without them. Refused after reads succeeded (an
+                    # API server restarting) it is retried first, for a while.
+                    now = self.clock()
+                    refused_since = now if refused_since is None else refused_since
+                    if not read_once or now - refused_since >= REFUSAL_GRACE:
+                        self.say_once(refusal_key(e), f"logs of {key} are not forwarded: {e}")
+                        self.unread.add(key)
+                        return
                 self._unreadable_source(key, e)
                 # No answer at all (the engine or API server is down) is an outage, ridden
                 # out; an answer refusing this source (its node is down) is the source's own.

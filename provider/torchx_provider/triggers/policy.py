@@ -6,6 +6,11 @@
   follows do not retry in step -- for up to an outage budget (``outage_budget``, default
   :data:`OUTAGE_BUDGET` seconds). Only then does it give up, saying how long it tried; the job
   may still be running, and a retry of the task reattaches to it.
+* **A refusal of what was allowed before is ridden out briefly.** A 403 (or a certificate
+  not trusted) on the first read fails at once: waiting does not grant a permission. The same
+  refusal of a read that already succeeded in this follow is what an API server answers
+  while it restarts (its authorizer has not loaded the Roles yet), or while a Role is being
+  replaced; it is retried like an outage for at most :data:`REFUSAL_GRACE` seconds.
 * **A deadline** (``execution_timeout`` or ``follow_timeout``) ends a follow with a timeout;
   the job is cancelled first unless ``on_kill_action="keep"``. A cancel is bounded by
   :data:`CANCEL_TIMEOUT`.
@@ -28,6 +33,8 @@ from torchx_provider.errors import InvalidOptionError
 
 #: default seconds a follow rides out an unreachable backend before it gives up
 OUTAGE_BUDGET = 600.0
+#: seconds a refusal of a read that succeeded before is retried before it is final
+REFUSAL_GRACE = 60.0
 #: seconds before the first retry of an outage (then doubling, capped at the poll interval)
 FIRST_RETRY = 1.0
 #: each retry delay is varied by up to this fraction, up or down

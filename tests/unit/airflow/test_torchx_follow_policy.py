@@ -26,7 +26,7 @@ from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger, checkpoint_value
-from torchx_provider.triggers.policy import retry_delay
+from torchx_provider.triggers.policy import REFUSAL_GRACE, retry_delay
 
 
 class Clock:
@@ -178,6 +178,39 @@ async def test_a_refused_permission_ends_the_follow_at_once_as_a_configuration_e
     assert message is not None and "as configured: jobs is forbidden" in message
 
 
+class AllowedThenRefused(torchx_fakes.FakeAsyncClient):
+    """The first describe is answered, then ``refusals`` of them get a 403 (an API server
+    that restarted and has not loaded its Roles yet), then they are answered again."""
+
+    def __init__(self, refusals: float) -> None:
+        super().__init__()
+        self.calls, self.refusals = 0, refusals
+
+    async def describe(self, app_id: str) -> Any:
+        self.calls += 1
+        if 1 < self.calls <= 1 + self.refusals:
+            raise BackendConfigurationError("jobs is forbidden: role not found", status=403)
+        return await super().describe(app_id)
+
+
+async def test_a_refusal_of_what_was_allowed_is_ridden_out_briefly(fake_cluster: Any) -> None:
+    """An API server answers 403 for a few seconds after it restarts: a follow that has
+    described the app before retries, and finishes."""
+    clock = Clock()
+    log = ListLog()
+    event = await follower(AllowedThenRefused(3), submit(ticks=3), clock, log).run()
+    assert event.succeeded, event.message
+    assert clock.now > 0 and any("role not found" in ln for ln in log.lines)
+
+
+async def test_a_refusal_of_what_was_allowed_is_final_after_the_grace(fake_cluster: Any) -> None:
+    clock = Clock()
+    event = await follower(AllowedThenRefused(float("inf")), submit(ticks=50), clock).run()
+    assert event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION
+    assert f"refused for {REFUSAL_GRACE:.0f}s after it was allowed" in event.message
+    assert REFUSAL_GRACE <= clock.now < REFUSAL_GRACE + 20
+
+
 async def test_credentials_refused_again_after_resolving_them_end_the_follow_at_once(
     fake_cluster: Any,
 ) -> None:
@@ -276,6 +309,33 @@ async def test_a_log_read_refused_by_rbac_is_said_once_and_not_retried(
     )
     assert [ln for ln in log.replica_lines() if ln.startswith("[worker/0]")] == [
         f"[worker/0] worker 0 line {i}" for i in range(3)
+    ]
+
+
+async def test_a_log_read_refused_after_it_was_allowed_is_retried_and_loses_no_line(
+    fake_cluster: Any,
+) -> None:
+    app_id = submit(lines=3, ticks=3, replicas=2)
+    clock = Clock()
+    reads: list[int] = []
+
+    class RestartingServer(torchx_fakes.FakeAsyncClient):
+        async def read_logs(
+            self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+        ) -> Any:
+            if replica_id == 1:
+                reads.append(replica_id)
+                if len(reads) in (2, 3):
+                    raise BackendConfigurationError("pods/log is forbidden: role not found", 403)
+            return await super().read_logs(app_id, role_name, replica_id, cursor)
+
+    log = ListLog()
+    event = await follower(RestartingServer(), app_id, clock, log, poll_interval=0.01).run()
+    assert event.succeeded, event.message
+    assert len(reads) > 3
+    assert not any("not forwarded" in ln for ln in log.lines)
+    assert [ln for ln in log.replica_lines() if ln.startswith("[worker/1]")] == [
+        f"[worker/1] worker 1 line {i}" for i in range(3)
     ]
 
 
