@@ -34,20 +34,12 @@ class PatchingKube(FakeKube):
             target[last] = op["value"]
 
 
-class PatchingAsyncKube(FakeAsyncKube):
-    async def patch(
-        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
-    ) -> None:
-        self.sync.patch(res, namespace, name, ops)  # type: ignore[attr-defined]
-
-
 def app() -> specs.AppDef:
     return specs.AppDef("a", [specs.Role("trainer", image="img", entrypoint="x", num_replicas=2)])
 
 
 def scheduler(fake: FakeKube) -> Any:
-    s = create_scheduler("s", namespace="ns")
-    s.kube = fake
+    s = create_scheduler("s", namespace="ns", kube=fake)
     return s
 
 
@@ -83,8 +75,7 @@ async def test_async_cancel_patches_the_same_way() -> None:
     s = scheduler(fake)
     app_id = s.schedule(s.submit_dryrun(app(), {}))
     set_phase(fake, app_id, "Suspended")
-    client = create_async_client(namespace="ns")
-    client.kube = PatchingAsyncKube(fake)
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
     await client.cancel(app_id)
     resp = await client.describe(app_id)
     assert resp is not None and resp.state is AppState.CANCELLED

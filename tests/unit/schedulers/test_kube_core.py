@@ -22,6 +22,7 @@ from torchx_provider.errors import (
     InvalidOptionError,
     SubmissionError,
 )
+from torchx_provider.schedulers.kube.io import Immediate
 from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_async_client
 from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource
@@ -144,31 +145,10 @@ class FakeKube:
         pass
 
 
-class FakeAsyncKube:
-    def __init__(self, sync: FakeKube) -> None:
-        self.sync = sync
+class FakeAsyncKube(Immediate):
+    """The triggerer's API calls over :class:`FakeKube`."""
 
-    async def create(
-        self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
-    ) -> dict[str, Any]:
-        return self.sync.create(res, namespace, body, dry_run)
-
-    async def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
-        return self.sync.get_cluster_object(res, name)
-
-    async def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.sync.get(res, namespace, name)
-
-    async def list_objects(
-        self, res: CustomResource, namespace: str, selector: str
-    ) -> list[dict[str, Any]]:
-        return self.sync.list_objects(res, namespace, selector)
-
-    async def delete(self, res: CustomResource, namespace: str, name: str) -> None:
-        self.sync.delete(res, namespace, name)
-
-    async def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return self.sync.pods(namespace, selector)
+    sync: FakeKube
 
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
         return b"".join(self.sync.log_chunks(kwargs))
@@ -209,8 +189,7 @@ def fake() -> FakeKube:
 
 @pytest.fixture
 def volcano(fake: FakeKube) -> Any:
-    scheduler = create_scheduler("s", namespace="ns")
-    scheduler.kube = fake
+    scheduler = create_scheduler("s", namespace="ns", kube=fake)
     return scheduler
 
 
@@ -377,8 +356,7 @@ def test_find_apps_searches_the_namespace_the_task_submitted_to(
 
 
 def test_find_apps_skips_a_later_namespace_it_may_not_list(fake: FakeKube) -> None:
-    scheduler = create_scheduler("s", namespace="default-ns")
-    scheduler.kube = fake
+    scheduler = create_scheduler("s", namespace="default-ns", kube=fake)
     key = TaskInstanceKey("dag", "task", "run", -1, 1)
     job = scheduler.schedule(
         scheduler.submit_dryrun(app(), {"queue": "q", "namespace": "team"}, ti_key=key)
@@ -482,8 +460,7 @@ def test_workspace_images_are_built_then_used(
 
 def test_mcad_falls_back_to_the_legacy_group_and_cancel_deletes() -> None:
     fake = FakeKube(unserved={"workload.codeflare.dev"})
-    scheduler = mcad_scheduler("s", namespace="ns")
-    scheduler.kube = fake
+    scheduler = mcad_scheduler("s", namespace="ns", kube=fake)
     info = scheduler.submit_dryrun(app(), {"api_group": "mcad.ibm.com"})
     app_id = scheduler.schedule(info)
     ns, name = app_id.split(":")
@@ -500,15 +477,14 @@ def test_mcad_apps_are_found_under_either_group_when_both_are_served() -> None:
     """A cluster serving both AppWrapper groups: an app created under the legacy group
     (``api_group``) is described, listed, found and deleted there, not reported missing."""
     fake = FakeKube()
-    scheduler = mcad_scheduler("s", namespace="ns")
-    scheduler.kube = fake
+    scheduler = mcad_scheduler("s", namespace="ns", kube=fake)
     key = TaskInstanceKey("dag", "task", "run", -1, 1)
     current = scheduler.schedule(scheduler.submit_dryrun(app(), {}, ti_key=key))
     legacy = scheduler.schedule(
         scheduler.submit_dryrun(app(), {"api_group": "mcad.ibm.com"}, ti_key=key)
     )
-    other = mcad_scheduler("s", namespace="ns")  # knows nothing of how they were created
-    other.kube = fake
+    # knows nothing of how they were created
+    other = mcad_scheduler("s", namespace="ns", kube=fake)
     assert other.describe(current) is not None
     fake.calls.clear()
     assert other.describe(legacy) is not None
@@ -529,8 +505,7 @@ def test_mcad_apps_are_found_under_either_group_when_both_are_served() -> None:
 
 def test_unserved_everywhere_is_a_backend_error() -> None:
     fake = FakeKube(unserved={"workload.codeflare.dev", "mcad.ibm.com"})
-    scheduler = mcad_scheduler("s", namespace="ns")
-    scheduler.kube = fake
+    scheduler = mcad_scheduler("s", namespace="ns", kube=fake)
     with pytest.raises(BackendUnavailableError):
         scheduler.describe("ns:x")
 
@@ -543,8 +518,7 @@ async def test_async_client_follows_the_same_app(volcano: Any, fake: FakeKube) -
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     job = set_phase(fake, app_id, "Running")
     pod = add_pod(fake, job, 0, "Running", ["a", "b"])
-    client = create_async_client(namespace="ns")
-    client.kube = FakeAsyncKube(fake)
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
     resp = await client.describe(app_id)
     assert resp == volcano.describe(app_id)
     lines, cursor = await client.read_logs(app_id, "my-role", 0, LogCursor())
@@ -563,11 +537,9 @@ async def test_async_client_follows_the_same_app(volcano: Any, fake: FakeKube) -
 
 async def test_async_mcad_cancel_deletes() -> None:
     fake = FakeKube()
-    scheduler = mcad_scheduler("s", namespace="ns")
-    scheduler.kube = fake
+    scheduler = mcad_scheduler("s", namespace="ns", kube=fake)
     app_id = scheduler.schedule(scheduler.submit_dryrun(app(), {}))
-    client = mcad_async_client(namespace="ns")
-    client.kube = FakeAsyncKube(fake)
+    client = mcad_async_client(namespace="ns", kube=FakeAsyncKube(fake))
     await client.cancel(app_id)
     assert await client.describe(app_id) is None
 
@@ -584,8 +556,7 @@ async def test_both_faces_read_a_restarting_container_as_no_log_yet(
     restarting = add_pod(fake, job, 0, "Running", ["old"])
     rejected = add_pod(fake, job, 1, "Running", ["x"])
     fake.log_errors.update({restarting: 400, rejected: 422})
-    client = create_async_client(namespace="ns")
-    client.kube = FakeAsyncKube(fake)
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
 
     assert list(volcano.log_iter(app_id, "my-role", 0)) == []
     assert (await client.read_logs(app_id, "my-role", 0, LogCursor())) == ([], LogCursor())
@@ -600,8 +571,7 @@ async def test_both_faces_list_and_find_the_same_apps(volcano: Any, fake: FakeKu
     first = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
     second = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}, ti_key=key))
     volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
-    client = create_async_client(namespace="ns")
-    client.kube = FakeAsyncKube(fake)
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
 
     assert await client.list("s") == volcano.list()
     found = await client.find_apps(key, "s")
@@ -610,7 +580,7 @@ async def test_both_faces_list_and_find_the_same_apps(volcano: Any, fake: FakeKu
 
 
 def test_run_sync_refuses_an_operation_that_waits() -> None:
-    from torchx_provider.schedulers.kube.core import run_sync
+    from torchx_provider.schedulers.kube.io import run_sync
 
     class Suspends:
         def __await__(self) -> Iterator[None]:
@@ -628,9 +598,10 @@ def test_a_long_lived_core_remembers_a_bounded_number_of_homes(
 ) -> None:
     from torchx_provider.schedulers.kube import core as core_module
     from torchx_provider.schedulers.kube.core import KubeCore
+    from torchx_provider.schedulers.kube.volcano.translation import VolcanoTranslation
 
     monkeypatch.setattr(core_module, "HOMES_KEPT", 3)
-    kube_core = KubeCore(None, None)  # type: ignore[arg-type]
+    kube_core = KubeCore(VolcanoTranslation(), FakeAsyncKube(FakeKube()))
     res = CustomResource("g", "v1", "things", "Thing")
     for i in range(5):
         kube_core._home("ns", f"app-{i}", res)

@@ -62,8 +62,7 @@ async def hub() -> AsyncIterator[InformerHub]:
 
 
 def client_for(hub: InformerHub, kube: PushKube) -> Any:
-    client = create_async_client(namespace="ns")
-    client.kube = kube
+    client = create_async_client(namespace="ns", kube=kube)
     client.hub = hub
     return client
 
@@ -108,8 +107,7 @@ async def test_describe_reads_the_cache_and_wait_changed_wakes_on_its_app_only(
     hub: InformerHub,
 ) -> None:
     fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns")
-    volcano.kube = fake
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
     mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     job = set_phase(fake, mine, "Running")
@@ -142,8 +140,7 @@ async def test_describe_reads_the_cache_and_wait_changed_wakes_on_its_app_only(
 
 async def test_deleted_app_is_none_but_last_seen_keeps_its_final_state(hub: InformerHub) -> None:
     fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns")
-    volcano.kube = fake
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     kube = PushKube(fake)
     client = client_for(hub, kube)
@@ -170,12 +167,11 @@ async def test_after_its_own_cancel_the_client_reads_the_api_until_the_watch_sho
     from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 
     fake = FakeKube()
-    mcad = mcad_scheduler("s", namespace="ns")
-    mcad.kube = fake
+    mcad = mcad_scheduler("s", namespace="ns", kube=fake)
     app_id = mcad.schedule(mcad.submit_dryrun(app(), {}))
     kube = PushKube(fake)
-    client = mcad_client(namespace="ns")
-    client.kube, client.hub = kube, hub
+    client = mcad_client(namespace="ns", kube=kube)
+    client.hub = hub
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     resource = appwrapper()  # the group it was created in (the default api_group)
     deleted = copy.deepcopy(fake.get(resource, "ns", app_id.partition(":")[2]))
@@ -193,8 +189,7 @@ async def test_after_its_own_cancel_the_client_reads_the_api_until_the_watch_sho
 
 async def test_unseen_or_unhealthy_falls_back_to_the_api(hub: InformerHub) -> None:
     fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns")
-    volcano.kube = fake
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
     kube = PushKube(fake)
     client = client_for(hub, kube)
     assert await client.describe("ns:later") is None  # never seen: one GET says none
@@ -280,8 +275,7 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
     hub: InformerHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns")
-    volcano.kube = fake
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
     client = client_for(hub, PushKube(fake))
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     assert (await client.describe(app_id)).state is AppState.SUBMITTED

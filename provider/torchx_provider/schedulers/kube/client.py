@@ -33,6 +33,7 @@ from torchx_provider.schedulers.api import (
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
+from torchx_provider.schedulers.kube.io import AsyncKubeIO
 from torchx_provider.schedulers.kube.io_async import AsyncKube
 from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
 from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, started_replica_pod
@@ -61,26 +62,20 @@ class KubeAsyncClient(AsyncSchedulerClient):
         translation: KubeTranslation,
         client_config: KubeClientConfig,
         hub: InformerHub | None = None,
+        *,
+        kube: AsyncKubeIO | None = None,
     ) -> None:
         self.translation = translation
         self.client_config = client_config
-        self.core = KubeCore(translation, None)
-        self.kube = AsyncKube(client_config)
+        #: The API calls (default: :class:`AsyncKube` over ``client_config``).
+        self.kube: AsyncKubeIO = kube or AsyncKube(client_config)
+        self.core = KubeCore(translation, self.kube)
         #: The shared caches (default: the running event loop's).
         self.hub = hub
         self._watches: dict[str, AppWatch] = {}
         #: apps this client changed (cancel) -> the version the cache held then; until the
         #: cache holds another, describe reads the API server
         self._changed_here: dict[str, str | None] = {}
-
-    @property
-    def kube(self) -> Any:
-        """The async API calls (:class:`AsyncKube`, or a stand-in with the same methods)."""
-        return self.core.io
-
-    @kube.setter
-    def kube(self, value: Any) -> None:
-        self.core.io = value
 
     async def watch(self, app_id: str) -> AppWatch:
         """The app's subscription to the shared caches (made, and synced, on first use)."""

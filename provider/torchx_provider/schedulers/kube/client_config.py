@@ -171,7 +171,7 @@ class KubeClientConfig:
     def sync_api_client(self) -> Any:
         """A configured ``kubernetes.client.ApiClient``."""
         from torchx_provider.optional import require
-        from torchx_provider.schedulers.kube.core import run_sync
+        from torchx_provider.schedulers.kube.io import run_sync
 
         client = require("kubernetes.client")
         config = require("kubernetes.config")

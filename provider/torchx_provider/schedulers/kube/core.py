@@ -2,12 +2,12 @@
 
 :class:`KubeCore` does what both backends do around their pure
 :class:`~torchx_provider.schedulers.kube.request.KubeTranslation` -- create, describe, list,
-find, cancel, delete, and find the pod a replica's log comes from -- over an ``io`` object
-with async ``create``/``get``/``list_objects``/``delete``/``pods`` methods. The triggerer's
-:class:`~.client.KubeAsyncClient` gives it :class:`~.io_async.AsyncKube`; the worker's
-:class:`~.scheduler.KubeScheduler` gives it :class:`~.io_sync.SyncKube` seen through
-:class:`Immediate` and runs each operation with :func:`run_sync` (a coroutine that never
-waits finishes on its first step: no event loop). So every decision -- which resource types
+find, cancel, delete, and find the pod a replica's log comes from -- over an
+:class:`~.io.ObjectIO`. The triggerer's :class:`~.client.KubeAsyncClient` gives it
+:class:`~.io_async.AsyncKube`; the worker's :class:`~.scheduler.KubeScheduler` gives it
+:class:`~.io_sync.SyncKube` seen through :class:`~.io.Immediate` and runs each operation with
+:func:`~.io.run_sync` (a coroutine that never waits finishes on its first step: no event
+loop). So every decision -- which resource types
 the server serves and which one an app lives under, what cancel means, which objects ``list``
 and ``find_apps`` return (and in which namespaces), which pod a log is read from -- exists
 once, and both faces behave alike.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from torchx_provider.schedulers.api import (
     Notice,
     refusal_key,
 )
+from torchx_provider.schedulers.kube.io import ObjectIO
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
     replica_selector,
@@ -48,32 +49,6 @@ from torchx_provider.specs.api import is_terminal
 _T = TypeVar("_T")
 
 
-class Immediate:
-    """A sync API object seen as an async one: each method returns a coroutine that calls the
-    sync method and finishes at once (run it with :func:`run_sync`)."""
-
-    def __init__(self, api: Any) -> None:
-        self.api = api
-
-    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
-        method = getattr(self.api, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return method(*args, **kwargs)
-
-        return call
-
-
-def run_sync(operation: Coroutine[Any, Any, _T]) -> _T:
-    """The result of ``operation`` over :class:`Immediate` I/O, without an event loop."""
-    try:
-        operation.send(None)
-    except StopIteration as done:
-        return done.value
-    operation.close()
-    raise RuntimeError("a sync Kubernetes operation waited for something; it must not")
-
-
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
@@ -85,7 +60,7 @@ HOMES_KEPT = 1024
 class KubeCore:
     """The operations of one backend (``translation``) over async ``io``."""
 
-    def __init__(self, translation: KubeTranslation, io: Any) -> None:
+    def __init__(self, translation: KubeTranslation, io: ObjectIO) -> None:
         self.translation = translation
         self.io = io
         #: Resource types the server answered 404 for (CRD not installed): skipped.

@@ -6,7 +6,9 @@ A backend package exports ``create_scheduler(session_name="", **client_kwargs)``
 The kwargs are the plain client parameters of
 :class:`~.client_config.KubeClientConfig` (``kubeconfig``, ``context``, ``in_cluster``,
 ``disable_verify_ssl``, ``namespace``); the scheduler also takes a ready ``api_client``,
-which the async client drops. Nothing is imported until a factory is called.
+which the async client drops. ``kube`` replaces the API calls (an
+:class:`~.io.SyncKubeIO` or :class:`~.io.AsyncKubeIO`). Nothing is imported until a factory
+is called.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchx_provider.schedulers.kube.client import KubeAsyncClient
+    from torchx_provider.schedulers.kube.io import AsyncKubeIO, SyncKubeIO
     from torchx_provider.schedulers.kube.request import KubeTranslation
     from torchx_provider.schedulers.kube.scheduler import KubeScheduler
 
@@ -25,7 +28,9 @@ def backend_factories(
 ) -> tuple[Callable[..., KubeScheduler], Callable[..., KubeAsyncClient]]:
     """``(create_scheduler, create_async_client)`` of the backend of ``translation``."""
 
-    def create_scheduler(session_name: str = "", **client_kwargs: Any) -> KubeScheduler:
+    def create_scheduler(
+        session_name: str = "", *, kube: SyncKubeIO | None = None, **client_kwargs: Any
+    ) -> KubeScheduler:
         """The scheduler, from the plain client kwargs; ``api_client`` may pass a ready
         client."""
         from torchx_provider.schedulers.kube.client_config import KubeClientConfig
@@ -33,14 +38,17 @@ def backend_factories(
 
         api_client = client_kwargs.pop("api_client", None)
         config = KubeClientConfig.from_kwargs(**client_kwargs)
-        return KubeScheduler(translation(), session_name, config, api_client)
+        return KubeScheduler(translation(), session_name, config, api_client, kube=kube)
 
-    def create_async_client(**client_kwargs: Any) -> KubeAsyncClient:
+    def create_async_client(
+        *, kube: AsyncKubeIO | None = None, **client_kwargs: Any
+    ) -> KubeAsyncClient:
         """The async describe/logs/cancel client (triggerer), from the same kwargs."""
         from torchx_provider.schedulers.kube.client import KubeAsyncClient
         from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 
         client_kwargs.pop("api_client", None)
-        return KubeAsyncClient(translation(), KubeClientConfig.from_kwargs(**client_kwargs))
+        config = KubeClientConfig.from_kwargs(**client_kwargs)
+        return KubeAsyncClient(translation(), config, kube=kube)
 
     return create_scheduler, create_async_client

@@ -1,7 +1,7 @@
 """The sync face of a Kubernetes backend: the TorchX-compatible scheduler on the worker.
 
 :class:`KubeScheduler` runs the operations of :class:`~.core.KubeCore` over the sync client
-(:class:`~.io_sync.SyncKube`) with :func:`~.core.run_sync`; what is its own is what only a
+(:class:`~.io_sync.SyncKube`) with :func:`~.io.run_sync`; what is its own is what only a
 worker does: the dry run, building workspace images, and streaming (and following) logs.
 """
 
@@ -20,7 +20,8 @@ from torchx_provider.schedulers.api import (
     Scheduler,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
-from torchx_provider.schedulers.kube.core import Immediate, KubeCore, run_sync
+from torchx_provider.schedulers.kube.core import KubeCore
+from torchx_provider.schedulers.kube.io import Immediate, SyncKubeIO, run_sync
 from torchx_provider.schedulers.kube.io_sync import SyncKube
 from torchx_provider.schedulers.kube.podlogs import is_finished, log_request, no_log_yet
 from torchx_provider.schedulers.kube.request import (
@@ -40,7 +41,10 @@ TAIL_POLL_SECONDS = 1.0
 
 
 class KubeScheduler(Scheduler[KubeRequest]):
-    """The TorchX-compatible scheduler of a Kubernetes backend (sync, on the worker)."""
+    """The TorchX-compatible scheduler of a Kubernetes backend (sync, on the worker).
+
+    ``kube``: the API calls (default: :class:`SyncKube` over ``client_config``, or over a
+    ready ``api_client``)."""
 
     def __init__(
         self,
@@ -48,23 +52,15 @@ class KubeScheduler(Scheduler[KubeRequest]):
         session_name: str = "",
         client_config: KubeClientConfig | None = None,
         api_client: Any = None,
+        *,
+        kube: SyncKubeIO | None = None,
     ) -> None:
         super().__init__(translation.backend, session_name)
         self.translation = translation
         self.client_config = client_config or KubeClientConfig()
-        self.core = KubeCore(translation, None)
-        self.kube = SyncKube(self.client_config, api_client)
+        self.kube: SyncKubeIO = kube or SyncKube(self.client_config, api_client)
+        self.core = KubeCore(translation, Immediate(self.kube))
         self._namespace: str | None = None
-
-    @property
-    def kube(self) -> Any:
-        """The sync API calls (:class:`SyncKube`, or a stand-in with the same methods)."""
-        return self._kube
-
-    @kube.setter
-    def kube(self, value: Any) -> None:
-        self._kube = value
-        self.core.io = Immediate(value)
 
     # -- options and dry run ---------------------------------------------------------------------
     def _run_opts(self) -> runopts:
