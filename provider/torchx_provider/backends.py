@@ -30,9 +30,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.api import AsyncSchedulerClient, Scheduler
 
 #: the entry point group third-party backends register their :class:`Backend` rows under
 ENTRY_POINT_GROUP = "torchx_provider.backends"
@@ -85,13 +88,29 @@ class Backend:
     def __hash__(self) -> int:
         return hash((self.name, self.scheduler_factory, self.async_client_factory))
 
-    def create_scheduler(self, session_name: str = "", **client_kwargs: Any) -> Any:
+    def create_scheduler(self, session_name: str = "", **client_kwargs: Any) -> Scheduler[Any]:
         """The sync scheduler (imports the backend's client library)."""
-        return load(self.scheduler_factory)(session_name, **client_kwargs)
+        from torchx_provider.schedulers.api import Scheduler
 
-    def create_async_client(self, **client_kwargs: Any) -> Any:
+        made = load(self.scheduler_factory)(session_name, **client_kwargs)
+        if not isinstance(made, Scheduler):
+            raise self._not_a(made, Scheduler, self.scheduler_factory)
+        return made
+
+    def create_async_client(self, **client_kwargs: Any) -> AsyncSchedulerClient:
         """The async client: describe, read logs, cancel (triggerer side)."""
-        return load(self.async_client_factory)(**client_kwargs)
+        from torchx_provider.schedulers.api import AsyncSchedulerClient
+
+        made = load(self.async_client_factory)(**client_kwargs)
+        if not isinstance(made, AsyncSchedulerClient):
+            raise self._not_a(made, AsyncSchedulerClient, self.async_client_factory)
+        return made
+
+    def _not_a(self, made: object, kind: type, factory: str) -> TypeError:
+        # A third-party row's factory is only a string until it is called: say which.
+        return TypeError(
+            f"backend {self.name!r}: {factory} made a {type(made).__name__}, not a {kind.__name__}"
+        )
 
     def options_class(self) -> type:
         """The run-option dataclass."""

@@ -126,6 +126,20 @@ def test_register_and_unregister_a_row(fake_cluster: Any) -> None:
     assert get_backend("kubernetes").title == "Volcano"
 
 
+def test_a_factory_that_makes_something_else_is_named() -> None:
+    row = Backend(
+        **{
+            **torchx_fakes.fake_backend("odd_plugin").__dict__,
+            "scheduler_factory": "builtins:str",
+            "async_client_factory": "builtins:dict",
+        }
+    )
+    with pytest.raises(TypeError, match="backend 'odd_plugin': builtins:str made a str, not a Sch"):
+        row.create_scheduler("s")
+    with pytest.raises(TypeError, match="not a AsyncSchedulerClient"):
+        row.create_async_client()
+
+
 def _install_entry_points(root: Path, lines: str) -> None:
     dist = root / "torchx_test_plugin-1.0.dist-info"
     dist.mkdir()
