@@ -3,13 +3,13 @@
 In a triggerer, each follow stores its progress (log cursors, last state) as an XCom, and
 every such write goes through the triggerer's supervisor, which serves the requests of all
 its triggers one at a time. This benchmark runs N real follow checkpoint loops
-(``JobFollower._checkpoints``; the lines themselves are simulated: each follow's progress
-moves every ``--progress-every`` seconds, as a replica writing all the time would move it)
-against a stand-in supervisor that serves one request at a time, each taking ``--service``
-seconds (default 0.011: a real Airflow 3.3 triggerer with SQLite and one API server worker
-served 80-92 XCom writes a second from one trigger, at 1, 10 and 100 concurrent writers).
-A probe stands for the other triggers' requests (events, connections): one request every
-0.1 s, timed from sent to served.
+(:class:`~torchx_provider.triggers.checkpoints.Checkpoints`; the lines themselves are
+simulated: each follow's progress moves every ``--progress-every`` seconds, as a replica
+writing all the time would move it) against a stand-in supervisor that serves one request at
+a time, each taking ``--service`` seconds (default 0.011: a real Airflow 3.3 triggerer with
+SQLite and one API server worker served 80-92 XCom writes a second from one trigger, at 1,
+10 and 100 concurrent writers). A probe stands for the other triggers' requests (events,
+connections): one request every 0.1 s, timed from sent to served.
 
 Each N runs twice in the same process:
 
@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO / "provider"))
 
 from torchx_provider.schedulers.logs import LogCursor  # noqa: E402
 from torchx_provider.specs.api import AppState  # noqa: E402
-from torchx_provider.triggers.follow import JobFollower  # noqa: E402
+from torchx_provider.triggers.checkpoints import Checkpoints  # noqa: E402
 from torchx_provider.triggers.pacing import CheckpointPacer  # noqa: E402
 
 PROBE_EVERY = 0.1
@@ -112,22 +112,20 @@ async def one_run(
 
         return checkpoint
 
+    cursors: list[dict[str, LogCursor]] = [{} for _ in range(follows)]
+
+    def progress_of(i: int) -> Any:
+        return lambda: (dict(cursors[i]), None)
+
     followers = [
-        JobFollower(
-            client=None,  # type: ignore[arg-type]  # only the checkpoint loop runs
-            app_id=f"app-{i}",
-            log=quiet,
-            checkpoint=checkpoint_of(i),
-            pacer=pacer,
-        )
-        for i in range(follows)
+        Checkpoints(checkpoint_of(i), progress_of(i), quiet, pacer=pacer) for i in range(follows)
     ]
 
-    async def progress(f: JobFollower, offset: float) -> None:
+    async def progress(i: int, offset: float) -> None:
         await asyncio.sleep(offset)
         while True:
-            f.cursors["trainer/0"] = LogCursor(since=datetime.now(timezone.utc))
-            f._progress.set()
+            cursors[i]["trainer/0"] = LogCursor(since=datetime.now(timezone.utc))
+            followers[i].moved()
             await asyncio.sleep(every)
 
     probe_latency: list[float] = []
@@ -139,10 +137,9 @@ async def one_run(
             probe_latency.append(time.monotonic() - sent)
             await asyncio.sleep(max(0.0, PROBE_EVERY - (time.monotonic() - sent)))
 
-    tasks = [
-        asyncio.ensure_future(progress(f, every * i / follows)) for i, f in enumerate(followers)
-    ]
-    tasks += [asyncio.ensure_future(f._checkpoints()) for f in followers]
+    tasks = [asyncio.ensure_future(progress(i, every * i / follows)) for i in range(follows)]
+    for f in followers:
+        f.start()
     warmup = min(10.0, seconds / 4)
     await asyncio.sleep(warmup)
     writes, supervisor.checkpoint_busy, measuring = 0, 0.0, True
@@ -161,6 +158,7 @@ async def one_run(
         t.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.gather(*tasks, probes, return_exceptions=True)
+    await asyncio.gather(*(f.stop() for f in followers))
     return {
         "writes_per_s": writes / took,
         "busy_share": supervisor.checkpoint_busy / took,

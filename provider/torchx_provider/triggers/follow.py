@@ -32,18 +32,10 @@ What ends a follow is the app's own state, as the backend reported it:
 A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) never ends or
 pauses the follow: its pump says so once and retries from its cursor.
 
-Progress (the log cursors and the last state seen) is checkpointed while it changes, at most
-every :data:`CHECKPOINT_EVERY` seconds, each time as it was at least
-:data:`CHECKPOINT_LATENESS` seconds before, so a line handed to the log has had that long to
-reach the task log before the cursor that covers it is stored; and once more, as it is, when
-the follow ends or is cancelled from outside (a triggerer stopping flushes its log on the way
-out). The writes of all follows in a process take turns
-(:mod:`~torchx_provider.triggers.pacing`): a follow waiting for its turn keeps taking its
-progress, and its turn stores the newest one old enough. A failed write is tried again
-later, after a pause that doubles per failure up to :data:`CHECKPOINT_BACKOFF` seconds. A
-follow rebuilt from the stored cursors therefore loses nothing; after a graceful stop it
-repeats nothing, after a crash what each replica wrote since the last stored checkpoint
-(about a second with a few follows; with many, the time a turn takes to come round).
+Progress (the log cursors and the last state seen) is checkpointed while it changes, and
+once more when the follow ends or is stopped from outside
+(:mod:`~torchx_provider.triggers.checkpoints`): a follow rebuilt from the stored cursors
+loses nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +56,7 @@ from torchx_provider.errors import (
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
+from torchx_provider.triggers.checkpoints import CHECKPOINT_EVERY, Checkpoint, Checkpoints
 from torchx_provider.triggers.events import (
     ErrorKind,
     EventKind,
@@ -73,7 +66,7 @@ from torchx_provider.triggers.events import (
     status_line,
 )
 from torchx_provider.triggers.logpump import LogPumps
-from torchx_provider.triggers.pacing import Aging, CheckpointPacer
+from torchx_provider.triggers.pacing import CheckpointPacer
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
@@ -112,21 +105,9 @@ def merge_cursors(*maps: Mapping[str, LogCursor]) -> dict[str, LogCursor]:
     return out
 
 
-#: Seconds between checkpoints of a follow's progress, at least (see the module docstring).
-CHECKPOINT_EVERY = 1.0
-#: Seconds between taking the progress and persisting it.
-CHECKPOINT_LATENESS = 0.5
-#: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
-CHECKPOINT_TIMEOUT = 3.0
-#: Seconds between checkpoints at most, after failed ones (which double the pause each).
-CHECKPOINT_BACKOFF = 60.0
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
 FINAL_DRAIN = 120.0
 
-#: what a checkpoint stores: the cursors and the last state
-Progress = tuple[dict[str, LogCursor], "AppState | None"]
-#: persists ``(cursors, last state)``
-Checkpoint = Callable[[dict[str, LogCursor], "AppState | None"], Awaitable[None]]
 #: a fresh client, after the backend refused the current one's credentials (HTTP 401)
 Reconnect = Callable[[], Awaitable[AsyncSchedulerClient]]
 
@@ -183,9 +164,6 @@ class JobFollower:
         self.poll_interval = poll_interval
         self.selection = selection or LogSelection()
         self.cursors: dict[str, LogCursor] = dict(cursors or {})
-        self.checkpoint = checkpoint
-        self.checkpoint_every = checkpoint_every
-        self.pacer = pacer
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
@@ -196,14 +174,17 @@ class JobFollower:
         self.state: AppState | None = state
         self.rows: tuple[ReplicaRow, ...] = ()
         self.ui_url: str | None = None
-        self._persisted: tuple[dict[str, LogCursor], AppState | None] = (dict(self.cursors), state)
         self._outage: Outage | None = None
         self._described = False  # a describe of this follow succeeded
         self._reconnected = False
-        self._checkpoint_failures = 0
         self._held: list[str] = []
-        self._progress = asyncio.Event()  # lines were written, or the state changed
-        self._checkpointing: asyncio.Future[None] | None = None
+        self.checkpoints = Checkpoints(
+            checkpoint,
+            lambda: (dict(self.cursors), self.state),
+            log,
+            every=checkpoint_every,
+            pacer=pacer,
+        )
         self.pumps = LogPumps(
             lambda: self.client,
             app_id,
@@ -212,123 +193,25 @@ class JobFollower:
             retry_base=poll_interval,
             reconnect=self._reconnect,
             rand=rand,
-            on_progress=self._progress.set,
+            on_progress=self.checkpoints.moved,
             clock=clock,
         )
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> JobEvent:
         """Follow until the app is terminal, gone, timed out or unreachable for too long."""
-        self._checkpointing = asyncio.ensure_future(self._checkpoints())
+        self.checkpoints.start()
         try:
             return await self._run()
         except asyncio.CancelledError:
             # Stopped from outside (a triggerer shutting down, a rolling restart): what was
             # handed to the log is flushed on the way out, so keep every line's cursor.
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._persist_final(paced=False)
+                await self.checkpoints.final(paced=False)
             raise
         finally:
-            await self._stop_checkpoints()
+            await self.checkpoints.stop()
             await self.pumps.close()
-
-    async def _stop_checkpoints(self) -> None:
-        """Cancel the periodic checkpoints and wait until they stopped (a write of theirs
-        under way is cancelled; one already sent lands before anything written after)."""
-        task, self._checkpointing = self._checkpointing, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    def _pacer(self) -> CheckpointPacer:
-        if self.pacer is None:
-            self.pacer = CheckpointPacer.current()
-        return self.pacer
-
-    async def _checkpoints(self) -> None:
-        """While progress is made, at most every ``checkpoint_every`` seconds: take the
-        progress, let :data:`CHECKPOINT_LATENESS` seconds pass (the lines it covers reach the
-        task log meanwhile), then wait for a turn of the process's checkpoint writes
-        (:mod:`~torchx_provider.triggers.pacing`) and persist the newest progress taken that
-        long ago (see the module docstring)."""
-        lateness = min(CHECKPOINT_LATENESS, self.checkpoint_every)
-        while self.checkpoint is not None:
-            await self._progress.wait()
-            self._progress.clear()
-            taken: Aging[Progress] = Aging(lateness)
-            taken.take((dict(self.cursors), self.state))
-            await asyncio.sleep(lateness)
-            if taken.settles_in() > 0:  # a timer may fire a hair early
-                await asyncio.sleep(taken.settles_in())
-            await self._checkpoint_in_turn(taken)
-            await asyncio.sleep(self._checkpoint_pause(lateness))
-
-    async def _checkpoint_in_turn(self, taken: Aging[Progress]) -> None:
-        """Wait for a turn, taking the progress meanwhile; then persist the newest progress
-        old enough."""
-        written: list[Progress] = []
-
-        def produce() -> Awaitable[None]:
-            written.append(taken.aged())
-            return self._persist(*written[0])
-
-        turn = asyncio.ensure_future(self._pacer().write(produce))
-        try:
-            await self._keep_taking(taken, turn)
-            await turn
-        finally:
-            turn.cancel()
-        if self._checkpoint_failures or (written and written[0] is not taken.newest()):
-            # not stored (tried again after the pause), or progress taken while waiting
-            self._progress.set()
-
-    async def _keep_taking(self, taken: Aging[Progress], turn: asyncio.Future[None]) -> None:
-        """Until ``turn`` comes: take the progress again whenever it changed and the last
-        one taken is old enough (so the turn stores progress at most ``2 * lateness`` old)."""
-        while not turn.done():
-            settles_in = taken.settles_in()
-            if settles_in > 0:
-                await asyncio.wait({turn}, timeout=settles_in)
-                continue
-            changed = asyncio.ensure_future(self._progress.wait())
-            either: set[asyncio.Future[Any]] = {turn, changed}
-            try:
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                changed.cancel()
-            if self._progress.is_set() and not turn.done():
-                self._progress.clear()
-                taken.take((dict(self.cursors), self.state))
-
-    def _checkpoint_pause(self, lateness: float) -> float:
-        """Seconds until the next checkpoint may be taken: the rest of ``checkpoint_every``;
-        after failed writes, doubling per failure up to :data:`CHECKPOINT_BACKOFF`."""
-        if self._checkpoint_failures:
-            doubled = self.checkpoint_every * 2.0**self._checkpoint_failures
-            return min(CHECKPOINT_BACKOFF, doubled)
-        return max(0.0, self.checkpoint_every - lateness)
-
-    async def _persist_final(self, *, paced: bool = True) -> None:
-        """Persist the progress as it is now (the follow ended, or is stopped from outside);
-        its own periodic checkpoints are stopped first, so that none of theirs lands after
-        it. ``paced``: in a turn ahead of other follows' periodic checkpoints; else at once.
-
-        A follow stopped from outside writes at once: a triggerer shutting down stops
-        reading its supervisor's answers before it cancels its triggers, so each write then
-        waits out its timeout though the supervisor serves it. Taking turns, one follow's
-        final write would make all the others miss theirs."""
-        await self._stop_checkpoints()
-        progress = (dict(self.cursors), self.state)
-        if not paced:
-            await self._persist(*progress)
-            return
-        try:
-            await asyncio.wait_for(
-                self._pacer().write(lambda: self._persist(*progress), final=True),
-                CHECKPOINT_TIMEOUT,
-            )
-        except asyncio.TimeoutError:
-            self.log.warning("could not store the final log cursors in time; continuing")
 
     async def _run(self) -> JobEvent:
         while True:
@@ -367,7 +250,7 @@ class JobFollower:
             self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
                 await self._finish_logs()
-                await self._persist_final()
+                await self.checkpoints.final()
                 return self._event(EventKind.FINISHED, self._message)
             await self._until_changed(self.poll_interval)
 
@@ -551,26 +434,6 @@ class JobFollower:
             self.log.info("%s", line)
         else:
             held.append(line)
-
-    async def _persist(self, cursors: dict[str, LogCursor], state: AppState | None) -> None:
-        progress = (dict(cursors), state)
-        if self.checkpoint is None or progress == self._persisted:
-            return
-        try:
-            await asyncio.wait_for(self.checkpoint(*progress), CHECKPOINT_TIMEOUT)
-        except Exception as e:  # a lost checkpoint only means more repeats after a restart
-            self._checkpoint_failures += 1
-            if self._checkpoint_failures == 1:
-                self.log.warning(
-                    "could not store log cursors (%s); trying again later (a triggerer "
-                    "restart meanwhile repeats lines from the last stored cursors)",
-                    type(e).__name__ if isinstance(e, asyncio.TimeoutError) else e,
-                )
-            return
-        self._persisted = progress
-        if self._checkpoint_failures:
-            self.log.info("log cursors stored again")
-        self._checkpoint_failures = 0
 
     def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
         return JobEvent(

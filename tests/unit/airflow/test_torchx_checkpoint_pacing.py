@@ -13,6 +13,7 @@ import torchx_fakes
 from task_log import TaskLog as ListLog
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.checkpoints import Checkpoints
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.pacing import Aging, CheckpointPacer
 
@@ -229,26 +230,32 @@ async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluste
     assert sum("log cursors stored again" in ln for ln in log.lines) >= 1
 
 
-def idle_follower(checkpoint: Any, every: float, pacer: CheckpointPacer) -> JobFollower:
-    """A follow whose checkpoint loop the test drives (its progress set by hand)."""
-    follower = JobFollower(
-        client=None,  # type: ignore[arg-type]  # only the checkpoint loop runs
-        app_id="app-1",
-        log=ListLog(),
-        checkpoint=checkpoint,
-        checkpoint_every=every,
-        pacer=pacer,
-    )
-    follower._checkpointing = asyncio.ensure_future(follower._checkpoints())
-    return follower
+class Progressing:
+    """A follow's progress, set by hand, and its running checkpoints."""
+
+    def __init__(self, checkpoint: Any, every: float, pacer: CheckpointPacer) -> None:
+        self.cursors: dict[str, LogCursor] = {}
+        self.state: AppState | None = None
+        self.checkpoints = Checkpoints(
+            checkpoint,
+            lambda: (dict(self.cursors), self.state),
+            ListLog(),
+            every=every,
+            pacer=pacer,
+        )
+        self.checkpoints.start()
 
 
-def moved(follower: JobFollower, second: int) -> None:
+def idle_follower(checkpoint: Any, every: float, pacer: CheckpointPacer) -> Progressing:
+    return Progressing(checkpoint, every, pacer)
+
+
+def moved(follower: Progressing, second: int) -> None:
     """The follow's replica wrote a line stamped ``second``."""
     follower.cursors["trainer/0"] = LogCursor(
         since=datetime(2026, 1, 1, 0, 0, second, tzinfo=timezone.utc)
     )
-    follower._progress.set()
+    follower.checkpoints.moved()
 
 
 async def test_a_failed_write_is_tried_again_though_the_follow_went_quiet() -> None:
@@ -265,9 +272,9 @@ async def test_a_failed_write_is_tried_again_though_the_follow_went_quiet() -> N
         if len(attempts) >= 2:
             break
         await asyncio.sleep(0.01)
-    await follower._stop_checkpoints()
+    await follower.checkpoints.stop()
     assert len(attempts) == 2, "tried again after its pause (0.1 s), not only on new lines"
-    assert follower._persisted[0]["trainer/0"].since is not None
+    assert follower.checkpoints.stored[0]["trainer/0"].since is not None
 
 
 async def test_no_periodic_write_of_a_follow_lands_after_its_final_one() -> None:
@@ -295,7 +302,7 @@ async def test_no_periodic_write_of_a_follow_lands_after_its_final_one() -> None
     assert pacer.waiting == 1
     moved(follower, 2)
     follower.state = AppState.SUCCEEDED
-    final = asyncio.ensure_future(follower._persist_final())
+    final = asyncio.ensure_future(follower.checkpoints.final())
     await asyncio.sleep(0.01)
     release.set()
     await asyncio.wait_for(final, 5)
@@ -332,10 +339,10 @@ async def test_stored_progress_was_taken_at_least_lateness_before_its_write() ->
             since=datetime(2026, 1, 1, 0, 0, i // 100, (i % 100) * 10_000, tzinfo=timezone.utc)
         )
         moved_at[(i // 100) * 1000 + (i % 100) * 10] = loop.time()
-        follower._progress.set()
+        follower.checkpoints.moved()
         await asyncio.sleep(0.01)
     await others
-    await follower._stop_checkpoints()
+    await follower.checkpoints.stop()
     assert len(stored) >= 3
     ages = [written_at - moved_at[n] for written_at, n in stored]
     assert min(ages) >= lateness, ages
@@ -349,9 +356,9 @@ async def test_follows_stopped_together_all_send_their_final_write(
     """A triggerer shutting down stops reading its supervisor's answers before it cancels
     its triggers: every write then waits out its timeout, though it is served. Follows
     cancelled together each send their final write at once, not one per timeout."""
-    from torchx_provider.triggers import follow as follow_module
+    from torchx_provider.triggers import checkpoints as checkpoints_module
 
-    monkeypatch.setattr(follow_module, "CHECKPOINT_TIMEOUT", 0.5)
+    monkeypatch.setattr(checkpoints_module, "CHECKPOINT_TIMEOUT", 0.5)
     sent: list[str] = []
     pacer = CheckpointPacer(min_gap=0.0)
     never = asyncio.Event()

@@ -1,0 +1,203 @@
+"""A follow's checkpoints: its progress (log cursors, last state) stored while it changes.
+
+While progress is made, at most every ``every`` seconds, :class:`Checkpoints` takes the
+progress, lets :data:`CHECKPOINT_LATENESS` seconds pass (a line handed to the log reaches the
+task log meanwhile, before the cursor that covers it is stored), then waits for a turn of the
+process's checkpoint writes (:mod:`~torchx_provider.triggers.pacing`), taking the progress
+again while it waits, and stores the newest one old enough. A failed write is tried again
+after a pause that doubles per failure up to :data:`CHECKPOINT_BACKOFF` seconds. When the
+follow ends or is stopped from outside, :meth:`Checkpoints.final` stores the progress as it
+is, after the periodic writes have stopped (none of theirs lands after it).
+
+A follow rebuilt from the stored cursors therefore loses nothing; after a graceful stop it
+repeats nothing, after a crash what each replica wrote since the last stored checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from torchx_provider.schedulers.logs import LogCursor
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.pacing import Aging, CheckpointPacer
+
+#: Seconds between checkpoints of a follow's progress, at least.
+CHECKPOINT_EVERY = 1.0
+#: Seconds between taking the progress and persisting it.
+CHECKPOINT_LATENESS = 0.5
+#: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
+CHECKPOINT_TIMEOUT = 3.0
+#: Seconds between checkpoints at most, after failed ones (which double the pause each).
+CHECKPOINT_BACKOFF = 60.0
+
+#: what a checkpoint stores: the cursors and the last state
+Progress = tuple[dict[str, LogCursor], "AppState | None"]
+#: persists ``(cursors, last state)``
+Checkpoint = Callable[[dict[str, LogCursor], "AppState | None"], Awaitable[None]]
+
+
+class Checkpoints:
+    """The checkpoints of one follow (see the module docstring).
+
+    :param write: persists a progress; ``None``: nothing is stored.
+    :param progress: the follow's progress now.
+    :param log: where a failed (and a recovered) write is said, once each.
+    :param every: seconds between checkpoints.
+    :param pacer: whose turns the writes take; the event loop's by default.
+    :param stored: the progress already stored (not written again).
+    :param clock: monotonic seconds; :param sleep: waits.
+    """
+
+    def __init__(
+        self,
+        write: Checkpoint | None,
+        progress: Callable[[], Progress],
+        log: Any,
+        *,
+        every: float = CHECKPOINT_EVERY,
+        pacer: CheckpointPacer | None = None,
+        stored: Progress | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.write = write
+        self.progress = progress
+        self.log = log
+        self.every = every
+        self.pacer = pacer
+        self.clock = clock
+        self.sleep = sleep
+        #: the progress last stored
+        self.stored: Progress = stored if stored is not None else progress()
+        #: writes failed in a row
+        self.failures = 0
+        self._moved = asyncio.Event()
+        self._task: asyncio.Future[None] | None = None
+
+    def moved(self) -> None:
+        """The progress changed (lines were written, or the state changed)."""
+        self._moved.set()
+
+    def start(self) -> None:
+        """Start the periodic checkpoints (until :meth:`stop`)."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        """Stop the periodic checkpoints and wait until they stopped (a write of theirs
+        under way is cancelled; one already sent lands before anything written after)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def final(self, *, paced: bool = True) -> None:
+        """Store the progress as it is now (the follow ended, or is stopped from outside),
+        after the periodic checkpoints stopped. ``paced``: in a turn ahead of other follows'
+        periodic checkpoints; else at once.
+
+        A follow stopped from outside writes at once: a triggerer shutting down stops
+        reading its supervisor's answers before it cancels its triggers, so each write then
+        waits out its timeout though the supervisor serves it. Taking turns, one follow's
+        final write would make all the others miss theirs."""
+        await self.stop()
+        progress = self.progress()
+        if not paced:
+            await self._store(progress)
+            return
+        try:
+            await asyncio.wait_for(
+                self._pacer().write(lambda: self._store(progress), final=True),
+                CHECKPOINT_TIMEOUT,
+            )
+        except asyncio.TimeoutError:
+            self.log.warning("could not store the final log cursors in time; continuing")
+
+    # -- the periodic writes -------------------------------------------------------------------
+    def _pacer(self) -> CheckpointPacer:
+        if self.pacer is None:
+            self.pacer = CheckpointPacer.current()
+        return self.pacer
+
+    async def _loop(self) -> None:
+        lateness = min(CHECKPOINT_LATENESS, self.every)
+        while self.write is not None:
+            await self._moved.wait()
+            self._moved.clear()
+            taken: Aging[Progress] = Aging(lateness, self.clock)
+            taken.take(self.progress())
+            await self.sleep(lateness)
+            if taken.settles_in() > 0:  # a timer may fire a hair early
+                await self.sleep(taken.settles_in())
+            await self._in_turn(taken)
+            await self.sleep(self._pause(lateness))
+
+    async def _in_turn(self, taken: Aging[Progress]) -> None:
+        """Wait for a turn, taking the progress meanwhile; then store the newest progress
+        old enough."""
+        written: list[Progress] = []
+
+        def produce() -> Awaitable[None]:
+            written.append(taken.aged())
+            return self._store(written[0])
+
+        turn = asyncio.ensure_future(self._pacer().write(produce))
+        try:
+            await self._keep_taking(taken, turn)
+            await turn
+        finally:
+            turn.cancel()
+        if self.failures or (written and written[0] is not taken.newest()):
+            # not stored (tried again after the pause), or progress taken while waiting
+            self._moved.set()
+
+    async def _keep_taking(self, taken: Aging[Progress], turn: asyncio.Future[None]) -> None:
+        """Until ``turn`` comes: take the progress again whenever it changed and the last
+        one taken is old enough (so the turn stores progress at most ``2 * lateness`` old)."""
+        while not turn.done():
+            settles_in = taken.settles_in()
+            if settles_in > 0:
+                await _first(turn, asyncio.ensure_future(self.sleep(settles_in)))
+                continue
+            await _first(turn, asyncio.ensure_future(self._moved.wait()))
+            if self._moved.is_set() and not turn.done():
+                self._moved.clear()
+                taken.take(self.progress())
+
+    def _pause(self, lateness: float) -> float:
+        """Seconds until the next checkpoint may be taken: the rest of ``every``; after
+        failed writes, doubling per failure up to :data:`CHECKPOINT_BACKOFF`."""
+        if self.failures:
+            return min(CHECKPOINT_BACKOFF, self.every * 2.0**self.failures)
+        return max(0.0, self.every - lateness)
+
+    async def _store(self, progress: Progress) -> None:
+        progress = (dict(progress[0]), progress[1])
+        if self.write is None or progress == self.stored:
+            return
+        try:
+            await asyncio.wait_for(self.write(*progress), CHECKPOINT_TIMEOUT)
+        except Exception as e:  # a lost checkpoint only means more repeats after a restart
+            self.failures += 1
+            if self.failures == 1:
+                self.log.warning(
+                    "could not store log cursors (%s); trying again later (a triggerer "
+                    "restart meanwhile repeats lines from the last stored cursors)",
+                    type(e).__name__ if isinstance(e, asyncio.TimeoutError) else e,
+                )
+            return
+        self.stored = progress
+        if self.failures:
+            self.log.info("log cursors stored again")
+        self.failures = 0
+
+
+async def _first(turn: asyncio.Future[None], other: asyncio.Future[Any]) -> None:
+    """Wait until ``turn`` or ``other`` is done; ``other`` is cancelled either way."""
+    try:
+        await asyncio.wait({turn, other}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        other.cancel()
