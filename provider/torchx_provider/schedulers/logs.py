@@ -371,9 +371,9 @@ class LogCursor:
         """
         if line.key is None:
             return self
-        moving = _Moving(None if self.since is None else time_key(self.since), self.seen_at_since)
-        moving.after(line.key)
-        return moving.cursor(self)
+        passed = Resumed(self, catching_up=False)
+        passed.feed((line,))
+        return passed.cursor
 
     def is_done(self, instance: str) -> bool:
         """Whether ``instance`` was read to its end."""
@@ -394,68 +394,23 @@ class LogCursor:
         return replace(self, instance=instance, done=done[-DONE_KEPT:])
 
 
-def advance(
-    cursor: LogCursor, lines: Iterable[TimestampedLine]
-) -> tuple[list[TimestampedLine], LogCursor]:
-    """Drop the lines ``cursor`` has already emitted; return the new ones and the new cursor.
-
-    ``lines`` must be in backend order (non-decreasing timestamps), starting at or before
-    ``cursor.since``. Lines without a timestamp are always emitted and do not move the cursor.
-    """
-    new: list[TimestampedLine] = []
-    since = None if cursor.since is None else time_key(cursor.since)
-    skip_at_since = cursor.seen_at_since
-    moved = _Moving(since, cursor.seen_at_since)
-    for line in lines:
-        key = line.key
-        if key is not None and since is not None:
-            if key < since:
-                continue
-            if key == since and skip_at_since > 0:
-                skip_at_since -= 1
-                continue
-        new.append(line)
-        moved.after(key)
-    return new, moved.cursor(cursor)
-
-
-class _Moving:
-    """A cursor's time and count as lines pass (:meth:`LogCursor.after` without a cursor
-    per line), by key."""
-
-    __slots__ = ("key", "moved", "seen")
-
-    def __init__(self, key: str | None, seen: int) -> None:
-        self.key, self.seen, self.moved = key, seen, False
-
-    def after(self, key: str | None) -> None:
-        if key is None or (self.key is not None and key < self.key):
-            return
-        if key == self.key:
-            self.seen += 1
-        else:
-            self.key, self.seen = key, 1
-        self.moved = True
-
-    def cursor(self, cursor: LogCursor) -> LogCursor:
-        """``cursor`` moved to where the lines passed took it."""
-        if not self.moved or self.key is None:
-            return cursor
-        return replace(cursor, since=key_time(self.key), seen_at_since=self.seen)
-
-
 class Resumed:
-    """Drop the lines of a log read again from a cursor that the cursor has emitted, across
-    the batches of one stream, and keep the cursor after each line passed on.
+    """The one cursor rule: drop the lines of a log read again from a cursor that the cursor
+    has emitted, across the batches of one stream, and keep the cursor after each line
+    passed on.
 
-    Unlike :func:`advance` (one batch), it stops dropping at the first line past the cursor:
-    later lines with the cursor's timestamp are new ones.
+    Lines come in backend order (non-decreasing timestamps). While catching up, a line
+    older than the cursor, or one of the ``seen_at_since`` lines at its time, is dropped; the
+    first line past the cursor ends the catching up (later lines with the cursor's timestamp
+    are new ones). Lines without a timestamp are always passed on and do not move the cursor.
+    ``catching_up=False``: every line given was emitted (nothing is dropped; the cursor only
+    moves, never back).
     """
 
-    def __init__(self, cursor: LogCursor) -> None:
+    def __init__(self, cursor: LogCursor, *, catching_up: bool = True) -> None:
         self.cursor = cursor
         self._skip = cursor.seen_at_since
-        self._catching_up = cursor.since is not None
+        self._catching_up = catching_up and cursor.since is not None
         # the cursor's time as a key, and its count (the cursor itself is remade only when
         # a batch moves them)
         self._since = None if cursor.since is None else time_key(cursor.since)
@@ -478,7 +433,7 @@ class Resumed:
                         continue
                 catching_up = False
             append(line)
-            # as _Moving.after, inlined: this runs for every line of a followed log
+            # the cursor after the line: it runs for every line of a followed log
             if key is None or (since is not None and key < since):
                 continue
             if key == since:
@@ -490,6 +445,16 @@ class Resumed:
             self._since, self._seen = since, seen
             self.cursor = replace(self.cursor, since=key_time(since), seen_at_since=seen)
         return new
+
+
+def advance(
+    cursor: LogCursor, lines: Iterable[TimestampedLine]
+) -> tuple[list[TimestampedLine], LogCursor]:
+    """One batch read from ``cursor`` (see :class:`Resumed`): the lines not emitted yet,
+    and the cursor after them."""
+    resumed = Resumed(cursor)
+    new = resumed.feed(lines)
+    return new, resumed.cursor
 
 
 @dataclass(frozen=True)
