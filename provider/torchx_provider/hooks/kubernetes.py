@@ -242,10 +242,15 @@ def resolve_kube_client(
                     kwargs["in_cluster"] = True
                     text = ""
                 else:
+                    searched = (
+                        f"no file of KUBECONFIG={env['KUBECONFIG']!r} exists"
+                        if env.get("KUBECONFIG", "").strip(os.pathsep)
+                        else "no KUBECONFIG, no ~/.kube/config"
+                    )
                     raise InvalidOptionError(
-                        f"{where} gives no Kubernetes configuration and none was found (no "
-                        "KUBECONFIG, no ~/.kube/config, not running in a cluster); set "
-                        "kube_config_path, kube_config or in_cluster in the connection",
+                        f"{where} gives no Kubernetes configuration and none was found "
+                        f"({searched}, not running in a cluster); set kube_config_path, "
+                        "kube_config or in_cluster in the connection",
                         "conn_id",
                     )
             else:

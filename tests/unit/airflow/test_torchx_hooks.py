@@ -108,6 +108,20 @@ def test_environment_defaults(tmp_path: Path) -> None:
     assert kwargs == {"in_cluster": True} or "kubeconfig" in kwargs
 
 
+def test_a_kubeconfig_variable_naming_missing_files_is_said_not_replaced_by_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(yaml.safe_dump(KUBECONFIG))
+    monkeypatch.setenv("HOME", str(home))
+    missing = str(tmp_path / "missing")
+    with pytest.raises(InvalidOptionError, match=f"no file of KUBECONFIG='{missing}' exists"):
+        resolve_kube_client({}, None, env={"KUBECONFIG": missing})
+    kwargs, _ = resolve_kube_client({}, None, env={})  # unset: ~/.kube/config, as kubectl
+    assert "https://1.2.3.4:6443" in kwargs["kubeconfig"]
+
+
 def test_cncf_kubernetes_connection_works_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     set_conn(
         monkeypatch,

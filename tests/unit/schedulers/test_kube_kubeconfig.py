@@ -16,13 +16,23 @@ from torchx_provider.schedulers.kube.kubeconfig import (
 )
 
 
-def test_candidates_are_kubeconfig_entries_then_home() -> None:
+def test_candidates_are_kubeconfig_entries_else_home() -> None:
     env = {"KUBECONFIG": os.pathsep.join(["/a", "", "~/b"])}
-    assert kubeconfig_candidates(env) == [
-        Path("/a"),
-        Path("~/b").expanduser(),
-        Path("~/.kube/config").expanduser(),
-    ]
+    assert kubeconfig_candidates(env) == [Path("/a"), Path("~/b").expanduser()]
+    home = [Path("~/.kube/config").expanduser()]
+    assert kubeconfig_candidates({}) == kubeconfig_candidates({"KUBECONFIG": ""}) == home
+
+
+def test_a_kubeconfig_of_missing_files_never_falls_back_to_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for kubectl: ~/.kube/config may be another cluster."""
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text("clusters: []")
+    monkeypatch.setenv("HOME", str(home))
+    assert find_kubeconfig({}) == home / ".kube" / "config"
+    assert find_kubeconfig({"KUBECONFIG": str(tmp_path / "missing")}) is None
 
 
 def test_find_takes_the_first_existing_file(tmp_path: Path) -> None:

@@ -58,6 +58,15 @@ class ConfigSource:
     data: dict[str, Any] | None = field(default=None, repr=False)  # tokens, keys
     path: str | None = None
 
+    def kubeconfig(self) -> Mapping[str, Any] | None:
+        """The kubeconfig this source reads (``None``: in-cluster, or none found)."""
+        if self.kind == "file" and self.path:
+            return read_kubeconfig(Path(self.path))
+        if self.kind == "default":
+            found = find_kubeconfig(os.environ)
+            return read_kubeconfig(found) if found else None
+        return self.data
+
 
 #: Connections the shared async client may open to one API server beyond the log streams
 #: the process may hold (:func:`~torchx_provider.schedulers.streams.stream_cap`): room for
@@ -129,12 +138,7 @@ class KubeClientConfig:
         if self.namespace:
             return self.namespace
         src = self.source()
-        data: Mapping[str, Any] | None = src.data
-        if src.kind == "file" and src.path:
-            data = read_kubeconfig(Path(src.path))
-        elif src.kind == "default":
-            found = find_kubeconfig(os.environ)
-            data = read_kubeconfig(found) if found else None
+        data = src.kubeconfig()
         if data is not None:
             ns = context_namespace(data, self.context)
             if ns:
@@ -150,12 +154,7 @@ class KubeClientConfig:
         bad input, reported once and never retried as if the cluster were down. A file
         that cannot be read is left to the client library to report."""
         src = src or self.source()
-        data: Mapping[str, Any] | None = src.data
-        if src.kind == "file" and src.path:
-            data = read_kubeconfig(Path(src.path))
-        elif src.kind == "default":
-            found = find_kubeconfig(os.environ)
-            data = read_kubeconfig(found) if found else None
+        data = src.kubeconfig()
         if data is not None:
             check_context(data, self.context)
 

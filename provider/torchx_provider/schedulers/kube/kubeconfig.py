@@ -21,15 +21,17 @@ from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 
-#: Where ``kubectl`` looks when ``KUBECONFIG`` names no file.
+#: Where ``kubectl`` looks when ``KUBECONFIG`` is not set.
 HOME_KUBECONFIG = "~/.kube/config"
 
 
 def kubeconfig_candidates(env: Mapping[str, str]) -> list[Path]:
-    """The files ``kubectl`` would consider, in order: each entry of ``KUBECONFIG``, then
-    ``~/.kube/config`` (``~`` expanded)."""
+    """The files ``kubectl`` would consider, in order (``~`` expanded): the entries of
+    ``KUBECONFIG`` when it names any, else ``~/.kube/config``. As for ``kubectl``, a
+    ``KUBECONFIG`` whose files are missing never falls back to ``~/.kube/config``: that could
+    be another cluster."""
     names = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
-    return [Path(name).expanduser() for name in [*names, HOME_KUBECONFIG]]
+    return [Path(name).expanduser() for name in names or [HOME_KUBECONFIG]]
 
 
 def find_kubeconfig(env: Mapping[str, str]) -> Path | None:
