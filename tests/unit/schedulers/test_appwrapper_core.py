@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from test_kube_core import FakeAsyncKube, FakeKube
+from kube_fakes import FakeAsyncKube, FakeKube
 
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler

@@ -7,179 +7,25 @@ server, and that both faces decide alike; the real calls run in tests/integratio
 
 from __future__ import annotations
 
-import asyncio
-import copy
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from kube_fakes import T0, FakeAsyncKube, FakeKube, add_pod, app, set_phase
 
-from torchx_provider import specs
 from torchx_provider.errors import (
-    BackendConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     SubmissionError,
 )
-from torchx_provider.schedulers.kube.io import Immediate
 from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_async_client
 from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
-from torchx_provider.schedulers.labels import MANAGED_SELECTOR, TaskInstanceKey
+from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, format_timestamp
 from torchx_provider.specs.api import AppState
-
-T0 = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
-
-
-def _matches(selector: str, labels: Mapping[str, str]) -> bool:
-    for term in filter(None, selector.split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
-            return False
-    return True
-
-
-class FakeKube:
-    """An in-memory API: objects by (plural, namespace, name), pods, logs by pod name."""
-
-    def __init__(self, unserved: set[str] | None = None, forbidden: set[str] | None = None) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.pod_list: list[dict[str, Any]] = []
-        self.logs: dict[str, bytes] = {}
-        #: pod name -> the HTTP status its log read fails with
-        self.log_errors: dict[str, int] = {}
-        self.calls: list[tuple[str, ...]] = []
-        self.unserved = unserved or set()
-        #: namespaces where listing is forbidden (403)
-        self.forbidden = forbidden or set()
-        #: listing pods is forbidden (403)
-        self.pods_forbidden = False
-        #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
-        self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
-        self._n = 0
-
-    def _check(self, res: CustomResource) -> None:
-        if res.group in self.unserved:
-            raise BackendUnavailableError("not served", status=404)
-
-    def _stored(self, res: CustomResource, key: tuple[str, str, str]) -> dict[str, Any] | None:
-        """The object at ``key`` if it was created under ``res``'s API group."""
-        obj = self.objects.get(key)
-        if obj is None or not str(obj.get("apiVersion", "")).startswith(f"{res.group}/"):
-            return None
-        return obj
-
-    def create(
-        self, res: CustomResource, namespace: str, body: Mapping[str, Any], dry_run: bool = False
-    ) -> dict[str, Any]:
-        self._check(res)
-        obj = copy.deepcopy(dict(body))
-        meta = obj["metadata"]
-        if "generateName" in meta:
-            self._n += 1
-            meta["name"] = f"{meta['generateName']}{self._n}"
-        self.calls.append(("create", res.plural, meta["name"], "dry" if dry_run else ""))
-        if not dry_run:
-            meta.update(
-                uid=f"uid-{meta['name']}",
-                creationTimestamp=f"2024-05-01T10:00:0{len(self.objects)}Z",
-            )
-            self.objects[(res.plural, namespace, meta["name"])] = obj
-        return obj
-
-    def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
-        self._check(res)
-        self.calls.append(("get", res.group, name))
-        return copy.deepcopy(self._stored(res, (res.plural, namespace, name)))
-
-    def get_cluster_object(self, res: CustomResource, name: str) -> dict[str, Any] | None:
-        self.calls.append(("get-cluster", res.plural, name))
-        if self.cluster_objects is None:  # a Role that may not read cluster-scoped objects
-            raise BackendConfigurationError(f"{res.plural} is forbidden", status=403)
-        return copy.deepcopy(self.cluster_objects.get((res.plural, name)))
-
-    def list_objects(
-        self, res: CustomResource, namespace: str, selector: str
-    ) -> list[dict[str, Any]]:
-        self._check(res)
-        if namespace in self.forbidden:
-            raise BackendUnavailableError("forbidden", status=403)
-        self.calls.append(("list", res.plural, selector))
-        return [
-            copy.deepcopy(o)
-            for key, o in self.objects.items()
-            if key[:2] == (res.plural, namespace)
-            and self._stored(res, key) is not None
-            and _matches(selector, o["metadata"]["labels"])
-        ]
-
-    def delete(self, res: CustomResource, namespace: str, name: str) -> None:
-        self.calls.append(("delete", res.group, name))
-        if self._stored(res, (res.plural, namespace, name)) is not None:
-            del self.objects[(res.plural, namespace, name)]
-
-    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        self.calls.append(("pods", selector))
-        if self.pods_forbidden:
-            raise BackendConfigurationError("pods is forbidden: add the rule", status=403)
-        return [
-            copy.deepcopy(p) for p in self.pod_list if _matches(selector, p["metadata"]["labels"])
-        ]
-
-    def log_chunks(self, kwargs: Mapping[str, Any]) -> Iterator[bytes]:
-        self.calls.append(
-            ("log", kwargs["name"], str(kwargs.get("since_seconds")), str(kwargs.get("follow")))
-        )
-        status = self.log_errors.get(kwargs["name"])
-        if status is not None:
-            raise SubmissionError(f"cannot read the log: {status}", status)
-        data = self.logs.get(kwargs["name"], b"")
-        # Split mid-line to exercise the decoder.
-        yield data[:7]
-        yield data[7:]
-
-    def close(self) -> None:
-        pass
-
-
-class FakeAsyncKube(Immediate):
-    """The triggerer's API calls over :class:`FakeKube`."""
-
-    sync: FakeKube
-
-    async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
-        return b"".join(self.sync.log_chunks(kwargs))
-
-    def list_watch(self, resource: CustomResource | None, namespace: str) -> FakeListWatch:
-        return FakeListWatch(self.sync, resource, namespace)
-
-    async def close(self) -> None:
-        pass
-
-
-class FakeListWatch:
-    """An informer source over :class:`FakeKube`: its list, then a watch that stays quiet."""
-
-    def __init__(self, sync: FakeKube, resource: CustomResource | None, namespace: str) -> None:
-        self.sync, self.resource, self.namespace = sync, resource, namespace
-
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
-        if self.resource is None:
-            return self.sync.pods(self.namespace, MANAGED_SELECTOR), "1"
-        return self.sync.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
-
-    async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict]:
-        await asyncio.Event().wait()
-        yield {}
-
-
-def app(replicas: int = 2) -> specs.AppDef:
-    return specs.AppDef(
-        "echo", [specs.Role("my-role", image="i", entrypoint="e", num_replicas=replicas)]
-    )
 
 
 @pytest.fixture
@@ -191,44 +37,6 @@ def fake() -> FakeKube:
 def volcano(fake: FakeKube) -> Any:
     scheduler = create_scheduler("s", namespace="ns", kube=fake)
     return scheduler
-
-
-def add_pod(
-    fake: FakeKube, job: dict[str, Any], task_index: int, phase: str, log: list[str] | None = None
-) -> str:
-    task = job["spec"]["tasks"][task_index]
-    name = f"{job['metadata']['name']}-{task['name']}-0"
-    pod = {
-        "metadata": {
-            **copy.deepcopy(task["template"]["metadata"]),
-            "name": name,
-            "namespace": "ns",
-            "creationTimestamp": "2024-05-01T10:00:00Z",
-        },
-        "spec": {
-            **copy.deepcopy(task["template"]["spec"]),
-            "hostname": name,
-            "subdomain": job["metadata"]["name"],
-        },
-        "status": {"phase": phase},
-    }
-    fake.pod_list.append(pod)
-    if log is not None:
-        fake.logs[name] = "".join(
-            f"{format_timestamp(T0 + timedelta(seconds=i))} {line}\n" for i, line in enumerate(log)
-        ).encode()
-    return name
-
-
-def set_phase(fake: FakeKube, app_id: str, phase: str) -> dict[str, Any]:
-    ns, name = app_id.split(":")
-    job = fake.objects[("jobs", ns, name)]
-    job["status"] = {"state": {"phase": phase}}
-    return job
-
-
-# ---------------------------------------------------------------------------------------------
-# Sync
 
 
 def test_schedule_describe_cancel_delete(volcano: Any, fake: FakeKube) -> None:

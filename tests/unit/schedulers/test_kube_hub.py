@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_kube_core import FakeAsyncKube, FakeKube, add_pod, app, set_phase
+from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, set_phase
 
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
