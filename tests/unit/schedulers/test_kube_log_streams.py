@@ -206,7 +206,7 @@ class FakeWatch:
         self.listeners.discard(e)
 
 
-class FakeKube:
+class LogServingKube:
     """``open_log``: per instance uid, a list of bodies served in turn; records queries."""
 
     def __init__(self, watch: FakeWatch) -> None:
@@ -243,7 +243,7 @@ class FakeKube:
 class FakeClient:
     def __init__(self, watch: FakeWatch) -> None:
         self._watch = watch
-        self.kube = FakeKube(watch)
+        self.kube = LogServingKube(watch)
 
     async def watch(self, app_id: str) -> FakeWatch:
         return self._watch
