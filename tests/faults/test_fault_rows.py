@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from kube_apps import tracked
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -367,15 +368,14 @@ ROWS.append(
 
 @pytest.fixture
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    s = create_scheduler(
-        "faults", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    s.created = []
-    yield s
-    for app_id in s.created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "faults",
+            kubeconfig=kube_cluster.restricted_kubeconfig,
+            namespace=kube_cluster.namespace,
+        )
+    ) as s:
+        yield s
 
 
 def app_for(

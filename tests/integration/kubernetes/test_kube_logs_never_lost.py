@@ -12,7 +12,6 @@ its own log file, as a kubelet keeps one log per container instance.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kube_apps import tracked
 from task_log import SequenceLog, TaskLog, rss_mb
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -36,15 +36,12 @@ QUEUE = "default"
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
     if not kube_cluster.local:
         pytest.skip("pod outcomes and logs are driven by the local cluster's kwok")
-    s = create_scheduler(
-        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    s.created = []
-    yield s
-    for app_id in s.created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
 
 
 def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> specs.Role:

@@ -9,7 +9,6 @@ the clients' requests, counted at the HTTP layer, no GET or LIST per job once sy
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import subprocess
 import time
@@ -20,6 +19,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from kube_apps import tracked
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
@@ -51,15 +51,12 @@ def open_watches(admin_kubeconfig: str) -> Counter[tuple[str, str]]:
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
     if not kube_cluster.local:
         pytest.skip("pods are run by the local cluster's kwok nodes")
-    s = create_scheduler(
-        "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    s.created = []
-    yield s
-    for app_id in s.created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
 
 
 class RequestLog:

@@ -8,7 +8,6 @@ provider makes of them. Either way the provider only uses the restricted kubecon
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kube_apps import tracked
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.mcad import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -28,15 +28,14 @@ pytestmark = pytest.mark.kubernetes
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
     if kube_cluster.mcad_restricted_kubeconfig is None:
         pytest.skip("this cluster has no MCAD API server")
-    s = create_scheduler(
-        "it", kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    s.created = []
-    yield s
-    for app_id in s.created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "it",
+            kubeconfig=kube_cluster.mcad_restricted_kubeconfig,
+            namespace=kube_cluster.namespace,
+        )
+    ) as s:
+        yield s
 
 
 def app(name: str, behaviour: dict[str, str] | None = None) -> specs.AppDef:

@@ -7,7 +7,6 @@ driven by the behaviour annotations the tests put on them through the pod overla
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kube_apps import tracked
 from torchx_provider import specs
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -31,16 +31,12 @@ QUEUE = "default"
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
     if not kube_cluster.local:
         pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
-    s = create_scheduler(
-        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    created: list[str] = []
-    s.created = created
-    yield s
-    for app_id in created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
 
 
 def role(
