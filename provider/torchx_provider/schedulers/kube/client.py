@@ -106,8 +106,9 @@ class KubeAsyncClient(AsyncSchedulerClient):
         if watch.healthy:
             obj = watch.object()
             if obj is not None:
-                self.core.observe(obj)
-                return with_failures(self._describe(app_id, obj, watch.pods()), watch)
+                pods = watch.pods()
+                self.core.observe(obj, pods)
+                return with_failures(self._describe(app_id, obj, pods), watch)
             if watch.last_seen is not None:
                 return None
         try:

@@ -29,6 +29,7 @@ from torchx_provider.schedulers.api import (
     refusal_key,
 )
 from torchx_provider.schedulers.kube.io import ObjectIO
+from torchx_provider.schedulers.kube.pending import pod_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
     replica_selector,
@@ -53,6 +54,8 @@ def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
+#: Notice keys a :class:`KubeCore` remembers as said (the oldest forgotten first).
+NOTICES_KEPT = 4096
 #: Apps whose resource type a :class:`KubeCore` remembers (least recently found dropped).
 HOMES_KEPT = 1024
 
@@ -69,7 +72,8 @@ class KubeCore:
         #: the last :data:`HOMES_KEPT` apps (a long-lived scheduler sees many).
         self.homes: dict[tuple[str, str], CustomResource] = {}
         self._notices: builtins.list[Notice] = []
-        self._noticed: set[str] = set()
+        #: the keys of the notices kept (the last :data:`NOTICES_KEPT`, oldest first)
+        self._noticed: dict[str, None] = {}
 
     def _home(self, namespace: str, name: str, res: CustomResource) -> None:
         key = (namespace, name)
@@ -167,7 +171,6 @@ class KubeCore:
         obj = await self.get(namespace, name)
         if obj is None:
             return None
-        self.observe(obj)
         pods: builtins.list[dict[str, Any]] = []
         if self.translation.needs_pods(obj):
             try:
@@ -181,11 +184,15 @@ class KubeCore:
                     f"not its replicas' exit codes, hosts or logs: {e}",
                     key=refusal_key(e),
                 )
+        self.observe(obj, pods)
         return self.translation.describe(app_id, obj, pods)
 
-    def observe(self, obj: Mapping[str, Any]) -> None:
-        """Keep a notice when the controller has not taken up ``obj`` in time
-        (:meth:`KubeTranslation.stalled`)."""
+    def observe(self, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Keep notices of why the app waits: the controller has not taken up ``obj`` in
+        time (:meth:`KubeTranslation.stalled`); a pod is not scheduled or a container
+        cannot start (:func:`~.pending.pod_waits`), each reason once."""
+        for wait in pod_waits(pods):
+            self.notice(wait.text, key=wait.key)
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         if not created or not self.translation.unclaimed(obj):
             return
@@ -201,7 +208,9 @@ class KubeCore:
     def notice(self, text: str, key: str) -> None:
         """Keep ``text`` for the task log, once per ``key`` (see :meth:`take_notices`)."""
         if key not in self._noticed:
-            self._noticed.add(key)
+            self._noticed[key] = None
+            if len(self._noticed) > NOTICES_KEPT:
+                del self._noticed[next(iter(self._noticed))]
             self._notices.append(Notice(key, text))
 
     def take_notices(self) -> builtins.list[Notice]:

@@ -255,9 +255,12 @@ class VolcanoTranslation(KubeTranslation):
         return job_state(phase(obj))
 
     def needs_pods(self, obj: Mapping[str, Any]) -> bool:
-        # Pods add exit codes and errors: worth a list call once something ended.
+        # Pods add exit codes and errors once something ended, and why they wait while the
+        # job is pending: worth a list call then; not before Volcano took the job up (no
+        # pods yet), nor while it runs.
         status = obj.get("status") or {}
-        return is_terminal(self.app_state(obj)) or bool(status.get("failed"))
+        state = self.app_state(obj)
+        return is_terminal(state) or state is AppState.PENDING or bool(status.get("failed"))
 
     def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
         return VOLCANO_COMMAND, abort_command(obj)

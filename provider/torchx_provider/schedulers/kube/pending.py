@@ -1,0 +1,86 @@
+"""Why an app's pods wait, in the cluster's own words. Pure.
+
+A pod that does not run yet says why in its status: the scheduler's ``PodScheduled=False``
+condition (``Unschedulable``: "0/3 nodes are available: 3 Insufficient cpu."), or a
+container's ``state.waiting`` (``ErrImagePull``, ``ImagePullBackOff``,
+``CreateContainerConfigError``, ...). :func:`pod_waits` reads both from the pods the follow
+already has (the shared watches' cache): no request of its own. Each reason comes with a key
+that changes when the reason does, so that the task log says each one once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: Waiting reasons that are only a container starting normally: not said.
+ROUTINE_WAITS = frozenset({"ContainerCreating", "PodInitializing"})
+#: Longest message kept from a condition or a waiting state.
+MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One reason a pod waits: ``key`` identifies the pod and the reason (said once per
+    key), ``text`` is the line for the task log."""
+
+    key: str
+    text: str
+
+
+def _short(message: Any) -> str:
+    text = " ".join(str(message or "").split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _said(reason: str, message: Any) -> str:
+    message = _short(message)
+    return f"{reason}: {message}" if message else reason
+
+
+def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
+    """Why each pending pod of ``pods`` waits (pods that run or ended say nothing).
+
+    >>> pod = {"metadata": {"name": "job-w-0", "uid": "u1"}, "status": {"phase": "Pending",
+    ...     "conditions": [{"type": "PodScheduled", "status": "False",
+    ...     "reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient cpu."}]}}
+    >>> [w.text for w in pod_waits([pod])]
+    ['pod job-w-0 is not scheduled: Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.']
+    """
+    waits: list[Wait] = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name") or "?")
+        uid = str(meta.get("uid") or name)
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = str(cond.get("reason") or "Unschedulable")
+                message = cond.get("message")
+                waits.append(
+                    Wait(
+                        f"pending:{uid}:scheduled:{reason}:{_short(message)}",
+                        f"pod {name} is not scheduled: {_said(reason, message)}",
+                    )
+                )
+        statuses = [
+            *(status.get("initContainerStatuses") or ()),
+            *(status.get("containerStatuses") or ()),
+        ]
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            why = str(waiting.get("reason") or "")
+            if not why or why in ROUTINE_WAITS:
+                continue
+            container = str(cs.get("name") or "?")
+            waits.append(
+                Wait(
+                    f"pending:{uid}:{container}:{why}",
+                    f"pod {name} container {container} waits: "
+                    f"{_said(why, waiting.get('message'))}",
+                )
+            )
+    return waits
