@@ -53,7 +53,7 @@ class Backend:
     Args:
         name: what ``scheduler=`` takes (``kubernetes``, ``local_docker``, ...); also the
             scheme of its app handles.
-        title: a short human name (``Volcano``), used in the README.
+        title: a short human name (``Volcano``), used in the docs.
         scheduler_factory: ``"module:function"`` creating the sync scheduler as
             ``fn(session_name, **client_kwargs)``.
         async_client_factory: ``"module:function"`` creating the async client (triggerer
