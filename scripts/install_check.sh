@@ -33,7 +33,13 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 step "building the wheel"
-"$builder" -m build --wheel --outdir "$work/dist" . >"$work/build.log" 2>&1 \
+# from a copy of the checkout's files (tracked, or new and not ignored): setuptools leaves a
+# build/ directory behind, whose stale modules a later wheel would carry
+mkdir "$work/src"
+git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+  | tar --null -T - -cf - | tar -xf - -C "$work/src"
+"$builder" -m build --wheel --outdir "$work/dist" "$work/src" >"$work/build.log" 2>&1 \
   || { cat "$work/build.log" >&2; exit 1; }
 wheel="$(ls "$work"/dist/airflow_provider_torchx-*.whl)"
 step "built $(basename "$wheel")"

@@ -12,7 +12,7 @@ Who reads it:
   create clients through :meth:`Backend.create_scheduler` / :meth:`Backend.create_async_client`;
 * the operator picks its hook and its run-option defaults here;
 * ``provider_info`` lists the hooks, connection types and operators of the built-in rows;
-* ``scripts/update_readme.py`` documents each row's run options under its title.
+* ``scripts/update_docs.py`` documents each row's run options under its title.
 
 Adding a backend is one package plus one row. A third-party package registers its row the
 same way, either from code::
