@@ -142,6 +142,7 @@ if docker info >/dev/null 2>&1; then
     }
   done
   grep -F "[echo/" "$work/dag-test.log" | sed 's/^/    /'
+  "$base_python" "$REPO_ROOT/scripts/task_log_excerpt.py" "$work/dag-test.log"
 elif [ -n "${CI:-}" ]; then
   echo "no Docker engine answers: the first Docker DAG cannot run (CI starts one in setup)" >&2
   exit 1

@@ -125,3 +125,25 @@ def test_the_readme_dags_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> N
     assert (role.num_replicas, role.resource.gpu) == (2, 4)
     assert "--nnodes 2 --nproc_per_node 4 " in role.args[-1]  # sh -c "torchrun ..."
     assert train.following.deferrable is True
+
+
+def test_the_task_log_excerpt_is_found_in_a_log_that_says_it() -> None:
+    """scripts/task_log_excerpt.py (CI runs it on the main job's log) reads the README's
+    excerpt, and finds it in a log of the same lines with other ids and Airflow's prefixes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "task_log_excerpt", REPO / "scripts" / "task_log_excerpt.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = module.excerpt(README.read_text())
+    assert any(line.startswith("[echo/0] hello from replica 0") for line in lines)
+    other_run = "\n".join(
+        f"2026-01-01T00:00:00Z [info     ] {line} [airflow.task] loc=x.py:1" for line in lines
+    )
+    other_run = other_run.replace("manual__2026-11-27T16:01:39.559833+00:00", "manual__x")
+    other_run = re.sub(r"echo-[a-z0-9]{8}", "echo-abcd1234", other_run)
+    assert module.missing(lines, other_run) == []
+    assert module.missing(lines, other_run.replace("[echo/1]", "[echo/2]")) != []
