@@ -3,9 +3,9 @@
 README.md shows what the task log of the example DAG ``torchx_hello_docker`` says, in the
 fenced block after ``<!-- task-log: torchx_hello_docker -->``: the messages of a real run,
 without Airflow's timestamps and logger names. This script checks that each of those lines
-appears, in that order, in the output of ``airflow dags test torchx_hello_docker`` (CI's main
-job, and the install check); the app id and the run id, which change from run to run, may
-differ.
+appears, in that order (each replica's in its own order), in the output of
+``airflow dags test torchx_hello_docker`` (CI's main job, and the install check); the app id
+and the run id, which change from run to run, may differ.
 
     python scripts/task_log_excerpt.py .ci-main-job.log
 """
@@ -39,24 +39,35 @@ def normal(line: str) -> str:
     return line
 
 
+def stream(line: str) -> str:
+    """Whose line it is: a replica's (``echo/0``) or the task's own (``""``)."""
+    m = re.match(r"\[([^\]/]+/\d+)\] ", line)
+    return m.group(1) if m else ""
+
+
 def missing(expected: list[str], log: str) -> list[str]:
-    """The lines of ``expected`` not found in ``log`` in their order (empty: all found).
+    """The lines of ``expected`` not found in ``log`` in their order (empty: all found). The
+    order is kept per stream: the task's own lines in theirs, each replica's in its own;
+    lines of different replicas may come in any order, as the replicas run at once.
 
     >>> missing(["a echo-abcdefgh", "b"], "x a echo-12345678 y\\nb [logger]")
     []
     >>> missing(["b", "a"], "a\\nb")
     ['a']
+    >>> missing(["[r/0] x", "[r/1] y", "done"], "[r/1] y\\n[r/0] x\\ndone")
+    []
     """
     lines = [normal(line) for line in log.splitlines()]
-    at = 0
+    at: dict[str, int] = {}
     lost = []
     for want in expected:
         want = normal(want)
-        found = next((i for i in range(at, len(lines)) if want in lines[i]), None)
+        key = stream(want)
+        found = next((i for i in range(at.get(key, 0), len(lines)) if want in lines[i]), None)
         if found is None:
             lost.append(want)
         else:
-            at = found + 1
+            at[key] = found + 1
     return lost
 
 
