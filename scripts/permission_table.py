@@ -1,12 +1,12 @@
-"""Render the permission table of README.md from the permission tier's results.
+"""Render the permission table of docs/rbac.md from the permission tier's results.
 
 ``tests/integration/kubernetes/test_permission_matrix.py`` runs what a task does as an
 account without one permission of the documented Role, for each, and writes one record per
 permission to ``.ci-logs/permissions/results.json``. This script puts them, in the Role's
 order, between ``<!-- generated: permissions -->`` and ``<!-- end generated: permissions -->``
-in README.md; ``--check`` exits 1 when the README's table differs from the results.
+in docs/rbac.md; ``--check`` exits 1 when the page's table differs from the results.
 
-    .venv/bin/python scripts/permission_table.py            # rewrite README.md
+    .venv/bin/python scripts/permission_table.py            # rewrite docs/rbac.md
     .venv/bin/python scripts/permission_table.py --check    # fail when it would change
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from reliability_table import REPO, cli, replace_block
 
+PAGE = REPO / "docs" / "rbac.md"
 RESULTS = REPO / ".ci-logs" / "permissions" / "results.json"
 START, END = "<!-- generated: permissions -->", "<!-- end generated: permissions -->"
 COLUMNS = ("API group", "Resource", "Verb", "Measured with", "Without it", "Notes")
@@ -59,10 +60,11 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 def main() -> int:
     return cli(
         __doc__ or "",
+        PAGE,
         RESULTS,
         lambda text, rows: replace_block(text, START, END, table(rows)),
         "permission table",
-        "run scripts/permission_table.py and commit README.md",
+        "run scripts/permission_table.py and commit docs/rbac.md",
     )
 
 

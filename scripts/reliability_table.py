@@ -1,13 +1,13 @@
-"""Render the "Reliability" table of README.md from the fault tier's results.
+"""Render the table of docs/reliability.md from the fault tier's results.
 
 The fault tier (``tests/faults``) and the real-deployment tests (``tests/airflow``) write
 one JSON record per row to ``.ci-logs/faults/results.json``. This script puts them, in the
 order of :data:`ORDER`, between ``<!-- generated: reliability -->`` and
-``<!-- end generated: reliability -->`` in README.md;
-``--check`` exits 1 when the README's table differs from what the results say (CI runs it
-right after the tier, so the table in the README is the one CI measured).
+``<!-- end generated: reliability -->`` in docs/reliability.md;
+``--check`` exits 1 when the page's table differs from what the results say (CI runs it
+right after the tier, so the table in the docs is the one CI measured).
 
-    .venv/bin/python scripts/reliability_table.py            # rewrite README.md
+    .venv/bin/python scripts/reliability_table.py            # rewrite docs/reliability.md
     .venv/bin/python scripts/reliability_table.py --check    # fail when it would change
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "reliability.md"
 RESULTS = REPO / ".ci-logs" / "faults" / "results.json"
 START, END = "<!-- generated: reliability -->", "<!-- end generated: reliability -->"
 #: row ids in the order of the table (the tier's order); unknown ids go last
@@ -131,50 +131,54 @@ def replace_block(text: str, start: str, end: str, body: str) -> str:
     """``text`` with what stands between the markers ``start`` and ``end`` replaced."""
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md lacks the markers {start} ... {end}")
+        raise SystemExit(f"the page lacks the markers {start} ... {end}")
     block = f"{start}\n{body}{end}"
     return pattern.sub(lambda _m: block, text)
 
 
-def write_or_check(new: str, check: bool, what: str, fix: str) -> int:
-    """Write README.md as ``new``; with ``check``, only say (and exit 1) if it would change."""
-    text = README.read_text()
+def write_or_check(page: Path, new: str, check: bool, what: str, fix: str) -> int:
+    """Write ``page`` as ``new``; with ``check``, only say (and exit 1) if it would change."""
+    text = page.read_text()
+    name = str(page.relative_to(REPO))
     if not check:
-        README.write_text(new)
+        page.write_text(new)
         return 0
     if new == text:
         return 0
-    print(f"README.md's {what} differs from what was measured: {fix}", file=sys.stderr)
+    print(f"{name}'s {what} differs from what was measured: {fix}", file=sys.stderr)
     sys.stdout.writelines(
         line + "\n"
         for line in difflib.unified_diff(
-            text.splitlines(), new.splitlines(), "README.md", "measured", lineterm=""
+            text.splitlines(), new.splitlines(), name, "measured", lineterm=""
         )
     )
     return 1
 
 
-def cli(doc: str, results: Path, render_rows: Any, what: str, fix: str) -> int:
-    """The command line of a table script: rewrite README.md (or ``--check`` it) from a
-    results file, with ``render_rows(readme_text, rows)``."""
+def cli(doc: str, page: Path, results: Path, render_rows: Any, what: str, fix: str) -> int:
+    """The command line of a table script: rewrite ``page`` (or ``--check`` it) from a
+    results file, with ``render_rows(page_text, rows)``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument(
+        "--check", action="store_true", help=f"exit 1 if {page.relative_to(REPO)} is stale"
+    )
     parser.add_argument("--results", type=Path, default=results, help="the tier's results file")
     args = parser.parse_args()
     if not args.results.is_file():
         print(f"{args.results} does not exist: run the tests that write it first")
         return 1
     rows = json.loads(args.results.read_text())
-    return write_or_check(render_rows(README.read_text(), rows), args.check, what, fix)
+    return write_or_check(page, render_rows(page.read_text(), rows), args.check, what, fix)
 
 
 def main() -> int:
     return cli(
         __doc__ or "",
+        PAGE,
         RESULTS,
         render,
         "reliability table",
-        "run scripts/reliability_table.py and commit README.md",
+        "run scripts/reliability_table.py and commit docs/reliability.md",
     )
 
 

@@ -1,7 +1,8 @@
 """The reliability table's results file: one JSON object per row, keyed by row id.
 
 The fault tier (``tests/faults``) and the real-deployment tests (``tests/airflow``) write
-their rows here; ``scripts/reliability_table.py`` renders them into the README's table.
+their rows here; ``scripts/reliability_table.py`` renders them into the table of
+docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Who reads it:
   create clients through :meth:`Backend.create_scheduler` / :meth:`Backend.create_async_client`;
 * the operator picks its hook and its run-option defaults here;
 * ``provider_info`` lists the hooks, connection types and operators of the built-in rows;
-* ``scripts/update_readme.py`` documents each row's run options under its title.
+* ``scripts/update_docs.py`` documents each row's run options under its title.
 
 Adding a backend is one package plus one row. A third-party package registers its row the
 same way, either from code::
@@ -56,7 +56,7 @@ class Backend:
     Args:
         name: what ``scheduler=`` takes (``kubernetes``, ``local_docker``, ...); also the
             scheme of its app handles.
-        title: a short human name (``Volcano``), used in the README.
+        title: a short human name (``Volcano``), used in the docs.
         scheduler_factory: ``"module:function"`` creating the sync scheduler as
             ``fn(session_name, **client_kwargs)``.
         async_client_factory: ``"module:function"`` creating the async client (triggerer

@@ -505,8 +505,8 @@ def record(
     notes: str = "",
     **measured: Any,
 ) -> None:
-    """One row of the README's reliability table, from what this test saw: orphans are the
-    task's jobs still running at the row's end, duplicates the jobs beyond the
+    """One row of the reliability table (docs/reliability.md), from what this test saw:
+    orphans are the task's jobs still running at the row's end, duplicates the jobs beyond the
     ``jobs_expected`` ones (``apps`` seen during the row, and those still on the engine);
     lines lost and repeated count the numbered ``ticks`` per replica when given."""
     from reliability_results import airflow_row, record_row

@@ -1,4 +1,4 @@
-"""scripts/reliability_table.py: the README's reliability table from the fault tier's rows."""
+"""scripts/reliability_table.py: docs/reliability.md's table from the fault tier's rows."""
 
 from __future__ import annotations
 

@@ -69,6 +69,62 @@ def check_session_name(value: object) -> str:
     return value
 
 
+def check_scheduler(given: object, fixed: str | None, operator: str) -> str:
+    """The backend a task runs on. ``TorchXOperator`` (``fixed`` is ``None``) takes it from
+    ``scheduler=`` and has no default: a DAG that forgets it would otherwise run on whatever
+    backend the default named. An operator fixed to one backend (``fixed``) takes no other:
+    ``scheduler=`` may be left out or repeat it.
+
+    >>> check_scheduler(None, "kubernetes", "TorchXKubernetesOperator")
+    'kubernetes'
+    >>> check_scheduler("local_docker", None, "TorchXOperator")
+    'local_docker'
+    """
+    if fixed is None:
+        if given is None or given == "":
+            raise InvalidOptionError(
+                f"{operator} needs scheduler=, the backend to run the app on: one of "
+                f"{_backend_choices()}; e.g. scheduler='local_docker', or use the operator "
+                "fixed to a backend (TorchXDockerOperator, TorchXKubernetesOperator, ...)",
+                "scheduler",
+            )
+        if not isinstance(given, str):
+            raise InvalidOptionError(
+                f"scheduler must be a backend name (a string) such as 'kubernetes', got "
+                f"{type(given).__name__} {given!r}",
+                "scheduler",
+            )
+        return given
+    if given is None or given == "" or given == fixed:
+        return fixed
+    raise InvalidOptionError(
+        f"{operator} runs on scheduler={fixed!r} only, got scheduler={given!r}; leave "
+        f"scheduler= out, or use {_operator_for(given)}",
+        "scheduler",
+    )
+
+
+def _backend_choices() -> str:
+    """The backends ``scheduler=`` takes, each with the operator fixed to it (read from the
+    backend table only when a message needs them: a parse never does)."""
+    from torchx_provider.backends import backends
+
+    return ", ".join(
+        f"{name!r} ({row.title}, {row.operator.rpartition(':')[2]})"
+        for name, row in backends().items()
+    )
+
+
+def _operator_for(name: object) -> str:
+    """What runs ``name``: the operator fixed to it, or ``TorchXOperator(scheduler=...)``."""
+    from torchx_provider.backends import backends
+
+    row = backends().get(name) if isinstance(name, str) else None
+    if row is None:
+        return f"TorchXOperator(scheduler=...) with one of {sorted(backends())}"
+    return f"{row.operator.rpartition(':')[2]} (or TorchXOperator(scheduler={name!r}))"
+
+
 def _enum(cls: type[enum.Enum], value: object, name: str) -> enum.Enum:
     try:
         return cls(value.value if isinstance(value, enum.Enum) else str(value).lower())

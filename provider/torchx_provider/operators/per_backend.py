@@ -1,7 +1,8 @@
 """The operators fixed to one backend: :class:`TorchXOperator` with a default ``scheduler``.
 
-Each is the ``operator`` of its row in :mod:`torchx_provider.backends`; a DAG may still pass
-``scheduler=`` to pick a sibling backend served by the same connection type.
+Each is the ``operator`` of its row in :mod:`torchx_provider.backends`. ``scheduler=`` may be
+left out or repeat the operator's backend; any other is refused when the DAG is parsed (use
+that backend's own operator, or ``TorchXOperator(scheduler=...)``).
 """
 
 from __future__ import annotations

@@ -95,6 +95,7 @@ from torchx_provider.operators.options import (
     Following,
     Lifecycle,
     OnKillAction,
+    check_scheduler,
     check_session_name,
 )
 from torchx_provider.optional import MissingExtraError
@@ -118,8 +119,10 @@ class TorchXOperator(BaseOperator):
     :param app_args: the component's arguments (dict of keyword arguments or list). Templated.
     :param cfg: run options: a dict, or TorchX's string form ``"queue=default,namespace=ml"``.
         Templated. Defaults come from the connection's extras.
-    :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad``, ``local_docker``, or
-        any other backend registered in :mod:`torchx_provider.backends`.
+    :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad``,
+        ``kubernetes_appwrapper``, ``local_docker``, or any other backend registered in
+        :mod:`torchx_provider.backends`. Required: ``TorchXOperator`` has no default backend.
+        The operators fixed to a backend take it as their default and refuse any other.
     :param conn_id: the Airflow connection; ``None`` uses the worker's environment defaults.
     :param app_name: overrides the app's name. Templated.
     :param deferrable: follow from the triggerer (default ``[operators] default_deferrable``).
@@ -146,8 +149,9 @@ class TorchXOperator(BaseOperator):
     }
     operator_extra_links = (TorchXJobLink(),)
     ui_color = "#f9d3c8"
-    #: the backend used when ``scheduler`` is not given
-    default_scheduler: ClassVar[str] = "local_docker"
+    #: the backend of an operator fixed to one (its subclasses); ``TorchXOperator`` has none
+    #: and refuses to run without ``scheduler=``
+    default_scheduler: ClassVar[str | None] = None
     #: whether the app is being scheduled (worker side): ``on_kill`` stops its submission
     _submitting: bool = False
 
@@ -191,7 +195,7 @@ class TorchXOperator(BaseOperator):
             self.app = app_to_template(app)
         self.app_args = app_args
         self.cfg = cfg
-        self.scheduler = scheduler or self.default_scheduler
+        self.scheduler = check_scheduler(scheduler, self.default_scheduler, type(self).__name__)
         self.conn_id = conn_id
         self.app_name = app_name
         self.session_name = check_session_name(session_name)

@@ -179,6 +179,7 @@ class macros:
     * ``${replica_id}``: this replica's index within its role (0-based).
     * ``${rank0_env}``: the NAME of the environment variable that holds the hostname of
       role 0 / replica 0 (e.g. ``TORCHX_RANK0_HOST``); use it as ``$${${rank0_env}}`` in shells.
+    * ``${base_img_root}``: ``DEPRECATED``, as in TorchX 0.7.0 (which deprecated it).
 
     Write ``$$`` for a literal ``$`` (so ``$${HOME}`` reaches the shell as ``${HOME}``).
     """

@@ -310,7 +310,7 @@ class runopts:
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        """A Markdown table of the options (the README's backend reference uses it)."""
+        """A Markdown table of the options (the docs' run-option tables use it)."""
         rows = ["| option | type | default | description |", "|---|---|---|---|"]
         for key, opt in self._opts.items():
             default = "**required**" if opt.is_required else f"`{opt.default!r}`"

@@ -4,8 +4,8 @@ its earlier jobs, submit, follow to the end with logs, cancel another job, delet
 outcome is recorded: refused at once (where, and that the message names the rule to add),
 or works, with what the task log said about what it could not do.
 
-``scripts/permission_table.py`` renders the results into the README's permission table;
-CI checks the README shows what this run measured. A row that waits longer than a minute
+``scripts/permission_table.py`` renders the results into the permission table of docs/rbac.md;
+CI checks the page shows what this run measured. A row that waits longer than a minute
 before saying what is wrong, or that is refused without naming the rule, fails here.
 """
 

@@ -69,7 +69,7 @@ def test_builtin_rows_agree_with_their_hooks_and_operators() -> None:
 
 
 def test_each_row_declares_the_run_options_its_scheduler_takes() -> None:
-    # The README documents the row's dataclass; the scheduler must accept exactly that.
+    # The docs document the row's dataclass; the scheduler must accept exactly that.
     for row in BUILTIN_BACKENDS:
         declared = row.options_class().run_opts()
         with row.create_scheduler() as scheduler:

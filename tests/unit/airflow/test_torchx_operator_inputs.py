@@ -90,7 +90,7 @@ def test_dag_facing_classes_fix_their_scheduler() -> None:
 
 def test_deferrable_defaults_to_the_airflow_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-    assert TorchXOperator(task_id="t", app=APP).following.deferrable is True
+    assert TorchXOperator(task_id="t", app=APP, scheduler="fake").following.deferrable is True
 
 
 def test_cfg_string_form_and_connection_defaults(fake_cluster: Any) -> None:
@@ -247,10 +247,10 @@ def test_outage_budget_and_follow_timeout_are_checked() -> None:
         task_id="t", app=APP, scheduler="fake", outage_budget=30, follow_timeout=timedelta(hours=1)
     )
     assert (op.following.outage_budget, op.following.follow_timeout) == (30.0, 3600.0)
-    assert TorchXOperator(task_id="u", app=APP).following.outage_budget == 600.0
+    assert TorchXOperator(task_id="u", app=APP, scheduler="fake").following.outage_budget == 600.0
     for name in ("outage_budget", "follow_timeout"):
         with pytest.raises(InvalidOptionError, match=f"{name} must be a positive"):
-            TorchXOperator(task_id="v", app=APP, **{name: 0})
+            TorchXOperator(task_id="v", app=APP, scheduler="fake", **{name: 0})
 
 
 def test_a_cleared_task_does_not_reattach_to_the_job_of_a_try_before_the_clear(

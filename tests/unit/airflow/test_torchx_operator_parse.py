@@ -30,16 +30,18 @@ def make_dag(**kwargs: Any) -> DAG:
 def test_a_bad_option_fails_every_task_that_gives_it_not_only_the_first() -> None:
     for task_id in ("a", "b"):
         with pytest.raises(InvalidOptionError, match="poll_interval must be a positive"):
-            TorchXOperator(task_id=task_id, app=APP, poll_interval=0)
+            TorchXOperator(task_id=task_id, app=APP, scheduler="fake", poll_interval=0)
         with pytest.raises(InvalidOptionError, match="on_finish_action='remove' is not one of"):
-            TorchXOperator(task_id=task_id, app=APP, on_finish_action="remove")
+            TorchXOperator(task_id=task_id, app=APP, scheduler="fake", on_finish_action="remove")
 
 
 def test_tasks_with_the_same_options_share_them_and_others_get_their_own() -> None:
     kept = {"poll_interval": 5, "on_finish_action": "keep", "deferrable": True}
-    a = TorchXOperator(task_id="a", app=APP, **kept)
-    b = TorchXOperator(task_id="b", app=APP, **kept)
-    c = TorchXOperator(task_id="c", app=APP, poll_interval=1, on_finish_action="delete")
+    a = TorchXOperator(task_id="a", app=APP, scheduler="fake", **kept)
+    b = TorchXOperator(task_id="b", app=APP, scheduler="fake", **kept)
+    c = TorchXOperator(
+        task_id="c", app=APP, scheduler="fake", poll_interval=1, on_finish_action="delete"
+    )
     assert a.following is b.following and a.lifecycle is b.lifecycle
     assert (c.following.poll_interval, c.lifecycle.on_finish_action) == (
         1.0,
@@ -47,23 +49,25 @@ def test_tasks_with_the_same_options_share_them_and_others_get_their_own() -> No
     )
     # True == 1 (and hashes alike), but only 1 is a number of seconds
     with pytest.raises(InvalidOptionError, match="poll_interval must be a positive"):
-        TorchXOperator(task_id="d", app=APP, poll_interval=True, on_finish_action="delete")
+        TorchXOperator(
+            task_id="d", app=APP, scheduler="fake", poll_interval=True, on_finish_action="delete"
+        )
     # a list cannot key the cache: checked and built every time
-    e = TorchXOperator(task_id="e", app=APP, log_replicas=["trainer", "ps/0"])
+    e = TorchXOperator(task_id="e", app=APP, scheduler="fake", log_replicas=["trainer", "ps/0"])
     assert e.following.log_replicas == ("trainer", "ps/0")
 
 
 def test_default_deferrable_is_read_when_first_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
-    op = TorchXOperator(task_id="t", app=APP)
-    given = TorchXOperator(task_id="u", app=APP, deferrable=False)
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+    given = TorchXOperator(task_id="u", app=APP, scheduler="fake", deferrable=False)
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
     assert op.following.deferrable is True
     assert given.following.deferrable is False  # given: the setting is not read
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
     assert op.following.deferrable is True  # read once, then kept
     # what the operator shares with tasks of the same options is left as it was
-    assert TorchXOperator(task_id="v", app=APP).following.deferrable is False
+    assert TorchXOperator(task_id="v", app=APP, scheduler="fake").following.deferrable is False
 
 
 @pytest.mark.parametrize(

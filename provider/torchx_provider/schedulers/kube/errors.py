@@ -99,7 +99,7 @@ class Permission:
         kind = "Role" if self.namespace is not None else "ClusterRole"
         return (
             f"{self.user} may not {self.verb} {self.resource} in {self.where()}; add the rule "
-            f"{{{self.rule()}}} to its {kind} (the provider's Role: README, RBAC)"
+            f"{{{self.rule()}}} to its {kind} (the provider's Role: docs, RBAC page)"
         )
 
 
@@ -202,7 +202,7 @@ def translate(
             permission.fix()
             if permission is not None
             else "the account lacks this permission; grant it in its Role (the provider's "
-            "Role: README, RBAC)"
+            "Role: docs, RBAC page)"
         )
         return BackendConfigurationError(
             f"cannot {action} {what}: {message}; {hint}",
