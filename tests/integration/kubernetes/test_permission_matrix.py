@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_apps import one_replica_app
 from rbac_accounts import Accounts
 
+from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import AppConfigurationError, TorchXProviderError

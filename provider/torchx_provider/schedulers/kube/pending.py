@@ -79,8 +79,7 @@ def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
             waits.append(
                 Wait(
                     f"pending:{uid}:{container}:{why}",
-                    f"pod {name} container {container} waits: "
-                    f"{_said(why, waiting.get('message'))}",
+                    f"pod {name} container {container} waits: {_said(why, waiting.get('message'))}",
                 )
             )
     return waits
