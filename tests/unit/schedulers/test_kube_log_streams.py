@@ -248,6 +248,9 @@ class FakeClient:
     async def watch(self, app_id: str) -> FakeWatch:
         return self._watch
 
+    async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
+        return await self.kube.open_log(namespace, pod, query)
+
 
 async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[str], LogCursor]:
     out: list[str] = []

@@ -191,6 +191,19 @@ class KubeAsyncClient(AsyncSchedulerClient):
         async for batch in ReplicaLogFollower(self, app_id, source, ended).follow(cursor):
             yield batch
 
+    async def replica_pods(
+        self, app_id: str, role_name: str, replica_id: int
+    ) -> builtins.list[dict[str, Any]]:
+        """A replica's pods from the API server (a log follower's fallback)."""
+        namespace, name = parse_app_id(app_id)
+        return await self.core.replica_pods(namespace, name, role_name, replica_id)
+
+    async def open_log(
+        self, namespace: str, pod: str, query: builtins.list[tuple[str, str]]
+    ) -> Any:
+        """A pod's log as a raw response (a log follower reads it)."""
+        return await self.kube.open_log(namespace, pod, query)
+
     async def cancel(self, app_id: str) -> None:
         await self.core.cancel(app_id)
         watch = self._watches.get(app_id)

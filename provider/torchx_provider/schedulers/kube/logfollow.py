@@ -40,9 +40,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
+from torchx_provider.schedulers.kube.hub import AppWatch
 from torchx_provider.schedulers.kube.podlogs import (
     ContainerInstance,
     no_log_yet,
@@ -57,10 +58,6 @@ from torchx_provider.schedulers.logs import (
     split_timestamp,
 )
 from torchx_provider.schedulers.streams import Slot, StreamSlots, any_of
-
-if TYPE_CHECKING:
-    from torchx_provider.schedulers.kube.client import KubeAsyncClient
-    from torchx_provider.schedulers.kube.hub import AppWatch
 
 #: Seconds an ended container's stream must be quiet before it is closed.
 DRAIN_IDLE = 1.0
@@ -89,11 +86,26 @@ GATHER = 0.005
 BREAKS_TOLERATED = 2
 
 
+class FollowedApp(Protocol):
+    """What a follower reads (the triggerer's :class:`~.client.KubeAsyncClient`)."""
+
+    async def watch(self, app_id: str) -> AppWatch:
+        """The app's subscription to the shared caches."""
+
+    async def replica_pods(
+        self, app_id: str, role_name: str, replica_id: int
+    ) -> list[dict[str, Any]]:
+        """A replica's pods from the API server (when the caches cannot answer)."""
+
+    async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
+        """A pod's log as a raw response (see :meth:`~.io.AsyncKubeIO.open_log`)."""
+
+
 class ReplicaLogFollower:
     """Reads one :class:`LogSource` of one app (see the module docstring)."""
 
     def __init__(
-        self, client: KubeAsyncClient, app_id: str, source: LogSource, ended: asyncio.Event
+        self, client: FollowedApp, app_id: str, source: LogSource, ended: asyncio.Event
     ) -> None:
         self.client = client
         self.app_id = app_id
@@ -165,10 +177,7 @@ class ReplicaLogFollower:
         if watch.healthy:
             pods = watch.pods()
         else:
-            from torchx_provider.schedulers.kube.request import parse_app_id
-
-            namespace, name = parse_app_id(self.app_id)
-            pods = await self.client.core.replica_pods(namespace, name, s.role, s.replica_id)
+            pods = await self.client.replica_pods(self.app_id, s.role, s.replica_id)
         return replica_instances(pods, s.role, s.replica_id, s.container)
 
     def _lost(self, cursor: LogCursor, instances: list[ContainerInstance]) -> str | None:
@@ -346,7 +355,7 @@ class ReplicaLogFollower:
         answered a follow, the cache showed the instance ended (or the app ended and the
         container lingers)."""
         opening = asyncio.ensure_future(
-            self.client.kube.open_log(
+            self.client.open_log(
                 instance.namespace, instance.pod, instance.query(cursor.since, follow=follow)
             )
         )
