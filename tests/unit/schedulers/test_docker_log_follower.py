@@ -42,11 +42,6 @@ class Engine:
         raise AssertionError("a removed replica's log is never read to its end")
 
 
-class Client:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-
 class Follower(ContainerLogFollower):
     """Its stream gives ``lines`` and ends, or raises ``error`` (no engine needed)."""
 
@@ -77,7 +72,7 @@ def quick_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def follower(engine: Engine, cls: type[ContainerLogFollower] = Follower) -> Any:
-    return cls(Client(engine), APP_ID, LogSource("w", 1), asyncio.Event())  # type: ignore[arg-type]
+    return cls(engine, APP_ID, LogSource("w", 1), asyncio.Event())  # type: ignore[arg-type]
 
 
 async def test_a_replica_without_a_container_is_not_waited_for() -> None:

@@ -19,19 +19,17 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchx_provider.errors import InvalidOptionError, UnknownAppError
 from torchx_provider.schedulers.docker.client import docker_call
+from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.schedulers.docker.logbody import FrameLines, RawLogStream, close_quietly
 from torchx_provider.schedulers.docker.state import ContainerInfo, replica_state
 from torchx_provider.schedulers.docker.translation import log_params
 from torchx_provider.schedulers.logs import LogCursor, LogSource, Resumed, TimestampedLine
 from torchx_provider.schedulers.streams import StreamSlots, any_of
 from torchx_provider.specs.api import is_terminal
-
-if TYPE_CHECKING:
-    from torchx_provider.schedulers.docker.scheduler import DockerAsyncClient
 
 #: Chunks of the body in flight between a reader thread and the loop, each up to
 #: :data:`~.logbody.READ_BYTES`: at most 4 MiB of log per replica waits for the loop.
@@ -49,7 +47,7 @@ class ContainerLogFollower:
     :meth:`~torchx_provider.schedulers.api.AsyncSchedulerClient.follow_logs`)."""
 
     def __init__(
-        self, client: DockerAsyncClient, app_id: str, source: LogSource, ended: asyncio.Event
+        self, engine: DockerEngine, app_id: str, source: LogSource, ended: asyncio.Event
     ) -> None:
         if source.container is not None:
             raise InvalidOptionError(
@@ -57,7 +55,7 @@ class ContainerLogFollower:
                 "a Docker replica is one container; select the replica without ':<container>'",
                 option="log_replicas",
             )
-        self.client = client
+        self.engine = engine
         self.app_id = app_id
         self.source = source
         self.ended = ended
@@ -65,7 +63,7 @@ class ContainerLogFollower:
     async def follow(
         self, cursor: LogCursor
     ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
-        engine = self.client.engine
+        engine = self.engine
         role, replica_id = self.source.role, self.source.replica_id
         while True:
             ended_before = self.ended.is_set()
@@ -105,7 +103,7 @@ class ContainerLogFollower:
         self, container: ContainerInfo, cursor: LogCursor, *, follow: bool
     ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
         """One read of ``container``'s log from ``cursor``, following it if it runs."""
-        engine = self.client.engine
+        engine = self.engine
         resume = Resumed(cursor.at(container.id))
         params = log_params(None, resume.cursor.since, None)
         client = engine.stream_client if follow else engine.client

@@ -173,7 +173,7 @@ class DockerAsyncClient(AsyncSchedulerClient):
         replica's container (:mod:`.logstream`)."""
         from torchx_provider.schedulers.docker.logstream import ContainerLogFollower
 
-        async for batch in ContainerLogFollower(self, app_id, source, ended).follow(cursor):
+        async for batch in ContainerLogFollower(self.engine, app_id, source, ended).follow(cursor):
             yield batch
 
     async def cancel(self, app_id: str) -> None:
