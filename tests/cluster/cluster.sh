@@ -36,6 +36,7 @@ VOLCANO_VERSION="v1.14.1"         # volcano.sh/volcano (see README: proxy availa
 VOLCANO_APIS_VERSION="v1.14.0"    # volcano.sh/apis replacing the unusable v0.0.0
 APPWRAPPER_VERSION="v1.2.1"       # github.com/project-codeflare/appwrapper
 MCAD_VERSION="v1.40.0"            # github.com/project-codeflare/multi-cluster-app-dispatcher
+KUEUE_VERSION="v0.17.0"           # sigs.k8s.io/kueue (controller and its 11 CRDs)
 
 # ---------------------------------------------------------------- layout
 CACHE="${TORCHX_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster}"
@@ -110,6 +111,7 @@ kwok_dir()       { echo "$BIN/kwok-$KWOK_VERSION"; }
 volcano_dir()    { echo "$BIN/volcano-$VOLCANO_VERSION-apis-$VOLCANO_APIS_VERSION"; }
 appwrapper_dir() { echo "$BIN/appwrapper-$APPWRAPPER_VERSION"; }
 mcad_dir()       { echo "$BIN/mcad-$MCAD_VERSION"; }
+kueue_dir()      { echo "$BIN/kueue-$KUEUE_VERSION"; }
 
 # ---------------------------------------------------------------- build
 # go_wrapper_build NAME DIR MODFILE LDFLAGS PKG...: build PKGs into DIR from a
@@ -345,6 +347,51 @@ build_mcad() {
   fi
 }
 
+# Kueue's controller and its CRDs, all from the one module version. Its go.mod has no
+# replace directives; the godebug lines are copied as for the other wrappers.
+KUEUE_CRDS=(
+  admissionchecks clusterqueues cohorts localqueues multikueueclusters multikueueconfigs
+  provisioningrequestconfigs resourceflavors topologies workloadpriorityclasses workloads
+)
+kueue_crds_present() {
+  local crd
+  for crd in "${KUEUE_CRDS[@]}"; do
+    [[ -f "$(kueue_dir)/crds/kueue.x-k8s.io_$crd.yaml" ]] || return 1
+  done
+}
+
+build_kueue() {
+  local out crd
+  out="$(kueue_dir)"
+  if [[ -x "$out/kueue" ]] && kueue_crds_present; then
+    log "   kueue $KUEUE_VERSION cached in $out"; return 0
+  fi
+  local go work upstream
+  go="$(go_bin)"
+  work="$BUILD/$(basename "$out")"
+  mkdir -p "$work"
+  upstream="$work/upstream.mod"
+  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION") >"$work/download.json"
+  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  if [[ ! -x "$out/kueue" ]]; then
+    {
+      echo "module torchx.test/kueue-wrapper"
+      echo
+      grep -E '^go [0-9]' "$upstream"
+      grep -E '^godebug' "$upstream" || true
+      echo
+      echo "require sigs.k8s.io/kueue $KUEUE_VERSION"
+    } >"$work/wrapper.mod"
+    go_wrapper_build "kueue $KUEUE_VERSION" "$out" "$work/wrapper.mod" \
+      "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      sigs.k8s.io/kueue/cmd/kueue
+  fi
+  for crd in "${KUEUE_CRDS[@]}"; do
+    copy_module_file "sigs.k8s.io/kueue@$KUEUE_VERSION" \
+      "config/components/crd/bases/kueue.x-k8s.io_$crd.yaml" "$out/crds"
+  done
+}
+
 cmd_build() {
   local t0
   t0=$(now_ms)
@@ -356,6 +403,7 @@ cmd_build() {
   step "volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_volcano
   step "appwrapper $APPWRAPPER_VERSION" build_appwrapper
   step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
+  step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
   log "build finished in $(since "$t0"); cache uses $(du -sh "$BIN" | cut -f1) of binaries"
 }
 
