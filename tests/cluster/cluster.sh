@@ -1111,6 +1111,18 @@ EOF
 }
 
 kueue_ready() { http_ok "$KUEUE_HEALTH_PORT" /readyz; }
+
+# Kueue's webhooks fail closed: registered while Kueue is not running, they would refuse
+# every AppWrapper and every Kueue object (also to a later 'up' by a version of this script
+# without Kueue, on the same state). 'down' removes them first; 'up' registers them again
+# once Kueue answers.
+forget_kueue_webhooks() {
+  [[ -s "$PKI/admin.crt" ]] && is_running kube-apiserver && https_ok "$APISERVER_PORT" /readyz 2>/dev/null ||
+    return 0
+  kubectl_admin delete --ignore-not-found --wait=false \
+    mutatingwebhookconfiguration/torchx-kueue-mutating \
+    validatingwebhookconfiguration/torchx-kueue-validating >/dev/null || true
+}
 local_queue_active() {
   kubectl_admin -n "$TEST_NAMESPACE" get localqueues.kueue.x-k8s.io "$KUEUE_LOCAL_QUEUE" \
     -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -q True
@@ -1214,6 +1226,7 @@ stop_many() {
 cmd_down() {
   local t0
   t0=$(now_ms)
+  forget_kueue_webhooks
   stop_many "${ALL_PROCESSES[@]:0:${#ALL_PROCESSES[@]}-1}"
   stop_many etcd
   log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"
