@@ -360,3 +360,38 @@ def test_the_webhooks_rbac_check_would_admit_us(
         )
     )
     assert api.create_self_subject_access_review(review).status.allowed
+
+
+def test_higher_priority_preempts_within_the_cluster_queue(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    """The ClusterQueue preempts lower-priority work of its own: a high-priority app that
+    does not fit beside a running low-priority one evicts it; the low one goes back to the
+    queue (suspended, its pods removed), and is admitted again once the high one has ended."""
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low, _ = submit(
+        scheduler,
+        app("it-aw-low", kube_cluster.pod_behaviour(keep_running=True), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    wait_state(scheduler, low, lambda r: {x.state for x in replicas(r)} == {AppState.RUNNING})
+    high, _ = submit(
+        scheduler,
+        app("it-aw-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.high_priority,
+    )
+    evicted = wait_until(
+        lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60
+    )
+    assert evicted["reason"] == "Preempted", evicted
+    resp = wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    # Preempted is not the end: the low one was suspended, not failed, and runs again.
+    assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
+    wait_state(
+        scheduler, low, lambda r: {x.state for x in replicas(r)} == {AppState.RUNNING}, timeout=120
+    )
+    assert condition(workload(kube_cluster, low), "QuotaReserved")["status"] == "True"
