@@ -985,10 +985,16 @@ subjectAltName=IP:127.0.0.1,DNS:localhost"
   cp "$PKI/kueue-webhook.crt" "$dir/tls.crt"
   install -m 600 "$PKI/kueue-webhook.key" "$dir/tls.key"
   if ! cmp -s "$dir/tls.crt" "$KUEUE_METRICS_CERTS/tls.crt" 2>/dev/null; then
-    mkdir -p "$KUEUE_METRICS_CERTS" 2>/dev/null ||
-      die "Kueue reads its metrics certificate from $KUEUE_METRICS_CERTS, which cannot be made here (run as root)"
-    install -m 600 "$dir/tls.key" "$KUEUE_METRICS_CERTS/tls.key"
-    install -m 644 "$dir/tls.crt" "$KUEUE_METRICS_CERTS/tls.crt"
+    # As root, or through sudo without a password; Kueue runs as this user and reads it.
+    local -a as_root=()
+    if ! mkdir -p "$KUEUE_METRICS_CERTS" 2>/dev/null; then
+      sudo -n true 2>/dev/null ||
+        die "Kueue reads its metrics certificate from $KUEUE_METRICS_CERTS, which only root can make"
+      as_root=(sudo -n)
+    fi
+    "${as_root[@]}" mkdir -p "$KUEUE_METRICS_CERTS"
+    "${as_root[@]}" install -m 600 -o "$(id -u)" "$dir/tls.key" "$KUEUE_METRICS_CERTS/tls.key"
+    "${as_root[@]}" install -m 644 "$dir/tls.crt" "$KUEUE_METRICS_CERTS/tls.crt"
   fi
 }
 
