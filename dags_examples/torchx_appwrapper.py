@@ -10,7 +10,7 @@ an Indexed Job behind a headless Service, and Kueue decides when the app may run
 * ``deletion_on_failure_grace_period``: keep a failed app's pods (and logs) for a while.
 
 The connection ``torchx_appwrapper_default`` points at the cluster; the params let a manual
-run pick another namespace or queue.
+run pick another namespace, queue or priority.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ with DAG(
     params={
         "namespace": Param("default", type="string"),
         "local_queue": Param("team-ml", type="string"),
+        "priority_class": Param("batch", type="string"),
     },
     tags=["torchx", "kubernetes", "appwrapper", "kueue", "example"],
 ):
@@ -45,7 +46,7 @@ with DAG(
         cfg={
             "namespace": "{{ params.namespace }}",
             "local_queue": "{{ params.local_queue }}",
-            "priority_class": "batch",
+            "priority_class": "{{ params.priority_class }}",
             "deletion_on_failure_grace_period": "10m",
         },
         conn_id="torchx_appwrapper_default",

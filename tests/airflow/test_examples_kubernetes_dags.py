@@ -130,28 +130,24 @@ def test_mcad_example_runs_end_to_end(
 
 
 @pytest.fixture
-def kueue_admits(kube: Any) -> Iterator[list[str]]:
-    """Play Kueue's admission: unsuspend every suspended AppWrapper in the test namespace
-    (there is no Kueue controller on the local cluster); yields the names admitted."""
+def kueue_admitted(kube: Any) -> Iterator[set[str]]:
+    """Watch Kueue at work: yields the set of the AppWrappers whose Workload Kueue admitted,
+    filled while the test runs (by the end the AppWrapper, and its Workload, may be gone)."""
     from kubernetes import client
 
     api = client.CustomObjectsApi(kube.api_client())
-    args = ("workload.codeflare.dev", "v1beta2", kube.namespace, "appwrappers")
-    admitted: list[str] = []
+    args = ("kueue.x-k8s.io", "v1beta2", kube.namespace, "workloads")
+    admitted: set[str] = set()
     stop = threading.Event()
 
-    def admit() -> None:
-        while not stop.wait(0.5):
-            for aw in api.list_namespaced_custom_object(*args).get("items", []):
-                if aw["spec"].get("suspend") and not aw["metadata"].get("deletionTimestamp"):
-                    name = aw["metadata"]["name"]
-                    patch = [{"op": "replace", "path": "/spec/suspend", "value": False}]
-                    api.patch_namespaced_custom_object(
-                        *args, name, patch, _content_type="application/json-patch+json"
-                    )
-                    admitted.append(name)
+    def look() -> None:
+        while not stop.wait(0.3):
+            for wl in api.list_namespaced_custom_object(*args).get("items", []):
+                if (wl.get("status") or {}).get("admission"):
+                    owners = wl["metadata"].get("ownerReferences") or []
+                    admitted.update(o["name"] for o in owners if o["kind"] == "AppWrapper")
 
-    thread = threading.Thread(target=admit, daemon=True)
+    thread = threading.Thread(target=look, daemon=True)
     thread.start()
     yield admitted
     stop.set()
@@ -159,8 +155,14 @@ def kueue_admits(kube: Any) -> Iterator[list[str]]:
 
 
 def test_appwrapper_example_runs_end_to_end(
-    kube: Any, pod_logs: Callable[[str], list[str]], kueue_admits: list[str], tmp_path: Path
+    kube: Any,
+    pod_logs: Callable[[str], list[str]],
+    kueue_admitted: set[str],
+    tmp_path: Path,
+    skip_or_fail: Callable[[str], NoReturn],
 ) -> None:
+    if kube.kueue is None:
+        skip_or_fail("the AppWrapper example needs the local cluster's Kueue queues")
     conn = {
         "conn_type": "torchx_kubernetes",
         "extra": {"kube_config_path": kube.restricted_kubeconfig},
@@ -169,9 +171,14 @@ def test_appwrapper_example_runs_end_to_end(
         "torchx_appwrapper",
         tmp_path / "home",
         extra_env={"AIRFLOW_CONN_TORCHX_APPWRAPPER_DEFAULT": json.dumps(conn)},
-        conf={"namespace": kube.namespace, "local_queue": "it-team"},
+        conf={
+            "namespace": kube.namespace,
+            "local_queue": kube.kueue.local_queue,
+            "priority_class": kube.kueue.low_priority,
+        },
     )
-    assert len(kueue_admits) == 1, kueue_admits
+    # Kueue admitted it: the one AppWrapper of the run
+    assert len([n for n in kueue_admitted if n.startswith("infer-aw-")]) == 1, kueue_admitted
     assert len(pod_logs("infer-aw")) == 2, pod_logs("infer-aw")
     for replica in ("0", "1"):
         assert f"[infer-aw/{replica}] {replica_line('infer-aw', replica)}" in output

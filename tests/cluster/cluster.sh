@@ -12,12 +12,12 @@
 # Everything listens on 127.0.0.1. Nothing runs in a container: etcd, two API
 # servers (the second serves MCAD's AppWrapper v1beta1), controller managers,
 # schedulers, kwok (fake nodes and kubelet), Volcano's controller manager and
-# scheduler, the AppWrapper controller and MCAD's kar-controllers are plain
-# processes. See README.md next to this script for the versions and why.
+# scheduler, the AppWrapper controller, Kueue and MCAD's kar-controllers are
+# plain processes. See README.md next to this script for the versions and why.
 #
 # Environment
 #   TORCHX_CLUSTER_CACHE       cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster)
-#   TORCHX_CLUSTER_PORT_BASE   first port of the fixed block of 15 (default 17400)
+#   TORCHX_CLUSTER_PORT_BASE   first port of the fixed block of 18 (default 17400)
 #   TORCHX_CLUSTER_NO_BUILD=1  'up' fails (exit 3) instead of building missing binaries
 #   TORCHX_CLUSTER_CRDS        directory of the upstream CRDs (default ../shared/crds from the repo root)
 #   GO                         go binary (default: go on PATH, else /usr/local/go/bin/go)
@@ -36,6 +36,7 @@ VOLCANO_VERSION="v1.14.1"         # volcano.sh/volcano (see README: proxy availa
 VOLCANO_APIS_VERSION="v1.14.0"    # volcano.sh/apis replacing the unusable v0.0.0
 APPWRAPPER_VERSION="v1.2.1"       # github.com/project-codeflare/appwrapper
 MCAD_VERSION="v1.40.0"            # github.com/project-codeflare/multi-cluster-app-dispatcher
+KUEUE_VERSION="v0.17.0"           # sigs.k8s.io/kueue (controller and its 11 CRDs)
 
 # ---------------------------------------------------------------- layout
 CACHE="${TORCHX_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster}"
@@ -63,6 +64,8 @@ MCAD_HEALTH_PORT=$((PORT_BASE + 12))
 MCAD_KWOK_PORT=$((PORT_BASE + 13))
 MCAD_KCM_PORT=$((PORT_BASE + 14))
 JOB_CONTROLLER_PORT=$((PORT_BASE + 15))
+KUEUE_WEBHOOK_PORT=$((PORT_BASE + 16)) # AppWrapper's webhook port 9443 is fixed: Kueue's moves
+KUEUE_HEALTH_PORT=$((PORT_BASE + 17))
 
 TEST_NAMESPACE="torchx-test"
 NODE_COUNT=2                          # fake nodes kwok-node-0..N-1
@@ -110,6 +113,7 @@ kwok_dir()       { echo "$BIN/kwok-$KWOK_VERSION"; }
 volcano_dir()    { echo "$BIN/volcano-$VOLCANO_VERSION-apis-$VOLCANO_APIS_VERSION"; }
 appwrapper_dir() { echo "$BIN/appwrapper-$APPWRAPPER_VERSION"; }
 mcad_dir()       { echo "$BIN/mcad-$MCAD_VERSION"; }
+kueue_dir()      { echo "$BIN/kueue-$KUEUE_VERSION"; }
 
 # ---------------------------------------------------------------- build
 # go_wrapper_build NAME DIR MODFILE LDFLAGS PKG...: build PKGs into DIR from a
@@ -345,6 +349,51 @@ build_mcad() {
   fi
 }
 
+# Kueue's controller and its CRDs, all from the one module version. Its go.mod has no
+# replace directives; the godebug lines are copied as for the other wrappers.
+KUEUE_CRDS=(
+  admissionchecks clusterqueues cohorts localqueues multikueueclusters multikueueconfigs
+  provisioningrequestconfigs resourceflavors topologies workloadpriorityclasses workloads
+)
+kueue_crds_present() {
+  local crd
+  for crd in "${KUEUE_CRDS[@]}"; do
+    [[ -f "$(kueue_dir)/crds/kueue.x-k8s.io_$crd.yaml" ]] || return 1
+  done
+}
+
+build_kueue() {
+  local out crd
+  out="$(kueue_dir)"
+  if [[ -x "$out/kueue" ]] && kueue_crds_present; then
+    log "   kueue $KUEUE_VERSION cached in $out"; return 0
+  fi
+  local go work upstream
+  go="$(go_bin)"
+  work="$BUILD/$(basename "$out")"
+  mkdir -p "$work"
+  upstream="$work/upstream.mod"
+  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION") >"$work/download.json"
+  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  if [[ ! -x "$out/kueue" ]]; then
+    {
+      echo "module torchx.test/kueue-wrapper"
+      echo
+      grep -E '^go [0-9]' "$upstream"
+      grep -E '^godebug' "$upstream" || true
+      echo
+      echo "require sigs.k8s.io/kueue $KUEUE_VERSION"
+    } >"$work/wrapper.mod"
+    go_wrapper_build "kueue $KUEUE_VERSION" "$out" "$work/wrapper.mod" \
+      "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      sigs.k8s.io/kueue/cmd/kueue
+  fi
+  for crd in "${KUEUE_CRDS[@]}"; do
+    copy_module_file "sigs.k8s.io/kueue@$KUEUE_VERSION" \
+      "config/components/crd/bases/kueue.x-k8s.io_$crd.yaml" "$out/crds"
+  done
+}
+
 cmd_build() {
   local t0
   t0=$(now_ms)
@@ -356,6 +405,7 @@ cmd_build() {
   step "volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_volcano
   step "appwrapper $APPWRAPPER_VERSION" build_appwrapper
   step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
+  step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
   log "build finished in $(since "$t0"); cache uses $(du -sh "$BIN" | cut -f1) of binaries"
 }
 
@@ -577,8 +627,9 @@ apply_crds() {
   # Upstream CRDs that the controllers watch but the provider never touches come
   # from the module sources fetched at build time.
   for f in "$(volcano_dir)"/crds/*.yaml "$(kwok_dir)"/crds/*.yaml; do args+=(-f "$f"); done
-  # Kueue's CRDs (queues, quotas, priorities; no Kueue controller): see kueue/README.md.
-  for f in "$HERE"/kueue/*.yaml; do args+=(-f "$f"); done
+  # Kueue's 11 CRDs, from the module it is built from; applied with AppWrapper's before
+  # Kueue starts (it defers an integration whose CRD is missing, with a long backoff).
+  for f in "${KUEUE_CRDS[@]}"; do args+=(-f "$(kueue_dir)/crds/kueue.x-k8s.io_$f.yaml"); done
   for f in "${mcad_crds[@]}"; do margs+=(-f "$CRD_DIR/$f"); done
   kubectl_admin apply --server-side --force-conflicts "${args[@]}" >/dev/null
   kubectl_mcad apply --server-side --force-conflicts "${margs[@]}" >/dev/null
@@ -809,6 +860,9 @@ write_env() {
     echo "TORCHX_CLUSTER_MCAD_CONTROLLER=$(is_running kar-controllers && echo kar-controllers || echo none)"
     echo "TORCHX_CLUSTER_APISERVER=https://127.0.0.1:$APISERVER_PORT"
     echo "TORCHX_CLUSTER_MCAD_APISERVER=https://127.0.0.1:$MCAD_APISERVER_PORT"
+    echo "TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE=$KUEUE_LOCAL_QUEUE"
+    echo "TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE=$KUEUE_CLUSTER_QUEUE"
+    echo "TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES=$KUEUE_HIGH_PRIORITY,$KUEUE_LOW_PRIORITY"
   } >"$RUN/env.tmp"
   mv "$RUN/env.tmp" "$RUN/env"
 }
@@ -821,6 +875,7 @@ missing_components() {
   [[ -x "$(volcano_dir)/vc-scheduler" && -f "$(volcano_dir)/crds/nodeinfo.volcano.sh_numatopologies.yaml" ]] || echo "volcano"
   [[ -x "$(appwrapper_dir)/appwrapper-controller" ]] || echo "appwrapper"
   [[ -x "$(mcad_dir)/kar-controllers" || -e "$(mcad_dir).failed" ]] || echo "mcad"
+  [[ -x "$(kueue_dir)/kueue" ]] && kueue_crds_present || echo "kueue"
 }
 
 cmd_up() {
@@ -847,6 +902,7 @@ cmd_up() {
   step "AppWrapper controller" start_appwrapper
   step "MCAD" start_mcad
   step "namespace $TEST_NAMESPACE and least-privilege kubeconfigs" start_rbac
+  step "Kueue on 127.0.0.1:$KUEUE_WEBHOOK_PORT, its webhooks and queues" start_kueue
   step "controllers ready" wait_ready
   write_env
   log "cluster up in $(since "$t0")"
@@ -894,9 +950,205 @@ wait_ready() {
   wait_for "Volcano default queue Open" 90 vc-scheduler volcano_queue_ready
   wait_for "vc-controller-manager /healthz" 60 vc-controller-manager http_ok "$VC_CONTROLLER_HEALTH_PORT" /healthz
   wait_for "appwrapper-controller /healthz" 60 appwrapper-controller http_ok "$AW_HEALTH_PORT" /healthz
+  wait_for "kueue /readyz" 60 kueue kueue_ready
   wait_for "kube-scheduler /readyz" 60 kube-scheduler https_insecure_ok "$SCHEDULER_PORT" /readyz
   wait_for "kube-controller-manager /healthz" 60 kube-controller-manager https_insecure_ok "$KCM_PORT" /healthz
   mcad_ready
+}
+
+# ---------------------------------------------------------------- Kueue
+# Kueue admits AppWrappers (workload.codeflare.dev/v1beta2) from LocalQueues. The API server
+# calls its webhooks by URL on 127.0.0.1, trusting a serving certificate of the cluster CA
+# (internal certificate management is off: it would want a Service and a Secret). Kueue
+# reads its metrics certificate from a fixed path (made here, although metrics are off); the
+# visibility server (feature VisibilityOnDemand) is turned off.
+KUEUE_METRICS_CERTS=/etc/kueue/metrics/certs
+KUEUE_NAMESPACE=kueue-system
+KUEUE_FLAVOR=torchx-default
+KUEUE_CLUSTER_QUEUE=torchx-cluster-queue
+KUEUE_LOCAL_QUEUE=torchx-queue
+KUEUE_HIGH_PRIORITY=torchx-high
+KUEUE_LOW_PRIORITY=torchx-low
+# The quota of the one ClusterQueue: finite, so that work over it waits (the 2 nodes have 64
+# CPUs between them).
+KUEUE_QUOTA_CPU=4
+KUEUE_QUOTA_MEMORY=16Gi
+KUEUE_QUOTA_GPU=4
+
+kueue_certs() {
+  local dir="$RUN/kueue/certs"
+  pki_cert kueue-webhook "/CN=kueue-webhook" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost"
+  mkdir -p "$dir"
+  cp "$PKI/kueue-webhook.crt" "$dir/tls.crt"
+  install -m 600 "$PKI/kueue-webhook.key" "$dir/tls.key"
+  if ! cmp -s "$dir/tls.crt" "$KUEUE_METRICS_CERTS/tls.crt" 2>/dev/null; then
+    # As root, or through sudo without a password; Kueue runs as this user and reads it.
+    local -a as_root=()
+    if ! mkdir -p "$KUEUE_METRICS_CERTS" 2>/dev/null; then
+      sudo -n true 2>/dev/null ||
+        die "Kueue reads its metrics certificate from $KUEUE_METRICS_CERTS, which only root can make"
+      as_root=(sudo -n)
+    fi
+    "${as_root[@]}" mkdir -p "$KUEUE_METRICS_CERTS"
+    "${as_root[@]}" install -m 600 -o "$(id -u)" "$dir/tls.key" "$KUEUE_METRICS_CERTS/tls.key"
+    "${as_root[@]}" install -m 644 "$dir/tls.crt" "$KUEUE_METRICS_CERTS/tls.crt"
+  fi
+}
+
+kueue_config() {
+  cat <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: $KUEUE_NAMESPACE
+health:
+  healthProbeBindAddress: 127.0.0.1:$KUEUE_HEALTH_PORT
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: $KUEUE_WEBHOOK_PORT
+  certDir: $RUN/kueue/certs
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+manageJobsWithoutQueueName: false
+clientConnection:
+  qps: 50
+  burst: 100
+integrations:
+  frameworks:
+  - workload.codeflare.dev/appwrapper
+featureGates:
+  VisibilityOnDemand: false
+EOF
+}
+
+# kueue_webhook NAME PATH GROUP OPERATIONS RESOURCES: one entry of a webhook configuration,
+# called by URL (OPERATIONS and RESOURCES comma-separated; every kind here is v1beta2).
+kueue_webhook() {
+  local name="$1" path="$2" group="$3" ops="$4" resources="$5"
+  echo "- name: $name"
+  echo "  admissionReviewVersions: [v1]"
+  echo "  sideEffects: None"
+  echo "  failurePolicy: Fail"
+  echo "  timeoutSeconds: 10"
+  echo "  clientConfig:"
+  echo "    url: https://127.0.0.1:$KUEUE_WEBHOOK_PORT$path"
+  echo "    caBundle: $(b64 "$PKI/ca.crt")"
+  echo "  rules:"
+  echo "  - apiGroups: [$group]"
+  echo "    apiVersions: [v1beta2]"
+  echo "    operations: [$ops]"
+  echo "    resources: [$resources]"
+}
+
+# Only the webhooks of what this Kueue manages: its own kinds and the one framework enabled
+# (AppWrapper v1beta2). Not the other frameworks', above all not the one on every pod.
+kueue_webhooks() {
+  local aw=workload.codeflare.dev k=kueue.x-k8s.io
+  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n'
+  printf 'metadata:\n  name: torchx-kueue-mutating\nwebhooks:\n'
+  kueue_webhook mappwrapper.kueue.torchx.test /mutate-workload-codeflare-dev-v1beta2-appwrapper $aw CREATE appwrappers
+  kueue_webhook mclusterqueue.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-clusterqueue $k CREATE clusterqueues
+  kueue_webhook mresourceflavor.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-resourceflavor $k CREATE resourceflavors
+  kueue_webhook mworkload.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-workload $k CREATE workloads
+  printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n'
+  printf 'metadata:\n  name: torchx-kueue-validating\nwebhooks:\n'
+  kueue_webhook vappwrapper.kueue.torchx.test /validate-workload-codeflare-dev-v1beta2-appwrapper $aw CREATE,UPDATE appwrappers
+  kueue_webhook vclusterqueue.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-clusterqueue $k CREATE,UPDATE clusterqueues
+  kueue_webhook vcohort.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-cohort $k CREATE,UPDATE cohorts
+  kueue_webhook vresourceflavor.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-resourceflavor $k CREATE,UPDATE resourceflavors
+  kueue_webhook vworkload.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-workload $k CREATE,UPDATE workloads,workloads/status
+}
+
+# One flavor; one ClusterQueue with a finite quota, preempting lower-priority work of its
+# own; one LocalQueue in the test namespace; two priorities.
+kueue_queues() {
+  cat <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: $KUEUE_FLAVOR
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: $KUEUE_CLUSTER_QUEUE
+spec:
+  namespaceSelector: {}
+  queueingStrategy: BestEffortFIFO
+  preemption:
+    withinClusterQueue: LowerPriority
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: $KUEUE_FLAVOR
+      resources:
+      - {name: cpu, nominalQuota: "$KUEUE_QUOTA_CPU"}
+      - {name: memory, nominalQuota: $KUEUE_QUOTA_MEMORY}
+      - {name: nvidia.com/gpu, nominalQuota: "$KUEUE_QUOTA_GPU"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata:
+  name: $KUEUE_LOCAL_QUEUE
+  namespace: $TEST_NAMESPACE
+spec:
+  clusterQueue: $KUEUE_CLUSTER_QUEUE
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata:
+  name: $KUEUE_HIGH_PRIORITY
+value: 1000
+description: preempts $KUEUE_LOW_PRIORITY work in its ClusterQueue
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata:
+  name: $KUEUE_LOW_PRIORITY
+value: 100
+description: preempted by $KUEUE_HIGH_PRIORITY work in its ClusterQueue
+EOF
+}
+
+kueue_ready() { http_ok "$KUEUE_HEALTH_PORT" /readyz; }
+
+# Kueue's webhooks fail closed: registered while Kueue is not running, they would refuse
+# every AppWrapper and every Kueue object (also to a later 'up' by a version of this script
+# without Kueue, on the same state). 'down' removes them first; 'up' registers them again
+# once Kueue answers.
+forget_kueue_webhooks() {
+  [[ -s "$PKI/admin.crt" ]] && is_running kube-apiserver && https_ok "$APISERVER_PORT" /readyz 2>/dev/null ||
+    return 0
+  kubectl_admin delete --ignore-not-found --wait=false \
+    mutatingwebhookconfiguration/torchx-kueue-mutating \
+    validatingwebhookconfiguration/torchx-kueue-validating >/dev/null || true
+}
+local_queue_active() {
+  kubectl_admin -n "$TEST_NAMESPACE" get localqueues.kueue.x-k8s.io "$KUEUE_LOCAL_QUEUE" \
+    -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -q True
+}
+
+# After the namespace exists (the LocalQueue is in it) and after the AppWrapper CRD (with
+# every CRD): Kueue defers an integration whose CRD is missing, with a backoff of minutes.
+start_kueue() {
+  mkdir -p "$RUN/kueue"
+  kueue_certs
+  kubectl_admin create namespace "$KUEUE_NAMESPACE" --dry-run=client -o yaml | kubectl_admin apply -f - >/dev/null
+  kueue_config >"$RUN/kueue/config.yaml"
+  start kueue "$(kueue_dir)/kueue" \
+    --config="$RUN/kueue/config.yaml" \
+    --kubeconfig="$RUN/kubeconfig/admin.yaml" \
+    --zap-log-level=info
+  wait_for "kueue /readyz (its webhook server listens)" 90 kueue kueue_ready
+  kueue_webhooks | kubectl_admin apply -f - >/dev/null
+  kueue_queues | kubectl_admin apply -f - >/dev/null
+  wait_for "LocalQueue $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE active" 60 kueue local_queue_active
 }
 
 # ---------------------------------------------------------------- MCAD
@@ -939,7 +1191,7 @@ mcad_ready() {
 # ---------------------------------------------------------------- down / status
 ALL_PROCESSES=(
   kar-controllers mcad-kube-scheduler mcad-kube-controller-manager mcad-kwok
-  appwrapper-controller vc-controller-manager vc-scheduler kwok
+  kueue appwrapper-controller vc-controller-manager vc-scheduler kwok
   kube-job-controller kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
 )
 
@@ -980,6 +1232,7 @@ stop_many() {
 cmd_down() {
   local t0
   t0=$(now_ms)
+  forget_kueue_webhooks
   stop_many "${ALL_PROCESSES[@]:0:${#ALL_PROCESSES[@]}-1}"
   stop_many etcd
   log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"

@@ -1,8 +1,8 @@
 """One Kubernetes cluster for the whole test session.
 
 The ``kube_cluster`` fixture (session scope) gives every test in this directory
-a cluster with Volcano, AppWrapper v1beta2 and an MCAD (AppWrapper v1beta1) API
-server. Where it comes from:
+a cluster with Volcano, AppWrapper v1beta2 under Kueue and an MCAD (AppWrapper
+v1beta1) API server. Where it comes from:
 
 1. ``TORCHX_TEST_KUBECONFIG`` names a cluster: it is used as is. Only this variable
    does: ``KUBECONFIG`` and ``~/.kube/config`` are never used (they may name a
@@ -41,6 +41,11 @@ The fixture returns a :class:`KubeCluster`:
     True when MCAD's kar-controllers runs against that server. When False the
     server holds the CRD only: a test moves an AppWrapper through its states
     itself with :meth:`KubeCluster.set_mcad_appwrapper_state`, as MCAD would.
+``kueue``
+    the Kueue objects of the local cluster (:class:`KueueQueues`: its LocalQueue in
+    ``namespace``, ClusterQueue and its quota, high and low WorkloadPriorityClass);
+    ``None`` on a cluster given by kubeconfig. :meth:`KubeCluster.require_kueue`
+    returns it, or skips (fails in CI) without it.
 ``local``
     True for the local cluster, where the fake kubelet (kwok) follows the
     behaviour annotations below and :meth:`KubeCluster.set_pod_logs` works.
@@ -120,6 +125,17 @@ def _cri_timestamp(when: dt.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond:06d}000Z"
 
 
+@dataclass(frozen=True)
+class KueueQueues:
+    """What ``cluster.sh up`` makes for Kueue: a LocalQueue in the test namespace, feeding one
+    ClusterQueue of finite quota that preempts lower-priority work, and two priorities."""
+
+    local_queue: str
+    cluster_queue: str
+    high_priority: str
+    low_priority: str
+
+
 @dataclass
 class KubeCluster:
     """A cluster the tests may use; see the module docstring."""
@@ -130,6 +146,7 @@ class KubeCluster:
     mcad_kubeconfig: str | None = None
     mcad_restricted_kubeconfig: str | None = None
     mcad_controller: bool = False
+    kueue: KueueQueues | None = None
     local: bool = False
     pod_logs_dir: Path | None = None
     _clients: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
@@ -137,6 +154,12 @@ class KubeCluster:
     #: :meth:`forget_pod_logs`
     _log_objects: set[tuple[str, str, bool]] = field(default_factory=set, repr=False)
     _log_files: set[Path] = field(default_factory=set, repr=False)
+
+    def require_kueue(self) -> KueueQueues:
+        """The cluster's Kueue queues; skips (fails in CI) on a cluster without them."""
+        if self.kueue is None:
+            _unavailable("this cluster has no Kueue queues of the local cluster's")
+        return self.kueue
 
     # -- clients ---------------------------------------------------------------
     def api_client(self, *, restricted: bool = False, mcad: bool = False) -> Any:
@@ -433,6 +456,15 @@ def _restricted_for(admin_kubeconfig: str, out_dir: Path, name: str) -> str:
     return str(path)
 
 
+def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
+    local_queue = env.get("TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE")
+    cluster_queue = env.get("TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE")
+    priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
+    if not local_queue or not cluster_queue or len(priorities) != 2:
+        return None
+    return KueueQueues(local_queue, cluster_queue, priorities[0], priorities[1])
+
+
 def _cluster_from_env(env: dict[str, str]) -> KubeCluster:
     mcad = env.get("TORCHX_CLUSTER_MCAD_KUBECONFIG") or None
     return KubeCluster(
@@ -444,6 +476,7 @@ def _cluster_from_env(env: dict[str, str]) -> KubeCluster:
         if mcad
         else None,
         mcad_controller=env.get("TORCHX_CLUSTER_MCAD_CONTROLLER") == "kar-controllers",
+        kueue=_kueue_from_env(env),
         local=True,
         pod_logs_dir=Path(env["TORCHX_CLUSTER_POD_LOGS"]),
     )

@@ -1,10 +1,10 @@
 """The ``kubernetes_appwrapper`` backend on the real AppWrapper v1.2.1 controller.
 
 The main API server serves the ``v1beta2`` AppWrapper CRD, the AppWrapper controller and the
-batch Job controller run there, and kwok plays the pods. Kueue's controller does not run
-(its queue CRDs are installed): where a test needs admission it plays Kueue's step itself,
-setting ``spec.suspend: false`` with the admin client, and the controller does the rest.
-The provider only uses the restricted kubeconfig.
+batch Job controller run there, and kwok plays the pods. Kueue runs too: an app submitted to
+its LocalQueue (``local_queue``) is created suspended, and Kueue admits it within the
+ClusterQueue's quota (see tests/cluster/README.md). The provider only uses the restricted
+kubeconfig.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from torchx_provider.specs.api import AppState, is_terminal
 pytestmark = pytest.mark.kubernetes
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-LOCAL_QUEUE = "it-team"
 
 
 @pytest.fixture
@@ -43,7 +42,9 @@ def scheduler(kube_cluster: Any) -> Iterator[Any]:
     s.close()
 
 
-def app(name: str, behaviour: dict[str, str], max_retries: int = 0) -> specs.AppDef:
+def app(
+    name: str, behaviour: dict[str, str], max_retries: int = 0, cpu: float = 0.5
+) -> specs.AppDef:
     def role(role_name: str, replicas: int) -> specs.Role:
         return specs.Role(
             role_name,
@@ -52,7 +53,7 @@ def app(name: str, behaviour: dict[str, str], max_retries: int = 0) -> specs.App
             args=["-m", "train", "--rank", "${replica_id}", "--master", "$${${rank0_env}}"],
             num_replicas=replicas,
             max_retries=max_retries,
-            resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
+            resource=specs.Resource(cpu=cpu, gpu=0, memMB=256),
             metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
         )
 
@@ -213,99 +214,55 @@ def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: An
     assert since == [f"{x}\n" for x in expected[("trainer", 1)][1:]]
 
 
-def ensure_kueue_queue(kube_cluster: Any) -> None:
-    """A ResourceFlavor, ClusterQueue and LocalQueue, as a Kueue admin would create them."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    group, version = KUEUE
-    objects = [
-        ("resourceflavors", None, {"metadata": {"name": "it-flavor"}, "spec": {}}),
-        (
-            "clusterqueues",
-            None,
-            {
-                "metadata": {"name": "it-cluster-queue"},
-                "spec": {
-                    "namespaceSelector": {},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu", "memory"],
-                            "flavors": [
-                                {
-                                    "name": "it-flavor",
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": "8"},
-                                        {"name": "memory", "nominalQuota": "16Gi"},
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-        ),
-        (
-            "localqueues",
-            kube_cluster.namespace,
-            {"metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": "it-cluster-queue"}},
-        ),
-    ]
-    kinds = {"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue"}
-    for plural, namespace, body in objects:
-        body = {"apiVersion": f"{group}/{version}", "kind": kinds.get(plural, "LocalQueue"), **body}
-        try:
-            if namespace:
-                api.create_namespaced_custom_object(group, version, namespace, plural, body)
-            else:
-                api.create_cluster_custom_object(group, version, plural, body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
-
-def admit(kube_cluster: Any, app_id: str) -> None:
-    """Kueue's admission step: quota reserved, the job unsuspended."""
+def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
+    """The Kueue Workload of an AppWrapper (owned by it), if Kueue made one."""
     from kubernetes import client
 
     namespace, name = app_id.split(":")
     api = client.CustomObjectsApi(kube_cluster.api_client())
-    res = APPWRAPPER_V1BETA2
-    patch = [{"op": "replace", "path": "/spec/suspend", "value": False}]
-    api.patch_namespaced_custom_object(
-        res.group,
-        res.version,
-        namespace,
-        res.plural,
-        name,
-        patch,
-        _content_type="application/json-patch+json",
-    )
+    group, version = KUEUE
+    for wl in api.list_namespaced_custom_object(group, version, namespace, "workloads")["items"]:
+        owners = wl["metadata"].get("ownerReferences") or []
+        if any(o["kind"] == "AppWrapper" and o["name"] == name for o in owners):
+            return dict(wl)
+    return None
 
 
-def test_queued_then_admitted(kube_cluster: Any, scheduler: Any) -> None:
-    ensure_kueue_queue(kube_cluster)
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def cpu_quota(kube_cluster: Any, cluster_queue: str) -> float:
+    """The ClusterQueue's nominal CPU quota."""
+    from kubernetes import client
+
+    group, version = KUEUE
+    api = client.CustomObjectsApi(kube_cluster.api_client())
+    cq = api.get_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
+    for rg in cq["spec"]["resourceGroups"]:
+        for flavor in rg["flavors"]:
+            for r in flavor["resources"]:
+                if r["name"] == "cpu":
+                    return float(r["nominalQuota"])
+    raise AssertionError(f"{cluster_queue} has no cpu quota")
+
+
+def test_kueue_admits_an_app_of_its_local_queue(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    kueue = kube_cluster.require_kueue()
     app_id, _info = submit(
         scheduler,
         app("it-aw-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
-        local_queue=LOCAL_QUEUE,
-        priority_class="it-high",
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
     )
     labels = stored(kube_cluster, app_id)["metadata"]["labels"]
-    assert labels["kueue.x-k8s.io/queue-name"] == LOCAL_QUEUE
-    assert labels["kueue.x-k8s.io/priority-class"] == "it-high"
-    queued = wait_state(scheduler, app_id, lambda r: r.state is AppState.PENDING)
-    time.sleep(2)  # nothing admits it: it stays queued, and says so
-    queued = scheduler.describe(app_id)
-    assert queued.state is AppState.PENDING
-    assert stored(kube_cluster, app_id)["status"]["phase"] == "Suspended"
-    assert (
-        queued.msg
-        == f"Suspended: queued in Kueue local queue {LOCAL_QUEUE!r}, waiting for admission"
-    )
-    assert pods(kube_cluster, app_id) == []
-    admit(kube_cluster, app_id)
+    assert labels["kueue.x-k8s.io/queue-name"] == kueue.local_queue
+    assert labels["kueue.x-k8s.io/priority-class"] == kueue.low_priority
     phases = []
     deadline = time.monotonic() + 120
     while not phases or phases[-1] not in ("Succeeded", "Failed"):
@@ -314,10 +271,59 @@ def test_queued_then_admitted(kube_cluster: Any, scheduler: Any) -> None:
         if not phases or phases[-1] != phase:
             phases.append(phase)
         time.sleep(0.05)
-    # the controller may have moved on from Suspended (asserted above) before the first look
-    assert phases[0] in ("Suspended", "Resuming", "Running"), phases
     assert phases[-1] == "Succeeded" and "Running" in phases, phases
     assert scheduler.describe(app_id).state is AppState.SUCCEEDED
+    # Kueue admitted it: its Workload reserved quota in the ClusterQueue, at the priority asked.
+    wl = wait_until(lambda: workload(kube_cluster, app_id))
+    assert condition(wl, "Admitted")["status"] == "True" or condition(wl, "Finished"), wl
+    assert wl["status"]["admission"]["clusterQueue"] == kueue.cluster_queue
+    assert wl["spec"]["priorityClassRef"]["name"] == kueue.low_priority
+    assert wl["spec"]["queueName"] == kueue.local_queue
+
+
+def test_over_quota_waits_until_the_quota_frees(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    """Two apps that each need most of the ClusterQueue's CPU quota: the second is held
+    suspended (Kueue reserves no quota for it) while the first runs, and admitted once the
+    first has ended."""
+    kueue = kube_cluster.require_kueue()
+    # 3 replicas each; two such apps exceed the quota, one fits.
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    first, _ = submit(
+        scheduler,
+        app("it-aw-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
+    second, _ = submit(
+        scheduler,
+        app("it-aw-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    wl = wait_until(lambda: workload(kube_cluster, second))
+    reserved = wait_until(
+        lambda: condition(workload(kube_cluster, second), "QuotaReserved") or None
+    )
+    assert reserved["status"] == "False", wl
+    assert "insufficient unused quota" in reserved["message"], reserved
+    # Held while the first runs: suspended, no pods, and the task log says it is queued.
+    time.sleep(2)
+    assert scheduler.describe(first).state is AppState.RUNNING
+    held = scheduler.describe(second)
+    assert held.state is AppState.PENDING
+    assert held.msg == (
+        f"Suspended: queued in Kueue local queue {kueue.local_queue!r}, waiting for admission"
+    )
+    assert stored(kube_cluster, second)["spec"]["suspend"] is True
+    assert pods(kube_cluster, second) == []
+    # The first ends; Kueue admits the second, which runs to the end.
+    done = wait_state(scheduler, first, lambda r: is_terminal(r.state), timeout=60)
+    assert done.state is AppState.SUCCEEDED
+    resp = wait_state(scheduler, second, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    admitted = condition(workload(kube_cluster, second), "QuotaReserved")
+    assert admitted["status"] == "True", admitted
 
 
 async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
@@ -354,3 +360,38 @@ def test_the_webhooks_rbac_check_would_admit_us(
         )
     )
     assert api.create_self_subject_access_review(review).status.allowed
+
+
+def test_higher_priority_preempts_within_the_cluster_queue(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    """The ClusterQueue preempts lower-priority work of its own: a high-priority app that
+    does not fit beside a running low-priority one evicts it; the low one goes back to the
+    queue (suspended, its pods removed), and is admitted again once the high one has ended."""
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low, _ = submit(
+        scheduler,
+        app("it-aw-low", kube_cluster.pod_behaviour(keep_running=True), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    wait_state(scheduler, low, lambda r: {x.state for x in replicas(r)} == {AppState.RUNNING})
+    high, _ = submit(
+        scheduler,
+        app("it-aw-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.high_priority,
+    )
+    evicted = wait_until(
+        lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60
+    )
+    assert evicted["reason"] == "Preempted", evicted
+    resp = wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    # Preempted is not the end: the low one was suspended, not failed, and runs again.
+    assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
+    wait_state(
+        scheduler, low, lambda r: {x.state for x in replicas(r)} == {AppState.RUNNING}, timeout=120
+    )
+    assert condition(workload(kube_cluster, low), "QuotaReserved")["status"] == "True"
