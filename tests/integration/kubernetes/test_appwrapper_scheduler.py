@@ -9,7 +9,6 @@ kubeconfig.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kube_apps import tracked
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.schedulers.kube.resources import APPWRAPPER_V1BETA2
@@ -31,15 +31,12 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 @pytest.fixture
 def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    s = create_scheduler(
-        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
-    s.created = []
-    yield s
-    for app_id in s.created:
-        with contextlib.suppress(Exception):
-            s.delete(app_id)
-    s.close()
+    with tracked(
+        create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
 
 
 def app(
