@@ -1,0 +1,68 @@
+"""Why a job waits reaches the task log, in the cluster's words, on the real API server and
+scheduler: a replica too large for any node, followed from the triggerer's shared watches
+(the AppWrapper controller makes its pod; kube-scheduler cannot place it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kube_apps import one_replica_app, tracked
+from task_log import TaskLog
+from torchx_provider import specs
+from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = pytest.mark.kubernetes
+
+
+@pytest.fixture
+def scheduler(kube_cluster: Any) -> Iterator[Any]:
+    if not kube_cluster.local:
+        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
+    with tracked(
+        create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
+
+
+def too_large(kube_cluster: Any) -> specs.AppDef:
+    app = one_replica_app(kube_cluster, "toolarge", exit_code=0, run_seconds=1)
+    app.roles[0].resource = specs.Resource(cpu=200, gpu=0, memMB=256)
+    return app
+
+
+async def test_an_unschedulable_replica_is_said_once_within_seconds(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    app_id = scheduler.schedule(scheduler.submit_dryrun(too_large(kube_cluster), {}))
+    scheduler.created.append(app_id)
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    log = TaskLog()
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=1.0).run())
+    started = time.monotonic()
+    try:
+        said: list[str] = []
+        while time.monotonic() - started < 60 and not said:
+            said = [ln for ln in log.lines if "is not scheduled" in ln]
+            await asyncio.sleep(0.2)
+        assert said, log.lines
+        took = time.monotonic() - started
+        assert "Insufficient cpu" in said[0], said
+        await asyncio.sleep(5)  # several polls and watch events later: still said once
+        assert sum("is not scheduled" in ln for ln in log.lines) == 1, log.lines
+    finally:
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+        await client.close()
+    print(f"reason in the task log {took:.1f} s after submission")
