@@ -21,7 +21,6 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_async_client
 from torchx_provider.schedulers.kube.mcad import create_scheduler as mcad_scheduler
-from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.schedulers.logs import LogCursor, format_timestamp
@@ -405,13 +404,14 @@ def test_a_long_lived_core_remembers_a_bounded_number_of_homes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from torchx_provider.schedulers.kube import core as core_module
-    from torchx_provider.schedulers.kube.core import KubeCore
-    from torchx_provider.schedulers.kube.volcano.translation import VolcanoTranslation
 
     monkeypatch.setattr(core_module, "HOMES_KEPT", 3)
-    kube_core = KubeCore(VolcanoTranslation(), FakeAsyncKube(FakeKube()))
-    res = CustomResource("g", "v1", "things", "Thing")
-    for i in range(5):
-        kube_core._home("ns", f"app-{i}", res)
-    kube_core._home("ns", "app-2", res)  # found again: most recent
-    assert list(kube_core.homes) == [("ns", "app-3"), ("ns", "app-4"), ("ns", "app-2")]
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    app_ids = [volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"})) for _ in range(5)]
+    reader = create_scheduler("s", namespace="ns", kube=fake)  # finds them by reading
+    for app_id in app_ids:
+        assert reader.describe(app_id) is not None
+    reader.describe(app_ids[2])  # found again: most recent
+    names = [("ns", app_id.split(":")[1]) for app_id in app_ids]
+    assert list(reader.core.homes) == [names[3], names[4], names[2]]
