@@ -65,7 +65,18 @@ class CheckpointPacer:
 
     @property
     def waiting(self) -> int:
+        """Writes waiting for their turn."""
         return sum(not f.done() for q in (self._final, self._periodic) for f in q)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a write has the turn."""
+        return self._busy
+
+    @property
+    def next_turn(self) -> float:
+        """When (on :attr:`clock`) the next periodic write may start."""
+        return self._next
 
     async def write(self, produce: Callable[[], Awaitable[None]], *, final: bool = False) -> None:
         """Wait for a turn (``final``: ahead of periodic writes, without the pause), then
@@ -135,6 +146,10 @@ class Aging(Generic[T]):
         if not self._taken:
             return 0.0
         return max(0.0, self._taken[-1][0] + self.lateness - self.clock())
+
+    def __len__(self) -> int:
+        """Snapshots kept (of those old enough, only the newest is)."""
+        return len(self._taken)
 
     def newest(self) -> T:
         if not self._taken:
