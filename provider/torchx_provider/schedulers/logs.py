@@ -245,6 +245,11 @@ class LineDecoder:
             line = line[: self.max_chars]
         return line + (CUT_MARKER.format(cut) if cut else "") + "\n"
 
+    @property
+    def held(self) -> int:
+        """Characters of the open line held (at most ``max_chars``)."""
+        return len(self._buffer)
+
     def flush(self) -> list[str]:
         """Whatever is left, as a last line (when the stream ended without ``\\n``)."""
         rest = self._buffer + self._pending.decode("utf-8", errors="replace")

@@ -215,9 +215,8 @@ async def _released_from_the_loop(engine: BlockingEngine, call: Any) -> Any:
 
 
 async def test_async_client_runs_engine_calls_off_the_event_loop() -> None:
-    client = DockerAsyncClient()
     engine = BlockingEngine()
-    client.engine = engine  # type: ignore[assignment]
+    client = DockerAsyncClient(engine=engine)  # type: ignore[arg-type]
     assert await _released_from_the_loop(engine, client.describe("a")) == "released"
     engine.release.clear()
     assert await _released_from_the_loop(engine, client.read_logs("a", "r", 0, LogCursor())) == (

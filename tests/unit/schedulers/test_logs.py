@@ -382,7 +382,7 @@ def test_progress_lines_are_one_line_each_through_the_pipeline() -> None:
 def test_a_long_line_is_cut_with_a_marker_and_never_buffered_whole() -> None:
     d = LineDecoder(max_chars=10)
     assert d.decode(b"0123456789abc") == []
-    assert len(d._buffer) == 10  # only what is kept
+    assert d.held == 10  # only what is kept
     assert d.decode(b"def\nshort\n") == ["0123456789 [... 6 more characters cut]\n", "short\n"]
     assert d.decode(b"x" * 25 + b"\n") == ["xxxxxxxxxx [... 15 more characters cut]\n"]
     assert d.decode(b"y" * 12) == []

@@ -124,12 +124,22 @@ class DockerAsyncClient(AsyncSchedulerClient):
     """Describe, read logs and cancel from the triggerer's event loop.
 
     The docker SDK blocks, so each call runs :class:`DockerEngine` -- the very code the sync
-    scheduler uses -- in a worker thread (``asyncio.to_thread``).
+    scheduler uses -- in a worker thread (``asyncio.to_thread``). ``engine`` and ``events``
+    replace the engine calls and the shared event stream (default: the process's for this
+    engine).
     """
 
-    def __init__(self, client: Any = None, **client_kwargs: Any) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        engine: DockerEngine | None = None,
+        events: EngineEvents | None = None,
+        **client_kwargs: Any,
+    ) -> None:
         self.config = DockerClientConfig.from_kwargs(**client_kwargs)
-        self.engine = DockerEngine(self.config, client)
+        self.engine = engine or DockerEngine(self.config, client)
+        self.events = events
         #: Each followed app's subscription to the engine's event stream, and what
         #: describe said last.
         self._events: dict[str, AppEvents] = {}
@@ -138,7 +148,8 @@ class DockerAsyncClient(AsyncSchedulerClient):
     def _subscription(self, app_id: str) -> AppEvents:
         found = self._events.get(app_id)
         if found is None:
-            found = self._events[app_id] = EngineEvents.of(self.config).subscribe(app_id)
+            events = self.events or EngineEvents.of(self.config)
+            found = self._events[app_id] = events.subscribe(app_id)
         return found
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
