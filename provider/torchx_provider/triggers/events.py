@@ -39,12 +39,16 @@ class EventKind(str, enum.Enum):
 
 
 class ErrorKind(str, enum.Enum):
-    """What kind of error ended an :attr:`EventKind.ERROR` follow (the exception class the
-    operator raises); absent: the backend was lost (unreachable, the app unknown)."""
+    """What kind of error ended an :attr:`EventKind.ERROR` (or :attr:`EventKind.TIMEOUT`)
+    follow (the exception class the operator raises); absent: the backend was lost
+    (unreachable, the app unknown), or the task's deadline passed."""
 
     #: refused as configured: credentials, a permission, a certificate
     #: (:class:`~torchx_provider.errors.AppConfigurationError`)
     CONFIGURATION = "configuration"
+    #: (with :attr:`EventKind.TIMEOUT`) the app waited to run longer than ``queue_timeout``
+    #: (:class:`~torchx_provider.errors.QueueTimeoutError`)
+    QUEUE = "queue"
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,8 @@ class JobEvent:
         replicas: the last per-replica rows.
         log_cursors: ``role/replica`` -> :meth:`LogCursor.to_dict` after the last line forwarded.
         ui_url: the job's URL from the backend, if it has one.
-        error: for :attr:`EventKind.ERROR`, what kind of error (:class:`ErrorKind`).
+        error: for :attr:`EventKind.ERROR` and :attr:`EventKind.TIMEOUT`, what kind of error
+            (:class:`ErrorKind`).
     """
 
     kind: EventKind

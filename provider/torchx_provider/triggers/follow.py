@@ -21,6 +21,9 @@ What ends a follow is the app's own state, as the backend reported it:
   state) -> ``FINISHED`` with that terminal state; gone while not terminal -> ``FINISHED``
   ``CANCELLED`` ("deleted before it finished"); never seen -> ``ERROR``;
 * the deadline passed -> ``TIMEOUT``, after cancelling the app unless told to keep it;
+* a wait to run longer than ``queue_timeout`` (from the start, or from a return to waiting)
+  -> ``TIMEOUT`` of kind ``QUEUE``, naming the wait and the last reason the cluster gave,
+  after cancelling the app unless told to keep it;
 * the backend unreachable (:class:`~torchx_provider.errors.BackendUnavailableError`) for longer
   than ``outage_budget`` seconds -> ``ERROR`` naming how long (retries: backoff with jitter,
   :mod:`~torchx_provider.triggers.policy`); any other provider error from ``describe`` ->
@@ -76,6 +79,7 @@ from torchx_provider.triggers.policy import (
 )
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failure_summary
+from torchx_provider.triggers.waiting import QueueWait
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
@@ -130,7 +134,11 @@ class JobFollower:
     :param pacer: whose turns checkpoint writes take; the event loop's by default.
     :param outage_budget: seconds of backend outage ridden out before giving up.
     :param deadline: when to stop following, on :attr:`clock`; ``None``: never.
-    :param cancel_on_timeout: cancel the app when the deadline passes.
+    :param cancel_on_timeout: cancel the app when the deadline (or the queue timeout) passes.
+    :param queue_timeout: seconds the app may wait to run, per wait (see the module doc);
+        ``None``: no limit of its own.
+    :param waiting_since: when the first wait began, on :attr:`clock` (the submission);
+        default: the follow's start.
     :param reconnect: returns a fresh client after a 401 (the follower then uses it; the
         caller owns and closes both).
     :param clock: monotonic seconds; :param sleep: waits; :param rand: [0, 1) for jitter
@@ -153,6 +161,8 @@ class JobFollower:
         outage_budget: float = OUTAGE_BUDGET,
         deadline: float | None = None,
         cancel_on_timeout: bool = True,
+        queue_timeout: float | None = None,
+        waiting_since: float | None = None,
         reconnect: Reconnect | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -167,6 +177,9 @@ class JobFollower:
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
+        self.queue = QueueWait(queue_timeout, clock() if waiting_since is None else waiting_since)
+        #: the last notice the backend gave (why the app waits, most often)
+        self.last_notice: str | None = None
         self.reconnect = reconnect
         self.clock = clock
         self.sleep = sleep
@@ -217,6 +230,8 @@ class JobFollower:
         while True:
             if self._past_deadline():
                 return await self._time_out()
+            if self.queue.expired(self.clock()):
+                return await self._queue_timed_out()
             try:
                 resp = await self.client.describe(self.app_id)
             except BackendUnavailableError as e:
@@ -240,6 +255,7 @@ class JobFollower:
             self._described = True
             for notice in self.client.take_notices():
                 self.pumps.say_once(notice.key, notice.text)
+                self.last_notice = notice.text
             if resp is None:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
@@ -312,25 +328,43 @@ class JobFollower:
         return self.deadline is not None and self.clock() >= self.deadline
 
     async def _time_out(self) -> JobEvent:
-        what = "left running (on_kill_action=keep)"
-        if self.cancel_on_timeout:
-            try:
-                await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
-                what = "cancelled"
-            except Exception as e:  # the event still says it timed out, and what failed
-                what = f"could not be cancelled ({type(e).__name__}: {e})"
+        what = await self._cancel_on_timeout()
         self.log.warning("app %s: deadline passed; the app was %s", self.app_id, what)
         return self._event(
             EventKind.TIMEOUT, f"the task's deadline passed while following; the app was {what}"
         )
+
+    async def _queue_timed_out(self) -> JobEvent:
+        waited = self.clock() - (self.queue.since or 0.0)
+        what = await self._cancel_on_timeout()
+        message = (
+            f"app {self.app_id!r} waited {waited:.0f}s without running (queue_timeout "
+            f"{self.queue.timeout:.0f}s); the app was {what}"
+        )
+        if self.last_notice:
+            message += f"; the last reason given: {self.last_notice}"
+        self.log.warning("%s", message)
+        return self._event(EventKind.TIMEOUT, message, error=ErrorKind.QUEUE)
+
+    async def _cancel_on_timeout(self) -> str:
+        """Cancel the app unless told to keep it; what became of it."""
+        if not self.cancel_on_timeout:
+            return "left running (on_kill_action=keep)"
+        try:
+            await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
+        except Exception as e:  # the event still says it timed out, and what failed
+            return f"could not be cancelled ({type(e).__name__}: {e})"
+        return "cancelled"
 
     async def _wait(self, seconds: float) -> None:
         """Sleep, but never past the deadline."""
         await self.sleep(self._clipped(seconds))
 
     def _clipped(self, seconds: float) -> float:
-        if self.deadline is not None:
-            seconds = max(0.0, min(seconds, self.deadline - self.clock()))
+        """``seconds``, but never past the deadline or the end of the queue wait."""
+        for at in (self.deadline, self.queue.expires_at()):
+            if at is not None:
+                seconds = max(0.0, min(seconds, at - self.clock()))
         return seconds
 
     async def _until_changed(self, seconds: float) -> None:
@@ -420,6 +454,7 @@ class JobFollower:
                 f"app {self.app_id}: {before} -> {resp.state.name}" + (f" ({msg})" if msg else ""),
             )
             self.state = resp.state
+        self.queue.observe(resp.state, self.clock())
         rows = replica_rows(resp)
         if rows != self.rows:
             self._say(out, f"replicas: {status_line(rows)}")

@@ -14,6 +14,10 @@
 * **A deadline** (``execution_timeout`` or ``follow_timeout``) ends a follow with a timeout;
   the job is cancelled first unless ``on_kill_action="keep"``. A cancel is bounded by
   :data:`CANCEL_TIMEOUT`.
+* **A queue timeout** (``queue_timeout``) bounds each wait of an app to run: from the
+  follow's start (the submission) until the app is ``RUNNING``, and again from each return to
+  waiting (a preemption, a requeue). Past it the app is cancelled unless told to keep it
+  (:class:`~torchx_provider.triggers.waiting.QueueWait`).
 * **A trigger's kill** cancels the job only for a real user action (:func:`kill_cancels`).
 
 >>> [round(retry_delay(n, 10.0, 0.5), 1) for n in range(6)]

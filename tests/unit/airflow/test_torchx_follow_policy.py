@@ -251,6 +251,75 @@ async def test_what_the_client_works_around_is_said_once(fake_cluster: Any) -> N
     assert sum("pods is forbidden" in ln for ln in log.lines) == 1, log.lines
 
 
+# -- queue_timeout -------------------------------------------------------------------------------
+class Scripted(torchx_fakes.FakeAsyncClient):
+    """An app whose state at each describe is ``script(now)`` on the fake clock; it gives a
+    reason it waits while it waits, and records cancels."""
+
+    def __init__(self, clock: Clock, script: Any) -> None:
+        super().__init__()
+        self.clock, self.script = clock, script
+        self.cancels: list[str] = []
+        self._waiting = False
+
+    async def describe(self, app_id: str) -> Any:
+        from torchx_provider.schedulers.api import DescribeAppResponse
+
+        state = self.script(self.clock())
+        self._waiting = state is AppState.PENDING
+        return DescribeAppResponse(app_id=app_id, state=state)
+
+    def take_notices(self) -> list[Notice]:
+        if not self._waiting:
+            return []
+        return [Notice("wait", "pod p is not scheduled: Unschedulable: 2 Insufficient cpu.")]
+
+    async def cancel(self, app_id: str) -> None:
+        self.cancels.append(app_id)
+
+
+async def test_a_wait_past_queue_timeout_cancels_and_names_the_last_reason() -> None:
+    clock = Clock()
+    client = Scripted(clock, lambda now: AppState.PENDING)
+    event = await follower(client, "app-q", clock, queue_timeout=60.0).run()
+    assert event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE
+    assert 60.0 <= clock.now < 61.0 and client.cancels == ["app-q"]
+    assert "waited 60s without running (queue_timeout 60s); the app was cancelled" in event.message
+    assert "the last reason given: pod p is not scheduled: Unschedulable" in event.message
+    assert JobEvent.from_payload(event.to_payload()) == event
+
+
+async def test_queue_timeout_counts_each_wait_from_its_start() -> None:
+    """Running by 50 s, preempted at 100 s, running again at 150 s: no wait was 60 s long."""
+    clock = Clock()
+
+    def script(now: float) -> AppState:
+        if now < 50 or 100 <= now < 150:
+            return AppState.PENDING
+        return AppState.RUNNING if now < 200 else AppState.SUCCEEDED
+
+    client = Scripted(clock, script)
+    event = await follower(client, "app-q", clock, queue_timeout=60.0, poll_interval=5.0).run()
+    assert event.succeeded, event.message
+    assert client.cancels == []
+
+    clock = Clock()  # preempted at 100 s and never running again: 60 s after the preemption
+    client = Scripted(clock, lambda now: AppState.RUNNING if 50 <= now < 100 else AppState.PENDING)
+    event = await follower(client, "app-q", clock, queue_timeout=60.0, poll_interval=5.0).run()
+    assert event.error == ErrorKind.QUEUE and 160.0 <= clock.now < 166.0
+
+
+async def test_queue_timeout_may_keep_the_app_and_counts_from_submission() -> None:
+    clock = Clock()
+    clock.now = 1000.0
+    client = Scripted(clock, lambda now: AppState.PENDING)
+    event = await follower(
+        client, "app-q", clock, queue_timeout=60.0, waiting_since=970.0, cancel_on_timeout=False
+    ).run()
+    assert event.error == ErrorKind.QUEUE and 1030.0 <= clock.now < 1031.0
+    assert client.cancels == [] and "left running (on_kill_action=keep)" in event.message
+
+
 # -- one replica's logs --------------------------------------------------------------------------
 async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
     fake_cluster: Any,
