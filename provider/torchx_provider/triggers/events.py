@@ -147,13 +147,15 @@ def status_line(rows: Iterable[ReplicaRow]) -> str:
 
 def replica_table(rows: Iterable[ReplicaRow]) -> str:
     """A fixed-width table of the replicas (for failure messages)."""
-    header = ("role", "replica", "state", "exit code", "host", "message")
+    header = ("role", "replica", "state", "exit code", "reason", "restarts", "host", "message")
     body = [
         (
             r.role,
             str(r.replica_id),
             r.state.name,
             "" if r.exit_code is None else str(r.exit_code),
+            r.reason,
+            "" if r.restarts is None else str(r.restarts),
             r.hostname,
             r.message.replace("\n", " ")[:200],
         )

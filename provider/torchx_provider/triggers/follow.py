@@ -61,6 +61,7 @@ from torchx_provider.errors import (
     TorchXProviderError,
     UnknownAppError,
 )
+from torchx_provider.failures import python_error, root_cause
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
@@ -82,7 +83,7 @@ from torchx_provider.triggers.policy import (
     retry_delay,
 )
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import failure_summary
+from torchx_provider.triggers.summary import failed_rows, failure_summary
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
@@ -388,7 +389,11 @@ class JobFollower:
                 ", ".join(sorted(self.pumps.unread)),
             )
         if self.state == AppState.FAILED:
-            for line in failure_summary(self.rows, self.pumps.tails):
+            first = root_cause(failed_rows(self.rows), self.pumps.tails)
+            if first is not None:
+                self._root_cause = first.key
+                self._root_error = python_error(self.pumps.tails.get(first.key, ()))
+            for line in failure_summary(self.rows, self.pumps.tails, self._root_cause):
                 self.log.info("%s", line)
 
     @property
@@ -524,6 +529,9 @@ class JobFollower:
 
     # -- pieces ------------------------------------------------------------------------------------
     _message: str = ""
+    #: the replica that failed first and its Python error (:meth:`_finish_logs`)
+    _root_cause: str = ""
+    _root_error: str = ""
 
     def _observe(self, resp: DescribeAppResponse) -> None:
         """Take in a describe: log a state transition and a status line when the replicas
@@ -582,4 +590,6 @@ class JobFollower:
             log_cursors=cursors_to_json(self.cursors),
             ui_url=self.ui_url,
             error=error,
+            root_cause=self._root_cause,
+            root_error=self._root_error,
         )

@@ -15,15 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from torchx_provider.failures import bounded
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import ReplicaRow
 
+#: How much of a replica's message a summary header shows.
+HEADER_MESSAGE_LIMIT = 300
+
 
 def replica_failure(row: ReplicaRow) -> str:
-    """``trainer/1 failed: exit code 1 (OOMKilled)``: one failed replica in a few words."""
+    """``trainer/1 failed: exit code 137 (OOMKilled: ...)``: one failed replica in a few
+    words -- its exit code, the backend's reason and its message (bounded)."""
     code = "unknown" if row.exit_code is None else str(row.exit_code)
-    reason = row.message or "no reason given"
-    return f"{row.key} failed: exit code {code} ({reason})"
+    message = bounded(row.message.replace("\n", " "), HEADER_MESSAGE_LIMIT)
+    if row.reason and not message.startswith(row.reason):
+        message = f"{row.reason}: {message}" if message else row.reason
+    return f"{row.key} failed: exit code {code} ({message or 'no reason given'})"
 
 
 def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
@@ -31,13 +38,22 @@ def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
     return [r for r in rows if r.state == AppState.FAILED]
 
 
-def failure_summary(rows: Iterable[ReplicaRow], tails: Mapping[str, Sequence[str]]) -> list[str]:
+def failure_summary(
+    rows: Iterable[ReplicaRow], tails: Mapping[str, Sequence[str]], first: str = ""
+) -> list[str]:
     """The summary's lines: per failed replica its group, with the last lines of its log
-    (``tails``: source key -> last lines, without newlines)."""
+    (``tails``: source key -> last lines, without newlines); the replica ``first`` (its
+    key: the root cause) leads, marked so when others failed too, the others follow in the
+    app's order."""
     out: list[str] = []
-    for row in failed_rows(rows):
+    failed = failed_rows(rows)
+    failed.sort(key=lambda r: r.key != first)
+    for row in failed:
         lines = list(tails.get(row.key, ()))
-        out.append(f"::group::{replica_failure(row)} — last {len(lines)} lines")
+        head = replica_failure(row)
+        if len(failed) > 1 and row.key == first:
+            head = head.replace(" failed:", " failed first:", 1)
+        out.append(f"::group::{head} — last {len(lines)} lines")
         out.extend(f"[{row.key}] {text}" for text in lines)
         out.append("::endgroup::")
     return out
