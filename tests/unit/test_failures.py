@@ -220,3 +220,23 @@ def test_the_replicas_xcom_has_every_replicas_facts_and_marks_the_root_cause() -
     }
     assert (got[1]["reason"], got[1]["failure"], got[1]["restarts"]) == ("OOMKilled", "user", 2)
     assert got[1]["root_cause"] is True and len(got[1]["message"]) == 300
+
+
+def test_each_tries_log_names_its_own_job() -> None:
+    from torchx_provider.operators.submission import try_header
+
+    assert try_header(3, "kubernetes://s/ns:app-1", "https://ui/jobs/app-1") == (
+        "try 3 follows TorchX app kubernetes://s/ns:app-1 (URL https://ui/jobs/app-1)"
+    )
+    assert try_header(1, "local_docker://s/app-2", None).endswith("(no job URL)")
+
+
+def test_doctests() -> None:
+    import doctest
+
+    from torchx_provider import failures
+    from torchx_provider.operators import submission
+
+    for module in (errors, failures, submission):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

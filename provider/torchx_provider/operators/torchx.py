@@ -396,7 +396,7 @@ class TorchXOperator(BaseOperator):
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from torchx_provider.operators.following import follow_here
-        from torchx_provider.operators.submission import job_url
+        from torchx_provider.operators.submission import job_url, try_header
 
         plan = self.prepare(context)
         self._scheduler_client = plan.scheduler
@@ -406,7 +406,9 @@ class TorchXOperator(BaseOperator):
         handle = plan.scheduler.app_handle(app_id)
         ti.xcom_push(key="app_handle", value=handle)
         ti.xcom_push(key="app_id", value=app_id)
-        TorchXJobLink.persist(ti, job_url(plan, app_id, self.session_name))
+        url = job_url(plan, app_id, self.session_name)
+        TorchXJobLink.persist(ti, url)
+        self.log.info("%s", try_header(getattr(ti, "try_number", "?"), handle, url))
         if not self.lifecycle.wait_for_completion:
             plan.scheduler.close()
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
