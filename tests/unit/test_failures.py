@@ -240,3 +240,24 @@ def test_doctests() -> None:
     for module in (errors, failures, submission):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def test_in_cluster_restarts_are_told_as_they_happen() -> None:
+    from torchx_provider.triggers import summary
+    from torchx_provider.triggers.summary import restart_notes
+
+    running = ReplicaRow("trainer", 0, AppState.RUNNING, restarts=0)
+    again = ReplicaRow("trainer", 0, AppState.RUNNING, 1, reason="Error", restarts=1)
+    assert restart_notes("a", (-1, 0), [], [running]) == []  # the first describe
+    assert restart_notes("a", (0, 0), [running], [running]) == []
+    assert restart_notes("a", (0, 0), [running], [again]) == [
+        "trainer/0 restarted (restart 1; last exit code 1, Error)"
+    ]
+    assert restart_notes("a", (1, 2), [again], [again], "RestartJob: pod failed") == [
+        "app a restarted in the cluster (restart 2): RestartJob: pod failed"
+    ]
+    told_nothing = ReplicaRow("trainer", 0, AppState.RUNNING)
+    assert restart_notes("a", (-1, -1), [told_nothing], [told_nothing]) == []
+    import doctest
+
+    assert doctest.testmod(summary).failed == 0

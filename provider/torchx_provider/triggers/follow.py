@@ -83,7 +83,7 @@ from torchx_provider.triggers.policy import (
     retry_delay,
 )
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import failed_rows, failure_summary
+from torchx_provider.triggers.summary import failed_rows, failure_summary, restart_notes
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
@@ -532,6 +532,8 @@ class JobFollower:
     #: the replica that failed first and its Python error (:meth:`_finish_logs`)
     _root_cause: str = ""
     _root_error: str = ""
+    #: the app's in-cluster restarts at the last describe (-1: none yet)
+    _app_restarts: int = -1
 
     def _observe(self, resp: DescribeAppResponse) -> None:
         """Take in a describe: log a state transition and a status line when the replicas
@@ -546,6 +548,10 @@ class JobFollower:
             )
             self.state = resp.state
         rows = replica_rows(resp)
+        restarts = (self._app_restarts, resp.num_restarts)
+        for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
+            self._say(out, note)
+        self._app_restarts = resp.num_restarts
         if rows != self.rows:
             self._say(out, f"replicas: {status_line(rows)}")
             self.rows = rows

@@ -57,3 +57,40 @@ def failure_summary(
         out.extend(f"[{row.key}] {text}" for text in lines)
         out.append("::endgroup::")
     return out
+
+
+def restart_notes(
+    app_id: str,
+    app_restarts: tuple[int, int],
+    before: Iterable[ReplicaRow],
+    after: Iterable[ReplicaRow],
+    reason: str = "",
+) -> list[str]:
+    """What restarted inside the cluster between two describes, one line each: the app
+    (``app_restarts``: its count before and after; ``-1``: not told) with the backend's
+    ``reason``, and each replica whose restart count grew, with its last exit code and
+    reason when told. Nothing on the first describe (``before`` empty, a count unknown).
+
+    >>> rows = [ReplicaRow("t", 0, AppState.RUNNING, restarts=0)]
+    >>> later = [ReplicaRow("t", 0, AppState.RUNNING, 137, reason="OOMKilled", restarts=1)]
+    >>> for note in restart_notes("a", (0, 1), rows, later, "pod evicted"):
+    ...     print(note)
+    app a restarted in the cluster (restart 1): pod evicted
+    t/0 restarted (restart 1; last exit code 137, OOMKilled)
+    """
+    notes: list[str] = []
+    old, new = app_restarts
+    if old >= 0 and new > old:
+        why = f": {reason}" if reason else ""
+        notes.append(f"app {app_id} restarted in the cluster (restart {new}){why}")
+    known = {row.key: row.restarts for row in before}
+    for row in after:
+        was = known.get(row.key)
+        if was is None or row.restarts is None or row.restarts <= was:
+            continue
+        last = [] if row.exit_code is None else [f"last exit code {row.exit_code}"]
+        if row.reason:
+            last.append(row.reason)
+        detail = f"; {', '.join(last)}" if last else ""
+        notes.append(f"{row.key} restarted (restart {row.restarts}{detail})")
+    return notes
