@@ -9,7 +9,7 @@ import torchx_fakes
 
 from task_log import TaskLog as Log
 from torchx_provider.specs.api import AppState
-from torchx_provider.triggers.events import ReplicaRow
+from torchx_provider.triggers.events import JobEvent, ReplicaRow
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failure_summary, replica_failure
@@ -98,3 +98,33 @@ async def test_a_backend_with_one_container_says_why_a_container_is_not_forwarde
     assert event.succeeded
     assert "[worker/0] worker 0 line 1" in log.lines
     assert any("worker/0:init are not forwarded" in ln and "log_replicas" in ln for ln in log.lines)
+
+
+async def test_of_several_failed_replicas_the_one_whose_log_shows_the_error_leads(
+    fake_cluster: Any,
+) -> None:
+    """All end in the same second with exit code 1 (as under torchrun): the traceback in
+    worker/2's log names it the root cause, in the summary and in the event."""
+    app_id = submit(
+        lines=4,
+        ticks=2,
+        replicas=3,
+        outcome="FAILED",
+        fail_replicas="worker/0,worker/2",
+        traceback_replicas="worker/2",
+    )
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert (event.root_cause, event.root_error) == (
+        "worker/2",
+        "ValueError: worker 2 got a bad batch",
+    )
+    groups = [ln for ln in log.lines if ln.startswith("::group::")]
+    assert groups == [
+        "::group::worker/2 failed first: exit code 1 (no reason given) — last 4 lines",
+        "::group::worker/0 failed: exit code 1 (no reason given) — last 4 lines",
+    ]
+    again = JobEvent.from_payload(event.to_payload())
+    assert (again.root_cause, again.root_error) == (event.root_cause, event.root_error)
