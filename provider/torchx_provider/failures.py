@@ -165,3 +165,23 @@ def root_cause(
         )
 
     return min(enumerate(failed), key=order)[1]
+
+
+def with_log_errors(
+    rows: Sequence[ReplicaRow], tails: Mapping[str, Sequence[str]]
+) -> tuple[ReplicaRow, ...]:
+    """``rows`` where each failed replica the backend gave no message gets the Python error
+    its log tail ends with (bounded), so the summary, the table and the XCom show the error
+    itself, not just an exit code. A backend's own message (a termination message) stays."""
+    from dataclasses import replace
+
+    from torchx_provider.specs.api import AppState
+
+    out = []
+    for row in rows:
+        if row.state == AppState.FAILED and not row.message:
+            error = python_error(tails.get(row.key, ()))
+            if error:
+                row = replace(row, message=bounded(error))
+        out.append(row)
+    return tuple(out)

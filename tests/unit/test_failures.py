@@ -261,3 +261,22 @@ def test_in_cluster_restarts_are_told_as_they_happen() -> None:
     import doctest
 
     assert doctest.testmod(summary).failed == 0
+
+
+def test_a_failed_replica_without_a_message_gets_its_logs_python_error() -> None:
+    from torchx_provider.failures import with_log_errors
+
+    rows = (
+        failed(0, 1, T0),
+        ReplicaRow("trainer", 1, AppState.FAILED, 1, message="Error: termination message"),
+        ReplicaRow("trainer", 2, AppState.SUCCEEDED, 0),
+        failed(3, 1, T0),
+    )
+    tails = {key: TRACEBACK for key in ("trainer/0", "trainer/1", "trainer/2")}
+    got = with_log_errors(rows, tails)
+    assert [r.message for r in got] == [
+        "ValueError: rank 3 got a bad batch",
+        "Error: termination message",  # the backend's own message stays
+        "",  # succeeded
+        "",  # no traceback in its log
+    ]

@@ -61,7 +61,7 @@ from torchx_provider.errors import (
     TorchXProviderError,
     UnknownAppError,
 )
-from torchx_provider.failures import python_error, root_cause
+from torchx_provider.failures import python_error, root_cause, with_log_errors
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
@@ -389,6 +389,7 @@ class JobFollower:
                 ", ".join(sorted(self.pumps.unread)),
             )
         if self.state == AppState.FAILED:
+            self.rows = with_log_errors(self.rows, self.pumps.tails)
             first = root_cause(failed_rows(self.rows), self.pumps.tails)
             if first is not None:
                 self._root_cause = first.key

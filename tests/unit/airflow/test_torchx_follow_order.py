@@ -123,8 +123,12 @@ async def test_of_several_failed_replicas_the_one_whose_log_shows_the_error_lead
     )
     groups = [ln for ln in log.lines if ln.startswith("::group::")]
     assert groups == [
-        "::group::worker/2 failed first: exit code 1 (no reason given) — last 4 lines",
+        "::group::worker/2 failed first: exit code 1 (ValueError: worker 2 got a bad batch)"
+        " — last 4 lines",
         "::group::worker/0 failed: exit code 1 (no reason given) — last 4 lines",
     ]
+    rows = {r.key: r for r in event.replicas}
+    assert rows["worker/2"].message == "ValueError: worker 2 got a bad batch"
+    assert rows["worker/0"].message == ""
     again = JobEvent.from_payload(event.to_payload())
     assert (again.root_cause, again.root_error) == (event.root_cause, event.root_error)
