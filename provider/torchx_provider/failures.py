@@ -185,3 +185,23 @@ def with_log_errors(
                 row = replace(row, message=bounded(error))
         out.append(row)
     return tuple(out)
+
+
+def stamp_unseen_ends(
+    before: Sequence[ReplicaRow], after: Sequence[ReplicaRow], now: datetime
+) -> tuple[ReplicaRow, ...]:
+    """``after`` where a failed replica whose backend tells no finish time (a Docker
+    container removed from outside) gets the time it was first seen failed: ``now`` when
+    this describe is the first to show it, else the stamp it got then. Without it, such a
+    replica would sort after every failure it caused (:func:`root_cause`)."""
+    from dataclasses import replace
+
+    from torchx_provider.specs.api import AppState
+
+    stamped = {r.key: r.finished_at for r in before if r.state == AppState.FAILED}
+    out = []
+    for row in after:
+        if row.state == AppState.FAILED and not row.finished_at:
+            row = replace(row, finished_at=stamped.get(row.key) or now.isoformat())
+        out.append(row)
+    return tuple(out)

@@ -280,3 +280,24 @@ def test_a_failed_replica_without_a_message_gets_its_logs_python_error() -> None
         "",  # succeeded
         "",  # no traceback in its log
     ]
+
+
+def test_a_failure_the_backend_gives_no_time_is_timed_when_first_seen() -> None:
+    """A container removed from outside has no finish time; the replica that then failed
+    because of it must not be blamed first."""
+    from datetime import datetime, timezone
+
+    from torchx_provider.failures import stamp_unseen_ends
+
+    seen = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+    later = datetime(2024, 5, 1, 10, 5, 0, tzinfo=timezone.utc)
+    running = ReplicaRow("trainer", 0, AppState.RUNNING)
+    removed = failed(1, None, kind="infrastructure", reason="RemovedFromOutside")
+    first = stamp_unseen_ends([], [running, removed], seen)
+    assert first[1].finished_at == seen.isoformat() and first[0] == running
+    # the next describe keeps the stamp; rank 0 then fails of it, with a time of its own
+    rank0 = failed(0, 1, "2024-05-01T10:04:00+00:00")
+    second = stamp_unseen_ends(first, [rank0, removed], later)
+    assert second[1].finished_at == seen.isoformat()
+    assert root_cause(second, {}) == second[1]
+    assert root_cause([rank0, removed], {}) == rank0  # unstamped, it would be blamed

@@ -53,6 +53,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from torchx_provider.errors import (
@@ -61,7 +62,12 @@ from torchx_provider.errors import (
     TorchXProviderError,
     UnknownAppError,
 )
-from torchx_provider.failures import python_error, root_cause, with_log_errors
+from torchx_provider.failures import (
+    python_error,
+    root_cause,
+    stamp_unseen_ends,
+    with_log_errors,
+)
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
 from torchx_provider.specs.api import AppState, is_terminal
@@ -548,7 +554,7 @@ class JobFollower:
                 f"app {self.app_id}: {before} -> {resp.state.name}" + (f" ({msg})" if msg else ""),
             )
             self.state = resp.state
-        rows = replica_rows(resp)
+        rows = stamp_unseen_ends(self.rows, replica_rows(resp), datetime.now(timezone.utc))
         restarts = (self._app_restarts, resp.num_restarts)
         for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
             self._say(out, note)
