@@ -12,7 +12,7 @@ The tree::
     │   ├── UserCodeError                a replica's own process failed: non-zero exit, a
     │   │                                signal it raised, killed for exceeding its memory
     │   ├── InfrastructureError          the platform ended it: evicted, preempted, node lost,
-    │   │                                removed from outside, the engine restarted
+    │   │                                a container removed from outside
     │   ├── AppConfigurationError        it could not start (or be followed) as configured:
     │   │   │                            image missing, a Secret missing, rejected
     │   │   ├── BackendConfigurationError  (also a BackendUnavailableError) credentials
@@ -21,7 +21,7 @@ The tree::
     │   │   └── RejectedConfigurationError  (also a SubmissionError) refused at submission
     │   │                                for the app's own settings: an image that does
     │   │                                not exist, an invalid image name
-    │   ├── QueueTimeoutError            it waited in its queue past the task's limit
+    │   ├── QueueTimeoutError            it waited in its queue past a limit (not raised yet)
     │   ├── AppTimeoutError              the task's execution_timeout / follow_timeout passed
     │   └── AppCancelledError            cancelled or deleted from outside this task
     └── AppLostError                     the backend stayed unreachable past outage_budget:
@@ -186,12 +186,14 @@ class UserCodeError(AppFailedError):
 class InfrastructureError(AppFailedError):
     """The platform ended the app, not its code: a pod evicted or disrupted (preempted by
     the scheduler, the kubelet, a node drain, a taint, pod GC), its node lost, a container
-    removed by something other than this task, the Docker engine restarted. A retry can
-    succeed."""
+    removed by something other than this task. A retry can succeed. (A Docker engine that
+    restarted stops its containers as ``docker stop`` would: the engine does not tell the
+    two apart, so such an app fails as the base :class:`AppFailedError`.)"""
 
 
 class QueueTimeoutError(AppFailedError):
-    """The app waited in its queue, never admitted, past the task's limit."""
+    """The app waited in its queue, never admitted, past a limit. Reserved for queue
+    limits: no backend raises it yet."""
 
 
 class AppTimeoutError(AppFailedError):
