@@ -301,3 +301,19 @@ def test_a_failure_the_backend_gives_no_time_is_timed_when_first_seen() -> None:
     assert second[1].finished_at == seen.isoformat()
     assert root_cause(second, {}) == second[1]
     assert root_cause([rank0, removed], {}) == rank0  # unstamped, it would be blamed
+
+
+def test_a_replica_that_starts_waiting_on_its_configuration_is_told_once() -> None:
+    from torchx_provider.triggers.summary import waiting_notes
+
+    pending = ReplicaRow("trainer", 0, AppState.PENDING)
+    pulling = ReplicaRow("trainer", 0, AppState.PENDING, reason="ImagePullBackOff")
+    assert waiting_notes([pending], [pulling]) == [
+        "trainer/0 waits: ImagePullBackOff (the image cannot be pulled: check its name, its "
+        "tag and the pull secret)"
+    ]
+    assert waiting_notes([pulling], [pulling]) == []  # once
+    assert waiting_notes([], [ReplicaRow("t", 1, AppState.PENDING, reason="Odd")]) == [
+        "t/1 waits: Odd"
+    ]
+    assert waiting_notes([pending], [failed(0, 1)]) == []  # a failure is the summary's

@@ -89,7 +89,12 @@ from torchx_provider.triggers.policy import (
     retry_delay,
 )
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import failed_rows, failure_summary, restart_notes
+from torchx_provider.triggers.summary import (
+    failed_rows,
+    failure_summary,
+    restart_notes,
+    waiting_notes,
+)
 
 
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
@@ -558,6 +563,8 @@ class JobFollower:
         restarts = (self._app_restarts, resp.num_restarts)
         for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
             self._say(out, note)
+        for note in waiting_notes(self.rows, rows):
+            self.log.warning("%s", note)
         self._app_restarts = resp.num_restarts
         if rows != self.rows:
             self._say(out, f"replicas: {status_line(rows)}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from torchx_provider.failures import bounded
-from torchx_provider.specs.api import AppState
+from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import ReplicaRow
 
 #: How much of a replica's message a summary header shows.
@@ -93,4 +93,30 @@ def restart_notes(
             last.append(row.reason)
         detail = f"; {', '.join(last)}" if last else ""
         notes.append(f"{row.key} restarted (restart {row.restarts}{detail})")
+    return notes
+
+
+#: What a replica waiting for one of these reasons needs (Kubernetes retries without end).
+WAITING_HINTS: dict[str, str] = {
+    "ErrImagePull": "the image cannot be pulled: check its name, its tag and the pull secret",
+    "ImagePullBackOff": "the image cannot be pulled: check its name, its tag and the pull secret",
+    "InvalidImageName": "the image name is not valid",
+    "ErrImageNeverPull": "the image is not on the node and imagePullPolicy is Never",
+    "CreateContainerConfigError": "a Secret or ConfigMap it names (or a key in one) is missing",
+    "CrashLoopBackOff": "its container keeps exiting and is restarted with a growing delay",
+}
+
+
+def waiting_notes(before: Iterable[ReplicaRow], after: Iterable[ReplicaRow]) -> list[str]:
+    """One line per unfinished replica that now waits for a reason it did not before (an
+    image it cannot pull, a Secret missing): the backend retries it without end, so the
+    task log says why it does not start."""
+    known = {row.key: row.reason for row in before}
+    notes = []
+    for row in after:
+        if is_terminal(row.state):
+            continue
+        if row.reason and known.get(row.key) != row.reason:
+            hint = WAITING_HINTS.get(row.reason, "")
+            notes.append(f"{row.key} waits: {row.reason}" + (f" ({hint})" if hint else ""))
     return notes

@@ -149,3 +149,23 @@ def test_reason_and_kind_are_kept_for_failed_replicas_only() -> None:
     assert (first.reason, first.failure) == ("", None)
     assert (second.reason, second.failure) == ("EvictionByEvictionAPI", "infrastructure")
     assert second.num_restarts == 2
+
+
+def test_a_replica_waiting_on_its_configuration_says_why_while_it_waits() -> None:
+    """Kubernetes retries a pull or a missing Secret without end: the reason is kept for an
+    unfinished replica whose container waits for it, and only for those reasons."""
+    key = ReplicaKey("trainer", 0, 0)
+    pulling = ReplicaRecord(key, AppState.PENDING).with_pod(
+        pod("Pending", waiting="ImagePullBackOff"), prefer_pod_state=True
+    )
+    creating = ReplicaRecord(ReplicaKey("trainer", 0, 1), AppState.PENDING).with_pod(
+        pod("Pending", waiting="ContainerCreating"), prefer_pod_state=True
+    )
+    _, statuses, _ = assemble([pulling, creating], {})
+    first, second = statuses[0].replicas
+    assert (first.state, first.reason, first.failure) == (
+        AppState.PENDING,
+        "ImagePullBackOff",
+        "configuration",
+    )
+    assert (second.reason, second.failure) == ("", None)

@@ -28,7 +28,14 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
     stored_json,
 )
-from torchx_provider.specs.api import NONE, AppState, ReplicaStatus, Role, RoleStatus
+from torchx_provider.specs.api import (
+    NONE,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +317,15 @@ class ReplicaRecord:
         )
 
 
+def told(record: ReplicaRecord) -> bool:
+    """Whether a replica's reason is worth telling: it failed, or it is not finished and its
+    container waits for a reason of :data:`WAITING_FAILURE` (an image it cannot pull, a
+    Secret missing, a crash loop), which Kubernetes keeps retrying without failing it."""
+    if record.state == AppState.FAILED:
+        return True
+    return not is_terminal(record.state) and record.reason in WAITING_FAILURE
+
+
 def assemble(
     records: Sequence[ReplicaRecord], roles: Mapping[str, Role]
 ) -> tuple[list[Role], list[RoleStatus], str]:
@@ -341,12 +357,8 @@ def assemble(
                     structured_error_msg=r.error,
                     exit_code=r.exit_code,
                     num_restarts=r.restarts,
-                    reason=r.reason if r.state == AppState.FAILED else "",
-                    failure=(
-                        r.failure.value
-                        if r.failure is not None and r.state == AppState.FAILED
-                        else None
-                    ),
+                    reason=r.reason if told(r) else "",
+                    failure=r.failure.value if r.failure is not None and told(r) else None,
                     finished_at=r.finished_at,
                 )
             )
