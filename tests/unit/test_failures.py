@@ -317,3 +317,29 @@ def test_a_replica_that_starts_waiting_on_its_configuration_is_told_once() -> No
         "t/1 waits: Odd"
     ]
     assert waiting_notes([pending], [failed(0, 1)]) == []  # a failure is the summary's
+
+
+def test_waiting_on_configuration_is_timed_without_a_break() -> None:
+    from torchx_provider.triggers import policy
+    from torchx_provider.triggers.policy import cannot_start, waiting_on_configuration
+
+    pulling = ReplicaRow("t", 0, AppState.PENDING, reason="ErrImagePull", failure="configuration")
+    backoff = ReplicaRow(
+        "t", 0, AppState.PENDING, reason="ImagePullBackOff", failure="configuration"
+    )
+    other = ReplicaRow(
+        "t", 1, AppState.PENDING, reason="CreateContainerConfigError", failure="configuration"
+    )
+    since = waiting_on_configuration({}, [pulling], 10.0)
+    since = waiting_on_configuration(since, [backoff, other], 200.0)  # the reasons alternate
+    assert since == {"t/0": 10.0, "t/1": 200.0}
+    assert cannot_start(since, 309.0, 300.0) is None
+    assert cannot_start(since, 310.0, 300.0) == "t/0"
+    assert cannot_start(since, 600.0, 300.0) == "t/0"  # the longest first
+    started = ReplicaRow("t", 0, AppState.RUNNING)
+    assert waiting_on_configuration(since, [started, other], 400.0) == {"t/1": 200.0}
+    crashing = ReplicaRow("t", 0, AppState.RUNNING, reason="CrashLoopBackOff", failure="user")
+    assert waiting_on_configuration({}, [crashing], 1.0) == {}  # its code's, not the setup's
+    import doctest
+
+    assert doctest.testmod(policy).failed == 0

@@ -73,7 +73,7 @@ def failure_error(event: JobEvent) -> Exception | None:
     if not_seen_ending is not None:
         if event.kind == EventKind.TIMEOUT:
             cls: type[errors.AppFailedError] = errors.AppTimeoutError
-        elif event.error == ErrorKind.CONFIGURATION:
+        elif event.error in (ErrorKind.CONFIGURATION, ErrorKind.START):
             cls = errors.AppConfigurationError
         else:
             return errors.AppLostError(not_seen_ending, app_id=event.app_id, state=state)
@@ -98,6 +98,8 @@ def failure_error(event: JobEvent) -> Exception | None:
 def unfinished(event: JobEvent) -> str | None:
     """The failure message of a follow that did not see the app's end: it lost the app
     (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    if event.kind == EventKind.ERROR and event.error == ErrorKind.START:
+        return f"TorchX app {event.app_id} could not start as configured: {event.message}"
     if event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION:
         return (
             f"cannot follow TorchX app {event.app_id} (last state {event.state.name}) as "

@@ -46,6 +46,10 @@ class ErrorKind(str, enum.Enum):
     #: refused as configured: credentials, a permission, a certificate
     #: (:class:`~torchx_provider.errors.AppConfigurationError`)
     CONFIGURATION = "configuration"
+    #: a replica waited past ``START_GRACE`` on its configuration (an image it cannot pull,
+    #: a Secret missing): the app cannot start as configured, and was cancelled
+    #: (:class:`~torchx_provider.errors.AppConfigurationError`)
+    START = "start"
 
 
 @dataclass(frozen=True)

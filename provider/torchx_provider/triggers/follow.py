@@ -85,11 +85,15 @@ from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
     REFUSAL_GRACE,
+    START_GRACE,
     Outage,
+    cannot_start,
     retry_delay,
+    waiting_on_configuration,
 )
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import (
+    WAITING_HINTS,
     failed_rows,
     failure_summary,
     restart_notes,
@@ -185,6 +189,7 @@ class JobFollower:
         deadline: float | None = None,
         cancel_on_timeout: bool = True,
         reconnect: Reconnect | None = None,
+        start_grace: float = START_GRACE,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -202,6 +207,9 @@ class JobFollower:
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
         self.reconnect = reconnect
+        self.start_grace = start_grace
+        #: replica key -> since when (``clock``) it has waited on its configuration
+        self._waiting: dict[str, float] = {}
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -381,6 +389,10 @@ class JobFollower:
                 await self._finish_logs()
                 await self._persist_final()
                 return self._event(EventKind.FINISHED, self._message)
+            self._waiting = waiting_on_configuration(self._waiting, self.rows, self.clock())
+            stuck = cannot_start(self._waiting, self.clock(), self.start_grace)
+            if stuck is not None:
+                return await self._give_up_start(stuck)
             await self._until_changed(self.poll_interval)
 
     def _sources(self) -> list[LogSource]:
@@ -446,17 +458,37 @@ class JobFollower:
         return self.deadline is not None and self.clock() >= self.deadline
 
     async def _time_out(self) -> JobEvent:
-        what = "left running (on_kill_action=keep)"
-        if self.cancel_on_timeout:
-            try:
-                await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
-                what = "cancelled"
-            except Exception as e:  # the event still says it timed out, and what failed
-                what = f"could not be cancelled ({type(e).__name__}: {e})"
+        what = await self._cancel("left running (on_kill_action=keep)")
         self.log.warning("app %s: deadline passed; the app was %s", self.app_id, what)
         return self._event(
             EventKind.TIMEOUT, f"the task's deadline passed while following; the app was {what}"
         )
+
+    async def _give_up_start(self, key: str) -> JobEvent:
+        """Replica ``key`` waited past ``start_grace`` on its configuration: the app cannot
+        start as configured. It is cancelled (unless ``on_kill_action="keep"``), and the
+        follow ends saying why."""
+        what = await self._cancel("left waiting (on_kill_action=keep)")
+        row = next(r for r in self.rows if r.key == key)
+        hint = WAITING_HINTS.get(row.reason, "")
+        waited = self.clock() - self._waiting[key]
+        message = (
+            f"{key} waited {waited:.0f}s on {row.reason}"
+            + (f" ({hint})" if hint else "")
+            + f"; the app was {what}"
+        )
+        self.log.warning("app %s: %s", self.app_id, message)
+        return self._event(EventKind.ERROR, message, error=ErrorKind.START)
+
+    async def _cancel(self, kept: str) -> str:
+        """Cancel the app unless ``on_kill_action="keep"`` (``kept`` says so); what was done."""
+        if not self.cancel_on_timeout:
+            return kept
+        try:
+            await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
+        except Exception as e:  # the event still says why it ended, and what failed
+            return f"could not be cancelled ({type(e).__name__}: {e})"
+        return "cancelled"
 
     async def _wait(self, seconds: float) -> None:
         """Sleep, but never past the deadline."""
