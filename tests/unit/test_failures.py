@@ -343,3 +343,12 @@ def test_waiting_on_configuration_is_timed_without_a_break() -> None:
     import doctest
 
     assert doctest.testmod(policy).failed == 0
+
+
+def test_the_python_error_is_said_once_in_the_message() -> None:
+    plain = failed(3, 1, T0)
+    error = failure_error(finished(AppState.FAILED, plain, root="trainer/3", error="E: x"))
+    assert "(Error)\nE: x\n" in str(error)
+    shown = ReplicaRow("trainer", 3, AppState.FAILED, 1, message="E: x", failure="user")
+    error = failure_error(finished(AppState.FAILED, shown, root="trainer/3", error="E: x"))
+    assert str(error).count("E: x") == 2  # the header and the table, not a third time

@@ -167,7 +167,8 @@ def failure(event: JobEvent) -> str:
     message = f": {event.message}" if event.message else ""
     root = root_row(event)
     first = f"; first failed replica: {replica_failure(root)}" if root is not None else ""
-    error = f"\n{event.root_error}" if root is not None and event.root_error else ""
+    shown = root is None or not event.root_error or event.root_error in root.message
+    error = "" if shown else f"\n{event.root_error}"
     return (
         f"TorchX app {event.app_id} ended {event.state.name}{message}{first}{error}\n"
         f"{replica_table(event.replicas)}"

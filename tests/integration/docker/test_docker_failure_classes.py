@@ -156,9 +156,12 @@ def test_a_python_traceback_is_the_errors_own_line(run: Any) -> None:
         "echo '  File \"train.py\", line 3, in <module>'; "
         "echo 'KeyError: batch'; exit 1"
     )
-    error, _, _ = run(script)
+    error, ti, _ = run(script)
     assert type(error) is UserCodeError
-    assert "\nKeyError: batch\n" in str(error)
+    assert "first failed replica: trainer/0 failed: exit code 1 (Error: KeyError: batch)" in str(
+        error
+    )
+    assert ti.xcoms["replicas"][0]["message"] == "KeyError: batch"
 
 
 def test_a_replica_over_its_memory_limit_is_a_user_code_error_oomkilled(run: Any) -> None:
