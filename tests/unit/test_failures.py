@@ -352,3 +352,11 @@ def test_the_python_error_is_said_once_in_the_message() -> None:
     shown = ReplicaRow("trainer", 3, AppState.FAILED, 1, message="E: x", failure="user")
     error = failure_error(finished(AppState.FAILED, shown, root="trainer/3", error="E: x"))
     assert str(error).count("E: x") == 2  # the header and the table, not a third time
+
+
+def test_the_result_counts_in_cluster_restarts() -> None:
+    from torchx_provider.operators.finishing import task_result
+
+    event = JobEvent(EventKind.FINISHED, "a", AppState.SUCCEEDED, num_restarts=2)
+    assert task_result(event, "h")["num_restarts"] == 2
+    assert JobEvent.from_payload(event.to_payload()).num_restarts == 2

@@ -157,6 +157,7 @@ def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
         "app_handle": handle,
         "app_id": event.app_id,
         "state": event.state.name,
+        "num_restarts": event.num_restarts,
         "replicas": replica_results(event),
     }
 

@@ -193,6 +193,8 @@ class JobEvent:
             follow found it with the logs at hand (:func:`~torchx_provider.failures.
             root_cause`); ``""``: none failed, or an older event.
         root_error: the Python error line of that replica's log, ``""`` if none was seen.
+        num_restarts: how often the backend restarted the app inside the cluster (Volcano
+            RestartJob, AppWrapper resets), ``-1``: not told.
     """
 
     kind: EventKind
@@ -205,6 +207,7 @@ class JobEvent:
     error: ErrorKind | None = None
     root_cause: str = ""
     root_error: str = ""
+    num_restarts: int = -1
 
     @property
     def succeeded(self) -> bool:
@@ -224,6 +227,8 @@ class JobEvent:
         }
         if self.error is not None:  # only when set: readers of version 1 before it had none
             payload["error"] = self.error.value
+        if self.num_restarts >= 0:  # likewise
+            payload["num_restarts"] = self.num_restarts
         if self.root_cause:  # likewise
             payload["root_cause"] = self.root_cause
             payload["root_error"] = self.root_error
@@ -246,4 +251,5 @@ class JobEvent:
             error=ErrorKind(payload["error"]) if payload.get("error") else None,
             root_cause=str(payload.get("root_cause") or ""),
             root_error=str(payload.get("root_error") or ""),
+            num_restarts=int(payload.get("num_restarts", -1)),
         )

@@ -644,4 +644,5 @@ class JobFollower:
             error=error,
             root_cause=self._root_cause,
             root_error=self._root_error,
+            num_restarts=self._app_restarts,
         )

@@ -51,6 +51,7 @@ events = st.builds(
     ui_url=st.none() | names,
     root_cause=st.sampled_from(["", "trainer/1"]),
     root_error=names,
+    num_restarts=st.integers(-1, 5),
 )
 
 
@@ -82,6 +83,7 @@ def test_a_payload_from_before_the_failure_facts_still_reads() -> None:
         "",
         None,
     )
+    assert event.num_restarts == -1
 
 
 def test_unknown_payload_version_is_refused() -> None:
