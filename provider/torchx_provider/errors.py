@@ -8,11 +8,29 @@ The tree::
     ├── BackendUnavailableError          the engine / API server cannot be reached or refused us
     ├── UnknownAppError (LookupError)    no app with that id/handle exists on the backend
     ├── SubmissionError                  the backend rejected what we sent (quota, schema, ...)
-    └── AppFailedError                   the app could not run to success
-        └── AppConfigurationError        it could not start (or be followed) as configured
-            └── BackendConfigurationError  (also a BackendUnavailableError) credentials
-                                         rejected, a permission missing, a certificate not
-                                         trusted: waiting does not heal it
+    ├── AppFailedError                   the app ended without success (or could not run)
+    │   ├── UserCodeError                a replica's own process failed: non-zero exit, a
+    │   │                                signal it raised, killed for exceeding its memory
+    │   ├── InfrastructureError          the platform ended it: evicted, preempted, node lost,
+    │   │                                a container removed from outside
+    │   ├── AppConfigurationError        it could not start (or be followed) as configured:
+    │   │   │                            image missing, a Secret missing, rejected
+    │   │   ├── BackendConfigurationError  (also a BackendUnavailableError) credentials
+    │   │   │                            rejected, a permission missing, a certificate not
+    │   │   │                            trusted: waiting does not heal it
+    │   │   └── RejectedConfigurationError  (also a SubmissionError) refused at submission
+    │   │                                for the app's own settings: an image that does
+    │   │                                not exist, an invalid image name
+    │   ├── QueueTimeoutError            it waited in its queue past a limit (not raised yet)
+    │   ├── AppTimeoutError              the task's execution_timeout / follow_timeout passed
+    │   └── AppCancelledError            cancelled or deleted from outside this task
+    └── AppLostError                     the backend stayed unreachable past outage_budget:
+                                         the app may still run, a retry reattaches to it
+
+An :class:`AppFailedError` whose cause the backend did not report in a way the provider
+knows is raised as the base class itself, never as a guessed subclass. None of these derive
+from Airflow's ``AirflowFailException``: Airflow consults a task's ``retry_policy`` (see
+:mod:`torchx_provider.retry`) for them.
 
 Every message names the field or object at fault and says what to do about it; a reader of an
 Airflow task log should never need the traceback to know the fix. Backend client exceptions
@@ -22,6 +40,7 @@ place per backend and chained with ``raise ... from e`` so the original stays in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -98,11 +117,102 @@ class SubmissionError(TorchXProviderError):
         super().__init__(message)
 
 
-class AppFailedError(TorchXProviderError):
-    """The app could not run to success. ``app_id`` names it when it was submitted."""
+@dataclass(frozen=True)
+class RootCause:
+    """The replica whose failure ended the app (the first to fail), as the backend told it:
+    ``reason`` is the backend's word (``OOMKilled``, ``Evicted``, ``PreemptionByScheduler``,
+    ``ErrImagePull``...), ``message`` its text or the replica's error (bounded)."""
 
-    def __init__(self, message: str, *, app_id: str | None = None) -> None:
+    role: str
+    replica_id: int
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+
+
+class AppFailedError(TorchXProviderError):
+    """The app could not run to success. ``app_id`` names it when it was submitted,
+    ``state`` is the app's last state (an ``AppState`` name, ``""`` if never seen) and
+    ``root_cause`` the replica that failed first, when one did.
+
+    >>> e = UserCodeError("exit 3", app_id="a-1", state="FAILED",
+    ...                   root_cause=RootCause("trainer", 1, 3, "Error"))
+    >>> isinstance(e, AppFailedError), e.app_id, e.state, e.role, e.replica_id, e.exit_code
+    (True, 'a-1', 'FAILED', 'trainer', 1, 3)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        app_id: str | None = None,
+        state: str = "",
+        root_cause: RootCause | None = None,
+    ) -> None:
         self.app_id = app_id
+        self.state = state
+        self.root_cause = root_cause
+        super().__init__(message)
+
+    @property
+    def role(self) -> str | None:
+        return None if self.root_cause is None else self.root_cause.role
+
+    @property
+    def replica_id(self) -> int | None:
+        return None if self.root_cause is None else self.root_cause.replica_id
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.root_cause is None else self.root_cause.exit_code
+
+    @property
+    def reason(self) -> str:
+        return "" if self.root_cause is None else self.root_cause.reason
+
+    @property
+    def replica_message(self) -> str:
+        """The root-cause replica's own message (``message`` would shadow nothing of
+        ``Exception``, but reads as the exception's text)."""
+        return "" if self.root_cause is None else self.root_cause.message
+
+
+class UserCodeError(AppFailedError):
+    """A replica's own process failed: it exited non-zero, died of a signal it raised or was
+    sent by its own job, or was killed for exceeding its own memory limit (OOMKilled).
+    Running it again unchanged most likely fails the same way."""
+
+
+class InfrastructureError(AppFailedError):
+    """The platform ended the app, not its code: a pod evicted or disrupted (preempted by
+    the scheduler, the kubelet, a node drain, a taint, pod GC), its node lost, a container
+    removed by something other than this task. A retry can succeed. (A Docker engine that
+    restarted stops its containers as ``docker stop`` would: the engine does not tell the
+    two apart, so such an app fails as the base :class:`AppFailedError`.)"""
+
+
+class QueueTimeoutError(AppFailedError):
+    """The app waited in its queue, never admitted, past a limit. Reserved for queue
+    limits: no backend raises it yet."""
+
+
+class AppTimeoutError(AppFailedError):
+    """The task's deadline (``execution_timeout`` / ``follow_timeout``, or Airflow's deferral
+    timeout) passed while the app ran; it was cancelled unless ``on_kill_action="keep"``."""
+
+
+class AppCancelledError(AppFailedError):
+    """The app was cancelled or deleted from outside this task before it finished."""
+
+
+class AppLostError(TorchXProviderError):
+    """The task lost track of the app: the backend stayed unreachable past ``outage_budget``
+    (or the follow failed). The app may still run; a retry of the task reattaches to it.
+    Not an :class:`AppFailedError`: nothing says the app failed."""
+
+    def __init__(self, message: str, *, app_id: str | None = None, state: str = "") -> None:
+        self.app_id = app_id
+        self.state = state
         super().__init__(message)
 
 
@@ -133,5 +243,31 @@ class BackendConfigurationError(AppConfigurationError, BackendUnavailableError):
     ) -> None:
         BackendUnavailableError.__init__(self, message, status, body)
         self.app_id = app_id
+        self.state = ""
+        self.root_cause = None
         #: what a 403 refused (a :class:`~torchx_provider.schedulers.kube.errors.Permission`)
         self.permission = permission
+
+
+class RejectedConfigurationError(AppConfigurationError, SubmissionError):
+    """The backend refused the submission for the app's own settings -- an image that does
+    not exist or cannot be named so, an entrypoint missing from it -- so submitting it again
+    unchanged fails the same way. A :class:`SubmissionError` too.
+
+    >>> e = RejectedConfigurationError("no such image", 404)
+    >>> isinstance(e, SubmissionError), isinstance(e, AppConfigurationError), e.status
+    (True, True, 404)
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
+        *,
+        app_id: str | None = None,
+    ) -> None:
+        SubmissionError.__init__(self, message, status, body)
+        self.app_id = app_id
+        self.state = ""
+        self.root_cause = None

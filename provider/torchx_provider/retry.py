@@ -1,10 +1,13 @@
 """Retry policies for Airflow's ``retry_policy`` (Airflow 3.3 and later).
 
 :data:`RETRY_INFRASTRUCTURE_ONLY` fails a task at once when retrying it unchanged cannot
-help -- the app could not start or be followed as configured
-(:class:`~torchx_provider.errors.AppConfigurationError`: credentials, permissions,
-certificates, a queue that does not exist) -- and leaves every other failure to the task's
-``retries``::
+help -- a replica's own code failed (:class:`~torchx_provider.errors.UserCodeError`), the
+app could not start or be followed as configured
+(:class:`~torchx_provider.errors.AppConfigurationError`: an image that does not exist,
+credentials, permissions, certificates, a queue that does not exist), or someone cancelled
+it (:class:`~torchx_provider.errors.AppCancelledError`) -- and leaves every other failure
+(:class:`~torchx_provider.errors.InfrastructureError`, a lost app, timeouts, a failure of
+unknown cause) to the task's ``retries``::
 
     from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
 
@@ -35,15 +38,25 @@ def retry_infrastructure_only() -> Any:
             "retry policies need Airflow 3.3 or later (airflow.sdk.ExceptionRetryPolicy); "
             "on this Airflow, a task's retries apply to every failure"
         ) from e
-    from torchx_provider.errors import AppConfigurationError
+    from torchx_provider.errors import AppCancelledError, AppConfigurationError, UserCodeError
 
     return ExceptionRetryPolicy(
         rules=[
+            RetryRule(
+                exception=UserCodeError,
+                action=RetryAction.FAIL,
+                reason="a replica's own code failed: a retry runs the same code again",
+            ),
             RetryRule(
                 exception=AppConfigurationError,
                 action=RetryAction.FAIL,
                 reason="the app cannot start or be followed as configured: a retry fails the "
                 "same way until the configuration is fixed",
+            ),
+            RetryRule(
+                exception=AppCancelledError,
+                action=RetryAction.FAIL,
+                reason="the app was cancelled from outside this task: a retry would undo that",
             ),
         ]
     )

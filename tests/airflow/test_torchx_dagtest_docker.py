@@ -109,7 +109,13 @@ with DAG("docker_failure", **ARGS) as dag:
     assert got["final_state"] == "FAILED"
     assert "torchx_log_cursors" not in got
     assert {r["replica_id"]: r["exit_code"] for r in got["replicas"]} == {0: 0, 1: 3}
+    assert [(r["reason"], r["failure"], r["root_cause"]) for r in got["replicas"]] == [
+        ("", "", False),
+        ("Error", "user", True),
+    ]
     assert re.search(r"TorchX app fails-\w+ ended FAILED", text)
+    # deferred, the exception raised in execute_complete says it is the user's code
+    assert "UserCodeError" in text
     assert "[worker/1] before" in text and "[worker/0] fine" in text
     kept = containers_of(docker_engine, got["app_id"])
     assert len(kept) == 2  # failed apps are kept (on_finish_action=delete_succeeded)

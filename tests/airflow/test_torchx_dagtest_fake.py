@@ -55,7 +55,19 @@ with DAG("fake_success_{deferrable}", **ARGS) as dag:
     assert got["app_handle"] == f"fake:///{app_id}"
     assert got["final_state"] == "SUCCEEDED"
     assert got["replicas"] == [
-        {"role": "worker", "replica_id": i, "state": "SUCCEEDED", "exit_code": 0} for i in range(3)
+        {
+            "role": "worker",
+            "replica_id": i,
+            "state": "SUCCEEDED",
+            "exit_code": 0,
+            "reason": "",
+            "failure": "",
+            "message": "",
+            "restarts": None,
+            "host": f"worker-{i}",
+            "root_cause": False,
+        }
+        for i in range(3)
     ]
     assert got["return_value"]["state"] == "SUCCEEDED"
     assert got["torchx_job_url"] == f"https://fake.example/apps/{app_id}"
@@ -97,7 +109,15 @@ with DAG("fake_failure", **ARGS) as dag:
         "replica_id": 1,
         "state": "FAILED",
         "exit_code": 1,
+        "reason": "",
+        "failure": "",
+        "message": "",
+        "restarts": None,
+        "host": "worker-1",
+        "root_cause": True,
     }
+    # the fake backend tells no kind of failure: the base class, never a guess
+    assert "AppFailedError" in text
     assert fake_cluster.deleted == []  # failed apps are kept for inspection
 
 

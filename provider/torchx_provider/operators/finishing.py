@@ -10,26 +10,96 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent, replica_table
+from torchx_provider.failures import bounded, error_class, kind_of, root_cause
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.events import (
+    ErrorKind,
+    EventKind,
+    JobEvent,
+    ReplicaRow,
+    replica_table,
+)
 from torchx_provider.triggers.summary import failed_rows, replica_failure
+
+#: How much of a replica's message the ``replicas`` XCom keeps.
+XCOM_MESSAGE_LIMIT = 300
 
 
 def replica_results(event: JobEvent) -> list[dict[str, Any]]:
-    """The ``replicas`` XCom: role, replica id, state and exit code of every replica."""
+    """The ``replicas`` XCom: of every replica its role, replica id, state, exit code, the
+    backend's reason and the kind of failure (for a failed one), its message (short),
+    restarts and host; ``root_cause`` marks the replica that failed first."""
+    root = root_row(event)
     return [
         {
             "role": r.role,
             "replica_id": r.replica_id,
             "state": r.state.name,
             "exit_code": r.exit_code,
+            "reason": r.reason,
+            "failure": r.failure,
+            "message": bounded(r.message, XCOM_MESSAGE_LIMIT) if r.message else "",
+            "restarts": r.restarts,
+            "host": r.hostname,
+            "root_cause": root is not None and r.key == root.key,
         }
         for r in event.replicas
     ]
 
 
+def root_row(event: JobEvent) -> ReplicaRow | None:
+    """The replica that failed first: the one the follow named, else (an older event) the
+    first failed one by finish time, without logs to break ties."""
+    failed = failed_rows(event.replicas)
+    named = [r for r in failed if r.key == event.root_cause]
+    return named[0] if named else root_cause(failed, {})
+
+
+def failure_error(event: JobEvent) -> Exception | None:
+    """The exception a try fails with after ``event``, ``None`` when the app succeeded.
+
+    Every follow that did not see the app succeed becomes one class of
+    :mod:`torchx_provider.errors`: refused as configured -> ``AppConfigurationError``; lost
+    (the backend unreachable past ``outage_budget``, the follow failing) -> ``AppLostError``;
+    the deadline -> ``AppTimeoutError``; cancelled or deleted from outside ->
+    ``AppCancelledError``; failed -> the class of its first failed replica's kind
+    (:func:`torchx_provider.failures.error_class`), the base ``AppFailedError`` when the
+    backend did not say.
+    """
+    from torchx_provider import errors
+
+    state = event.state.name
+    not_seen_ending = unfinished(event)
+    if not_seen_ending is not None:
+        if event.kind == EventKind.TIMEOUT:
+            cls: type[errors.AppFailedError] = errors.AppTimeoutError
+        elif event.error in (ErrorKind.CONFIGURATION, ErrorKind.START):
+            cls = errors.AppConfigurationError
+        else:
+            return errors.AppLostError(not_seen_ending, app_id=event.app_id, state=state)
+        return cls(not_seen_ending, app_id=event.app_id, state=state)
+    if event.succeeded:
+        return None
+    root = root_row(event)
+    if event.state == AppState.CANCELLED:
+        cls = errors.AppCancelledError
+    elif event.state == AppState.FAILED and root is not None:
+        cls = error_class(kind_of(root.failure))
+    else:
+        cls = errors.AppFailedError
+    cause = (
+        None
+        if root is None
+        else errors.RootCause(root.role, root.replica_id, root.exit_code, root.reason, root.message)
+    )
+    return cls(failure(event), app_id=event.app_id, state=state, root_cause=cause)
+
+
 def unfinished(event: JobEvent) -> str | None:
     """The failure message of a follow that did not see the app's end: it lost the app
     (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    if event.kind == EventKind.ERROR and event.error == ErrorKind.START:
+        return f"TorchX app {event.app_id} could not start as configured: {event.message}"
     if event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION:
         return (
             f"cannot follow TorchX app {event.app_id} (last state {event.state.name}) as "
@@ -54,23 +124,53 @@ def deferral_timed_out(next_method: str, next_kwargs: Mapping[str, Any] | None) 
     return next_method == "__fail__" and (next_kwargs or {}).get("error") == "Trigger timeout"
 
 
+def deferral_failure(
+    next_method: str, next_kwargs: Mapping[str, Any] | None, app_id: str | None
+) -> Exception | None:
+    """The exception a try fails with when Airflow resumes it only to fail it
+    (``__fail__``: Airflow's ``TaskDeferralTimeout`` / ``TaskDeferralError``), ``None`` for
+    any other resumption: its deferral timeout (the backstop of the task's deadline) ->
+    ``AppTimeoutError``; the trigger failed or was lost -> ``AppLostError`` (the app may
+    still run; a retry reattaches to it)."""
+    from torchx_provider import errors
+
+    if next_method != "__fail__":
+        return None
+    app = f"TorchX app {app_id}" if app_id else "the TorchX app"
+    if deferral_timed_out(next_method, next_kwargs):
+        return errors.AppTimeoutError(
+            f"{app} timed out (execution_timeout / follow_timeout): Airflow's deferral "
+            "timeout passed before the trigger reported its end",
+            app_id=app_id,
+        )
+    why = (next_kwargs or {}).get("error") or "unknown"
+    return errors.AppLostError(
+        f"the trigger following {app} failed ({why}); the app may still be running: a retry "
+        "of this task reattaches to it",
+        app_id=app_id,
+    )
+
+
 def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
     """The task's return value."""
     return {
         "app_handle": handle,
         "app_id": event.app_id,
         "state": event.state.name,
+        "num_restarts": event.num_restarts,
         "replicas": replica_results(event),
     }
 
 
 def failure(event: JobEvent) -> str:
-    """Why a finished app that did not succeed fails the task: the first failed replica and
-    its reason first, then the replica table."""
+    """Why a finished app that did not succeed fails the task: the replica that failed
+    first, its reason and Python error first, then the replica table."""
     message = f": {event.message}" if event.message else ""
-    failed = failed_rows(event.replicas)
-    first = f"; first failed replica: {replica_failure(failed[0])}" if failed else ""
+    root = root_row(event)
+    first = f"; first failed replica: {replica_failure(root)}" if root is not None else ""
+    shown = root is None or not event.root_error or event.root_error in root.message
+    error = "" if shown else f"\n{event.root_error}"
     return (
-        f"TorchX app {event.app_id} ended {event.state.name}{message}{first}\n"
+        f"TorchX app {event.app_id} ended {event.state.name}{message}{first}{error}\n"
         f"{replica_table(event.replicas)}"
     )

@@ -179,6 +179,17 @@ def remember(store: Any, handle: str, log: Any) -> None:
         log.warning("could not write task_state_store: %s", e)
 
 
+def try_header(try_number: Any, handle: str, url: str | None) -> str:
+    """The line each try's log names its own job with: Airflow's "TorchX job" link shows
+    the job of the latest try only, so an earlier try's log is where its job is told.
+
+    >>> try_header(2, "local_docker://s/app-1", None)
+    'try 2 follows TorchX app local_docker://s/app-1 (no job URL)'
+    """
+    where = f"URL {url}" if url else "no job URL"
+    return f"try {try_number} follows TorchX app {handle} ({where})"
+
+
 def job_url(plan: SubmissionPlan, app_id: str, session_name: str) -> str | None:
     """The job's URL: the backend's own, else the connection's template filled in."""
     try:

@@ -38,10 +38,14 @@ What a task does:
    progress in the XCom ``torchx_log_cursors`` (Airflow 3.3's triggerer cannot write
    ``task_state_store``); the try deletes it once it has the trigger's event.
 4. **Finish**: XComs ``app_handle``, ``app_id`` (pushed at submission), ``final_state`` and
-   ``replicas`` (role, replica id, state, exit code); the return value holds all of them.
-   A SUCCEEDED app returns normally; FAILED, CANCELLED or UNKNOWN raise with the state, the
-   backend's message and a per-replica table. ``on_finish_action`` then deletes or keeps the
-   job.
+   ``replicas`` (per replica: state, exit code, reason, kind of failure, short message,
+   restarts, host, whether it failed first); the return value holds all of them.
+   A SUCCEEDED app returns normally; any other end raises a class of
+   :mod:`torchx_provider.errors` that says why (``UserCodeError``, ``InfrastructureError``,
+   ``AppConfigurationError``, ``AppTimeoutError``, ``AppCancelledError``, ``AppLostError``,
+   or ``AppFailedError`` when the backend did not say), naming the replica that failed
+   first, its Python error, and a per-replica table. ``on_finish_action`` then deletes or
+   keeps the job.
 
 Retries -- TorchX ``max_retries`` and Airflow ``retries`` are different layers:
 
@@ -396,7 +400,7 @@ class TorchXOperator(BaseOperator):
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         from torchx_provider.operators.following import follow_here
-        from torchx_provider.operators.submission import job_url
+        from torchx_provider.operators.submission import job_url, try_header
 
         plan = self.prepare(context)
         self._scheduler_client = plan.scheduler
@@ -406,7 +410,9 @@ class TorchXOperator(BaseOperator):
         handle = plan.scheduler.app_handle(app_id)
         ti.xcom_push(key="app_handle", value=handle)
         ti.xcom_push(key="app_id", value=app_id)
-        TorchXJobLink.persist(ti, job_url(plan, app_id, self.session_name))
+        url = job_url(plan, app_id, self.session_name)
+        TorchXJobLink.persist(ti, url)
+        self.log.info("%s", try_header(getattr(ti, "try_number", "?"), handle, url))
         if not self.lifecycle.wait_for_completion:
             plan.scheduler.close()
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
@@ -511,27 +517,39 @@ class TorchXOperator(BaseOperator):
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
     ) -> Any:
-        """Resumed by Airflow; when its deferral timeout failed the task (the backstop of
-        ``defer(timeout=...)``: the trigger never acted on its deadline), cancel the job
-        first, per ``on_kill_action``, then fail as Airflow does."""
-        from torchx_provider.operators.finishing import deferral_timed_out
+        """Resumed by Airflow. When Airflow resumes the task only to fail it: for its
+        deferral timeout (the backstop of ``defer(timeout=...)``: the trigger never acted on
+        its deadline), cancel the job first, per ``on_kill_action``; then fail with
+        ``AppTimeoutError``, or ``AppLostError`` when the trigger failed, instead of
+        Airflow's ``TaskDeferralTimeout`` / ``TaskDeferralError`` (which it chains)."""
+        from torchx_provider.operators.finishing import deferral_failure, deferral_timed_out
 
+        if next_method != "__fail__":
+            return super().resume_execution(next_method, next_kwargs, context)
+        app_id = self._stored_app_id(context)
         if deferral_timed_out(next_method, next_kwargs):
-            self._cancel_after_deferral_timeout(context)
-        return super().resume_execution(next_method, next_kwargs, context)
+            self._cancel_after_deferral_timeout(app_id)
+        error = deferral_failure(next_method, next_kwargs, app_id)
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except Exception as e:
+            raise (error or e) from e
 
-    def _cancel_after_deferral_timeout(self, context: Context) -> None:
+    def _stored_app_id(self, context: Context) -> str | None:
+        """The app id of this try's stored handle, ``None`` when none was stored."""
         from torchx_provider.specs.names import parse_app_handle
 
+        ti = context["ti"]
+        handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
+        return parse_app_handle(handle).app_id if isinstance(handle, str) else None
+
+    def _cancel_after_deferral_timeout(self, app_id: str | None) -> None:
         if self.lifecycle.on_kill_action != OnKillAction.CANCEL:
             self.log.info("deferral timed out; the app is left running (on_kill_action=keep)")
             return
-        ti = context["ti"]
-        handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
-        if not isinstance(handle, str):
+        if app_id is None:
             self.log.warning("deferral timed out, and no app handle was stored to cancel")
             return
-        app_id = parse_app_handle(handle).app_id
         try:
             with self.get_hook().get_target().create_scheduler(self.session_name) as s:
                 s.cancel(app_id)
@@ -540,33 +558,27 @@ class TorchXOperator(BaseOperator):
             self.log.warning("deferral timed out; could not cancel app %s: %s", app_id, e)
 
     def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
-        """Step 4 (module doc): XComs, clean-up, and the outcome."""
-        from airflow.sdk.exceptions import AirflowException
-
-        from torchx_provider.errors import AppConfigurationError
+        """Step 4 (module doc): XComs, clean-up, and the outcome: a follow that did not see
+        the app succeed raises the class of :mod:`torchx_provider.errors` that says why
+        (:func:`~torchx_provider.operators.finishing.failure_error`)."""
         from torchx_provider.operators.finishing import (
-            failure,
+            failure_error,
             replica_results,
             task_result,
             unfinished,
         )
         from torchx_provider.specs.names import make_app_handle
-        from torchx_provider.triggers.events import ErrorKind
 
         ti = context["ti"]
         ti.xcom_push(key="final_state", value=event.state.name)
         ti.xcom_push(key="replicas", value=replica_results(event))
         if event.ui_url:
             TorchXJobLink.persist(ti, event.ui_url)
-        not_seen_ending = unfinished(event)
-        if not_seen_ending is not None and event.error == ErrorKind.CONFIGURATION:
-            raise AppConfigurationError(not_seen_ending, app_id=event.app_id)
-        if not_seen_ending is not None:
-            raise AirflowException(not_seen_ending)
-        if self.lifecycle.deletes(event.succeeded):
+        error = failure_error(event)
+        if unfinished(event) is None and self.lifecycle.deletes(event.succeeded):
             self._delete(event.app_id, scheduler)
-        if not event.succeeded:
-            raise AirflowException(failure(event))
+        if error is not None:
+            raise error
         self.log.info("app %s SUCCEEDED", event.app_id)
         return task_result(event, make_app_handle(self.scheduler, self.session_name, event.app_id))
 

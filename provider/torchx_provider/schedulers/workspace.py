@@ -27,7 +27,8 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError, SubmissionError
+from torchx_provider.errors import InvalidAppError, RejectedConfigurationError, SubmissionError
+from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker.client import DockerClientConfig, docker_call, make_client
 from torchx_provider.schedulers.labels import LABEL_VERSION
 from torchx_provider.version import __version__
@@ -116,7 +117,9 @@ def ensure_image(
         except docker.errors.ImageNotFound:
             pass
     if image.startswith(HASH_PREFIX):
-        raise SubmissionError(f"image {image}{whose} is not on the Docker engine", status=404)
+        raise RejectedConfigurationError(
+            f"image {image}{whose} is not on the Docker engine", status=404
+        )
     repo, tag = split_image(image)
     log.log(logging.DEBUG if quiet else logging.INFO, "pulling image %s%s", image, whose)
     try:
@@ -127,9 +130,19 @@ def ensure_image(
                 f"pulling {image}",
             )
     except SubmissionError as e:
-        raise SubmissionError(
+        from torchx_provider.schedulers.docker.state import image_failure
+
+        reason = _reason(e)
+        # an image the registry says does not exist is the app's fault; a registry that
+        # cannot be reached may be back on a retry
+        error = (
+            RejectedConfigurationError
+            if image_failure(reason) == FailureKind.CONFIGURATION
+            else SubmissionError
+        )
+        raise error(
             f"image {image!r}{whose} is not on the Docker engine and pulling it failed "
-            f"({_reason(e)}); build or load it on the engine (docker build / docker load), or "
+            f"({reason}); build or load it on the engine (docker build / docker load), or "
             "fix the image name or the registry login",
             status=e.status,
             body=e.body,

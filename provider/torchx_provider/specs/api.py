@@ -23,6 +23,7 @@ import functools
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +359,11 @@ NONE = "<NONE>"
 class ReplicaStatus:
     """What the backend knows about one replica.
 
-    ``exit_code`` and ``num_restarts`` are ``None`` where the backend does not tell.
+    ``exit_code`` and ``num_restarts`` are ``None`` where the backend does not tell. The
+    provider adds, for a replica that ended: ``reason``, the backend's word for how
+    (``OOMKilled``, ``Evicted``, ``PreemptionByScheduler``...), ``failure``, the
+    :class:`~torchx_provider.failures.FailureKind` its backend's table gives it (``None``:
+    none known), and ``finished_at``, when it ended (``None``: not told).
     """
 
     id: int
@@ -369,6 +374,9 @@ class ReplicaStatus:
     log_dir: str = ""
     exit_code: int | None = None
     num_restarts: int | None = None
+    reason: str = ""
+    failure: str | None = None
+    finished_at: datetime | None = None
 
 
 @dataclass

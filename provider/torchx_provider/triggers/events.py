@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchx_provider.failures import bounded
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.specs.api import NONE, AppState
 
@@ -49,11 +50,18 @@ class ErrorKind(str, enum.Enum):
     #: (with :attr:`EventKind.TIMEOUT`) the app waited to run longer than ``queue_timeout``
     #: (:class:`~torchx_provider.errors.QueueTimeoutError`)
     QUEUE = "queue"
+    #: a replica waited past ``START_GRACE`` on its configuration (an image it cannot pull,
+    #: a Secret missing): the app cannot start as configured, and was cancelled
+    #: (:class:`~torchx_provider.errors.AppConfigurationError`)
+    START = "start"
 
 
 @dataclass(frozen=True)
 class ReplicaRow:
-    """One replica as the backend last described it."""
+    """One replica as the backend last described it: for a failed one also the backend's
+    ``reason``, the ``failure`` kind its table gives (a
+    :class:`~torchx_provider.failures.FailureKind` value, ``""``: none known) and when it
+    ended (``finished_at``, ISO 8601, ``""``: not told); ``restarts`` where told."""
 
     role: str
     replica_id: int
@@ -61,6 +69,10 @@ class ReplicaRow:
     exit_code: int | None = None
     hostname: str = ""
     message: str = ""
+    reason: str = ""
+    failure: str = ""
+    finished_at: str = ""
+    restarts: int | None = None
 
     @property
     def key(self) -> str:
@@ -75,6 +87,11 @@ class ReplicaRow:
             "exit_code": self.exit_code,
             "hostname": self.hostname,
             "message": self.message,
+            # added in place (older readers ignore them, older payloads lack them)
+            "reason": self.reason,
+            "failure": self.failure,
+            "finished_at": self.finished_at,
+            "restarts": self.restarts,
         }
 
     @classmethod
@@ -86,6 +103,10 @@ class ReplicaRow:
             exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
             hostname=str(data.get("hostname") or ""),
             message=str(data.get("message") or ""),
+            reason=str(data.get("reason") or ""),
+            failure=str(data.get("failure") or ""),
+            finished_at=str(data.get("finished_at") or ""),
+            restarts=None if data.get("restarts") is None else int(data["restarts"]),
         )
 
 
@@ -102,7 +123,11 @@ def replica_rows(resp: DescribeAppResponse) -> tuple[ReplicaRow, ...]:
                     state=r.state,
                     exit_code=r.exit_code,
                     hostname=r.hostname or "",
-                    message=msg,
+                    message=bounded(msg),
+                    reason=r.reason,
+                    failure=r.failure or "",
+                    finished_at=r.finished_at.isoformat() if r.finished_at else "",
+                    restarts=r.num_restarts,
                 )
             )
     return tuple(rows)
@@ -130,13 +155,15 @@ def status_line(rows: Iterable[ReplicaRow]) -> str:
 
 def replica_table(rows: Iterable[ReplicaRow]) -> str:
     """A fixed-width table of the replicas (for failure messages)."""
-    header = ("role", "replica", "state", "exit code", "host", "message")
+    header = ("role", "replica", "state", "exit code", "reason", "restarts", "host", "message")
     body = [
         (
             r.role,
             str(r.replica_id),
             r.state.name,
             "" if r.exit_code is None else str(r.exit_code),
+            r.reason,
+            "" if r.restarts is None else str(r.restarts),
             r.hostname,
             r.message.replace("\n", " ")[:200],
         )
@@ -167,6 +194,12 @@ class JobEvent:
         ui_url: the job's URL from the backend, if it has one.
         error: for :attr:`EventKind.ERROR` and :attr:`EventKind.TIMEOUT`, what kind of error
             (:class:`ErrorKind`).
+        root_cause: the key (``role/replica``) of the replica that failed first, as the
+            follow found it with the logs at hand (:func:`~torchx_provider.failures.
+            root_cause`); ``""``: none failed, or an older event.
+        root_error: the Python error line of that replica's log, ``""`` if none was seen.
+        num_restarts: how often the backend restarted the app inside the cluster (Volcano
+            RestartJob, AppWrapper resets), ``-1``: not told.
     """
 
     kind: EventKind
@@ -177,6 +210,9 @@ class JobEvent:
     log_cursors: dict[str, dict[str, Any]] = field(default_factory=dict)
     ui_url: str | None = None
     error: ErrorKind | None = None
+    root_cause: str = ""
+    root_error: str = ""
+    num_restarts: int = -1
 
     @property
     def succeeded(self) -> bool:
@@ -196,6 +232,11 @@ class JobEvent:
         }
         if self.error is not None:  # only when set: readers of version 1 before it had none
             payload["error"] = self.error.value
+        if self.num_restarts >= 0:  # likewise
+            payload["num_restarts"] = self.num_restarts
+        if self.root_cause:  # likewise
+            payload["root_cause"] = self.root_cause
+            payload["root_error"] = self.root_error
         return payload
 
     @classmethod
@@ -213,4 +254,7 @@ class JobEvent:
             log_cursors={str(k): dict(v) for k, v in (payload.get("log_cursors") or {}).items()},
             ui_url=payload.get("ui_url"),
             error=ErrorKind(payload["error"]) if payload.get("error") else None,
+            root_cause=str(payload.get("root_cause") or ""),
+            root_error=str(payload.get("root_error") or ""),
+            num_restarts=int(payload.get("num_restarts", -1)),
         )

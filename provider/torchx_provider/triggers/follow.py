@@ -48,6 +48,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from torchx_provider.errors import (
@@ -55,6 +56,12 @@ from torchx_provider.errors import (
     BackendUnavailableError,
     TorchXProviderError,
     UnknownAppError,
+)
+from torchx_provider.failures import (
+    python_error,
+    root_cause,
+    stamp_unseen_ends,
+    with_log_errors,
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
 from torchx_provider.schedulers.logs import LogCursor, LogSource
@@ -74,11 +81,20 @@ from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
     REFUSAL_GRACE,
+    START_GRACE,
     Outage,
+    cannot_start,
     retry_delay,
+    waiting_on_configuration,
 )
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import failure_summary
+from torchx_provider.triggers.summary import (
+    WAITING_HINTS,
+    failed_rows,
+    failure_summary,
+    restart_notes,
+    waiting_notes,
+)
 from torchx_provider.triggers.waiting import QueueWait
 
 
@@ -164,6 +180,7 @@ class JobFollower:
         queue_timeout: float | None = None,
         waiting_since: float | None = None,
         reconnect: Reconnect | None = None,
+        start_grace: float = START_GRACE,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -181,6 +198,9 @@ class JobFollower:
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
+        self.start_grace = start_grace
+        #: replica key -> since when (``clock``) it has waited on its configuration
+        self._waiting: dict[str, float] = {}
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -268,6 +288,10 @@ class JobFollower:
                 await self._finish_logs()
                 await self.checkpoints.final()
                 return self._event(EventKind.FINISHED, self._message)
+            self._waiting = waiting_on_configuration(self._waiting, self.rows, self.clock())
+            stuck = cannot_start(self._waiting, self.clock(), self.start_grace)
+            if stuck is not None:
+                return await self._give_up_start(stuck)
             await self._until_changed(self.poll_interval)
 
     def _sources(self) -> list[LogSource]:
@@ -287,7 +311,12 @@ class JobFollower:
                 ", ".join(sorted(self.pumps.unread)),
             )
         if self.state == AppState.FAILED:
-            for line in failure_summary(self.rows, self.pumps.tails):
+            self.rows = with_log_errors(self.rows, self.pumps.tails)
+            first = root_cause(failed_rows(self.rows), self.pumps.tails)
+            if first is not None:
+                self._root_cause = first.key
+                self._root_error = python_error(self.pumps.tails.get(first.key, ()))
+            for line in failure_summary(self.rows, self.pumps.tails, self._root_cause):
                 self.log.info("%s", line)
 
     @property
@@ -328,7 +357,7 @@ class JobFollower:
         return self.deadline is not None and self.clock() >= self.deadline
 
     async def _time_out(self) -> JobEvent:
-        what = await self._cancel_on_timeout()
+        what = await self._cancel("left running (on_kill_action=keep)")
         self.log.warning("app %s: deadline passed; the app was %s", self.app_id, what)
         return self._event(
             EventKind.TIMEOUT, f"the task's deadline passed while following; the app was {what}"
@@ -336,7 +365,7 @@ class JobFollower:
 
     async def _queue_timed_out(self) -> JobEvent:
         waited = self.clock() - (self.queue.since or 0.0)
-        what = await self._cancel_on_timeout()
+        what = await self._cancel("left running (on_kill_action=keep)")
         message = (
             f"app {self.app_id!r} waited {waited:.0f}s without running (queue_timeout "
             f"{self.queue.timeout:.0f}s); the app was {what}"
@@ -346,13 +375,29 @@ class JobFollower:
         self.log.warning("%s", message)
         return self._event(EventKind.TIMEOUT, message, error=ErrorKind.QUEUE)
 
-    async def _cancel_on_timeout(self) -> str:
-        """Cancel the app unless told to keep it; what became of it."""
+    async def _give_up_start(self, key: str) -> JobEvent:
+        """Replica ``key`` waited past ``start_grace`` on its configuration: the app cannot
+        start as configured. It is cancelled (unless ``on_kill_action="keep"``), and the
+        follow ends saying why."""
+        what = await self._cancel("left waiting (on_kill_action=keep)")
+        row = next(r for r in self.rows if r.key == key)
+        hint = WAITING_HINTS.get(row.reason, "")
+        waited = self.clock() - self._waiting[key]
+        message = (
+            f"{key} waited {waited:.0f}s on {row.reason}"
+            + (f" ({hint})" if hint else "")
+            + f"; the app was {what}"
+        )
+        self.log.warning("app %s: %s", self.app_id, message)
+        return self._event(EventKind.ERROR, message, error=ErrorKind.START)
+
+    async def _cancel(self, kept: str) -> str:
+        """Cancel the app unless ``on_kill_action="keep"`` (``kept`` says so); what was done."""
         if not self.cancel_on_timeout:
-            return "left running (on_kill_action=keep)"
+            return kept
         try:
             await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
-        except Exception as e:  # the event still says it timed out, and what failed
+        except Exception as e:  # the event still says why it ended, and what failed
             return f"could not be cancelled ({type(e).__name__}: {e})"
         return "cancelled"
 
@@ -441,6 +486,11 @@ class JobFollower:
 
     # -- pieces ------------------------------------------------------------------------------------
     _message: str = ""
+    #: the replica that failed first and its Python error (:meth:`_finish_logs`)
+    _root_cause: str = ""
+    _root_error: str = ""
+    #: the app's in-cluster restarts at the last describe (-1: none yet)
+    _app_restarts: int = -1
 
     def _observe(self, resp: DescribeAppResponse) -> None:
         """Take in a describe: log a state transition and a status line when the replicas
@@ -455,7 +505,13 @@ class JobFollower:
             )
             self.state = resp.state
         self.queue.observe(resp.state, self.clock())
-        rows = replica_rows(resp)
+        rows = stamp_unseen_ends(self.rows, replica_rows(resp), datetime.now(timezone.utc))
+        restarts = (self._app_restarts, resp.num_restarts)
+        for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
+            self._say(out, note)
+        for note in waiting_notes(self.rows, rows):
+            self.log.warning("%s", note)
+        self._app_restarts = resp.num_restarts
         if rows != self.rows:
             self._say(out, f"replicas: {status_line(rows)}")
             self.rows = rows
@@ -480,4 +536,7 @@ class JobFollower:
             log_cursors=cursors_to_json(self.cursors),
             ui_url=self.ui_url,
             error=error,
+            root_cause=self._root_cause,
+            root_error=self._root_error,
+            num_restarts=self._app_restarts,
         )

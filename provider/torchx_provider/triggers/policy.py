@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 
@@ -48,6 +50,46 @@ CANCEL_TIMEOUT = 20.0
 #: seconds ``defer(timeout=...)`` waits beyond the follow's own deadline: Airflow's timeout is
 #: only the backstop for a triggerer that could not act on the deadline itself
 DEFER_TIMEOUT_GRACE = 120.0
+#: seconds an unfinished replica may wait, without a break, for a reason that is its
+#: configuration's (an image it cannot pull, a Secret missing: Kubernetes retries those
+#: without end) before the follow gives the app up as unable to start: long enough for a
+#: registry's hiccup or a Secret created just after the job, short of hours of waiting
+START_GRACE = 300.0
+
+
+def waiting_on_configuration(
+    since: Mapping[str, float], rows: Iterable[Any], now: float
+) -> dict[str, float]:
+    """Since when each unfinished replica of ``rows`` has waited on its configuration (its
+    row's ``failure`` is ``"configuration"``), without a break: the time in ``since`` if it
+    already waited at the last describe, else ``now``. A replica that stopped waiting (it
+    started, it ended) is dropped.
+
+    >>> from types import SimpleNamespace as Row
+    >>> from torchx_provider.specs.api import AppState
+    >>> pull = Row(key="t/0", state=AppState.PENDING, failure="configuration")
+    >>> waiting_on_configuration({}, [pull], 5.0)
+    {'t/0': 5.0}
+    >>> waiting_on_configuration({"t/0": 1.0}, [pull], 5.0)
+    {'t/0': 1.0}
+    >>> started = Row(key="t/0", state=AppState.RUNNING, failure="")
+    >>> waiting_on_configuration({"t/0": 1.0}, [started], 5.0)
+    {}
+    """
+    # imported here: the operator's module reads this one's constants at every DAG parse
+    from torchx_provider.specs.api import is_terminal
+
+    return {
+        row.key: since.get(row.key, now)
+        for row in rows
+        if row.failure == "configuration" and not is_terminal(row.state)
+    }
+
+
+def cannot_start(since: Mapping[str, float], now: float, grace: float) -> str | None:
+    """The replica that has waited on its configuration longest, if past ``grace``."""
+    overdue = [(start, key) for key, start in since.items() if now - start >= grace]
+    return min(overdue)[1] if overdue else None
 
 
 def retry_delay(attempt: int, cap: float, rand: float) -> float:

@@ -15,15 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from torchx_provider.specs.api import AppState
+from torchx_provider.failures import bounded
+from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import ReplicaRow
+
+#: How much of a replica's message a summary header shows.
+HEADER_MESSAGE_LIMIT = 300
 
 
 def replica_failure(row: ReplicaRow) -> str:
-    """``trainer/1 failed: exit code 1 (OOMKilled)``: one failed replica in a few words."""
+    """``trainer/1 failed: exit code 137 (OOMKilled: ...)``: one failed replica in a few
+    words -- its exit code, the backend's reason and its message (bounded)."""
     code = "unknown" if row.exit_code is None else str(row.exit_code)
-    reason = row.message or "no reason given"
-    return f"{row.key} failed: exit code {code} ({reason})"
+    message = bounded(row.message.replace("\n", " "), HEADER_MESSAGE_LIMIT)
+    if row.reason and not message.startswith(row.reason):
+        message = f"{row.reason}: {message}" if message else row.reason
+    return f"{row.key} failed: exit code {code} ({message or 'no reason given'})"
 
 
 def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
@@ -31,13 +38,85 @@ def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
     return [r for r in rows if r.state == AppState.FAILED]
 
 
-def failure_summary(rows: Iterable[ReplicaRow], tails: Mapping[str, Sequence[str]]) -> list[str]:
+def failure_summary(
+    rows: Iterable[ReplicaRow], tails: Mapping[str, Sequence[str]], first: str = ""
+) -> list[str]:
     """The summary's lines: per failed replica its group, with the last lines of its log
-    (``tails``: source key -> last lines, without newlines)."""
+    (``tails``: source key -> last lines, without newlines); the replica ``first`` (its
+    key: the root cause) leads, marked so when others failed too, the others follow in the
+    app's order."""
     out: list[str] = []
-    for row in failed_rows(rows):
+    failed = failed_rows(rows)
+    failed.sort(key=lambda r: r.key != first)
+    for row in failed:
         lines = list(tails.get(row.key, ()))
-        out.append(f"::group::{replica_failure(row)} — last {len(lines)} lines")
+        head = replica_failure(row)
+        if len(failed) > 1 and row.key == first:
+            head = head.replace(" failed:", " failed first:", 1)
+        out.append(f"::group::{head} — last {len(lines)} lines")
         out.extend(f"[{row.key}] {text}" for text in lines)
         out.append("::endgroup::")
     return out
+
+
+def restart_notes(
+    app_id: str,
+    app_restarts: tuple[int, int],
+    before: Iterable[ReplicaRow],
+    after: Iterable[ReplicaRow],
+    reason: str = "",
+) -> list[str]:
+    """What restarted inside the cluster between two describes, one line each: the app
+    (``app_restarts``: its count before and after; ``-1``: not told) with the backend's
+    ``reason``, and each replica whose restart count grew, with its last exit code and
+    reason when told. Nothing on the first describe (``before`` empty, a count unknown).
+
+    >>> rows = [ReplicaRow("t", 0, AppState.RUNNING, restarts=0)]
+    >>> later = [ReplicaRow("t", 0, AppState.RUNNING, 137, reason="OOMKilled", restarts=1)]
+    >>> for note in restart_notes("a", (0, 1), rows, later, "pod evicted"):
+    ...     print(note)
+    app a restarted in the cluster (restart 1): pod evicted
+    t/0 restarted (restart 1; last exit code 137, OOMKilled)
+    """
+    notes: list[str] = []
+    old, new = app_restarts
+    if old >= 0 and new > old:
+        why = f": {reason}" if reason else ""
+        notes.append(f"app {app_id} restarted in the cluster (restart {new}){why}")
+    known = {row.key: row.restarts for row in before}
+    for row in after:
+        was = known.get(row.key)
+        if was is None or row.restarts is None or row.restarts <= was:
+            continue
+        last = [] if row.exit_code is None else [f"last exit code {row.exit_code}"]
+        if row.reason:
+            last.append(row.reason)
+        detail = f"; {', '.join(last)}" if last else ""
+        notes.append(f"{row.key} restarted (restart {row.restarts}{detail})")
+    return notes
+
+
+#: What a replica waiting for one of these reasons needs (Kubernetes retries without end).
+WAITING_HINTS: dict[str, str] = {
+    "ErrImagePull": "the image cannot be pulled: check its name, its tag and the pull secret",
+    "ImagePullBackOff": "the image cannot be pulled: check its name, its tag and the pull secret",
+    "InvalidImageName": "the image name is not valid",
+    "ErrImageNeverPull": "the image is not on the node and imagePullPolicy is Never",
+    "CreateContainerConfigError": "a Secret or ConfigMap it names (or a key in one) is missing",
+    "CrashLoopBackOff": "its container keeps exiting and is restarted with a growing delay",
+}
+
+
+def waiting_notes(before: Iterable[ReplicaRow], after: Iterable[ReplicaRow]) -> list[str]:
+    """One line per unfinished replica that now waits for a reason it did not before (an
+    image it cannot pull, a Secret missing): the backend retries it without end, so the
+    task log says why it does not start."""
+    known = {row.key: row.reason for row in before}
+    notes = []
+    for row in after:
+        if is_terminal(row.state):
+            continue
+        if row.reason and known.get(row.key) != row.reason:
+            hint = WAITING_HINTS.get(row.reason, "")
+            notes.append(f"{row.key} waits: {row.reason}" + (f" ({hint})" if hint else ""))
+    return notes

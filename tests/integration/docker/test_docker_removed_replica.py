@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from task_log import TaskLog
+from torchx_provider.errors import InfrastructureError
+from torchx_provider.operators.finishing import failure_error
 from torchx_provider.schedulers.docker import create_async_client
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID
 from torchx_provider.specs.api import AppDef, AppState, Role
@@ -71,6 +73,10 @@ async def test_a_removed_replica_ends_the_follow_failed_naming_it(
     rows = {r.key: r for r in event.replicas}
     assert (rows["w/0"].state, rows["w/0"].exit_code) == (AppState.SUCCEEDED, 0)
     assert rows["w/1"].state == AppState.FAILED and "removed" in rows["w/1"].message
+    # the task fails with InfrastructureError: a retry can help
+    error = failure_error(event)
+    assert isinstance(error, InfrastructureError), error
+    assert (error.role, error.replica_id, error.reason) == ("w", 1, "RemovedFromOutside")
     assert log.of("w/0") == ["w/0 started", "w/0 done"], log.lines
     assert any(ln.startswith("::group::w/1 failed") for ln in log.lines), log.lines
     # The scheduler (the sync path) says the same; what remains of the app is kept.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -28,6 +29,10 @@ rows = st.builds(
     exit_code=st.none() | st.integers(-255, 255),
     hostname=names,
     message=names,
+    reason=names,
+    failure=st.sampled_from(["", "user", "infrastructure", "configuration", "cancelled"]),
+    finished_at=st.sampled_from(["", "2024-05-01T10:00:03+00:00"]),
+    restarts=st.none() | st.integers(0, 50),
 )
 cursor = st.fixed_dictionaries(
     {
@@ -44,13 +49,41 @@ events = st.builds(
     replicas=st.lists(rows, max_size=5).map(tuple),
     log_cursors=st.dictionaries(names, cursor, max_size=4),
     ui_url=st.none() | names,
+    root_cause=st.sampled_from(["", "trainer/1"]),
+    root_error=names,
+    num_restarts=st.integers(-1, 5),
 )
 
 
 @given(events)
 def test_payload_round_trips_through_json(event: JobEvent) -> None:
     payload = json.loads(json.dumps(event.to_payload()))
-    assert JobEvent.from_payload(payload) == event
+    expected = event if event.root_cause else dataclasses.replace(event, root_error="")
+    assert JobEvent.from_payload(payload) == expected
+
+
+def test_a_payload_from_before_the_failure_facts_still_reads() -> None:
+    """A trigger of an older version may still fire into this operator."""
+    old = {
+        "version": 1,
+        "kind": "finished",
+        "app_id": "a",
+        "state": "FAILED",
+        "message": "",
+        "replicas": [
+            {"role": "t", "replica_id": 0, "state": "FAILED", "exit_code": 3, "hostname": "h"}
+        ],
+        "log_cursors": {},
+        "ui_url": None,
+    }
+    event = JobEvent.from_payload(old)
+    assert event.replicas == (ReplicaRow("t", 0, AppState.FAILED, 3, "h"),)
+    assert (event.root_cause, event.replicas[0].reason, event.replicas[0].restarts) == (
+        "",
+        "",
+        None,
+    )
+    assert event.num_restarts == -1
 
 
 def test_unknown_payload_version_is_refused() -> None:
@@ -86,6 +119,8 @@ def test_rows_status_line_and_table_from_a_describe() -> None:
     assert got[1].message == "OOMKilled"
     assert status_line(got) == "trainer[0 SUCCEEDED(0), 1 FAILED(137)] ps[0 RUNNING]"
     table = replica_table(got).splitlines()
-    assert table[0].split() == ["role", "replica", "state", "exit", "code", "host", "message"]
-    assert "trainer  1        FAILED     137        h1    OOMKilled" in table
+    assert table[0].split() == [
+        *("role", "replica", "state", "exit", "code", "reason", "restarts", "host", "message")
+    ]
+    assert "trainer  1        FAILED     137                          h1    OOMKilled" in table
     assert status_line([]) == "(no replicas yet)"

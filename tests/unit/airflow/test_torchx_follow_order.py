@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torchx_fakes
 
 from task_log import TaskLog as Log
 from torchx_provider.specs.api import AppState
-from torchx_provider.triggers.events import ReplicaRow
+from torchx_provider.triggers.events import JobEvent, ReplicaRow
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failure_summary, replica_failure
@@ -98,3 +99,78 @@ async def test_a_backend_with_one_container_says_why_a_container_is_not_forwarde
     assert event.succeeded
     assert "[worker/0] worker 0 line 1" in log.lines
     assert any("worker/0:init are not forwarded" in ln and "log_replicas" in ln for ln in log.lines)
+
+
+async def test_of_several_failed_replicas_the_one_whose_log_shows_the_error_leads(
+    fake_cluster: Any,
+) -> None:
+    """All end in the same second with exit code 1 (as under torchrun): the traceback in
+    worker/2's log names it the root cause, in the summary and in the event."""
+    app_id = submit(
+        lines=4,
+        ticks=2,
+        replicas=3,
+        outcome="FAILED",
+        fail_replicas="worker/0,worker/2",
+        traceback_replicas="worker/2",
+    )
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert (event.root_cause, event.root_error) == (
+        "worker/2",
+        "ValueError: worker 2 got a bad batch",
+    )
+    groups = [ln for ln in log.lines if ln.startswith("::group::")]
+    assert groups == [
+        "::group::worker/2 failed first: exit code 1 (ValueError: worker 2 got a bad batch)"
+        " — last 4 lines",
+        "::group::worker/0 failed: exit code 1 (no reason given) — last 4 lines",
+    ]
+    rows = {r.key: r for r in event.replicas}
+    assert rows["worker/2"].message == "ValueError: worker 2 got a bad batch"
+    assert rows["worker/0"].message == ""
+    again = JobEvent.from_payload(event.to_payload())
+    assert (again.root_cause, again.root_error) == (event.root_cause, event.root_error)
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancel", "keep"])
+async def test_a_replica_that_cannot_start_ends_the_follow_past_the_grace(
+    fake_cluster: Any, cancel: bool
+) -> None:
+    from torchx_provider.errors import AppConfigurationError
+    from torchx_provider.operators.finishing import failure_error
+    from torchx_provider.triggers.events import ErrorKind, EventKind
+
+    app_id = submit(ticks=100_000, replicas=2, waiting_replicas="worker/1")
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.01,
+        start_grace=0.2,
+        cancel_on_timeout=cancel,
+    ).run()
+    assert (event.kind, event.error) == (EventKind.ERROR, ErrorKind.START)
+    assert event.message.startswith("worker/1 waited ")
+    assert "on ImagePullBackOff (the image cannot be pulled" in event.message
+    assert event.message.endswith("cancelled" if cancel else "left waiting (on_kill_action=keep)")
+    assert fake_cluster.cancelled == ([app_id] if cancel else [])
+    # told once while it waited, then given up
+    assert sum("worker/1 waits: ImagePullBackOff" in ln for ln in log.lines) == 1
+    error = failure_error(event)
+    assert type(error) is AppConfigurationError
+    assert str(error).startswith(f"TorchX app {app_id} could not start as configured: worker/1")
+
+
+async def test_a_replica_that_starts_within_the_grace_is_followed_on(fake_cluster: Any) -> None:
+    """Waiting less than the grace (a registry's hiccup) ends nothing."""
+    app_id = submit(ticks=3, replicas=1, waiting_replicas="worker/0")
+    app = fake_cluster.apps[app_id]
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=Log(), poll_interval=0.01, start_grace=60
+    ).run()
+    assert event.succeeded, event
+    assert app.ticks > 3

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 import torchx_fakes
 
-from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.errors import (
+    AppFailedError,
+    AppLostError,
+    AppTimeoutError,
+    InvalidAppError,
+    InvalidOptionError,
+)
 from torchx_provider.operators import (
     Following,
     Lifecycle,
@@ -233,13 +239,19 @@ def test_airflows_deferral_timeout_cancels_the_job_before_failing(fake_cluster: 
 
     timeout = ("__fail__", {"error": "Trigger timeout"})
     kept = TorchXOperator(task_id="t", app=APP, scheduler="fake", on_kill_action="keep")
-    with pytest.raises(TaskDeferralTimeout):
+    with pytest.raises(AppTimeoutError) as e:
         kept.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
+    assert isinstance(e.value.__cause__, TaskDeferralTimeout) and e.value.app_id == app_id
     assert fake_cluster.cancelled == []
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
-    with pytest.raises(TaskDeferralTimeout):
+    with pytest.raises(AppTimeoutError):
         op.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
     assert fake_cluster.cancelled == [app_id]
+    # the trigger failed: the app may still run, a retry reattaches
+    with pytest.raises(AppLostError, match="Trigger failure") as lost:
+        op.resume_execution("__fail__", {"error": "Trigger failure"}, {"ti": TI()})  # type: ignore[arg-type]
+    assert lost.value.app_id == app_id and not isinstance(lost.value, AppFailedError)
+    assert fake_cluster.cancelled == [app_id]  # not cancelled again
 
 
 def test_outage_budget_and_follow_timeout_are_checked() -> None:
@@ -347,8 +359,6 @@ def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
     """Credentials, permissions and certificates do not heal by waiting: the task fails with
     AppConfigurationError (which a retry policy tells apart); a lost backend stays a plain
     failure that a retry may heal."""
-    from airflow.sdk.exceptions import AirflowException
-
     from torchx_provider.errors import AppConfigurationError
     from torchx_provider.specs import AppState
     from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
@@ -367,9 +377,9 @@ def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
         op.execute_complete({"ti": TI()}, refused.to_payload(), app_id="a")  # type: ignore[arg-type]
     assert e.value.app_id == "a"
     lost = JobEvent(EventKind.ERROR, "a", AppState.RUNNING, "backend unreachable for 600s")
-    with pytest.raises(AirflowException, match="lost track") as e2:
+    with pytest.raises(AppLostError, match="lost track") as e2:
         op.execute_complete({"ti": TI()}, lost.to_payload(), app_id="a")  # type: ignore[arg-type]
-    assert not isinstance(e2.value, AppConfigurationError)
+    assert (e2.value.app_id, e2.value.state) == ("a", "RUNNING")
 
 
 # ---------------------------------------------------------------------------------------------

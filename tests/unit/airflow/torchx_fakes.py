@@ -3,7 +3,9 @@
 Apps advance one step each time they are described: PENDING, then RUNNING for
 ``fake.ticks`` describes while each replica writes ``fake.lines`` log lines spread over those
 ticks, then the outcome in ``fake.outcome`` (SUCCEEDED by default; a replica listed in
-``fake.fail_replicas`` as ``role/id`` exits 1). Apps are set through ``AppDef.metadata``.
+``fake.fail_replicas`` as ``role/id`` exits 1; one in ``fake.traceback_replicas`` ends its
+log with a Python traceback; one in ``fake.waiting_replicas`` waits on an image it cannot
+pull while the app runs). Apps are set through ``AppDef.metadata``.
 
 The backend is one row of the backend table (:data:`FAKE_BACKEND`), added with
 :func:`register` and removed with :func:`unregister`, as a third-party backend would be.
@@ -94,10 +96,18 @@ class FakeApp:
         written = min(
             self.lines_per_replica, self.lines_per_replica * self.ticks // max(self.run_ticks, 1)
         )
-        return [
+        lines = [
             TimestampedLine(BASE + timedelta(seconds=i // 2), f"{role} {rid} line {i}\n")
             for i in range(written)
         ]
+        if written >= 2 and f"{role}/{rid}" in self.meta("traceback_replicas", "").split(","):
+            # its last two lines: a Python traceback (the evidence of a root cause)
+            at = lines[-1].timestamp
+            lines[-2:] = [
+                TimestampedLine(at, "Traceback (most recent call last):\n"),
+                TimestampedLine(at, f"ValueError: {role} {rid} got a bad batch\n"),
+            ]
+        return lines
 
     def describe(self) -> DescribeAppResponse:
         statuses = []
@@ -112,6 +122,20 @@ class FakeApp:
                         if self.failing(role.name, rid)
                         else (0 if state == AppState.SUCCEEDED else None)
                     )
+                waiting = f"{role.name}/{rid}" in self.meta("waiting_replicas", "").split(",")
+                if waiting and not is_terminal(state):
+                    # its image cannot be pulled: it waits, as Kubernetes retries
+                    replicas.append(
+                        ReplicaStatus(
+                            id=rid,
+                            state=AppState.PENDING,
+                            role=role.name,
+                            hostname=f"{role.name}-{rid}",
+                            reason="ImagePullBackOff",
+                            failure="configuration",
+                        )
+                    )
+                    continue
                 replicas.append(
                     ReplicaStatus(
                         id=rid,

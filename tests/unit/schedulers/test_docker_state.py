@@ -10,16 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker import DockerOpts
 from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
+    CONTAINER_FAILURE,
     CONTAINER_STATE,
     REMOVED_FROM_OUTSIDE,
     REMOVING_SUFFIX,
     ContainerInfo,
     app_state,
+    container_reason,
     describe_app,
     exit_code,
+    image_failure,
     list_apps,
     missing_replica,
     oldest_network,
@@ -344,3 +348,88 @@ def test_task_instance_is_matched_on_its_full_values() -> None:
 def test_role_json_survives_in_labels() -> None:
     raw = labels_of("trainer", 1)["torchx.pytorch.org/role"]
     assert json.loads(raw)["num_replicas"] == 2
+
+
+# ---------------------------------------------------------------- why a replica failed
+
+
+@pytest.mark.parametrize(
+    ("code", "extra", "reason", "kind"),
+    [
+        (1, {}, "Error", FailureKind.USER),
+        (3, {}, "Error", FailureKind.USER),
+        (127, {}, "Error", FailureKind.USER),
+        (137, {"oom": True}, "OOMKilled", FailureKind.USER),
+        (139, {}, "Signal", FailureKind.USER),  # SIGSEGV
+        (134, {}, "Signal", FailureKind.USER),  # SIGABRT
+        (137, {}, "Killed", None),  # docker kill from outside, or the engine: not told
+        (143, {}, "Terminated", None),  # docker stop from outside, or an engine shutdown
+        (0, {}, "", None),
+    ],
+)
+def test_exited_containers(code: int, extra: dict[str, Any], reason: str, kind: Any) -> None:
+    c = info("trainer", 0, "exited", code, **extra)
+    assert container_reason(c) == reason
+    assert CONTAINER_FAILURE.get(reason) is kind
+
+
+def test_a_container_the_engine_could_not_start_is_a_configuration_failure() -> None:
+    c = info("trainer", 0, "created", 127, error='exec: "nope": executable file not found')
+    assert container_reason(c) == "ContainerCannotRun"
+    assert CONTAINER_FAILURE["ContainerCannotRun"] is FailureKind.CONFIGURATION
+
+
+def test_a_container_still_running_has_no_reason() -> None:
+    assert container_reason(info("trainer", 0, "running")) == ""
+    assert container_reason(info("trainer", 0, "restarting", 1)) == ""
+
+
+def test_a_container_removed_from_outside_is_an_infrastructure_failure() -> None:
+    gone = missing_replica(APP_ID, "trainer", 1)
+    assert (gone.reason, gone.failure) == ("RemovedFromOutside", "infrastructure")
+    removing = missing_replica(APP_ID, "trainer", 1, removing=True)
+    assert (removing.reason, removing.failure) == ("", None)
+
+
+def test_describe_carries_reason_kind_and_finish_time_of_failed_replicas_only() -> None:
+    def ended(role: str, replica: int, code: int, at: str, **kw: Any) -> ContainerInfo:
+        attrs = inspect_attrs(role, replica, "exited", code, **kw)
+        attrs["State"]["FinishedAt"] = at
+        return ContainerInfo.from_inspect(attrs)
+
+    resp = describe_app(
+        APP_ID,
+        [
+            ended("trainer", 0, 0, "2024-05-01T10:00:05.5Z"),
+            ended("trainer", 1, 137, "2024-05-01T10:00:03.25Z", oom=True),
+            ended("ps", 0, 1, "2024-05-01T10:00:04Z"),
+        ],
+    )
+    assert resp is not None and resp.state == AppState.FAILED
+    got = {
+        (r.role, r.id): (r.reason, r.failure, r.finished_at and r.finished_at.isoformat())
+        for rs in resp.roles_statuses
+        for r in rs.replicas
+    }
+    assert got == {
+        ("trainer", 0): ("", None, "2024-05-01T10:00:05.500000+00:00"),
+        ("trainer", 1): ("OOMKilled", "user", "2024-05-01T10:00:03.250000+00:00"),
+        ("ps", 0): ("Error", "user", "2024-05-01T10:00:04+00:00"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        ("manifest unknown: manifest unknown", FailureKind.CONFIGURATION),
+        ("pull access denied for nope, repository does not exist", FailureKind.CONFIGURATION),
+        ("invalid reference format: repository name must be lowercase", FailureKind.CONFIGURATION),
+        ("docker.io/library/nope:1: not found", FailureKind.CONFIGURATION),
+        # the registry cannot be reached: may be back on a retry, not known to be the app's
+        ('Get "https://localhost:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused', None),
+        ("net/http: TLS handshake timeout", None),
+        ("received unexpected HTTP status: 503 Service Unavailable", None),
+    ],
+)
+def test_image_failures(answer: str, kind: FailureKind | None) -> None:
+    assert image_failure(answer) is kind

@@ -426,3 +426,28 @@ def test_crds_dir_can_be_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert crds_dir() == tmp_path
     monkeypatch.delenv("TORCHX_CRDS_DIR")
     assert crds_dir() == REPO_ROOT.parent / "shared" / "crds"
+
+
+def _containers(obj: Any) -> list[Mapping[str, Any]]:
+    """Every container of every pod template or pod anywhere in ``obj``."""
+    found: list[Mapping[str, Any]] = []
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                found.extend(value)
+            else:
+                found.extend(_containers(value))
+    elif isinstance(obj, list):
+        for item in obj:
+            found.extend(_containers(item))
+    return found
+
+
+@pytest.mark.parametrize("backend", ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper"])
+@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
+def test_every_container_keeps_its_log_tail_as_termination_message(backend: str, name: str) -> None:
+    """A failed container's output tail becomes its termination message, which a describe
+    shows (the kubelet keeps at most 4096 bytes of it)."""
+    containers = _containers(manifest(backend, name))
+    assert containers
+    assert all(c["terminationMessagePolicy"] == "FallbackToLogsOnError" for c in containers)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.docker.translation import (
     LABEL_REMOVE,
@@ -73,6 +74,47 @@ CONTAINER_STATE: dict[str, ReplicaState | None] = {
     "dead": ReplicaState.FAILED,
 }
 
+#: How a failed replica's container ended (:func:`container_reason`) -> what ended it. The
+#: exception a failed app raises is its first failed replica's kind
+#: (:func:`torchx_provider.failures.error_class`); ``None``: the engine does not say who, and
+#: the app fails with the base class rather than a guess.
+CONTAINER_FAILURE: dict[str, FailureKind | None] = {
+    # Exited non-zero on its own (a raised exception, ``sys.exit(3)``, torchrun reporting a
+    # failed worker).
+    "Error": FailureKind.USER,
+    # ``State.OOMKilled``: the kernel killed it for exceeding its own memory limit (the
+    # role's ``resource.memMB``): the code needs more memory than it asked for.
+    "OOMKilled": FailureKind.USER,
+    # Died of a signal other than SIGKILL/SIGTERM (128 + n: SIGSEGV 139, SIGABRT 134, ...):
+    # nothing outside sends those; its own process raised it.
+    "Signal": FailureKind.USER,
+    # SIGKILL (137) without ``OOMKilled``, or SIGTERM (143), and not stopped by this task
+    # (its stop marks the container): ``docker kill``/``docker stop`` from outside, the
+    # engine shutting down, or the process itself -- the engine does not say which.
+    "Killed": None,
+    "Terminated": None,
+    # ``State.Error`` set: the engine could not start it (its entrypoint is not in the image,
+    # a mount source is missing): it cannot run as configured.
+    "ContainerCannotRun": FailureKind.CONFIGURATION,
+    # Its container is gone before the app ended (:func:`missing_replica`): removed by
+    # something other than this task.
+    "RemovedFromOutside": FailureKind.INFRASTRUCTURE,
+}
+
+#: Fragments of the engine's answer to a failed image look-up or pull -> what they mean for
+#: the app (:func:`image_failure`); one that matches none (a registry that cannot be reached,
+#: a timeout) is not known to be the app's fault.
+IMAGE_FAILURE: dict[str, FailureKind] = {
+    # the registry has no such repository or tag
+    "manifest unknown": FailureKind.CONFIGURATION,
+    "not found": FailureKind.CONFIGURATION,
+    "repository does not exist": FailureKind.CONFIGURATION,
+    # no right to it, as far as the registry says (a private repository, or none)
+    "pull access denied": FailureKind.CONFIGURATION,
+    # not an image name at all
+    "invalid reference format": FailureKind.CONFIGURATION,
+}
+
 #: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
 #: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
 CANCELLED_SUFFIX = ".cancelled"
@@ -117,6 +159,7 @@ class ContainerInfo:
     restart_count: int | None = None
     hostname: str = ""
     created: datetime | None = None
+    finished: datetime | None = None
 
     @classmethod
     def from_inspect(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -134,6 +177,7 @@ class ContainerInfo:
             restart_count=attrs.get("RestartCount"),
             hostname=config.get("Hostname", ""),
             created=_time(attrs.get("Created")),
+            finished=_time(state.get("FinishedAt")),
         )
 
     @classmethod
@@ -211,6 +255,30 @@ def exit_code(c: ContainerInfo) -> int | None:
     return None
 
 
+def container_reason(c: ContainerInfo) -> str:
+    """How a finished container ended, as a key of :data:`CONTAINER_FAILURE` (``""``: it
+    exited 0, or has not ended)."""
+    if c.error:
+        return "ContainerCannotRun"
+    if c.oom_killed:
+        return "OOMKilled"
+    code = exit_code(c)
+    if code is None or code == 0:
+        return ""
+    if code == 137:
+        return "Killed"
+    if code == 143:
+        return "Terminated"
+    return "Signal" if code > 128 else "Error"
+
+
+def image_failure(text: str) -> FailureKind | None:
+    """What the engine's answer ``text`` to a failed image look-up or pull means
+    (:data:`IMAGE_FAILURE`), ``None`` when it is not known."""
+    low = text.lower()
+    return next((kind for fragment, kind in IMAGE_FAILURE.items() if fragment in low), None)
+
+
 def app_state(states: Iterable[ReplicaState]) -> AppState:
     """The app's state from its replicas' (see the module docstring); UNKNOWN for none."""
     states = list(states)
@@ -244,6 +312,8 @@ def missing_replica(
         structured_error_msg=(
             "the provider is removing the app" if removing else REMOVED_FROM_OUTSIDE
         ),
+        reason="" if removing else "RemovedFromOutside",
+        failure=None if removing else CONTAINER_FAILURE["RemovedFromOutside"],
     )
 
 
@@ -287,6 +357,8 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
             state = replica_state(c)
             seen.add(c.replica_id)
             restarts = max(restarts, c.restart_count or 0)
+            reason = container_reason(c) if state == ReplicaState.FAILED else ""
+            kind = CONTAINER_FAILURE.get(reason)
             replicas.append(
                 ReplicaStatus(
                     id=c.replica_id,
@@ -296,6 +368,9 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
                     structured_error_msg=c.error or NONE,
                     exit_code=exit_code(c),
                     num_restarts=c.restart_count,
+                    reason=reason,
+                    failure=None if kind is None else kind.value,
+                    finished_at=c.finished if is_terminal(state) else None,
                 )
             )
             if state == ReplicaState.FAILED:

@@ -315,6 +315,9 @@ class RolePodBuilder:
             "name": self.container_name,
             "image": self.image,
             "command": command,
+            # a container that fails without writing /dev/termination-log gets the tail of
+            # its output as its termination message, which a describe reads and shows
+            "terminationMessagePolicy": "FallbackToLogsOnError",
         }
         if merged_env:
             container["env"] = env_list(merged_env)

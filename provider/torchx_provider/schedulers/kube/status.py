@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from torchx_provider.failures import FailureKind, bounded
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
@@ -27,7 +28,14 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
     stored_json,
 )
-from torchx_provider.specs.api import NONE, AppState, ReplicaStatus, Role, RoleStatus
+from torchx_provider.specs.api import (
+    NONE,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,101 @@ POD_PHASE_STATE: dict[str, AppState] = {
     # The node stopped reporting the pod.
     "Unknown": AppState.UNKNOWN,
 }
+
+
+# -- why a replica failed ------------------------------------------------------------------------
+# The exception a failed app raises is its first failed replica's kind
+# (:func:`torchx_provider.failures.error_class`). A pod's kind is read, in this order, from:
+# its ``DisruptionTarget`` condition (the platform's own word that it ended the pod), its
+# ``status.reason``, its container's ``state.waiting.reason`` (it never started), its
+# container's ``state.terminated.reason``. A reason no table knows gives no kind: the app
+# fails with the base class, never a guessed subclass. A Kueue preemption suspends the
+# workload rather than failing a pod, and never reaches these tables.
+
+#: ``status.conditions[type=DisruptionTarget].reason`` (condition ``True``) -> kind.
+#: https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions
+DISRUPTION_FAILURE: dict[str, FailureKind] = {
+    # the scheduler preempted it for a pod of higher priority
+    "PreemptionByScheduler": FailureKind.INFRASTRUCTURE,
+    # the kubelet ended it: node-pressure eviction, graceful node shutdown
+    "TerminationByKubelet": FailureKind.INFRASTRUCTURE,
+    # an API-initiated eviction: a node drain, a descheduler
+    "EvictionByEvictionAPI": FailureKind.INFRASTRUCTURE,
+    # a NoExecute taint it does not tolerate: the node is unreachable or being taken out
+    "DeletionByTaintManager": FailureKind.INFRASTRUCTURE,
+    # the pod garbage collector: its node is gone
+    "DeletionByPodGC": FailureKind.INFRASTRUCTURE,
+}
+
+#: A failed pod's ``status.reason`` -> kind.
+POD_REASON_FAILURE: dict[str, FailureKind] = {
+    # node-pressure eviction by the kubelet (memory, disk, PIDs of the node, not the pod's
+    # own limit: that is the container's OOMKilled)
+    "Evicted": FailureKind.INFRASTRUCTURE,
+    # the node stopped reporting and the pod was written off
+    "NodeLost": FailureKind.INFRASTRUCTURE,
+    # graceful node shutdown ("Terminated", "Shutdown" by kubelet version)
+    "Terminated": FailureKind.INFRASTRUCTURE,
+    "Shutdown": FailureKind.INFRASTRUCTURE,
+    # the kubelet could not admit it after the scheduler placed it (a device plugin gone,
+    # resources taken meanwhile)
+    "UnexpectedAdmissionError": FailureKind.INFRASTRUCTURE,
+}
+
+#: The main container's ``state.waiting.reason`` -> kind: it could not start as asked.
+WAITING_FAILURE: dict[str, FailureKind] = {
+    # the image cannot be pulled: no such image or tag, no right to it, a bad name
+    "ErrImagePull": FailureKind.CONFIGURATION,
+    "ImagePullBackOff": FailureKind.CONFIGURATION,
+    "InvalidImageName": FailureKind.CONFIGURATION,
+    "ErrImageNeverPull": FailureKind.CONFIGURATION,
+    # a Secret or ConfigMap it names does not exist, or a key in it
+    "CreateContainerConfigError": FailureKind.CONFIGURATION,
+    # started, exited, and restarted too often: its own code fails
+    "CrashLoopBackOff": FailureKind.USER,
+}
+
+#: The main container's ``state.terminated.reason`` -> kind.
+TERMINATED_FAILURE: dict[str, FailureKind] = {
+    # killed for exceeding its own memory limit (the role's resource.memMB)
+    "OOMKilled": FailureKind.USER,
+    # exited non-zero (or died of a signal) on its own
+    "Error": FailureKind.USER,
+    # the runtime could not start it: its entrypoint is not in the image, a bad mount
+    "ContainerCannotRun": FailureKind.CONFIGURATION,
+    "StartError": FailureKind.CONFIGURATION,
+}
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    """Why a pod failed: the reason read and the kind (``None``: none known)."""
+
+    reason: str
+    kind: FailureKind | None
+
+
+def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFailure:
+    """Why ``pod`` ended, from its conditions, reason and the main ``container``'s status,
+    by the tables above (in their order)."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            reason = str(condition.get("reason") or "")
+            if reason:
+                return PodFailure(reason, DISRUPTION_FAILURE.get(reason))
+    reason = str(status.get("reason") or "")
+    if reason:
+        return PodFailure(reason, POD_REASON_FAILURE.get(reason))
+    cstate = container.get("state") or {}
+    waiting = str((cstate.get("waiting") or {}).get("reason") or "")
+    if waiting in WAITING_FAILURE:
+        return PodFailure(waiting, WAITING_FAILURE[waiting])
+    terminated = cstate.get("terminated") or (container.get("lastState") or {}).get("terminated")
+    reason = str((terminated or {}).get("reason") or "")
+    if reason:
+        return PodFailure(reason, TERMINATED_FAILURE.get(reason))
+    return PodFailure(waiting, None)
 
 
 #: The label the Job controller puts on each pod of an Indexed Job: its completion index. Pods
@@ -126,6 +229,9 @@ class PodDetails:
     hostname: str
     error: str
     restarts: int
+    reason: str = ""
+    failure: FailureKind | None = None
+    finished_at: datetime | None = None
 
 
 def pod_details(pod: Mapping[str, Any]) -> PodDetails:
@@ -145,11 +251,15 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
     error = NONE
     if terminated and exit_code not in (None, 0):
         reason = terminated.get("reason") or "Error"
-        message = (terminated.get("message") or "").strip()
+        # with terminationMessagePolicy FallbackToLogsOnError: the tail of its output
+        message = bounded(terminated.get("message") or "")
         error = f"{reason}: {message}" if message else str(reason)
     elif state is AppState.FAILED and status.get("reason"):
-        message = (status.get("message") or "").strip()
+        message = bounded(status.get("message") or "")
         error = f"{status['reason']}: {message}" if message else str(status["reason"])
+    # read whatever the phase: a backend may call the replica failed from its job's state
+    # before the pod's phase says so (:func:`assemble` keeps it for failed replicas only)
+    failure = pod_failure(pod, cstatus)
     hostname = spec.get("hostname") or ""
     if hostname and spec.get("subdomain"):
         hostname = f"{hostname}.{spec['subdomain']}"
@@ -159,6 +269,9 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         hostname=hostname or str(status.get("podIP") or ""),
         error=error,
         restarts=int(cstatus.get("restartCount") or 0),
+        reason=failure.reason,
+        failure=failure.kind,
+        finished_at=parse_time(terminated.get("finishedAt")),
     )
 
 
@@ -182,6 +295,9 @@ class ReplicaRecord:
     exit_code: int | None = None
     error: str = NONE
     restarts: int | None = None
+    reason: str = ""
+    failure: FailureKind | None = None
+    finished_at: datetime | None = None
 
     def with_pod(self, pod: Mapping[str, Any] | None, prefer_pod_state: bool) -> ReplicaRecord:
         """This record completed by its pod's details (state too if ``prefer_pod_state``)."""
@@ -195,7 +311,19 @@ class ReplicaRecord:
             exit_code=d.exit_code,
             error=d.error,
             restarts=d.restarts,
+            reason=d.reason,
+            failure=d.failure,
+            finished_at=d.finished_at,
         )
+
+
+def told(record: ReplicaRecord) -> bool:
+    """Whether a replica's reason is worth telling: it failed, or it is not finished and its
+    container waits for a reason of :data:`WAITING_FAILURE` (an image it cannot pull, a
+    Secret missing, a crash loop), which Kubernetes keeps retrying without failing it."""
+    if record.state == AppState.FAILED:
+        return True
+    return not is_terminal(record.state) and record.reason in WAITING_FAILURE
 
 
 def assemble(
@@ -229,6 +357,9 @@ def assemble(
                     structured_error_msg=r.error,
                     exit_code=r.exit_code,
                     num_restarts=r.restarts,
+                    reason=r.reason if told(r) else "",
+                    failure=r.failure.value if r.failure is not None and told(r) else None,
+                    finished_at=r.finished_at,
                 )
             )
         statuses.append(RoleStatus(role=name, replicas=replicas))

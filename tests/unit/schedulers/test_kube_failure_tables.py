@@ -1,0 +1,171 @@
+"""Kubernetes: what a failed pod reports -> the kind of failure (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from torchx_provider.failures import MESSAGE_LIMIT, FailureKind
+from torchx_provider.schedulers.kube.status import (
+    ReplicaKey,
+    ReplicaRecord,
+    assemble,
+    pod_details,
+)
+from torchx_provider.specs.api import AppState
+
+
+def pod(
+    phase: str = "Failed",
+    *,
+    terminated: dict[str, Any] | None = None,
+    waiting: str | None = None,
+    reason: str | None = None,
+    disruption: str | None = None,
+    disruption_status: str = "True",
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if terminated is not None:
+        state["terminated"] = terminated
+    if waiting is not None:
+        state["waiting"] = {"reason": waiting, "message": "..."}
+    status: dict[str, Any] = {
+        "phase": phase,
+        "containerStatuses": [{"name": "main", "state": state, "restartCount": 2}],
+    }
+    if reason is not None:
+        status["reason"] = reason
+        status["message"] = f"The node was low on resource: memory. ({reason})"
+    if disruption is not None:
+        status["conditions"] = [
+            {"type": "Ready", "status": "False"},
+            {"type": "DisruptionTarget", "status": disruption_status, "reason": disruption},
+        ]
+    return {"metadata": {}, "spec": {"hostname": "t-0", "subdomain": "app"}, "status": status}
+
+
+def exited(code: int, reason: str = "Error", **extra: Any) -> dict[str, Any]:
+    return {"exitCode": code, "reason": reason, "finishedAt": "2024-05-01T10:00:03Z", **extra}
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "reason", "kind"),
+    [
+        # the container's own end
+        (pod(terminated=exited(1)), "Error", FailureKind.USER),
+        (pod(terminated=exited(137, "OOMKilled")), "OOMKilled", FailureKind.USER),
+        (
+            pod(terminated=exited(128, "ContainerCannotRun")),
+            "ContainerCannotRun",
+            FailureKind.CONFIGURATION,
+        ),
+        (pod(terminated=exited(128, "StartError")), "StartError", FailureKind.CONFIGURATION),
+        # never started: configuration
+        (pod("Pending", waiting="ErrImagePull"), "ErrImagePull", FailureKind.CONFIGURATION),
+        (pod("Pending", waiting="ImagePullBackOff"), "ImagePullBackOff", FailureKind.CONFIGURATION),
+        (pod("Pending", waiting="InvalidImageName"), "InvalidImageName", FailureKind.CONFIGURATION),
+        (
+            pod("Pending", waiting="CreateContainerConfigError"),
+            "CreateContainerConfigError",
+            FailureKind.CONFIGURATION,
+        ),
+        (pod("Running", waiting="CrashLoopBackOff"), "CrashLoopBackOff", FailureKind.USER),
+        # the platform's word: the DisruptionTarget condition wins over the container's exit
+        (
+            pod(terminated=exited(143), disruption="PreemptionByScheduler"),
+            "PreemptionByScheduler",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        (
+            pod(terminated=exited(137), disruption="TerminationByKubelet"),
+            "TerminationByKubelet",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        (
+            pod(terminated=exited(143), disruption="EvictionByEvictionAPI"),
+            "EvictionByEvictionAPI",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        (
+            pod(terminated=exited(143), disruption="DeletionByTaintManager"),
+            "DeletionByTaintManager",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        (
+            pod(terminated=exited(143), disruption="DeletionByPodGC"),
+            "DeletionByPodGC",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        # a condition that is not True says nothing
+        (
+            pod(
+                terminated=exited(1), disruption="EvictionByEvictionAPI", disruption_status="False"
+            ),
+            "Error",
+            FailureKind.USER,
+        ),
+        # the pod's reason
+        (pod(terminated=exited(137), reason="Evicted"), "Evicted", FailureKind.INFRASTRUCTURE),
+        (pod(reason="NodeLost"), "NodeLost", FailureKind.INFRASTRUCTURE),
+        (pod(reason="Terminated"), "Terminated", FailureKind.INFRASTRUCTURE),
+        (
+            pod(reason="UnexpectedAdmissionError"),
+            "UnexpectedAdmissionError",
+            FailureKind.INFRASTRUCTURE,
+        ),
+        # unknown: no kind, never a guessed one
+        (pod(terminated=exited(1, "SomethingNew")), "SomethingNew", None),
+        (pod(reason="SomeNewReason"), "SomeNewReason", None),
+        (pod(terminated=exited(143), disruption="SomeNewDisruption"), "SomeNewDisruption", None),
+        (pod(), "", None),
+    ],
+)
+def test_pod_failure_tables(the_pod: dict[str, Any], reason: str, kind: Any) -> None:
+    details = pod_details(the_pod)
+    assert (details.reason, details.failure) == (reason, kind)
+
+
+def test_the_termination_message_is_read_and_bounded() -> None:
+    tail = "x" * 3000 + "\nValueError: bad batch"
+    details = pod_details(pod(terminated=exited(1, message=tail)))
+    assert details.error.startswith("Error: …")
+    assert details.error.endswith("ValueError: bad batch")
+    assert len(details.error) == len("Error: ") + MESSAGE_LIMIT
+    assert details.finished_at is not None and details.finished_at.isoformat() == (
+        "2024-05-01T10:00:03+00:00"
+    )
+
+
+def test_reason_and_kind_are_kept_for_failed_replicas_only() -> None:
+    evicted = pod(terminated=exited(143), disruption="EvictionByEvictionAPI")
+    key = ReplicaKey("trainer", 0, 0)
+    running = ReplicaRecord(key, AppState.RUNNING).with_pod(evicted, prefer_pod_state=False)
+    failed = ReplicaRecord(ReplicaKey("trainer", 0, 1), AppState.FAILED).with_pod(
+        evicted, prefer_pod_state=False
+    )
+    _, statuses, _ = assemble([running, failed], {})
+    first, second = statuses[0].replicas
+    assert (first.reason, first.failure) == ("", None)
+    assert (second.reason, second.failure) == ("EvictionByEvictionAPI", "infrastructure")
+    assert second.num_restarts == 2
+
+
+def test_a_replica_waiting_on_its_configuration_says_why_while_it_waits() -> None:
+    """Kubernetes retries a pull or a missing Secret without end: the reason is kept for an
+    unfinished replica whose container waits for it, and only for those reasons."""
+    key = ReplicaKey("trainer", 0, 0)
+    pulling = ReplicaRecord(key, AppState.PENDING).with_pod(
+        pod("Pending", waiting="ImagePullBackOff"), prefer_pod_state=True
+    )
+    creating = ReplicaRecord(ReplicaKey("trainer", 0, 1), AppState.PENDING).with_pod(
+        pod("Pending", waiting="ContainerCreating"), prefer_pod_state=True
+    )
+    _, statuses, _ = assemble([pulling, creating], {})
+    first, second = statuses[0].replicas
+    assert (first.state, first.reason, first.failure) == (
+        AppState.PENDING,
+        "ImagePullBackOff",
+        "configuration",
+    )
+    assert (second.reason, second.failure) == ("", None)

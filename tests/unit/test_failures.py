@@ -1,0 +1,362 @@
+"""Which replica failed first, what error it shows, and what the task raises (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchx_provider import errors
+from torchx_provider.failures import (
+    FailureKind,
+    error_class,
+    evidence,
+    kind_of,
+    python_error,
+    root_cause,
+)
+from torchx_provider.operators.finishing import (
+    deferral_failure,
+    failure_error,
+    replica_results,
+)
+from torchx_provider.specs.api import AppState
+from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent, ReplicaRow
+from torchx_provider.triggers.summary import failure_summary
+
+T0 = "2024-05-01T10:00:03.100000+00:00"
+T0_LATER_SAME_SECOND = "2024-05-01T10:00:03.900000+00:00"
+T1 = "2024-05-01T10:00:04+00:00"
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/app/train.py", line 9, in <module>',
+    "    main()",
+    "ValueError: rank 3 got a bad batch",
+]
+#: what torchrun prints for a worker of its own that failed
+ROOT_CAUSE_BLOCK = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "============================================================",
+    "train.py FAILED",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2024-05-01_10:00:03",
+    "  host      : trainer-3",
+    "  rank      : 3 (local_rank: 0)",
+    "  exitcode  : 1 (pid: 42)",
+    "  error_file: <N/A>",
+]
+#: torchrun on a replica it was told to stop
+TORN_DOWN = [
+    "Traceback (most recent call last):",
+    '  File "/usr/bin/torchrun", line 8, in <module>',
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
+]
+TORN_DOWN_BLOCK = [
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  exitcode  : -15 (pid: 8)",
+]
+
+
+def failed(
+    replica: int, code: int | None, at: str = "", kind: str = "user", reason: str = "Error"
+) -> ReplicaRow:
+    return ReplicaRow(
+        "trainer", replica, AppState.FAILED, code, reason=reason, failure=kind, finished_at=at
+    )
+
+
+# -- evidence in the logs --------------------------------------------------------------------
+def test_python_error_is_the_last_tracebacks_error_line() -> None:
+    assert python_error(TRACEBACK) == "ValueError: rank 3 got a bad batch"
+    assert python_error(["[3]:Traceback (most recent call last):", "[3]:KeyError: 'x'"]) == (
+        "KeyError: 'x'"
+    )
+    two = ["Traceback (most recent call last):", "OSError: first", *TRACEBACK]
+    assert python_error(two) == "ValueError: rank 3 got a bad batch"
+    assert python_error(["ValueError: not after a traceback"]) == ""
+    assert python_error([]) == ""
+
+
+@pytest.mark.parametrize(
+    ("tail", "strength"),
+    [
+        (ROOT_CAUSE_BLOCK, 2),
+        ([*TRACEBACK, *ROOT_CAUSE_BLOCK], 2),
+        (TRACEBACK, 1),
+        (TORN_DOWN, 0),  # a teardown by signal is no evidence
+        (TORN_DOWN_BLOCK, 0),  # nor is torchrun's block about a worker it signalled
+        (["epoch 1 done", "NCCL watchdog timeout"], 0),
+        ([], 0),
+    ],
+)
+def test_evidence(tail: list[str], strength: int) -> None:
+    assert evidence(tail) == strength
+
+
+# -- root cause --------------------------------------------------------------------------------
+def test_the_replica_that_failed_first_is_the_root_cause() -> None:
+    rows = [failed(0, 1, T1), failed(1, 1, T0)]
+    assert root_cause(rows, {}) == rows[1]
+
+
+def test_a_tie_within_one_second_is_broken_by_the_logs() -> None:
+    """Kubernetes reports whole seconds, and under torchrun every container exits 1."""
+    rows = [failed(0, 1, T0), failed(1, 1, T0_LATER_SAME_SECOND), failed(3, 1, T0)]
+    tails = {"trainer/0": TORN_DOWN, "trainer/1": TRACEBACK, "trainer/3": ROOT_CAUSE_BLOCK}
+    assert root_cause(rows, tails) == rows[2]
+    del tails["trainer/3"]
+    assert root_cause(rows, tails) == rows[1]
+
+
+def test_then_a_non_signal_exit_wins_over_137_and_143() -> None:
+    rows = [failed(0, 143, T0), failed(1, 137, T0), failed(2, 2, T0)]
+    assert root_cause(rows, {}) == rows[2]
+
+
+def test_then_the_app_order_and_unknown_times_come_last() -> None:
+    rows = [failed(0, 1), failed(1, 1, T1), failed(2, 1, T1)]
+    assert root_cause(rows, {}) == rows[1]
+    assert root_cause([failed(0, 1), failed(1, 1)], {}) == failed(0, 1)
+    assert root_cause([], {}) is None
+
+
+def test_the_summary_leads_with_the_root_cause_marked_when_others_failed() -> None:
+    rows = [failed(0, 143, T0), failed(3, 1, T0)]
+    tails = {"trainer/0": TORN_DOWN, "trainer/3": TRACEBACK}
+    first = root_cause(rows, tails)
+    assert first is not None
+    heads = [ln for ln in failure_summary(rows, tails, first.key) if ln.startswith("::group::")]
+    assert heads == [
+        "::group::trainer/3 failed first: exit code 1 (Error) — last 4 lines",
+        "::group::trainer/0 failed: exit code 143 (Error) — last 3 lines",
+    ]
+
+
+# -- the exception the task raises --------------------------------------------------------
+def test_each_kind_is_one_class_and_an_unknown_one_the_base() -> None:
+    assert error_class(FailureKind.USER) is errors.UserCodeError
+    assert error_class(FailureKind.INFRASTRUCTURE) is errors.InfrastructureError
+    assert error_class(FailureKind.CONFIGURATION) is errors.AppConfigurationError
+    assert error_class(FailureKind.CANCELLED) is errors.AppCancelledError
+    assert error_class(None) is errors.AppFailedError
+    assert kind_of("user") is FailureKind.USER
+    assert kind_of("") is None and kind_of("something-newer") is None
+
+
+def finished(state: AppState, *rows: ReplicaRow, root: str = "", error: str = "") -> JobEvent:
+    return JobEvent(EventKind.FINISHED, "app-1", state, "", rows, root_cause=root, root_error=error)
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls"),
+    [
+        ("user", errors.UserCodeError),
+        ("infrastructure", errors.InfrastructureError),
+        ("configuration", errors.AppConfigurationError),
+        ("", errors.AppFailedError),
+    ],
+)
+def test_a_failed_app_raises_its_root_causes_class(kind: str, cls: type[Exception]) -> None:
+    rows = (failed(0, 143, T0, kind="", reason="Terminated"), failed(3, 3, T0, kind=kind))
+    error = failure_error(finished(AppState.FAILED, *rows, root="trainer/3", error="E: x"))
+    assert type(error) is cls
+    assert isinstance(error, errors.AppFailedError)
+    assert (error.app_id, error.state, error.role, error.replica_id, error.exit_code) == (
+        "app-1",
+        "FAILED",
+        "trainer",
+        3,
+        3,
+    )
+    assert "first failed replica: trainer/3 failed: exit code 3 (Error)\nE: x\n" in str(error)
+
+
+def test_an_older_event_without_a_root_cause_names_the_first_by_time() -> None:
+    error = failure_error(finished(AppState.FAILED, failed(0, 1, T1), failed(1, 137, T0)))
+    assert isinstance(error, errors.UserCodeError) and error.replica_id == 1
+
+
+def test_the_other_ends() -> None:
+    assert failure_error(finished(AppState.SUCCEEDED)) is None
+    cancelled = failure_error(finished(AppState.CANCELLED))
+    assert type(cancelled) is errors.AppCancelledError and cancelled.root_cause is None
+    unknown = failure_error(finished(AppState.UNKNOWN))
+    assert type(unknown) is errors.AppFailedError
+    timeout = failure_error(JobEvent(EventKind.TIMEOUT, "a", AppState.RUNNING, "deadline"))
+    assert type(timeout) is errors.AppTimeoutError
+    lost = failure_error(JobEvent(EventKind.ERROR, "a", AppState.RUNNING, "unreachable"))
+    assert type(lost) is errors.AppLostError and not isinstance(lost, errors.AppFailedError)
+    refused = JobEvent(EventKind.ERROR, "a", AppState.RUNNING, "no", error=ErrorKind.CONFIGURATION)
+    assert type(failure_error(refused)) is errors.AppConfigurationError
+
+
+def test_airflows_failed_resumptions() -> None:
+    assert deferral_failure("execute_complete", {}, "a") is None
+    timeout = deferral_failure("__fail__", {"error": "Trigger timeout"}, "a")
+    assert type(timeout) is errors.AppTimeoutError and timeout.app_id == "a"
+    lost = deferral_failure("__fail__", {"error": "Trigger failure"}, None)
+    assert type(lost) is errors.AppLostError and "Trigger failure" in str(lost)
+
+
+def test_the_replicas_xcom_has_every_replicas_facts_and_marks_the_root_cause() -> None:
+    ok = ReplicaRow("trainer", 0, AppState.SUCCEEDED, 0, "h0", restarts=0)
+    oom = ReplicaRow(
+        "trainer", 1, AppState.FAILED, 137, "h1", "y" * 500, "OOMKilled", "user", T0, 2
+    )
+    got = replica_results(finished(AppState.FAILED, ok, oom, root="trainer/1"))
+    assert got[0] == {
+        "role": "trainer",
+        "replica_id": 0,
+        "state": "SUCCEEDED",
+        "exit_code": 0,
+        "reason": "",
+        "failure": "",
+        "message": "",
+        "restarts": 0,
+        "host": "h0",
+        "root_cause": False,
+    }
+    assert (got[1]["reason"], got[1]["failure"], got[1]["restarts"]) == ("OOMKilled", "user", 2)
+    assert got[1]["root_cause"] is True and len(got[1]["message"]) == 300
+
+
+def test_each_tries_log_names_its_own_job() -> None:
+    from torchx_provider.operators.submission import try_header
+
+    assert try_header(3, "kubernetes://s/ns:app-1", "https://ui/jobs/app-1") == (
+        "try 3 follows TorchX app kubernetes://s/ns:app-1 (URL https://ui/jobs/app-1)"
+    )
+    assert try_header(1, "local_docker://s/app-2", None).endswith("(no job URL)")
+
+
+def test_doctests() -> None:
+    import doctest
+
+    from torchx_provider import failures
+    from torchx_provider.operators import submission
+
+    for module in (errors, failures, submission):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def test_in_cluster_restarts_are_told_as_they_happen() -> None:
+    from torchx_provider.triggers import summary
+    from torchx_provider.triggers.summary import restart_notes
+
+    running = ReplicaRow("trainer", 0, AppState.RUNNING, restarts=0)
+    again = ReplicaRow("trainer", 0, AppState.RUNNING, 1, reason="Error", restarts=1)
+    assert restart_notes("a", (-1, 0), [], [running]) == []  # the first describe
+    assert restart_notes("a", (0, 0), [running], [running]) == []
+    assert restart_notes("a", (0, 0), [running], [again]) == [
+        "trainer/0 restarted (restart 1; last exit code 1, Error)"
+    ]
+    assert restart_notes("a", (1, 2), [again], [again], "RestartJob: pod failed") == [
+        "app a restarted in the cluster (restart 2): RestartJob: pod failed"
+    ]
+    told_nothing = ReplicaRow("trainer", 0, AppState.RUNNING)
+    assert restart_notes("a", (-1, -1), [told_nothing], [told_nothing]) == []
+    import doctest
+
+    assert doctest.testmod(summary).failed == 0
+
+
+def test_a_failed_replica_without_a_message_gets_its_logs_python_error() -> None:
+    from torchx_provider.failures import with_log_errors
+
+    rows = (
+        failed(0, 1, T0),
+        ReplicaRow("trainer", 1, AppState.FAILED, 1, message="Error: termination message"),
+        ReplicaRow("trainer", 2, AppState.SUCCEEDED, 0),
+        failed(3, 1, T0),
+    )
+    tails = {key: TRACEBACK for key in ("trainer/0", "trainer/1", "trainer/2")}
+    got = with_log_errors(rows, tails)
+    assert [r.message for r in got] == [
+        "ValueError: rank 3 got a bad batch",
+        "Error: termination message",  # the backend's own message stays
+        "",  # succeeded
+        "",  # no traceback in its log
+    ]
+
+
+def test_a_failure_the_backend_gives_no_time_is_timed_when_first_seen() -> None:
+    """A container removed from outside has no finish time; the replica that then failed
+    because of it must not be blamed first."""
+    from datetime import datetime, timezone
+
+    from torchx_provider.failures import stamp_unseen_ends
+
+    seen = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+    later = datetime(2024, 5, 1, 10, 5, 0, tzinfo=timezone.utc)
+    running = ReplicaRow("trainer", 0, AppState.RUNNING)
+    removed = failed(1, None, kind="infrastructure", reason="RemovedFromOutside")
+    first = stamp_unseen_ends([], [running, removed], seen)
+    assert first[1].finished_at == seen.isoformat() and first[0] == running
+    # the next describe keeps the stamp; rank 0 then fails of it, with a time of its own
+    rank0 = failed(0, 1, "2024-05-01T10:04:00+00:00")
+    second = stamp_unseen_ends(first, [rank0, removed], later)
+    assert second[1].finished_at == seen.isoformat()
+    assert root_cause(second, {}) == second[1]
+    assert root_cause([rank0, removed], {}) == rank0  # unstamped, it would be blamed
+
+
+def test_a_replica_that_starts_waiting_on_its_configuration_is_told_once() -> None:
+    from torchx_provider.triggers.summary import waiting_notes
+
+    pending = ReplicaRow("trainer", 0, AppState.PENDING)
+    pulling = ReplicaRow("trainer", 0, AppState.PENDING, reason="ImagePullBackOff")
+    assert waiting_notes([pending], [pulling]) == [
+        "trainer/0 waits: ImagePullBackOff (the image cannot be pulled: check its name, its "
+        "tag and the pull secret)"
+    ]
+    assert waiting_notes([pulling], [pulling]) == []  # once
+    assert waiting_notes([], [ReplicaRow("t", 1, AppState.PENDING, reason="Odd")]) == [
+        "t/1 waits: Odd"
+    ]
+    assert waiting_notes([pending], [failed(0, 1)]) == []  # a failure is the summary's
+
+
+def test_waiting_on_configuration_is_timed_without_a_break() -> None:
+    from torchx_provider.triggers import policy
+    from torchx_provider.triggers.policy import cannot_start, waiting_on_configuration
+
+    pulling = ReplicaRow("t", 0, AppState.PENDING, reason="ErrImagePull", failure="configuration")
+    backoff = ReplicaRow(
+        "t", 0, AppState.PENDING, reason="ImagePullBackOff", failure="configuration"
+    )
+    other = ReplicaRow(
+        "t", 1, AppState.PENDING, reason="CreateContainerConfigError", failure="configuration"
+    )
+    since = waiting_on_configuration({}, [pulling], 10.0)
+    since = waiting_on_configuration(since, [backoff, other], 200.0)  # the reasons alternate
+    assert since == {"t/0": 10.0, "t/1": 200.0}
+    assert cannot_start(since, 309.0, 300.0) is None
+    assert cannot_start(since, 310.0, 300.0) == "t/0"
+    assert cannot_start(since, 600.0, 300.0) == "t/0"  # the longest first
+    started = ReplicaRow("t", 0, AppState.RUNNING)
+    assert waiting_on_configuration(since, [started, other], 400.0) == {"t/1": 200.0}
+    crashing = ReplicaRow("t", 0, AppState.RUNNING, reason="CrashLoopBackOff", failure="user")
+    assert waiting_on_configuration({}, [crashing], 1.0) == {}  # its code's, not the setup's
+    import doctest
+
+    assert doctest.testmod(policy).failed == 0
+
+
+def test_the_python_error_is_said_once_in_the_message() -> None:
+    plain = failed(3, 1, T0)
+    error = failure_error(finished(AppState.FAILED, plain, root="trainer/3", error="E: x"))
+    assert "(Error)\nE: x\n" in str(error)
+    shown = ReplicaRow("trainer", 3, AppState.FAILED, 1, message="E: x", failure="user")
+    error = failure_error(finished(AppState.FAILED, shown, root="trainer/3", error="E: x"))
+    assert str(error).count("E: x") == 2  # the header and the table, not a third time
+
+
+def test_the_result_counts_in_cluster_restarts() -> None:
+    from torchx_provider.operators.finishing import task_result
+
+    event = JobEvent(EventKind.FINISHED, "a", AppState.SUCCEEDED, num_restarts=2)
+    assert task_result(event, "h")["num_restarts"] == 2
+    assert JobEvent.from_payload(event.to_payload()).num_restarts == 2
