@@ -14,7 +14,12 @@ from torchx_provider.schedulers.kube.volcano import create_async_client, create_
 
 
 def pod(phase: str = "Pending", **status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "uid": "u"}, "status": {"phase": phase, **status}}
+    """A pod whose replica runs in container ``main``, beside a sidecar ``proxy``."""
+    return {
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {"containers": [{"name": "main"}, {"name": "proxy"}]},
+        "status": {"phase": phase, **status},
+    }
 
 
 def unscheduled(message: str) -> dict[str, Any]:
@@ -43,10 +48,10 @@ def test_an_unscheduled_pod_says_the_schedulers_words() -> None:
     "reason",
     ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"],
 )
-def test_a_container_that_cannot_start_says_why(reason: str) -> None:
-    status = {"containerStatuses": [waiting("main", reason, 'secret "s" not found')]}
+def test_a_sidecar_that_cannot_start_says_why(reason: str) -> None:
+    status = {"containerStatuses": [waiting("proxy", reason, 'secret "s" not found')]}
     [wait] = pod_waits([pod(**status)])
-    assert wait.text == f'pod p container main waits: {reason}: secret "s" not found'
+    assert wait.text == f'pod p container proxy waits: {reason}: secret "s" not found'
 
 
 def test_init_containers_are_read_and_routine_waits_are_not_said() -> None:
@@ -57,12 +62,20 @@ def test_init_containers_are_read_and_routine_waits_are_not_said() -> None:
     assert [w.text for w in pod_waits([pod(**status)])] == [
         "pod p container setup waits: ErrImagePull: not found"
     ]
-    assert pod_waits([pod(containerStatuses=[waiting("main", "ContainerCreating")])]) == []
+    assert pod_waits([pod(containerStatuses=[waiting("proxy", "ContainerCreating")])]) == []
+
+
+def test_the_replicas_own_container_is_left_to_the_replica_rows() -> None:
+    status = {"containerStatuses": [waiting("main", "ErrImagePull", "not found")]}
+    assert pod_waits([pod(**status)]) == []
+    named = pod(containerStatuses=[waiting("proxy", "ErrImagePull")])
+    named["metadata"]["annotations"] = {"kubectl.kubernetes.io/default-container": "proxy"}
+    assert pod_waits([named]) == []
 
 
 def test_pods_that_run_or_ended_say_nothing_and_scheduled_pods_neither() -> None:
     assert pod_waits([pod("Running", conditions=[unscheduled("x")])]) == []
-    assert pod_waits([pod("Failed", containerStatuses=[waiting("m", "ErrImagePull")])]) == []
+    assert pod_waits([pod("Failed", containerStatuses=[waiting("proxy", "ErrImagePull")])]) == []
     scheduled = {"type": "PodScheduled", "status": "True"}
     assert pod_waits([pod(conditions=[scheduled])]) == []
 

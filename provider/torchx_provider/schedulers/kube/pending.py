@@ -4,7 +4,10 @@ A pod that does not run yet says why in its status: the scheduler's ``PodSchedul
 condition (``Unschedulable``: "0/3 nodes are available: 3 Insufficient cpu."), or a
 container's ``state.waiting`` (``ErrImagePull``, ``ImagePullBackOff``,
 ``CreateContainerConfigError``, ...). :func:`pod_waits` reads both from the pods the follow
-already has (the shared watches' cache): no request of its own. Each reason comes with a key
+already has (the shared watches' cache): no request of its own. The replica's own container
+is left out: its waiting reason is the replica's (the follow says it from the replica rows,
+:func:`~torchx_provider.triggers.summary.waiting_notes`); init containers and sidecars are
+said here. Each reason comes with a key
 that changes when the reason does, so that the task log says each one once.
 """
 
@@ -13,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER
 
 #: Waiting reasons that are only a container starting normally: not said.
 ROUTINE_WAITS = frozenset({"ContainerCreating", "PodInitializing"})
@@ -37,6 +42,16 @@ def _short(message: Any) -> str:
 def _said(reason: str, message: Any) -> str:
     message = _short(message)
     return f"{reason}: {message}" if message else reason
+
+
+def _main_container(pod: Mapping[str, Any]) -> str | None:
+    """The replica's own container: the pod's default container, else its first."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    named = annotations.get(ANNOTATION_DEFAULT_CONTAINER)
+    if named:
+        return str(named)
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    return str(containers[0].get("name")) if containers else None
 
 
 def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
@@ -66,9 +81,10 @@ def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
                         f"pod {name} is not scheduled: {_said(reason, message)}",
                     )
                 )
+        main = _main_container(pod)
         statuses = [
             *(status.get("initContainerStatuses") or ()),
-            *(status.get("containerStatuses") or ()),
+            *(cs for cs in status.get("containerStatuses") or () if cs.get("name") != main),
         ]
         for cs in statuses:
             waiting = (cs.get("state") or {}).get("waiting") or {}
