@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
@@ -43,7 +44,7 @@ def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return kube
 
 
-def dag_source(dag_id: str, behaviour: dict[str, str], **operator: Any) -> str:
+def dag_source(dag_id: str, behaviour: dict[str, str], cpu: float = 0.5, **operator: Any) -> str:
     kwargs = "".join(f"        {k}={v!r},\n" for k, v in operator.items())
     return f'''
 import datetime
@@ -70,7 +71,7 @@ APP = {{
         "entrypoint": "python",
         "args": ["-m", "train"],
         "num_replicas": 2,
-        "resource": {{"cpu": 0.5, "gpu": 0, "memMB": 256}},
+        "resource": {{"cpu": {cpu!r}, "gpu": 0, "memMB": 256}},
         "metadata": {{"kubernetes": {{"metadata": {{"annotations": {behaviour!r}}}}}}},
     }}],
 }}
@@ -114,6 +115,31 @@ def test_success_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any, deferra
 
     with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
         assert scheduler.describe(got["app_id"]) is None  # deleted after success
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_job_waiting_past_queue_timeout_is_cancelled_and_fails_the_task(
+    dag_runner: Any, kube_conn: Any, capfd: Any, deferrable: bool
+) -> None:
+    """2 x 200 CPUs: Volcano's queue cannot take the job (its nodes have 32), it waits."""
+    dag_id = f"kube_queue_timeout_{deferrable}"
+    source = dag_source(dag_id, {}, cpu=200, deferrable=deferrable, queue_timeout=5)
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed", text[-3000:]
+    assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
+    assert re.search(r"waited \d+(\.\d)?s without running \(queue_timeout 5\.0s\)", text)
+    got = xcoms(dag_run, "train")
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
+        for _ in range(60):  # Volcano acts on the abort command in its own time
+            described = scheduler.describe(got["app_id"])
+            if described is None or described.state.name == "CANCELLED":
+                break
+            time.sleep(0.5)
+        assert described is None or described.state.name == "CANCELLED", described
+        scheduler.delete(got["app_id"])
 
 
 def test_failure_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any) -> None:

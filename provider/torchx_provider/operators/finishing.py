@@ -61,7 +61,8 @@ def failure_error(event: JobEvent) -> Exception | None:
     Every follow that did not see the app succeed becomes one class of
     :mod:`torchx_provider.errors`: refused as configured -> ``AppConfigurationError``; lost
     (the backend unreachable past ``outage_budget``, the follow failing) -> ``AppLostError``;
-    the deadline -> ``AppTimeoutError``; cancelled or deleted from outside ->
+    the deadline -> ``AppTimeoutError``; a wait past ``queue_timeout`` ->
+    ``QueueTimeoutError``; cancelled or deleted from outside ->
     ``AppCancelledError``; failed -> the class of its first failed replica's kind
     (:func:`torchx_provider.failures.error_class`), the base ``AppFailedError`` when the
     backend did not say.
@@ -71,8 +72,10 @@ def failure_error(event: JobEvent) -> Exception | None:
     state = event.state.name
     not_seen_ending = unfinished(event)
     if not_seen_ending is not None:
-        if event.kind == EventKind.TIMEOUT:
-            cls: type[errors.AppFailedError] = errors.AppTimeoutError
+        if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE:
+            cls: type[errors.AppFailedError] = errors.QueueTimeoutError
+        elif event.kind == EventKind.TIMEOUT:
+            cls = errors.AppTimeoutError
         elif event.error in (ErrorKind.CONFIGURATION, ErrorKind.START):
             cls = errors.AppConfigurationError
         else:
@@ -111,6 +114,8 @@ def unfinished(event: JobEvent) -> str | None:
             f"lost track of TorchX app {event.app_id} (last state {event.state.name}): "
             f"{event.message}. It may still be running; a retry of this task reattaches to it."
         )
+    if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE:
+        return f"TorchX app {event.app_id} did not start in time: {event.message}"
     if event.kind == EventKind.TIMEOUT:
         return (
             f"TorchX app {event.app_id} timed out (execution_timeout / follow_timeout) in "

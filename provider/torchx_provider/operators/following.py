@@ -60,9 +60,11 @@ def job_trigger(
     following: Following,
     lifecycle: Lifecycle,
     deadline: datetime | None = None,
+    waiting_since: datetime | None = None,
 ) -> TorchXJobTrigger:
     """The trigger that follows ``app_id`` for the task instance ``ti_key``: it names the
-    connection (``target.conn_id``) and carries no secret."""
+    connection (``target.conn_id``) and carries no secret. ``waiting_since``: when the
+    app's first wait to run began (its submission), for ``queue_timeout``."""
     from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger
 
     args = JobTriggerArgs(
@@ -75,6 +77,8 @@ def job_trigger(
         task_instance=ti_key.to_dict(),
         outage_budget=following.outage_budget,
         deadline=None if deadline is None else deadline.timestamp(),
+        queue_timeout=following.queue_timeout,
+        waiting_since=None if waiting_since is None else waiting_since.timestamp(),
     )
     return TorchXJobTrigger.from_args(args)
 
@@ -101,6 +105,7 @@ async def follow_here(
             outage_budget=following.outage_budget,
             deadline=None if deadline is None else monotonic_deadline(deadline.timestamp()),
             cancel_on_timeout=lifecycle.on_kill_action == OnKillAction.CANCEL,
+            queue_timeout=following.queue_timeout,
         )
         return await follower.run()
     finally:

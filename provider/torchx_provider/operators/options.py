@@ -188,6 +188,9 @@ class Following:
             (> 0; the task then fails and a retry reattaches to the job).
         follow_timeout: seconds of following after which the job is cancelled (per
             ``on_kill_action``) and the task fails; ``None``: only ``execution_timeout``.
+        queue_timeout: seconds the app may wait to run, per wait (from the submission, and
+            from each preemption or requeue), after which the job is cancelled (per
+            ``on_kill_action``) and the task fails; ``None``: no limit of its own.
     """
 
     deferrable: bool = False
@@ -195,6 +198,7 @@ class Following:
     log_replicas: tuple[str, ...] | None = None
     outage_budget: float = OUTAGE_BUDGET
     follow_timeout: float | None = None
+    queue_timeout: float | None = None
 
     @classmethod
     def build(
@@ -204,6 +208,7 @@ class Following:
         log_replicas: str | Iterable[str] | None = None,
         outage_budget: float | timedelta = OUTAGE_BUDGET,
         follow_timeout: float | timedelta | None = None,
+        queue_timeout: float | timedelta | None = None,
     ) -> Following:
         replicas = LogSelection.parse(_log_replicas(log_replicas)).patterns
         return cls(
@@ -214,6 +219,9 @@ class Following:
             follow_timeout=None
             if follow_timeout is None
             else _seconds(follow_timeout, "follow_timeout"),
+            queue_timeout=None
+            if queue_timeout is None
+            else _seconds(queue_timeout, "queue_timeout"),
         )
 
     @property

@@ -136,6 +136,11 @@ class TorchXOperator(BaseOperator):
     :param follow_timeout: seconds of following after which the job is cancelled (per
         ``on_kill_action``) and the task fails; ``execution_timeout`` applies too, deferred
         or not, and the earlier deadline wins.
+    :param queue_timeout: seconds (or a ``timedelta``) the app may wait to run, per wait:
+        from its submission until it runs, and again from each preemption or requeue. Past
+        it the job is cancelled (per ``on_kill_action``) and the task fails with
+        :class:`~torchx_provider.errors.QueueTimeoutError`, naming the last reason the
+        cluster gave. ``None`` (default): only ``execution_timeout`` bounds the wait.
     :param log_replicas: whose logs reach the task log: ``None`` (all), or patterns like
         ``["trainer"]`` or ``"trainer/0,ps/*"``; ``[]`` for none.
     :param wait_for_completion: ``False`` submits and succeeds at once.
@@ -180,6 +185,7 @@ class TorchXOperator(BaseOperator):
         log_replicas: str | Iterable[str] | None = None,
         outage_budget: float = OUTAGE_BUDGET,
         follow_timeout: float | timedelta | None = None,
+        queue_timeout: float | timedelta | None = None,
         wait_for_completion: bool = True,
         on_kill_action: str = "cancel",
         on_finish_action: str = "delete_succeeded",
@@ -213,6 +219,7 @@ class TorchXOperator(BaseOperator):
             log_replicas,
             outage_budget,
             follow_timeout,
+            queue_timeout,
         )
 
     @property
@@ -454,7 +461,9 @@ class TorchXOperator(BaseOperator):
         :meth:`execute_complete`, which checks that the event is about it."""
         from torchx_provider.operators.following import job_trigger
 
-        trigger = job_trigger(target, app_id, ti_key, self.following, self.lifecycle, deadline)
+        trigger = job_trigger(
+            target, app_id, ti_key, self.following, self.lifecycle, deadline, waiting_since=now
+        )
         timeout = (
             None
             if deadline is None
@@ -634,6 +643,7 @@ def _build_options(
     log_replicas: Any,
     outage_budget: Any,
     follow_timeout: Any,
+    queue_timeout: Any,
 ) -> _Options:
     """Check the operator's options, each failing with its own message."""
     return _Options(
@@ -644,6 +654,7 @@ def _build_options(
             log_replicas,
             outage_budget,
             follow_timeout,
+            queue_timeout,
         ),
         deferrable is None,
     )

@@ -98,6 +98,11 @@ from torchx_provider.triggers.summary import (
 from torchx_provider.triggers.waiting import QueueWait
 
 
+def _duration(seconds: float) -> str:
+    """``42s``; under 10 s with a tenth (``0.3s``)."""
+    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+
+
 def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
     """``role/replica`` -> cursor, from the JSON form (trigger kwargs, events, checkpoints)."""
     return {str(k): LogCursor.from_dict(v) for k, v in (data or {}).items()}
@@ -194,7 +199,11 @@ class JobFollower:
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
-        self.queue = QueueWait(queue_timeout, clock() if waiting_since is None else waiting_since)
+        # A follow resumed (a triggerer restart) after the app ran: its first wait is over;
+        # a later one is timed from when it is seen waiting.
+        ran = state is not None and state not in (AppState.SUBMITTED, AppState.PENDING)
+        first_wait = clock() if waiting_since is None else waiting_since
+        self.queue = QueueWait(queue_timeout, None if ran else first_wait)
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
@@ -367,8 +376,8 @@ class JobFollower:
         waited = self.clock() - (self.queue.since or 0.0)
         what = await self._cancel("left running (on_kill_action=keep)")
         message = (
-            f"app {self.app_id!r} waited {waited:.0f}s without running (queue_timeout "
-            f"{self.queue.timeout:.0f}s); the app was {what}"
+            f"app {self.app_id!r} waited {_duration(waited)} without running (queue_timeout "
+            f"{_duration(self.queue.timeout or 0.0)}); the app was {what}"
         )
         if self.last_notice:
             message += f"; the last reason given: {self.last_notice}"

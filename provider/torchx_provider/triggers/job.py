@@ -101,6 +101,8 @@ class JobTriggerArgs:
             is checkpointed and whose state ``on_kill`` asks; ``None`` turns both off.
         outage_budget: seconds of backend outage ridden out before giving up.
         deadline: when to stop following (POSIX seconds, UTC); ``None``: never.
+        queue_timeout: seconds the app may wait to run, per wait; ``None``: no limit.
+        waiting_since: when its first wait began (POSIX seconds): the submission.
     """
 
     scheduler: str
@@ -113,11 +115,15 @@ class JobTriggerArgs:
     task_instance: dict[str, Any] | None = None
     outage_budget: float = OUTAGE_BUDGET
     deadline: float | None = None
+    queue_timeout: float | None = None
+    waiting_since: float | None = None
 
     def __post_init__(self) -> None:
         # A stored row is checked as a new one is: a wait that never ends is refused.
         positive_seconds(self.poll_interval, "poll_interval")
         positive_seconds(self.outage_budget, "outage_budget")
+        if self.queue_timeout is not None:
+            positive_seconds(self.queue_timeout, "queue_timeout")
 
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger kwargs: one entry per field, JSON-safe."""
@@ -214,6 +220,10 @@ class TorchXJobTrigger(BaseTrigger):
                 outage_budget=args.outage_budget,
                 deadline=None if args.deadline is None else monotonic_deadline(args.deadline),
                 cancel_on_timeout=args.cancel_on_kill,
+                queue_timeout=args.queue_timeout,
+                waiting_since=None
+                if args.waiting_since is None
+                else monotonic_deadline(args.waiting_since),
                 # an older row has no connection id to resolve again
                 reconnect=None if self._legacy_client_kwargs is not None else self._reconnect,
             )

@@ -17,9 +17,9 @@ BAD = [math.nan, math.inf, -math.inf, 0, -1, timedelta(0), "soon", True, None, 1
 
 CASES = [
     (option, value)
-    for option in ("poll_interval", "outage_budget", "follow_timeout")
+    for option in ("poll_interval", "outage_budget", "follow_timeout", "queue_timeout")
     for value in BAD
-    if not (option == "follow_timeout" and value is None)  # None: no timeout
+    if not (option in ("follow_timeout", "queue_timeout") and value is None)  # None: no limit
 ]
 
 
@@ -33,7 +33,7 @@ def test_the_operator_refuses_a_wait_that_is_not_a_positive_finite_time(
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0, -5])
-@pytest.mark.parametrize("option", ["poll_interval", "outage_budget"])
+@pytest.mark.parametrize("option", ["poll_interval", "outage_budget", "queue_timeout"])
 def test_a_trigger_row_with_such_a_wait_is_refused_too(option: str, value: float) -> None:
     with pytest.raises(InvalidOptionError, match=option):
         JobTriggerArgs(scheduler="local_docker", app_id="a-1", **{option: value})
@@ -46,5 +46,6 @@ def test_good_values_pass() -> None:
         poll_interval=0.5,
         outage_budget=timedelta(minutes=2),
         follow_timeout=3600,
+        queue_timeout=timedelta(hours=2),
     )
-    assert op is not None
+    assert op.following.queue_timeout == 7200.0

@@ -320,6 +320,45 @@ async def test_queue_timeout_may_keep_the_app_and_counts_from_submission() -> No
     assert client.cancels == [] and "left running (on_kill_action=keep)" in event.message
 
 
+async def test_the_operators_queue_timeout_reaches_the_trigger_and_fails_the_task(
+    fake_cluster: Any,
+) -> None:
+    """Deferred: the trigger times the wait from the submission it is told of, cancels the
+    app, and the task fails with QueueTimeoutError."""
+    from torchx_provider.errors import QueueTimeoutError
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators import TorchXOperator
+    from torchx_provider.operators.finishing import failure_error
+    from torchx_provider.operators.following import job_trigger
+    from torchx_provider.schedulers.labels import TaskInstanceKey
+
+    app_id = submit(pending=10_000)
+    op = TorchXOperator(
+        task_id="t", app="utils.echo", scheduler="fake", queue_timeout=0.3, poll_interval=0.01
+    )
+    submitted = datetime.now(timezone.utc) - timedelta(seconds=0.2)
+    trigger = job_trigger(
+        BackendTarget("fake"),
+        app_id,
+        TaskInstanceKey("d", "t", "r", -1, 1),
+        op.following,
+        op.lifecycle,
+        waiting_since=submitted,
+    )
+    kwargs = trigger.serialize()[1]
+    assert kwargs["queue_timeout"] == 0.3 and kwargs["waiting_since"] == submitted.timestamp()
+    trigger = TorchXJobTrigger(**{**kwargs, "task_instance": None})
+    started = asyncio.get_running_loop().time()
+    event = JobEvent.from_payload((await asyncio.wait_for(trigger.run().__anext__(), 10)).payload)
+    took = asyncio.get_running_loop().time() - started
+    assert event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE
+    assert took < 0.3, "timed from the submission, not from the trigger's start"
+    assert fake_cluster.cancelled == [app_id]
+    error = failure_error(event)
+    assert isinstance(error, QueueTimeoutError) and error.app_id == app_id
+    assert "did not start in time" in str(error) and "(queue_timeout 0.3s)" in str(error)
+
+
 # -- one replica's logs --------------------------------------------------------------------------
 async def test_one_replicas_unreadable_logs_never_end_or_pause_the_follow(
     fake_cluster: Any,

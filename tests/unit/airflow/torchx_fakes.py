@@ -64,15 +64,20 @@ class FakeApp:
         return int(self.meta("ticks", "3"))
 
     @property
+    def pending_ticks(self) -> int:
+        """Describes the app waits for before it runs (``fake.pending``, default 1)."""
+        return int(self.meta("pending", "1"))
+
+    @property
     def lines_per_replica(self) -> int:
         return int(self.meta("lines", "4"))
 
     def state(self) -> AppState:
         if self.cancelled:
             return AppState.CANCELLED
-        if self.ticks == 0:
+        if self.ticks < self.pending_ticks:
             return AppState.PENDING
-        if self.ticks <= self.run_ticks:
+        if self.ticks < self.pending_ticks + self.run_ticks:
             return AppState.RUNNING
         return AppState[self.meta("outcome", "SUCCEEDED")]
 
@@ -91,7 +96,7 @@ class FakeApp:
 
     def lines(self, role: str, rid: int) -> list[TimestampedLine]:
         """What the replica has written so far (two lines share each timestamp)."""
-        if self.ticks == 0:
+        if self.ticks < self.pending_ticks:
             return []
         written = min(
             self.lines_per_replica, self.lines_per_replica * self.ticks // max(self.run_ticks, 1)
