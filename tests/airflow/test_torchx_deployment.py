@@ -133,6 +133,22 @@ with DAG("torchx_deploy_timeout", **ARGS):
         follow_timeout=8,
     )
 
+from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
+
+# the replica's own code fails (exit 1): no retry; its container removed from outside: retried
+POLICY_CASES = (("usercode", "sleep 2; echo failing; exit 1"), ("removed", "sleep 6; echo ok"))
+for case, script in POLICY_CASES:
+    with DAG(f"torchx_deploy_policy_{{case}}", **ARGS):
+        TorchXDockerOperator(
+            task_id="train",
+            app=app("policy" + case, script),
+            deferrable=True,
+            poll_interval=1,
+            retries=3,
+            retry_delay=datetime.timedelta(seconds=1),
+            retry_policy=RETRY_INFRASTRUCTURE_ONLY,
+        )
+
 with DAG("torchx_deploy_restart", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("restart", COUNT), deferrable=True, poll_interval=1
@@ -406,6 +422,49 @@ def test_a_deferred_task_times_out_and_its_job_is_cancelled(
     assert f"app {app_id}: deadline passed; the app was cancelled" in events, events[-20:]
     for c in containers(docker_engine, app_id):
         c.remove(force=True)
+
+
+def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_platforms(
+    deployment: Deployment, docker_engine: Any
+) -> None:
+    """RETRY_INFRASTRUCTURE_ONLY, evaluated by Airflow after a deferral: a replica exiting 1
+    fails the task in its first try though ``retries=3``; a replica whose container is
+    removed from outside is an InfrastructureError, and the task is retried."""
+    user_run = deployment.trigger("torchx_deploy_policy_usercode")
+    removed_run = deployment.trigger("torchx_deploy_policy_removed")
+    app_id = deferred_app(deployment, "torchx_deploy_policy_removed", removed_run)
+    for c in containers(docker_engine, app_id)[:1]:
+        c.remove(force=True)
+
+    def ended(dag_id: str, run_id: str) -> bool:
+        return deployment.ti(dag_id, run_id, "train")["state"] in ("success", "failed")
+
+    wait_for(
+        "the user error to fail the task",
+        lambda: ended("torchx_deploy_policy_usercode", user_run),
+        180,
+        interval=1,
+    )
+    user = deployment.ti("torchx_deploy_policy_usercode", user_run, "train")
+    assert (user["state"], user["try_number"]) == ("failed", 1), user
+    folder = deployment.home / "logs" / "dag_id=torchx_deploy_policy_usercode"
+    text = "".join(p.read_text(errors="replace") for p in folder.rglob("attempt=1.log*"))
+    assert "UserCodeError" in text, text[-3000:]
+
+    wait_for(
+        "the retried task to succeed",
+        lambda: ended("torchx_deploy_policy_removed", removed_run),
+        240,
+        interval=1,
+    )
+    removed = deployment.ti("torchx_deploy_policy_removed", removed_run, "train")
+    assert removed["state"] == "success" and removed["try_number"] >= 2, removed
+    for dag_id, run_id in (
+        ("torchx_deploy_policy_usercode", user_run),
+        ("torchx_deploy_policy_removed", removed_run),
+    ):
+        for c in containers(docker_engine, str(deployment.xcom(dag_id, run_id, "train", "app_id"))):
+            c.remove(force=True)
 
 
 def replica_ticks(events: list[str]) -> dict[int, list[int]]:
