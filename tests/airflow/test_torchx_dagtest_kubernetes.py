@@ -142,15 +142,26 @@ def test_a_job_waiting_past_queue_timeout_is_cancelled_and_fails_the_task(
         scheduler.delete(got["app_id"])
 
 
-def test_failure_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any) -> None:
-    behaviour = kube_conn.pod_behaviour(exit_code=3, reason="Error", message="boom", run_seconds=2)
-    dag_run = dag_runner.run("kube_failure", dag_source("kube_failure", behaviour, deferrable=True))
+@pytest.mark.parametrize(
+    ("exit_code", "reason"), [(3, "Error"), (137, "OOMKilled")], ids=["exit3", "oomkilled"]
+)
+def test_failure_on_volcano(
+    dag_runner: Any, kube_conn: Any, capfd: Any, exit_code: int, reason: str
+) -> None:
+    behaviour = kube_conn.pod_behaviour(
+        exit_code=exit_code, reason=reason, message="boom", run_seconds=2
+    )
+    dag_id = f"kube_failure_{exit_code}"
+    dag_run = dag_runner.run(dag_id, dag_source(dag_id, behaviour, deferrable=True))
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "failed"
     got = xcoms(dag_run, "train")
+    # the replica's own process failed, also when killed for its own memory limit
+    assert "UserCodeError" in text, json.dumps(got["replicas"])
     assert got["final_state"] == "FAILED"
     # the replica that failed first has its exit code; Volcano then aborts the other one
-    assert 3 in {r["exit_code"] for r in got["replicas"]}
+    assert exit_code in {r["exit_code"] for r in got["replicas"]}
+    assert reason in {r.get("reason") for r in got["replicas"]}, got["replicas"]
     assert "FAILED" in {r["state"] for r in got["replicas"]}
     assert re.search(r"TorchX app \S+ ended FAILED", text)
     from torchx_provider.hooks.kubernetes import TorchXKubernetesHook

@@ -219,8 +219,10 @@ class KubeAsyncClient(AsyncSchedulerClient):
 
 
 def with_failures(resp: DescribeAppResponse, watch: AppWatch) -> DescribeAppResponse:
-    """``resp`` with the exit code and reason of each failed replica whose pod is gone
-    filled in from how the watch saw it end (:attr:`.hub.AppWatch.failures`)."""
+    """``resp`` with the exit code, error, reason, failure kind and end time of each failed
+    replica whose pod is gone filled in from how the watch saw it end
+    (:attr:`.hub.AppWatch.failures`): Volcano deletes the other pods of a job that failed,
+    and the replica that failed first must keep what names its cause."""
     for role_status in resp.roles_statuses:
         for replica in role_status.replicas:
             seen = watch.failures.get((role_status.role, replica.id))
@@ -230,6 +232,11 @@ def with_failures(resp: DescribeAppResponse, watch: AppWatch) -> DescribeAppResp
                 replica.exit_code = seen.exit_code
             if replica.structured_error_msg in (None, NONE, ""):
                 replica.structured_error_msg = seen.error
+            if not replica.reason and seen.reason:
+                replica.reason = seen.reason
+                replica.failure = None if seen.failure is None else seen.failure.value
+            if replica.finished_at is None:
+                replica.finished_at = seen.finished_at
     return resp
 
 
