@@ -184,6 +184,8 @@ class Informer:
         if self.healthy:
             status = getattr(error, "status", None)
             level = logging.WARNING if status in (401, 403) else logging.INFO
+            if status == 403 and self.forbidden_wait is not None:
+                level = logging.DEBUG  # optional: its users say what it costs, once
             log.log(level, "list/watch failed (%s); the API answers until it recovers", error)
         self.error = error
 
