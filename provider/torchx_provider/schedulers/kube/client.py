@@ -9,11 +9,14 @@ Following reads the event loop's shared caches (:class:`~.hub.InformerHub`): the
 :data:`SYNC_WAIT` seconds) for the first list; from then on ``describe``, ``read_logs``'s
 choice of pod and :meth:`~KubeAsyncClient.last_seen` make no request, and
 :meth:`~KubeAsyncClient.wait_changed` sleeps until the app's object or pods change. The
-client falls back to the API calls -- one GET of the object, one LIST of its pods, exactly
-what :meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
+client falls back to the API calls -- one GET of the object, one LIST of its pods (and, for
+a Volcano job that waits, of its PodGroup's Events), exactly what
+:meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
 first list, while an informer is failing (its cache may be stale), and for an object the
 informer has never seen (not labelled as this provider's, or created after the last event
-arrived).
+arrived). The Events that say why a Volcano job waits come from the namespace's shared
+Events watch, read at each describe; whether they can be read never sends a describe to
+the API server.
 """
 
 from __future__ import annotations
