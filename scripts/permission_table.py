@@ -36,8 +36,10 @@ NOTES = {
     "core/pods:list": "without it the job's state is followed, not its replicas' exit codes, "
     "hosts or logs",
     "core/pods/log:get": "without it the replicas' logs are not forwarded",
-    "core/events:get": "not used yet",
-    "core/events:list": "not used yet",
+    "core/events:get": "not used: Events are listed and watched",
+    "core/events:list": "without it why a Volcano job waits at its queue (its PodGroup's "
+    "Events) is not said; the task log says so once per namespace",
+    "core/events:watch": "as events list (one watch per namespace, in the triggerer)",
 }
 
 

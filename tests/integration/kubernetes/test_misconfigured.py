@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_apps import one_replica_app, tracked
 from rbac_accounts import ROLE, Accounts
 
+from kube_apps import one_replica_app, tracked
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import (

@@ -1,6 +1,7 @@
 """Why a job waits reaches the task log, in the cluster's words, on the real API server and
-scheduler: a replica too large for any node, followed from the triggerer's shared watches
-(the AppWrapper controller makes its pod; kube-scheduler cannot place it)."""
+schedulers, followed from the triggerer's shared watches: a replica too large for any node
+(the AppWrapper controller makes its pod; kube-scheduler cannot place it), and a Volcano job
+over its queue's quota (no pod at all: Volcano says why in Events on the job's PodGroup)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from kube_apps import one_replica_app, tracked
 from task_log import TaskLog
 from torchx_provider import specs
+from torchx_provider.schedulers.kube import volcano
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.triggers.follow import JobFollower
 
@@ -66,3 +68,57 @@ async def test_an_unschedulable_replica_is_said_once_within_seconds(
             await follow
         await client.close()
     print(f"reason in the task log {took:.1f} s after submission")
+
+
+@pytest.fixture
+def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
+    if not kube_cluster.local:
+        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
+    with tracked(
+        volcano.create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
+
+
+QUOTA = "queue resource quota insufficient"
+
+
+async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
+    kube_cluster: Any, volcano_scheduler: Any
+) -> None:
+    app = too_large(kube_cluster)
+    app.roles[0].num_replicas = 2
+    info = volcano_scheduler.submit_dryrun(app, {"queue": "default"})
+    app_id = volcano_scheduler.schedule(info)
+    volcano_scheduler.created.append(app_id)
+    client = volcano.create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    log = TaskLog()
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=1.0).run())
+    started = time.monotonic()
+    try:
+        said: list[str] = []
+        while time.monotonic() - started < 30 and not said:
+            said = [ln for ln in log.lines if QUOTA in ln]
+            await asyncio.sleep(0.2)
+        assert said, log.lines
+        took = time.monotonic() - started
+        assert took < 15, (took, log.lines)
+        assert "PodGroup" in said[0] and "insufficient cpu" in said[0], said
+        await asyncio.sleep(5)  # Volcano repeats the Event every cycle: still said once
+        assert sum(QUOTA in ln for ln in log.lines) == 1, log.lines
+        assert not [ln for ln in log.lines if "add the rule" in ln], log.lines
+    finally:
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+        await client.close()
+    # The worker's describe lists the PodGroup's Events while the job is pending.
+    described = volcano_scheduler.describe(app_id)
+    assert described is not None and described.state.name == "PENDING", described
+    texts = [n.text for n in volcano_scheduler.core.take_notices()]
+    assert sum(QUOTA in t for t in texts) == 1, texts
+    print(f"queue reason in the task log {took:.1f} s after submission")

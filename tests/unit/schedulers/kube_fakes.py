@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -16,8 +17,9 @@ from torchx_provider.errors import (
     BackendUnavailableError,
     SubmissionError,
 )
+from torchx_provider.schedulers.kube.informer import WatchError
 from torchx_provider.schedulers.kube.io import Immediate
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import format_timestamp
 
@@ -47,6 +49,10 @@ class FakeKube:
         self.forbidden = forbidden or set()
         #: listing pods is forbidden (403)
         self.pods_forbidden = False
+        #: core/v1 Events (any namespace: the tests use one)
+        self.event_list: list[dict[str, Any]] = []
+        #: listing Events is forbidden (403)
+        self.events_forbidden = False
         #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
         self._n = 0
@@ -74,7 +80,7 @@ class FakeKube:
         self.calls.append(("create", res.plural, meta["name"], "dry" if dry_run else ""))
         if not dry_run:
             meta.update(
-                uid=f"uid-{meta['name']}",
+                uid=str(uuid.uuid5(uuid.NAMESPACE_URL, meta["name"])),
                 creationTimestamp=f"2024-05-01T10:00:0{len(self.objects)}Z",
             )
             self.objects[(res.plural, namespace, meta["name"])] = obj
@@ -119,6 +125,24 @@ class FakeKube:
             copy.deepcopy(p) for p in self.pod_list if _matches(selector, p["metadata"]["labels"])
         ]
 
+    def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        self.calls.append(("events", field_selector))
+        if self.events_forbidden:
+            raise BackendConfigurationError(
+                f'events is forbidden: User "u" cannot list resource "events" in API group "" '
+                f'in the namespace "{namespace}"',
+                status=403,
+            )
+        terms = dict(t.split("=", 1) for t in field_selector.split(","))
+        return [
+            copy.deepcopy(e)
+            for e in self.event_list
+            if all(
+                str(e["involvedObject"].get(k.removeprefix("involvedObject."))) == v
+                for k, v in terms.items()
+            )
+        ]
+
     def log_chunks(self, kwargs: Mapping[str, Any]) -> Iterator[bytes]:
         self.calls.append(
             ("log", kwargs["name"], str(kwargs.get("since_seconds")), str(kwargs.get("follow")))
@@ -146,6 +170,9 @@ class FakeAsyncKube(Immediate):
     def list_watch(self, resource: CustomResource | None, namespace: str) -> FakeListWatch:
         return FakeListWatch(self.sync, resource, namespace)
 
+    def event_watch(self, about: EventsAbout, namespace: str) -> FakeListWatch:
+        return FakeListWatch(self.sync, about, namespace)
+
     async def close(self) -> None:
         pass
 
@@ -153,10 +180,17 @@ class FakeAsyncKube(Immediate):
 class FakeListWatch:
     """An informer source over :class:`FakeKube`: its list, then a watch that stays quiet."""
 
-    def __init__(self, sync: FakeKube, resource: CustomResource | None, namespace: str) -> None:
+    def __init__(
+        self, sync: FakeKube, resource: CustomResource | EventsAbout | None, namespace: str
+    ) -> None:
         self.sync, self.resource, self.namespace = sync, resource, namespace
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
+        if isinstance(self.resource, EventsAbout):
+            try:
+                return self.sync.events(self.namespace, self.resource.field_selector()), "1"
+            except BackendConfigurationError as e:
+                raise WatchError(403, str(e)) from e
         if self.resource is None:
             return self.sync.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.sync.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
@@ -208,3 +242,27 @@ def set_phase(fake: FakeKube, app_id: str, phase: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Sync
+
+
+def podgroup_event(
+    job: Mapping[str, Any], message: str, count: int = 1, reason: str = "Unschedulable"
+) -> dict[str, Any]:
+    """The Event Volcano writes on ``job``'s PodGroup (named ``<job name>-<job uid>``)."""
+    meta = job["metadata"]
+    return {
+        "metadata": {
+            "name": f"{meta['name']}-pg.{abs(hash(message)) % 10**6}",
+            "resourceVersion": str(count),
+        },
+        "involvedObject": {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "name": f"{meta['name']}-{meta['uid']}",
+            "uid": f"pg-{meta['uid']}",
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "count": count,
+        "lastTimestamp": f"2024-05-01T10:00:{count:02d}Z",
+    }

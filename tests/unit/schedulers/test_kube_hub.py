@@ -10,12 +10,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, set_phase
+from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, podgroup_event, set_phase
 
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
-from torchx_provider.schedulers.kube.resources import VOLCANO_JOB, CustomResource, appwrapper
+from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY, WatchError
+from torchx_provider.schedulers.kube.resources import (
+    VOLCANO_JOB,
+    VOLCANO_PODGROUP_EVENTS,
+    CustomResource,
+    EventsAbout,
+    appwrapper,
+)
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import LogCursor
@@ -25,7 +32,9 @@ from torchx_provider.specs.api import AppState
 class PushSource:
     """Lists what :class:`FakeKube` holds; the test pushes watch events."""
 
-    def __init__(self, fake: FakeKube, resource: CustomResource | None, namespace: str):
+    def __init__(
+        self, fake: FakeKube, resource: CustomResource | EventsAbout | None, namespace: str
+    ):
         self.fake, self.resource, self.namespace = fake, resource, namespace
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lists = 0
@@ -35,6 +44,14 @@ class PushSource:
         self.lists += 1
         if self.down:
             raise ConnectionError("API server unreachable")
+        if isinstance(self.resource, EventsAbout):
+            if self.fake.events_forbidden:
+                raise WatchError(
+                    403,
+                    'events is forbidden: User "u" cannot list resource "events" in API group ""'
+                    f' in the namespace "{self.namespace}"',
+                )
+            return self.fake.events(self.namespace, self.resource.field_selector()), "1"
         if self.resource is None:
             return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
@@ -51,6 +68,10 @@ class PushKube(FakeAsyncKube):
 
     def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:  # type: ignore[override]
         source = self.sources[(resource, namespace)] = PushSource(self.sync, resource, namespace)
+        return source
+
+    def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:  # type: ignore[override]
+        source = self.sources[(about, namespace)] = PushSource(self.sync, about, namespace)
         return source
 
 
@@ -79,24 +100,30 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
     await first.describe("ns:a")
     await second.describe("ns:b")
     await first.describe("other:c")
-    assert len(kube.sources) == 4  # (jobs, pods) x (ns, other), each made once
+    assert len(kube.sources) == 6  # (jobs, pods, PodGroup Events) x (ns, other), each once
     assert {k[1:] for k in hub.informers} == {
         ("ns", VOLCANO_JOB),
         ("ns", None),
+        ("ns", VOLCANO_PODGROUP_EVENTS),
         ("other", VOLCANO_JOB),
         ("other", None),
+        ("other", VOLCANO_PODGROUP_EVENTS),
     }
     await first.close()
     await settle()
     assert ("other", VOLCANO_JOB) in {k[1:] for k in hub.informers}  # lingering
     await asyncio.sleep(0.1)
-    assert {k[1:] for k in hub.informers} == {("ns", VOLCANO_JOB), ("ns", None)}
+    assert {k[1:] for k in hub.informers} == {
+        ("ns", VOLCANO_JOB),
+        ("ns", None),
+        ("ns", VOLCANO_PODGROUP_EVENTS),
+    }
     # Back within the linger: the same informer, no new list.
     await second.close()
     third = client_for(hub, kube)
     await third.describe("ns:a")
     await asyncio.sleep(0.1)
-    assert len(kube.sources) == 4
+    assert len(kube.sources) == 6
     assert kube.sources[(VOLCANO_JOB, "ns")].lists == 1
     await third.close()
     await asyncio.sleep(0.1)
@@ -295,4 +322,97 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
     # A successful list ends the run of failures.
     informer._listed()
     assert informer.failing_since is None and informer.failing_for() == 0.0
+    await client.close()
+
+
+async def test_podgroup_events_are_watched_once_per_namespace_kept_for_followed_apps_only(
+    hub: InformerHub,
+) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    unfollowed = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    jobs = {a: set_phase(fake, a, "Pending") for a in (mine, other, unfollowed)}
+    quota = "queue resource quota insufficient: insufficient cpu"
+    fake.event_list = [podgroup_event(jobs[a], quota) for a in (mine, unfollowed)]
+    kube = PushKube(fake)
+    first, second = client_for(hub, kube), client_for(hub, kube)
+    await first.describe(mine)
+    fake.calls.clear()
+    await first.describe(mine)
+    await second.describe(other)
+    assert fake.calls == []  # the caches answer: no GET, no list of Events per app
+    said = [n.text for n in first.take_notices()]
+    assert said == [
+        f"PodGroup {mine.split(':')[1]}-{jobs[mine]['metadata']['uid']} waits: "
+        f"Unschedulable: {quota}"
+    ]
+    events = kube.sources[(VOLCANO_PODGROUP_EVENTS, "ns")]
+    assert events.lists == 1  # one watch for the namespace, however many apps
+    shared = hub.informers[(cache_key(first.client_config), "ns", VOLCANO_PODGROUP_EVENTS)]
+    assert set(shared.informer.groups) == {mine.split(":")[1]}  # not the unfollowed app's
+
+    # The count goes up every scheduling cycle: said once. A new message is said, and an
+    # Event changes wake no follower (a describe reads them).
+    await first.wait_changed(mine, 0)
+    await events.events.put({"type": "MODIFIED", "object": podgroup_event(jobs[mine], quota, 9)})
+    gang = "0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable"
+    await events.events.put({"type": "ADDED", "object": podgroup_event(jobs[mine], gang, 10)})
+    await events.events.put({"type": "ADDED", "object": podgroup_event(jobs[other], gang, 10)})
+    assert await first.wait_changed(mine, 0.05) is False
+    await first.describe(mine)
+    assert [n.text.rpartition(": ")[2] for n in first.take_notices()] == [gang.rpartition(": ")[2]]
+    await second.describe(other)
+    assert [n.text.endswith(gang) for n in second.take_notices()] == [True]
+    # Running: Events are not read (nothing waits).
+    running = copy.deepcopy(set_phase(fake, mine, "Running"))
+    running["metadata"]["resourceVersion"] = "5"
+    await kube.sources[(VOLCANO_JOB, "ns")].events.put({"type": "MODIFIED", "object": running})
+    assert await first.wait_changed(mine, 5) is True
+    await events.events.put({"type": "ADDED", "object": podgroup_event(jobs[mine], "late", 11)})
+    await settle()
+    assert (await first.describe(mine)).state is AppState.RUNNING
+    assert first.take_notices() == []
+    # Unfollowed: the app's Events are forgotten.
+    await first.close()
+    assert set(shared.informer.groups) == {other.split(":")[1]}
+    await second.close()
+
+
+async def test_events_refused_say_so_once_per_namespace_and_keep_describes_on_the_cache(
+    hub: InformerHub,
+) -> None:
+    fake = FakeKube()
+    fake.events_forbidden = True
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    apps = [volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"})) for _ in range(2)]
+    for a in apps:
+        set_phase(fake, a, "Pending")
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    for a in apps:
+        await client.describe(a)
+    fake.calls.clear()
+    for _ in range(3):
+        for a in apps:
+            assert (await client.describe(a)).state is AppState.PENDING
+    assert fake.calls == []  # the cache answers: Events do not count toward its health
+    said = [n.text for n in client.take_notices()]
+    assert len(said) == 1, said
+    assert "why a job waits in namespace 'ns' is not said" in said[0]
+    assert 'add the rule {apiGroups: [""], resources: ["events"], verbs: ["list"]}' in said[0]
+    shared = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_PODGROUP_EVENTS)]
+    assert shared.informer.forbidden_wait == UNSERVED_RETRY  # asked again rarely
+    assert kube.sources[(VOLCANO_PODGROUP_EVENTS, "ns")].lists == 1
+    await client.close()
+
+
+async def test_other_backends_watch_no_events(hub: InformerHub) -> None:
+    from torchx_provider.schedulers.kube.mcad import create_async_client as mcad_client
+
+    client = mcad_client(namespace="ns", kube=PushKube(FakeKube()))
+    client.hub = hub
+    await client.describe("ns:x")
+    assert not any(isinstance(k[2], EventsAbout) for k in hub.informers)
     await client.close()

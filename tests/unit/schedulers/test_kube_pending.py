@@ -1,16 +1,17 @@
-"""Why an app's pods wait: the reasons read from pod status, said once per reason, by both
-faces of a Kubernetes backend."""
+"""Why an app waits: the reasons read from pod status and from the Events on a Volcano job's
+PodGroup, said once per reason, by both faces of a Kubernetes backend."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, set_phase
+from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, podgroup_event, set_phase
 
 from torchx_provider.schedulers.kube import core as core_module
-from torchx_provider.schedulers.kube.pending import MESSAGE_CHARS, pod_waits
+from torchx_provider.schedulers.kube.pending import MESSAGE_CHARS, pod_waits, podgroup_waits
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+from torchx_provider.specs.api import AppState
 
 
 def pod(phase: str = "Pending", **status: Any) -> dict[str, Any]:
@@ -133,3 +134,87 @@ def test_a_long_lived_core_forgets_the_oldest_said_reasons(
     for key in ("a", "b", "c", "a"):
         volcano.core.notice(f"text {key}", key=key)
     assert [n.key for n in volcano.core.take_notices()] == ["a", "b", "c", "a"]
+
+
+QUOTA = "queue resource quota insufficient: insufficient cpu"
+GANG = "0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable"
+
+
+def test_podgroup_events_say_each_reason_once_whatever_their_count_oldest_first() -> None:
+    job = {"metadata": {"name": "big-1", "uid": "u1"}}
+    events = [
+        podgroup_event(job, GANG, count=3),
+        podgroup_event(job, QUOTA, count=2),
+        podgroup_event(job, QUOTA, count=9),
+        podgroup_event(job, "", reason=""),
+    ]
+    waits = podgroup_waits(events)
+    assert [w.text for w in waits] == [
+        f"PodGroup big-1-u1 waits: Unschedulable: {QUOTA}",
+        f"PodGroup big-1-u1 waits: Unschedulable: {GANG}",
+    ]
+    again = podgroup_waits([podgroup_event(job, QUOTA, count=40)])
+    assert again[0].key == waits[0].key  # a higher count is the same reason
+    other = podgroup_waits([podgroup_event({"metadata": {"name": "b", "uid": "u2"}}, QUOTA)])
+    assert other[0].key != waits[0].key  # another PodGroup's is its own
+    assert podgroup_waits([]) == []
+
+
+def over_quota(fake: FakeKube) -> tuple[str, dict[str, Any]]:
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Pending")
+    stranger = {"metadata": {"name": "not-mine", "uid": "u9"}}
+    fake.event_list = [podgroup_event(job, QUOTA, 4), podgroup_event(stranger, GANG)]
+    return app_id, job
+
+
+def test_the_worker_lists_podgroup_events_only_while_the_job_is_pending() -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    app_id, job = over_quota(fake)
+    for _ in range(3):
+        volcano.describe(app_id)
+    events = [c for c in fake.calls if c[0] == "events"]
+    podgroup = f"{job['metadata']['name']}-{job['metadata']['uid']}"
+    assert (
+        events
+        == [
+            (
+                "events",
+                "involvedObject.kind=PodGroup,involvedObject.apiVersion=scheduling.volcano.sh/v1beta1,"
+                f"involvedObject.name={podgroup}",
+            )
+        ]
+        * 3
+    )  # one list per describe, filtered to the job's PodGroup
+    assert [n.text for n in volcano.core.take_notices()] == [
+        f"PodGroup {podgroup} waits: Unschedulable: {QUOTA}"
+    ]
+    for phase in ("Running", "Completed"):
+        set_phase(fake, app_id, phase)
+        fake.calls.clear()
+        volcano.describe(app_id)
+        assert not [c for c in fake.calls if c[0] == "events"]
+
+
+def test_the_worker_says_once_per_namespace_that_events_cannot_be_read() -> None:
+    fake = FakeKube()
+    fake.events_forbidden = True
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    app_id, _ = over_quota(fake)
+    other, _ = over_quota(fake)
+    for _ in range(2):
+        assert volcano.describe(app_id).state is AppState.PENDING
+        assert volcano.describe(other).state is AppState.PENDING
+    texts = [n.text for n in volcano.core.take_notices()]
+    assert len(texts) == 1, texts
+    assert "why a job waits in namespace 'ns' is not said" in texts[0]
+    assert 'add the rule {apiGroups: [""], resources: ["events"], verbs: ["list"]}' in texts[0]
+
+
+def test_only_volcano_reads_events() -> None:
+    from torchx_provider.schedulers.kube.appwrapper.translation import AppWrapperTranslation
+    from torchx_provider.schedulers.kube.mcad.translation import McadTranslation
+
+    assert AppWrapperTranslation.event_kinds == McadTranslation.event_kinds == ()

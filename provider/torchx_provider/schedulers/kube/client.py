@@ -9,11 +9,14 @@ Following reads the event loop's shared caches (:class:`~.hub.InformerHub`): the
 :data:`SYNC_WAIT` seconds) for the first list; from then on ``describe``, ``read_logs``'s
 choice of pod and :meth:`~KubeAsyncClient.last_seen` make no request, and
 :meth:`~KubeAsyncClient.wait_changed` sleeps until the app's object or pods change. The
-client falls back to the API calls -- one GET of the object, one LIST of its pods, exactly
-what :meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
+client falls back to the API calls -- one GET of the object, one LIST of its pods (and, for
+a Volcano job that waits, of its PodGroup's Events), exactly what
+:meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
 first list, while an informer is failing (its cache may be stale), and for an object the
 informer has never seen (not labelled as this provider's, or created after the last event
-arrived).
+arrived). The Events that say why a Volcano job waits come from the namespace's shared
+Events watch, read at each describe; whether they can be read never sends a describe to
+the API server.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
+from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io import AsyncKubeIO
 from torchx_provider.schedulers.kube.io_async import AsyncKube
@@ -85,7 +89,13 @@ class KubeAsyncClient(AsyncSchedulerClient):
             hub = self.hub or InformerHub.current()
             resources = self.translation.read_resources()
             found = hub.subscribe(
-                self.client_config, namespace, resources, name, self.kube.list_watch
+                self.client_config,
+                namespace,
+                resources,
+                name,
+                self.kube.list_watch,
+                self.translation.event_kinds,
+                self.kube.event_watch if self.translation.event_kinds else None,
             )
             self._watches[app_id] = found
             await found.wait_synced(SYNC_WAIT)
@@ -107,7 +117,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
             obj = watch.object()
             if obj is not None:
                 pods = watch.pods()
-                self.core.observe(obj, pods)
+                self.core.observe(obj, pods, self._events(app_id, obj, watch))
                 return with_failures(self._describe(app_id, obj, pods), watch)
             if watch.last_seen is not None:
                 return None
@@ -118,6 +128,19 @@ class KubeAsyncClient(AsyncSchedulerClient):
             # outage began then.
             e.unreachable_for = max(e.unreachable_for, watch.failing_for())
             raise
+
+    def _events(
+        self, app_id: str, obj: Mapping[str, Any], watch: AppWatch
+    ) -> builtins.list[dict[str, Any]]:
+        """The Events the watch keeps about the app, while it waits (when they cannot be
+        read, that is said once per namespace)."""
+        if not self.translation.event_subjects(obj):
+            return []
+        refused = watch.events_refused()
+        if refused is not None:
+            permission = refused if isinstance(refused, Permission) else None
+            self.core.events_refused(parse_app_id(app_id)[0], permission)
+        return watch.events()
 
     def _describe(
         self, app_id: str, obj: dict[str, Any], pods: builtins.list[dict[str, Any]]

@@ -28,8 +28,9 @@ from torchx_provider.schedulers.api import (
     Notice,
     refusal_key,
 )
+from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
-from torchx_provider.schedulers.kube.pending import pod_waits
+from torchx_provider.schedulers.kube.pending import pod_waits, podgroup_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
     replica_selector,
@@ -184,14 +185,59 @@ class KubeCore:
                     f"not its replicas' exit codes, hosts or logs: {e}",
                     key=refusal_key(e),
                 )
-        self.observe(obj, pods)
+        self.observe(obj, pods, await self._events(namespace, obj))
         return self.translation.describe(app_id, obj, pods)
 
-    def observe(self, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()) -> None:
+    async def _events(
+        self, namespace: str, obj: Mapping[str, Any]
+    ) -> builtins.list[dict[str, Any]]:
+        """The Events that say why app ``obj`` waits (one list per object named by
+        :meth:`KubeTranslation.event_subjects`, only while it waits); none where the account
+        may not list Events (said once per namespace)."""
+        events: builtins.list[dict[str, Any]] = []
+        for about in self.translation.event_kinds:
+            for subject in self.translation.event_subjects(obj):
+                try:
+                    events.extend(await self.io.events(namespace, about.field_selector(subject)))
+                except BackendConfigurationError as e:
+                    if e.status != 403:
+                        raise
+                    permission = e.permission or Permission.from_message(str(e))
+                    self.events_refused(namespace, permission)
+                    return events
+        return events
+
+    def events_refused(self, namespace: str, permission: Permission | None) -> None:
+        """Say once per namespace that why an app waits cannot be read there (the account
+        may not read Events: ``permission``, if the refusal named it), and the rule to add."""
+        fix = (
+            permission.fix()
+            if permission is not None
+            else 'add the rule {apiGroups: [""], resources: ["events"], verbs: ["get", "list", '
+            '"watch"]} to its Role (the provider\'s Role: docs, RBAC page)'
+        )
+        self.notice(
+            f"why a job waits in namespace {namespace!r} is not said (the scheduler says it in "
+            f"Events, which cannot be read): {fix}",
+            key=f"events refused in {namespace}",
+        )
+
+    def observe(
+        self,
+        obj: Mapping[str, Any],
+        pods: Sequence[Mapping[str, Any]] = (),
+        events: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         """Keep notices of why the app waits: the controller has not taken up ``obj`` in
         time (:meth:`KubeTranslation.stalled`); a pod is not scheduled or a container
-        cannot start (:func:`~.pending.pod_waits`), each reason once."""
+        cannot start (:func:`~.pending.pod_waits`); the controller's Events on the object
+        that gates it (:func:`~.pending.podgroup_waits`, of ``events`` those about
+        :meth:`KubeTranslation.event_subjects`), each reason once."""
         for wait in pod_waits(pods):
+            self.notice(wait.text, key=wait.key)
+        subjects = set(self.translation.event_subjects(obj)) if events else set()
+        mine = [e for e in events if (e.get("involvedObject") or {}).get("name") in subjects]
+        for wait in podgroup_waits(mine):
             self.notice(wait.text, key=wait.key)
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         if not created or not self.translation.unclaimed(obj):

@@ -16,6 +16,16 @@ Informers are reference counted: the first subscriber starts one, and it stops
 running). Its API client is given back when the informer stops, and closed with its last
 user.
 
+A backend whose controllers say why an app waits in Events (Volcano: on the job's PodGroup,
+:attr:`~.request.KubeTranslation.event_kinds`) adds one more informer per namespace: a
+watch of the Events about that kind of object (a field selector; Events have no labels).
+It keeps only the Events of followed apps (an involved object named as the app, or as the
+app with a ``-<uid>`` suffix, as Volcano names a PodGroup), forgets an app's when its last
+subscriber leaves, does not wake followers (a describe reads them), and does not count
+toward :attr:`AppWatch.healthy`: an account that may not read Events (403) only loses the
+reasons (:meth:`AppWatch.events_refused`), and the informer asks again every
+:data:`~.informer.UNSERVED_RETRY` seconds.
+
 The informers' tasks are our own: they have no Airflow greenback portal, so they only ever
 await async APIs (nothing here calls Airflow).
 """
@@ -25,14 +35,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from torchx_provider.perloop import PerLoop
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
-from torchx_provider.schedulers.kube.informer import Informer, WatchSource, object_name
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.errors import Permission
+from torchx_provider.schedulers.kube.informer import (
+    UNSERVED_RETRY,
+    Informer,
+    WatchError,
+    WatchSource,
+    object_name,
+)
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
 from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
 from torchx_provider.specs.api import AppState
@@ -42,6 +61,14 @@ LINGER = 30.0
 
 #: Builds an informer's source: ``(resource type, or None for pods; namespace)``.
 SourceFactory = Callable[[CustomResource | None, str], WatchSource]
+#: Builds an Events informer's source: ``(the Events' involved kind, namespace)``.
+EventSourceFactory = Callable[[EventsAbout, str], WatchSource]
+
+#: What an informer is of, in its namespace: a resource type, pods (``None``), or Events.
+Subject = CustomResource | EventsAbout | None
+
+#: A ``-<uid>`` at the end of an object's name (Volcano's PodGroup: ``<job>-<job uid>``).
+_UID_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def cache_key(config: KubeClientConfig) -> str:
@@ -54,6 +81,17 @@ def cache_key(config: KubeClientConfig) -> str:
 def pod_app(pod: Mapping[str, Any]) -> str | None:
     """The index key of a pod: its app label (``label_value`` of its app object's name)."""
     return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_APP_ID)
+
+
+def event_app(event: Mapping[str, Any]) -> str | None:
+    """The index key of an Event: the name of the app its involved object belongs to (the
+    object's name, less a ``-<uid>`` suffix).
+
+    >>> event_app({"involvedObject": {"name": "job-a1-12345678-aaaa-bbbb-cccc-1234567890ab"}})
+    'job-a1'
+    """
+    name = (event.get("involvedObject") or {}).get("name")
+    return _UID_SUFFIX.sub("", str(name)) if name else None
 
 
 @dataclass
@@ -72,6 +110,8 @@ class _Shared:
     users: int = 0
     subscribers: dict[str, set[AppWatch]] = field(default_factory=dict)
     linger: asyncio.TimerHandle | None = None
+    #: keeps only what its subscribers' keys index, and wakes no one (Events)
+    followed_only: bool = False
 
 
 class AppWatch:
@@ -79,11 +119,20 @@ class AppWatch:
     it may be stored as), its pods, and :attr:`changed`, set when either changes or an
     informer's health does. :meth:`close` gives the subscription back."""
 
-    def __init__(self, hub: InformerHub, name: str, objects: list[_Shared], pods: _Shared):
+    def __init__(
+        self,
+        hub: InformerHub,
+        name: str,
+        objects: list[_Shared],
+        pods: _Shared,
+        events: list[_Shared] | None = None,
+    ):
         self.hub = hub
         self.name = name
         self._objects = objects
         self._pods = pods
+        #: the Events informers (read at each describe; never part of :attr:`healthy`)
+        self._events = events or []
         self.changed = asyncio.Event()
         self._listeners: set[asyncio.Event] = set()
         #: ``(role, replica)`` -> how its last failed pod ended (exit code, reason), kept
@@ -112,6 +161,19 @@ class AppWatch:
 
     def pods(self) -> list[dict[str, Any]]:
         return self._pods.informer.get(label_value(self.name))
+
+    def events(self) -> list[dict[str, Any]]:
+        """The Events kept about the app's objects (none where they cannot be read)."""
+        return [e for shared in self._events for e in shared.informer.get(self.name)]
+
+    def events_refused(self) -> Permission | WatchError | None:
+        """Why the app's Events cannot be read, if the API server refused them (403): the
+        permission the refusal names, else the refusal."""
+        for shared in self._events:
+            error = shared.informer.error
+            if isinstance(error, WatchError) and error.status == 403:
+                return Permission.from_message(str(error)) or error
+        return None
 
     async def wait_synced(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every cache's first list; whether they have."""
@@ -150,7 +212,11 @@ class AppWatch:
 
     def entries(self) -> list[tuple[_Shared, str]]:
         """Each cache this app is read from, with its key there."""
-        return [(s, self.name) for s in self._objects] + [(self._pods, label_value(self.name))]
+        return [
+            *((s, self.name) for s in self._objects),
+            (self._pods, label_value(self.name)),
+            *((s, self.name) for s in self._events),
+        ]
 
 
 class InformerHub:
@@ -159,7 +225,7 @@ class InformerHub:
     def __init__(self, *, linger: float = LINGER) -> None:
         self.linger = linger
         self.clients: dict[str, _Client] = {}
-        self.informers: dict[tuple[str, str, CustomResource | None], _Shared] = {}
+        self.informers: dict[tuple[str, str, Subject], _Shared] = {}
 
     @classmethod
     def current(cls) -> InformerHub:
@@ -198,14 +264,35 @@ class InformerHub:
         resources: Sequence[CustomResource],
         name: str,
         source: SourceFactory,
+        events: Sequence[EventsAbout] = (),
+        event_source: EventSourceFactory | None = None,
     ) -> AppWatch:
         """Follow object ``name`` in ``namespace``, stored as one of ``resources``: its
         informers (and the namespace's pods informer) start if they are not running, over
         the sources ``source`` makes (which select
-        :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`)."""
-        objects = [self._use(config, namespace, r, object_name, source) for r in resources]
-        pods = self._use(config, namespace, None, pod_app, source)
-        watch = AppWatch(self, name, objects, pods)
+        :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`); and one informer of
+        the namespace's Events about each kind of ``events``, over ``event_source``."""
+        objects = [
+            self._use(config, namespace, r, object_name, partial(source, r, namespace))
+            for r in resources
+        ]
+        pods = self._use(config, namespace, None, pod_app, partial(source, None, namespace))
+        told = (
+            []
+            if event_source is None
+            else [
+                self._use(
+                    config,
+                    namespace,
+                    about,
+                    event_app,
+                    partial(event_source, about, namespace),
+                    followed_only=True,
+                )
+                for about in events
+            ]
+        )
+        watch = AppWatch(self, name, objects, pods, told)
         for shared, key in watch.entries():
             shared.subscribers.setdefault(key, set()).add(watch)
         return watch
@@ -216,6 +303,8 @@ class InformerHub:
             group.discard(watch)
             if not group:
                 shared.subscribers.pop(key, None)
+                if shared.followed_only:
+                    shared.informer.forget(key)
             shared.users -= 1
             if shared.users == 0:
                 loop = asyncio.get_running_loop()
@@ -225,16 +314,26 @@ class InformerHub:
         self,
         config: KubeClientConfig,
         namespace: str,
-        resource: CustomResource | None,
+        subject: Subject,
         index: Callable[[Mapping[str, Any]], str | None],
-        source: SourceFactory,
+        source: Callable[[], WatchSource],
+        *,
+        followed_only: bool = False,
     ) -> _Shared:
-        key = (cache_key(config), namespace, resource)
+        """The running informer of ``subject`` in ``namespace`` (started over ``source()``
+        if there is none), one user more. ``followed_only``: an Events informer (see the
+        module docstring)."""
+        key = (cache_key(config), namespace, subject)
         shared = self.informers.get(key)
         if shared is None:
-            informer = Informer(source(resource, namespace), index)
-            shared = self.informers[key] = _Shared(informer)
-            informer.listener = lambda k, deleted: self._changed(shared, k, deleted)
+            if followed_only:
+                informer = Informer(source(), index, forbidden_wait=UNSERVED_RETRY)
+                shared = self.informers[key] = _Shared(informer, followed_only=True)
+                informer.index = partial(_followed, shared, index)
+            else:
+                informer = Informer(source(), index)
+                shared = self.informers[key] = _Shared(informer)
+                informer.listener = lambda k, deleted: self._changed(shared, k, deleted)
             shared.task = asyncio.get_running_loop().create_task(self._run(shared, config))
         if shared.linger is not None:
             shared.linger.cancel()
@@ -282,6 +381,15 @@ class InformerHub:
             watch.changed.set()
             for event in watch._listeners:
                 event.set()
+
+
+def _followed(
+    shared: _Shared, index: Callable[[Mapping[str, Any]], str | None], obj: Mapping[str, Any]
+) -> str | None:
+    """The key ``index`` gives ``obj`` if an app of that key is followed through
+    ``shared``, else ``None`` (not kept)."""
+    key = index(obj)
+    return key if key is not None and key in shared.subscribers else None
 
 
 _HUBS: PerLoop[InformerHub] = PerLoop(InformerHub)

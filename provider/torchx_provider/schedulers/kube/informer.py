@@ -14,6 +14,8 @@ an index key (an object's name, or a pod's app label). The rules, each once, her
   :class:`~torchx_provider.schedulers.backoff.Backoff` with jitter; after either, the
   informer lists again. From the failure to that list it is *unhealthy*
   (:attr:`Informer.healthy`): its cache may be stale;
+* an optional source (``forbidden_wait``) refused with ``403`` is asked again only after that
+  many seconds;
 * a LIST answered ``404`` means the server does not serve the type (its CRD is missing): the
   cache is empty and correct, so the informer is healthy, and asks again after a while.
 
@@ -96,8 +98,12 @@ class Informer:
         backoff: Backoff | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         watch_timeout: int = WATCH_TIMEOUT,
+        forbidden_wait: float | None = None,
     ) -> None:
         self.source = source
+        #: Seconds to wait after a refusal (403) before listing again (``None``: the
+        #: backoff's); for a source that is optional, asked again rarely and quietly.
+        self.forbidden_wait = forbidden_wait
         self.index = index
         self.backoff = backoff or Backoff()
         self.sleep = sleep
@@ -140,6 +146,11 @@ class Informer:
         self._key_of[name] = key
         self.listener(key, None)
 
+    def forget(self, key: str) -> None:
+        """Drop the objects kept under ``key`` (no one reads them any more), unreported."""
+        for name in self.groups.pop(key, {}):
+            self._key_of.pop(name, None)
+
     def _drop(self, name: str, last: Mapping[str, Any] | None = None) -> None:
         key = self._key_of.pop(name, None)
         if key is None:
@@ -173,6 +184,8 @@ class Informer:
         if self.healthy:
             status = getattr(error, "status", None)
             level = logging.WARNING if status in (401, 403) else logging.INFO
+            if status == 403 and self.forbidden_wait is not None:
+                level = logging.DEBUG  # optional: its users say what it costs, once
             log.log(level, "list/watch failed (%s); the API answers until it recovers", error)
         self.error = error
 
@@ -191,7 +204,10 @@ class Informer:
                     log.debug("resourceVersion %s expired; listing again", self.resource_version)
                     self.resource_version = None
                     continue
-                await self._failed(e, e.retry_after if e.status == 429 else None)
+                wait = e.retry_after if e.status == 429 else None
+                if e.status == 403 and self.forbidden_wait is not None:
+                    wait = self.forbidden_wait
+                await self._failed(e, wait)
             except Exception as e:  # connection errors, broken streams
                 await self._failed(e, None)
 

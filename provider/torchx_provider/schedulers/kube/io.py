@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 from torchx_provider.schedulers.kube.informer import WatchSource
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
 
 _T = TypeVar("_T")
 
@@ -49,6 +49,8 @@ class ObjectIO(Protocol):
 
     async def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
 
+    async def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]: ...
+
 
 class AsyncKubeIO(ObjectIO, Protocol):
     """What the triggerer's client uses besides the object calls: logs and watches."""
@@ -59,6 +61,8 @@ class AsyncKubeIO(ObjectIO, Protocol):
         """The raw response of a followed log (read its ``content``, then ``release()``)."""
 
     def list_watch(self, resource: CustomResource | None, namespace: str) -> WatchSource: ...
+
+    def event_watch(self, about: EventsAbout, namespace: str) -> WatchSource: ...
 
     async def close(self) -> None: ...
 
@@ -83,6 +87,8 @@ class SyncKubeIO(Protocol):
     def delete(self, res: CustomResource, namespace: str, name: str) -> None: ...
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
+
+    def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]: ...
 
     def log_chunks(self, kwargs: Mapping[str, Any]) -> Iterator[bytes]: ...
 
@@ -120,6 +126,9 @@ class Immediate:
 
     async def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self.sync.pods(namespace, selector)
+
+    async def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        return self.sync.events(namespace, field_selector)
 
 
 def run_sync(operation: Coroutine[Any, Any, _T]) -> _T:

@@ -25,7 +25,7 @@ from torchx_provider.schedulers.kube.io_sync import (
     log_what,
     what,
 )
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
 
@@ -152,6 +152,18 @@ class AsyncKube:
             data = json.loads(await read_ok(resp))
         return list(data.get("items") or [])
 
+    async def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        api = await self._core()
+        with api_errors("list", f"events in namespace {namespace!r}"):
+            resp = await api.list_namespaced_event(
+                namespace,
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            data = json.loads(await read_ok(resp))
+        return list(data.get("items") or [])
+
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
         api = await self._core()
         subject = log_what(kwargs)
@@ -194,6 +206,19 @@ class AsyncKube:
             resource,
             namespace,
             MANAGED_SELECTOR,
+        )
+
+    def event_watch(self, about: EventsAbout, namespace: str) -> EventListWatch:
+        """The informer source of the Events ``about`` one kind of object in ``namespace``
+        (every such Event: Events carry no labels), over the cluster's shared client."""
+        from torchx_provider.schedulers.kube.hub import InformerHub
+
+        hub = InformerHub.current()
+        return EventListWatch(
+            lambda: hub.acquire_client(self.config, count=False),
+            None,
+            namespace,
+            about.field_selector(),
         )
 
     async def close(self) -> None:
@@ -302,6 +327,18 @@ class ListWatch:
         finally:
             # A stream left half-read cannot go back to the pool.
             resp.release() if ended else resp.close()
+
+
+class EventListWatch(ListWatch):
+    """The :class:`~.informer.WatchSource` of the core/v1 Events in ``namespace`` matching
+    the field selector ``selector``."""
+
+    async def _call(self, **params: Any) -> Any:
+        from kubernetes_asyncio import client
+
+        return await client.CoreV1Api(await self.api()).list_namespaced_event(
+            self.namespace, field_selector=self.selector, _preload_content=False, **params
+        )
 
 
 def status_error(status: int, headers: Mapping[str, str], body: bytes) -> WatchError:

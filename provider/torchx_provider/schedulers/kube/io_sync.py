@@ -156,6 +156,20 @@ class SyncKube:
                 resp.release_conn()
         return list(data.get("items") or [])
 
+    def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        with api_errors("list", f"events in namespace {namespace!r}"):
+            resp = self._core().list_namespaced_event(
+                namespace,
+                field_selector=field_selector,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            try:
+                data = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+        return list(data.get("items") or [])
+
     def log_chunks(self, kwargs: Mapping[str, Any]) -> Iterator[bytes]:
         subject = log_what(kwargs)
         with api_errors("read", subject):

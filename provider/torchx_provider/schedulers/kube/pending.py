@@ -1,4 +1,4 @@
-"""Why an app's pods wait, in the cluster's own words. Pure.
+"""Why an app waits, in the cluster's own words. Pure.
 
 A pod that does not run yet says why in its status: the scheduler's ``PodScheduled=False``
 condition (``Unschedulable``: "0/3 nodes are available: 3 Insufficient cpu."), or a
@@ -7,7 +7,9 @@ container's ``state.waiting`` (``ErrImagePull``, ``ImagePullBackOff``,
 already has (the shared watches' cache): no request of its own. The replica's own container
 is left out: its waiting reason is the replica's (the follow says it from the replica rows,
 :func:`~torchx_provider.triggers.summary.waiting_notes`); init containers and sidecars are
-said here. Each reason comes with a key
+said here. A Volcano job gated at its queue has no pod at all: its scheduler says why in
+Events on the job's PodGroup, which :func:`podgroup_waits` reads (from the namespace's shared
+Events watch, or one list per describe on the worker). Each reason comes with a key
 that changes when the reason does, so that the task log says each one once.
 """
 
@@ -99,3 +101,44 @@ def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
                 )
             )
     return waits
+
+
+def _when(event: Mapping[str, Any]) -> str:
+    """When an Event last happened, as its RFC 3339 text (sorts as time does)."""
+    series = event.get("series") or {}
+    return str(
+        event.get("lastTimestamp")
+        or series.get("lastObservedTime")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+        or ""
+    )
+
+
+def podgroup_waits(events: Iterable[Mapping[str, Any]]) -> list[Wait]:
+    """Why a job waits, from the Events its controller wrote on the object that gates it (a
+    Volcano PodGroup: queue quota, gang not ready), oldest first.
+
+    Each distinct ``(reason, message)`` of an object is one reason, whatever its count: a
+    scheduler repeats the same Event every cycle, and the task log says it once.
+
+    >>> event = {"involvedObject": {"kind": "PodGroup", "name": "job-1-u1", "uid": "pg1"},
+    ...     "reason": "Unschedulable", "count": 7,
+    ...     "message": "queue resource quota insufficient: insufficient cpu"}
+    >>> [w.text for w in podgroup_waits([event])]
+    ['PodGroup job-1-u1 waits: Unschedulable: queue resource quota insufficient: insufficient cpu']
+    """
+    waits: dict[str, Wait] = {}
+    for event in sorted(events, key=_when):
+        involved = event.get("involvedObject") or {}
+        reason = str(event.get("reason") or "")
+        message = _short(event.get("message") or event.get("note"))
+        if not reason and not message:
+            continue
+        kind = str(involved.get("kind") or "object")
+        name = str(involved.get("name") or "?")
+        uid = str(involved.get("uid") or name)
+        key = f"pending:{uid}:event:{reason}:{message}"
+        if key not in waits:
+            waits[key] = Wait(key, f"{kind} {name} waits: {_said(reason or 'Event', message)}")
+    return list(waits.values())

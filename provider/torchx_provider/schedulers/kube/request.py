@@ -22,7 +22,7 @@ from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
 from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
@@ -205,6 +205,15 @@ class KubeTranslation(abc.ABC):
     @abc.abstractmethod
     def read_resources(self) -> Sequence[CustomResource]:
         """The resource types an app may be stored as, most likely first."""
+
+    #: The Events this backend's controllers say why an app waits in (read from one shared,
+    #: filtered watch per namespace); none by default.
+    event_kinds: Sequence[EventsAbout] = ()
+
+    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
+        """The names of the objects (of :attr:`event_kinds`) whose Events say why app
+        ``obj`` waits, while it waits; ``()`` once it runs or ended, or when there are none."""
+        return ()
 
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:
         """Whether the controller has not taken up ``obj`` yet (cheap: looked at on every

@@ -45,6 +45,34 @@ VOLCANO_QUEUE = CustomResource("scheduling.volcano.sh", "v1beta1", "queues", "Qu
 #: Volcano's bus Command: ``vcctl job suspend`` creates one with action ``AbortJob``.
 VOLCANO_COMMAND = CustomResource("bus.volcano.sh", "v1alpha1", "commands", "Command")
 
+
+@dataclass(frozen=True)
+class EventsAbout:
+    """The core/v1 Events a controller writes on objects of one kind (``involvedObject``'s
+    kind and apiVersion): what a shared watch of a namespace's Events selects."""
+
+    kind: str
+    api_version: str
+
+    def field_selector(self, name: str | None = None) -> str:
+        """The field selector of these Events (of the object ``name`` only, if given).
+
+        >>> VOLCANO_PODGROUP_EVENTS.field_selector("j-1")
+        'involvedObject.kind=PodGroup,involvedObject.apiVersion=scheduling.volcano.sh/v1beta1,involvedObject.name=j-1'
+        """
+        terms = [
+            f"involvedObject.kind={self.kind}",
+            f"involvedObject.apiVersion={self.api_version}",
+        ]
+        if name is not None:
+            terms.append(f"involvedObject.name={name}")
+        return ",".join(terms)
+
+
+#: The Events Volcano's scheduler writes on a job's PodGroup (why it waits: queue quota,
+#: gang not ready); the PodGroup is named ``<job name>-<job uid>``.
+VOLCANO_PODGROUP_EVENTS = EventsAbout("PodGroup", "scheduling.volcano.sh/v1beta1")
+
 #: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
 APPWRAPPER_GROUP = "workload.codeflare.dev"
 APPWRAPPER_LEGACY_GROUP = "mcad.ibm.com"

@@ -18,7 +18,8 @@ and async client (:mod:`torchx_provider.schedulers.kube.scheduler`, ``.client``)
 Aborted, state ``CANCELLED``) for inspection; :meth:`~KubeScheduler.delete` removes it.
 
 **RBAC** (in the job namespace): ``batch.volcano.sh/jobs`` create, get, list, delete;
-``bus.volcano.sh/commands`` create; ``pods`` get, list; ``pods/log`` get.
+``bus.volcano.sh/commands`` create; ``pods`` get, list; ``pods/log`` get; ``events``
+list, watch (why a job waits at its queue; optional).
 """
 
 from __future__ import annotations

@@ -49,8 +49,10 @@ from torchx_provider.schedulers.kube.request import KubeTranslation
 from torchx_provider.schedulers.kube.resources import (
     VOLCANO_COMMAND,
     VOLCANO_JOB,
+    VOLCANO_PODGROUP_EVENTS,
     VOLCANO_QUEUE,
     CustomResource,
+    EventsAbout,
 )
 from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
 from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
@@ -208,6 +210,16 @@ def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionEr
     return InvalidOptionError(why, "queue")
 
 
+def podgroup_name(job: Mapping[str, Any]) -> str:
+    """The name of the PodGroup Volcano makes for ``job``: ``<job name>-<job uid>``.
+
+    >>> podgroup_name({"metadata": {"name": "j", "uid": "1234"}})
+    'j-1234'
+    """
+    meta = job.get("metadata") or {}
+    return f"{meta.get('name')}-{meta.get('uid')}"
+
+
 class VolcanoTranslation(KubeTranslation):
     """The :class:`KubeTranslation` of the ``kubernetes`` backend."""
 
@@ -226,6 +238,14 @@ class VolcanoTranslation(KubeTranslation):
 
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:
         return phase(obj) is None
+
+    event_kinds: Sequence[EventsAbout] = (VOLCANO_PODGROUP_EVENTS,)
+
+    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
+        # A job gated at its queue has no pod: Volcano says why only on its PodGroup.
+        if self.app_state(obj) is not AppState.PENDING:
+            return ()
+        return (podgroup_name(obj),)
 
     def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
         if age < STATUS_WAIT:
