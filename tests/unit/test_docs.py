@@ -64,6 +64,20 @@ def test_every_python_block_compiles(page: Path) -> None:
         compile(source, f"{page.name} block {i}", "exec")
 
 
+@pytest.mark.parametrize("page", [*PAGES, REPO / "README.md"], ids=lambda p: p.name)
+def test_every_shell_block_parses_and_its_yaml_and_json_load(page: Path) -> None:
+    """``bash -n`` reads each shell block as bash would (quotes, heredocs, continuations);
+    every YAML block loads."""
+    import subprocess
+
+    text = page.read_text()
+    for i, source in enumerate(blocks(text, "bash")):
+        checked = subprocess.run(["bash", "-n"], input=source, text=True, capture_output=True)
+        assert checked.returncode == 0, f"{page.name} bash block {i}: {checked.stderr}"
+    for source in blocks(text, "yaml"):
+        yaml.safe_load(source)
+
+
 def test_the_python_blocks_of_the_concept_and_resource_pages_run() -> None:
     """They build apps and roles only (no DAG, no backend), so they run as they are."""
     for name in ("concepts.md", "resources.md"):
