@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -41,6 +41,33 @@ def too_large(kube_cluster: Any) -> specs.AppDef:
     return app
 
 
+@contextlib.asynccontextmanager
+async def followed(client: Any, app_id: str) -> AsyncIterator[TaskLog]:
+    """The app followed as the triggerer follows it, into a task log, until the block ends;
+    ``client`` is closed after."""
+    log = TaskLog()
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=1.0).run())
+    try:
+        yield log
+    finally:
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+        await client.close()
+
+
+async def first_said(log: TaskLog, phrase: str, within: float) -> tuple[list[str], float]:
+    """The task log's lines holding ``phrase`` once one is there (at most ``within``
+    seconds), and how long that took."""
+    started = time.monotonic()
+    said: list[str] = []
+    while time.monotonic() - started < within and not said:
+        said = [ln for ln in log.lines if phrase in ln]
+        await asyncio.sleep(0.2)
+    assert said, log.lines
+    return said, time.monotonic() - started
+
+
 async def test_an_unschedulable_replica_is_said_once_within_seconds(
     kube_cluster: Any, scheduler: Any
 ) -> None:
@@ -49,24 +76,11 @@ async def test_an_unschedulable_replica_is_said_once_within_seconds(
     client = create_async_client(
         kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
-    log = TaskLog()
-    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=1.0).run())
-    started = time.monotonic()
-    try:
-        said: list[str] = []
-        while time.monotonic() - started < 60 and not said:
-            said = [ln for ln in log.lines if "is not scheduled" in ln]
-            await asyncio.sleep(0.2)
-        assert said, log.lines
-        took = time.monotonic() - started
+    async with followed(client, app_id) as log:
+        said, took = await first_said(log, "is not scheduled", 60)
         assert "Insufficient cpu" in said[0], said
         await asyncio.sleep(5)  # several polls and watch events later: still said once
         assert sum("is not scheduled" in ln for ln in log.lines) == 1, log.lines
-    finally:
-        follow.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follow
-        await client.close()
     print(f"reason in the task log {took:.1f} s after submission")
 
 
@@ -96,26 +110,13 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
     client = volcano.create_async_client(
         kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
-    log = TaskLog()
-    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=1.0).run())
-    started = time.monotonic()
-    try:
-        said: list[str] = []
-        while time.monotonic() - started < 30 and not said:
-            said = [ln for ln in log.lines if QUOTA in ln]
-            await asyncio.sleep(0.2)
-        assert said, log.lines
-        took = time.monotonic() - started
+    async with followed(client, app_id) as log:
+        said, took = await first_said(log, QUOTA, 30)
         assert took < 15, (took, log.lines)
         assert "PodGroup" in said[0] and "insufficient cpu" in said[0], said
         await asyncio.sleep(5)  # Volcano repeats the Event every cycle: still said once
         assert sum(QUOTA in ln for ln in log.lines) == 1, log.lines
         assert not [ln for ln in log.lines if "add the rule" in ln], log.lines
-    finally:
-        follow.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follow
-        await client.close()
     # The worker's describe lists the PodGroup's Events while the job is pending.
     described = volcano_scheduler.describe(app_id)
     assert described is not None and described.state.name == "PENDING", described

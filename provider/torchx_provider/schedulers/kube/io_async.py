@@ -141,23 +141,18 @@ class AsyncKube:
             pass
 
     async def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        api = await self._core()
-        with api_errors("list", f"pods in namespace {namespace!r}"):
-            resp = await api.list_namespaced_pod(
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            data = json.loads(await read_ok(resp))
-        return list(data.get("items") or [])
+        return await self._core_items("pod", namespace, label_selector=selector)
 
     async def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        return await self._core_items("event", namespace, field_selector=field_selector)
+
+    async def _core_items(self, kind: str, namespace: str, **selector: str) -> list[dict[str, Any]]:
+        """The ``items`` of a core ``list_namespaced_<kind>`` call, read as raw JSON."""
         api = await self._core()
-        with api_errors("list", f"events in namespace {namespace!r}"):
-            resp = await api.list_namespaced_event(
+        with api_errors("list", f"{kind}s in namespace {namespace!r}"):
+            resp = await getattr(api, f"list_namespaced_{kind}")(
                 namespace,
-                field_selector=field_selector,
+                **selector,
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT,
             )

@@ -143,24 +143,18 @@ class SyncKube:
             pass
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        with api_errors("list", f"pods in namespace {namespace!r}"):
-            resp = self._core().list_namespaced_pod(
-                namespace,
-                label_selector=selector,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            try:
-                data = json.loads(resp.data)
-            finally:
-                resp.release_conn()
-        return list(data.get("items") or [])
+        return self._core_items("pod", namespace, label_selector=selector)
 
     def events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
-        with api_errors("list", f"events in namespace {namespace!r}"):
-            resp = self._core().list_namespaced_event(
+        return self._core_items("event", namespace, field_selector=field_selector)
+
+    def _core_items(self, kind: str, namespace: str, **selector: str) -> list[dict[str, Any]]:
+        """The ``items`` of a core ``list_namespaced_<kind>`` call, read as raw JSON (the
+        client's own models are slow to build and not needed)."""
+        with api_errors("list", f"{kind}s in namespace {namespace!r}"):
+            resp = getattr(self._core(), f"list_namespaced_{kind}")(
                 namespace,
-                field_selector=field_selector,
+                **selector,
                 _preload_content=False,
                 _request_timeout=REQUEST_TIMEOUT,
             )
