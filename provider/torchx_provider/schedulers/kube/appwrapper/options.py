@@ -17,12 +17,21 @@ from typing import ClassVar
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
+from torchx_provider.schedulers.kube.suspension import (
+    CANCEL_ACTIONS,
+    CANCEL_DELETE,
+    CANCEL_SUSPEND,
+    cancel_action,
+    check_cancel_by,
+)
 
-#: What ``cancel_by`` takes: keep the AppWrapper suspended (its status and conditions stay
-#: readable; the controller deletes its pods) or delete it with everything it wraps.
-CANCEL_SUSPEND = "suspend"
-CANCEL_DELETE = "delete"
-CANCEL_ACTIONS = (CANCEL_SUSPEND, CANCEL_DELETE)
+__all__ = [
+    "CANCEL_ACTIONS",
+    "CANCEL_DELETE",
+    "CANCEL_SUSPEND",
+    "DURATION_OPTIONS",
+    "AppWrapperOpts",
+]
 
 #: A Go ``time.ParseDuration`` string without sign (what the controller accepts).
 _GO_DURATION = re.compile(r"^((\d+(\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^0$")
@@ -115,18 +124,12 @@ class AppWrapperOpts(KubeOpts):
                     f"run option {key}={value!r} is not a comma-separated list of exit codes",
                     option=key,
                 )
-        if self.cancel_by is not None and self.cancel_by not in CANCEL_ACTIONS:
-            raise InvalidOptionError(
-                f"run option cancel_by={self.cancel_by!r}; use one of {list(CANCEL_ACTIONS)}",
-                option="cancel_by",
-            )
+        check_cancel_by(self.cancel_by)
 
     def cancel_action(self) -> str:
         """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
         admit a suspended AppWrapper again)."""
-        if self.cancel_by:
-            return self.cancel_by
-        return CANCEL_DELETE if self.local_queue else CANCEL_SUSPEND
+        return cancel_action(self.cancel_by, self.local_queue)
 
     def pod_settings(self) -> PodSettings:
         return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

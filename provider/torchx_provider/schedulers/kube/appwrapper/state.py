@@ -19,14 +19,24 @@ from typing import Any
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
 from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
+from torchx_provider.schedulers.kube.suspension import (
+    ANNOTATION_CANCEL_BY,
+    ANNOTATION_CANCELLED,
+    QUEUE_LABEL,
+    is_cancelled,
+)
 from torchx_provider.schedulers.labels import LABEL_ROLE_INDEX
 from torchx_provider.specs.api import NONE, AppState, is_terminal
 
-#: The annotation cancel sets (with ``spec.suspend: true``): a suspended AppWrapper carrying it
-#: was cancelled, not preempted or queued.
-ANNOTATION_CANCELLED = "torchx.pytorch.org/cancelled"
-#: The annotation that records what cancel does to this AppWrapper (``suspend``/``delete``).
-ANNOTATION_CANCEL_BY = "torchx.pytorch.org/cancel-by"
+__all__ = [
+    "ANNOTATION_CANCELLED",
+    "ANNOTATION_CANCEL_BY",
+    "appwrapper_state",
+    "describe_appwrapper",
+    "is_cancelled",
+    "pod_templates",
+    "status_message",
+]
 
 #: ``status.phase`` → app state. The empty phase (not reconciled yet) is ``SUBMITTED``
 #: (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
@@ -61,12 +71,6 @@ CONDITION_ORDER = ("Unhealthy", "PodsReady", "QuotaReserved", "ResourcesDeployed
 _CANCELLABLE_PHASES = ("", "Suspended", "Suspending", "Resuming", "Running", "Resetting")
 
 
-def is_cancelled(obj: Mapping[str, Any]) -> bool:
-    """Whether cancel suspended this AppWrapper."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(ANNOTATION_CANCELLED) == "true"
-
-
 def appwrapper_state(obj: Mapping[str, Any], where: str = "") -> AppState:
     """The app state of an AppWrapper; one cancelled by suspension is ``CANCELLED``."""
     phase = (obj.get("status") or {}).get("phase")
@@ -90,7 +94,7 @@ def status_message(obj: Mapping[str, Any]) -> str:
     by_type = conditions(status)
     if phase == "Suspended" and (obj.get("spec") or {}).get("suspend"):
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        queue = labels.get("kueue.x-k8s.io/queue-name")
+        queue = labels.get(QUEUE_LABEL)
         where = f" in Kueue local queue {queue!r}" if queue else ""
         return f"Suspended: queued{where}, waiting for admission"
     unhealthy = by_type.get("Unhealthy") or {}

@@ -1,0 +1,45 @@
+"""Roles run as Indexed Jobs (AppWrapper ``v1beta2``, JobSet): the replica id is the pod's
+completion index (pure).
+
+The pods of one Indexed Job share a template, so a replica's id is not in its labels but
+in the completion index the Job controller gives each pod (label and annotation
+``batch.kubernetes.io/job-completion-index``, read back by
+:func:`~torchx_provider.schedulers.kube.status.replica_of`). ``${replica_id}`` becomes
+``$(TORCHX_REPLICA_ID)``, an env var set from that annotation and expanded by the kubelet in
+the command, args and env values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
+
+#: The env var holding a replica's id, from the Job's completion index annotation.
+REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
+#: ``${replica_id}`` in an Indexed Job's pod template.
+REPLICA_ID_VALUE = f"$({REPLICA_ID_ENV})"
+_INDEX_FIELD = f"metadata.annotations['{JOB_INDEX_LABEL}']"
+
+
+def with_replica_id_env(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with :data:`REPLICA_ID_ENV` first in every container's env, so that later
+    values (and the command) may refer to it as ``$(TORCHX_REPLICA_ID)``."""
+    for container in pod["spec"]["containers"]:
+        env = [e for e in container.get("env") or [] if e.get("name") != REPLICA_ID_ENV]
+        index = {"fieldRef": {"fieldPath": _INDEX_FIELD}}
+        container["env"] = [{"name": REPLICA_ID_ENV, "valueFrom": index}, *env]
+    return pod
+
+
+def indexed_job_spec(num_replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """The spec of an Indexed Job running ``num_replicas`` replicas of ``pod`` at once, each
+    once: a failed pod is not retried by the Job (``backoffLimit: 0``) but reaches whoever
+    restarts the app (the AppWrapper or JobSet controller)."""
+    return {
+        "completionMode": "Indexed",
+        "completions": num_replicas,
+        "parallelism": num_replicas,
+        "backoffLimit": 0,
+        "template": with_replica_id_env(pod),
+    }
