@@ -44,22 +44,47 @@ def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return kube
 
 
-def dag_source(dag_id: str, behaviour: dict[str, str], cpu: float = 0.5, **operator: Any) -> str:
+#: a connection for the backends without Volcano's queue (JobSet)
+JOBSET_CONN_ID = "torchx_jobset_test"
+
+
+@pytest.fixture
+def jobset_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig, "namespace": kube.namespace},
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{JOBSET_CONN_ID.upper()}", json.dumps(conn))
+    return kube
+
+
+def dag_source(
+    dag_id: str,
+    behaviour: dict[str, str],
+    cpu: float = 0.5,
+    base: str = "TorchXKubernetesOperator",
+    conn_id: str = CONN_ID,
+    **operator: Any,
+) -> str:
+    """A DAG of one task, ``base`` (a fixed operator of a Kubernetes backend) whose replicas
+    print ``trainer {replica} line {n}``: named ahead for Volcano, once their pods exist for
+    a backend whose controller names the pods (JobSet)."""
     kwargs = "".join(f"        {k}={v!r},\n" for k, v in operator.items())
+    give = "give_logs" if base == "TorchXKubernetesOperator" else "give_logs_once_created"
     return f'''
 import datetime
 from datetime import timedelta
 import torchx_kube_cluster
 from airflow.sdk import DAG
-from torchx_provider.operators import TorchXKubernetesOperator
+from torchx_provider.operators import {base}
 
 
-class LoggedKubernetesOperator(TorchXKubernetesOperator):
-    """Gives the replicas' pods their log lines (kwok serves them) once they are named."""
+class LoggedKubernetesOperator({base}):
+    """Gives the replicas' pods their log lines (kwok serves them)."""
 
     def prepare(self, context):
         plan = super().prepare(context)
-        torchx_kube_cluster.give_logs(plan.dryrun)
+        torchx_kube_cluster.{give}(plan.dryrun)
         return plan
 
 
@@ -81,7 +106,7 @@ with DAG("{dag_id}", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as
         task_id="train",
         app=APP,
         params={{"tag": "t1"}},
-        conn_id="{CONN_ID}",
+        conn_id="{conn_id}",
         poll_interval=0.5,
 {kwargs}    )
 '''
@@ -291,3 +316,56 @@ def test_a_rotated_token_file_is_picked_up_mid_follow(
         for name in names:
             with contextlib.suppress(Exception):
                 core.delete_namespaced_secret(name, kube.namespace)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_success_on_jobset(dag_runner: Any, jobset_conn: Any, capfd: Any, deferrable: bool) -> None:
+    """TorchXJobSetOperator on the real JobSet controller, followed by the worker or by the
+    triggerer: every replica's every line, the final state and the replicas in XCom."""
+    dag_id = f"jobset_success_{deferrable}"
+    # pending for 2 s: the pods' log lines are given while they wait (the controller names them)
+    behaviour = jobset_conn.pod_behaviour(run_seconds=3, start_seconds=2)
+    source = dag_source(
+        dag_id,
+        behaviour,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=deferrable,
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "success", text[-3000:]
+    got = xcoms(dag_run, "train")
+    assert got["app_handle"].startswith("kubernetes_jobset://")
+    assert got["final_state"] == "SUCCEEDED"
+    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    lines = replica_lines(text)
+    for rid in (0, 1):
+        assert lines[f"trainer/{rid}"] == [f"trainer {rid} line {n}" for n in range(4)]
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(JOBSET_CONN_ID, backend="kubernetes_jobset").get_conn() as scheduler:
+        assert scheduler.describe(got["app_id"]) is None  # deleted after success
+
+
+def test_failure_on_jobset_is_the_users_code(dag_runner: Any, jobset_conn: Any, capfd: Any) -> None:
+    dag_id = "jobset_failure"
+    behaviour = jobset_conn.pod_behaviour(exit_code=3, message="boom", run_seconds=2)
+    source = dag_source(
+        dag_id,
+        behaviour,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=True,
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed"
+    got = xcoms(dag_run, "train")
+    assert "UserCodeError" in text, json.dumps(got.get("replicas"))
+    assert got["final_state"] == "FAILED"
+    assert 3 in {r["exit_code"] for r in got["replicas"]}, got["replicas"]
+    assert re.search(r"TorchX app \S+ ended FAILED", text)
