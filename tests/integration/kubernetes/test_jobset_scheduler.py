@@ -292,3 +292,72 @@ def test_what_the_webhook_refuses_is_the_apps_configuration(
     ]
     with pytest.raises(RejectedConfigurationError, match="denied the request"):
         scheduler.schedule(info)
+
+
+def evicted_by_the_kubelet(kube_cluster: Any, pod_name: str) -> None:
+    """Play what a kubelet does to a pod it evicts under node pressure (kwok plays no
+    eviction): the pod fails with exit code 137 and the condition ``DisruptionTarget``
+    (reason ``TerminationByKubelet``) that the Job controller's pod failure policy reads."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_cluster.api_client())
+    pod = core.read_namespaced_pod(pod_name, kube_cluster.namespace)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    said = "The node was low on resource: memory."
+    terminated = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+    body = {
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": said,
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "TerminationByKubelet",
+                    "message": said,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": c.name,
+                    "image": c.image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
+                for c in pod.spec.containers
+            ],
+        }
+    }
+    core.patch_namespaced_pod_status(pod_name, kube_cluster.namespace, body)
+
+
+def test_an_evicted_replica_restarts_the_jobset_without_counting(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """max_retries=0, and a replica is evicted: the JobSet restarts anyway (the disruption
+    rule ignores maxRestarts) and runs to success; describe names the eviction while it
+    lasts, as an infrastructure failure."""
+    app_id, _ = submit(
+        scheduler, app("it-js-evicted", kube_cluster.pod_behaviour(run_seconds=6), max_retries=0)
+    )
+    wait_state(scheduler, app_id, all_running)
+    victim = sorted(p.metadata.name for p in pods(kube_cluster, app_id))[0]
+    evicted_by_the_kubelet(kube_cluster, victim)
+    seen = wait_state(
+        scheduler, app_id, lambda r: any(x.state is AppState.FAILED for x in replicas(r)), 30
+    )
+    (failed,) = [x for x in replicas(seen) if x.state is AppState.FAILED]
+    assert (failed.exit_code, failed.reason, failed.failure) == (
+        137,
+        "TerminationByKubelet",
+        "infrastructure",
+    )
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    assert resp.num_restarts == 1
+    status = stored(kube_cluster, app_id)["status"]
+    assert status["restarts"] == 1 and not status.get("restartsCountTowardsMax"), status
