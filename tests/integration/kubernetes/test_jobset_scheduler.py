@@ -138,9 +138,26 @@ def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
     ]
     name = app_id.split(":")[1]
     assert replicas(resp)[1].hostname == f"{name}-trainer-0-1.{name}"
-    # the hostnames the provider reports are those the Job controller gave the pods
-    hosts = {p.spec.hostname for p in pods(kube_cluster, app_id)}
-    assert hosts == {r.hostname.split(".")[0] for r in replicas(resp)}
+    # the hostnames the provider reports are those the Job controller gave the pods, in the
+    # headless Service the JobSet controller made; rank 0's address is one of them (kwok runs
+    # no DNS: the names are compared, not resolved)
+    found = pods(kube_cluster, app_id)
+    hosts = {f"{p.spec.hostname}.{p.spec.subdomain}" for p in found}
+    assert hosts == {r.hostname for r in replicas(resp)}
+    from kubernetes import client
+
+    service = client.CoreV1Api(kube_cluster.api_client()).read_namespaced_service(
+        name, kube_cluster.namespace
+    )
+    assert service.spec.cluster_ip == "None" and {p.spec.subdomain for p in found} == {name}
+    rank0 = {
+        e.value
+        for p in found
+        for c in p.spec.containers
+        for e in c.env or []
+        if e.name == "TORCHX_RANK0_HOST"
+    }
+    assert rank0 == {f"{name}-trainer-0-0.{name}"} and rank0 <= hosts
     assert resp.num_restarts == 0
 
 
@@ -361,3 +378,70 @@ def test_an_evicted_replica_restarts_the_jobset_without_counting(
     assert resp.num_restarts == 1
     status = stored(kube_cluster, app_id)["status"]
     assert status["restarts"] == 1 and not status.get("restartsCountTowardsMax"), status
+
+
+async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """max_retries=1 and every replica crashes: the JobSet is made again once (new pods, new
+    names, ``jobset.sigs.k8s.io/restart-attempt`` 1), then fails. The follow of the triggerer
+    has every line of both incarnations of each replica, in order, then the failure."""
+    import asyncio
+    import threading
+
+    from kubernetes import client
+
+    from task_log import TaskLog
+    from torchx_provider.triggers.follow import JobFollower
+
+    crash = kube_cluster.pod_behaviour(exit_code=1, run_seconds=2, start_seconds=1.5)
+    a = specs.AppDef("it-js-incarnations", [role("trainer", 2, crash, max_retries=1)])
+    info = scheduler.submit_dryrun(a, {})
+    name = info.request.name
+    core = client.CoreV1Api(kube_cluster.api_client())
+    stop = threading.Event()
+    given: dict[str, tuple[int, int]] = {}
+
+    def lines(replica: int, attempt: int) -> list[str]:
+        return [f"replica {replica} attempt {attempt} step {i}" for i in range(4)]
+
+    def kubelet() -> None:
+        """Give each new pod its lines while it waits to start."""
+        while not stop.is_set():
+            for pod in core.list_namespaced_pod(
+                kube_cluster.namespace, label_selector=f"{LABEL_APP_ID}={name}"
+            ).items:
+                if pod.metadata.name in given:
+                    continue
+                labels = pod.metadata.labels
+                replica = int(labels[JOB_INDEX_LABEL])
+                attempt = int(labels["jobset.sigs.k8s.io/restart-attempt"])
+                kube_cluster.set_pod_logs(
+                    pod.metadata.name,
+                    lines(replica, attempt),
+                    start=dt.datetime.now(dt.timezone.utc),
+                    interval=dt.timedelta(milliseconds=20),
+                )
+                given[pod.metadata.name] = (replica, attempt)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=kubelet, daemon=True)
+    thread.start()
+    async_client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    log = TaskLog()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event = await asyncio.wait_for(
+            JobFollower(async_client, app_id, log=log, poll_interval=2.0).run(), timeout=180
+        )
+    finally:
+        stop.set()
+        thread.join(10)
+        await async_client.close()
+    assert event.state is AppState.FAILED, (event, log.lines)
+    assert sorted(given.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)], given
+    for replica in (0, 1):
+        assert log.of(f"trainer/{replica}") == lines(replica, 0) + lines(replica, 1), log.lines
