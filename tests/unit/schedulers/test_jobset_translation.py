@@ -357,8 +357,19 @@ def test_messages_explain_the_state() -> None:
     resp = describe_jobset("ns:a-abcd1234", failed)
     assert resp.state is AppState.FAILED and resp.num_restarts == 2
     assert resp.msg == "Failed: jobset failed due to reaching max number of restarts"
-    restarting = with_status(BASE, restarts=1, replicatedJobsStatus=[rjob_status(active=1)])
+    restarting = with_status(
+        BASE, restarts=1, restartsCountTowardsMax=1, replicatedJobsStatus=[rjob_status(active=1)]
+    )
     assert status_message(restarting) == "Starting: restarted 1 time"
+    disrupted = with_status(
+        BASE,
+        restarts=3,
+        restartsCountTowardsMax=1,
+        replicatedJobsStatus=[rjob_status(ready=1)],
+        conditions=[cond("StartupPolicyCompleted", "InOrderStartupPolicyCompleted")],
+    )
+    assert jobset_state(disrupted) is AppState.RUNNING
+    assert status_message(disrupted) == "Running: restarted 3 times, 2 after a disruption"
 
 
 def test_unknown_phase_cannot_happen_but_unknown_status_is_starting(

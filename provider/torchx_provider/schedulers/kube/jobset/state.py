@@ -5,7 +5,10 @@ The JobSet controller counts Jobs, not pods: ``status.replicatedJobsStatus`` say
 succeeded), succeeded or failed; ``status.conditions`` say whether the JobSet completed,
 failed or is suspended, and ``status.restarts`` how often it was recreated. The app state is
 the row of :data:`PHASE_STATE` that :func:`jobset_phase` reads from those; each replica's
-state is read from its pod, found by the Job's completion index.
+state is read from its pod, found by the Job's completion index (of a restarted JobSet, the
+newest pod: each restart makes new pods, labelled ``jobset.sigs.k8s.io/restart-attempt``).
+Conditions not named here (``StartupPolicyInProgress``/``Completed``, a newer controller's)
+change no state: the table reads only ``Completed``, ``Failed`` and ``spec.suspend``.
 
 Source: kubernetes-sigs/jobset v0.11.1, ``api/jobset/v1alpha2/jobset_types.go`` (conditions,
 status) and ``pkg/controllers/jobset_controller.go`` (how the counts are made).
@@ -103,7 +106,10 @@ def status_message(obj: Mapping[str, Any]) -> str:
             return f"{phase}: {detail}".rstrip(": ")
     restarts = int(status.get("restarts") or 0)
     if restarts:
-        return f"{phase}: restarted {restarts} time{'s' if restarts > 1 else ''}"
+        # restarts after a disruption (restart_on_disruption) do not count against maxRestarts
+        counted = int(status.get("restartsCountTowardsMax") or 0)
+        free = f", {restarts - counted} after a disruption" if counted < restarts else ""
+        return f"{phase}: restarted {restarts} time{'s' if restarts > 1 else ''}{free}"
     return phase
 
 
