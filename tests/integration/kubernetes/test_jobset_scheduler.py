@@ -445,3 +445,129 @@ async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
     assert sorted(given.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)], given
     for replica in (0, 1):
         assert log.of(f"trainer/{replica}") == lines(replica, 0) + lines(replica, 1), log.lines
+
+
+# -- Kueue ---------------------------------------------------------------------------------------
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
+    """The Kueue Workload of a JobSet (owned by it), if Kueue made one."""
+    from kubernetes import client
+
+    namespace, name = app_id.split(":")
+    api = client.CustomObjectsApi(kube_cluster.api_client())
+    group, version = KUEUE
+    for wl in api.list_namespaced_custom_object(group, version, namespace, "workloads")["items"]:
+        owners = wl["metadata"].get("ownerReferences") or []
+        if any(o["kind"] == "JobSet" and o["name"] == name for o in owners):
+            return dict(wl)
+    return None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def cpu_quota(kube_cluster: Any, cluster_queue: str) -> float:
+    from kubernetes import client
+
+    group, version = KUEUE
+    api = client.CustomObjectsApi(kube_cluster.api_client())
+    cq = api.get_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
+    for rg in cq["spec"]["resourceGroups"]:
+        for flavor in rg["flavors"]:
+            for r in flavor["resources"]:
+                if r["name"] == "cpu":
+                    return float(r["nominalQuota"])
+    raise AssertionError(f"{cluster_queue} has no cpu quota")
+
+
+def test_kueue_admits_a_jobset_of_its_local_queue(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    kueue = kube_cluster.require_kueue()
+    app_id, _ = submit(
+        scheduler,
+        app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    body = stored(kube_cluster, app_id)
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.local_queue
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    wl = wait_until(lambda: workload(kube_cluster, app_id))
+    assert wl["status"]["admission"]["clusterQueue"] == kueue.cluster_queue
+    assert wl["spec"]["priorityClassRef"]["name"] == kueue.low_priority
+    # one pod set per role, with every replica
+    assert [ps["count"] for ps in wl["spec"]["podSets"]] == [2, 1]
+
+
+def test_a_jobset_over_quota_waits_until_the_quota_frees(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    first, _ = submit(
+        scheduler,
+        app("it-js-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
+    second, _ = submit(
+        scheduler,
+        app("it-js-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    reserved = wait_until(
+        lambda: condition(workload(kube_cluster, second), "QuotaReserved") or None
+    )
+    assert reserved["status"] == "False" and "insufficient" in reserved["message"], reserved
+    held = scheduler.describe(second)
+    assert held.state is AppState.PENDING
+    assert held.msg == (
+        f"Suspended: queued in Kueue local queue {kueue.local_queue!r}, waiting for admission"
+    )
+    assert pods(kube_cluster, second) == []
+    assert wait_state(scheduler, first, lambda r: is_terminal(r.state)).state is (
+        AppState.SUCCEEDED
+    )
+    resp = wait_state(scheduler, second, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+
+
+def test_a_preempted_jobset_is_queued_again_and_runs_to_the_end(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    """A high-priority JobSet that does not fit beside a running low-priority one makes Kueue
+    evict it: the low one is suspended (its pods removed), not failed, and admitted again
+    once the high one has ended."""
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low, _ = submit(
+        scheduler,
+        app("it-js-low", kube_cluster.pod_behaviour(run_seconds=6), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    wait_state(scheduler, low, all_running)
+    high, _ = submit(
+        scheduler,
+        app("it-js-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.high_priority,
+    )
+    evicted = wait_until(
+        lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60
+    )
+    assert evicted["reason"] == "Preempted", evicted
+    assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
+    assert wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120).state is (
+        AppState.SUCCEEDED
+    )
+    resp = wait_state(scheduler, low, lambda r: is_terminal(r.state), timeout=180)
+    assert resp.state is AppState.SUCCEEDED, resp
