@@ -369,3 +369,37 @@ def test_failure_on_jobset_is_the_users_code(dag_runner: Any, jobset_conn: Any, 
     assert got["final_state"] == "FAILED"
     assert 3 in {r["exit_code"] for r in got["replicas"]}, got["replicas"]
     assert re.search(r"TorchX app \S+ ended FAILED", text)
+
+
+def test_a_jobset_held_by_kueue_past_queue_timeout_is_deleted_and_fails_the_task(
+    dag_runner: Any, jobset_conn: Any, capfd: Any
+) -> None:
+    """2 x 3 CPUs in a ClusterQueue of 4: Kueue never admits the JobSet. Deferred, the
+    triggerer fails it with QueueTimeoutError, naming Kueue's reason, and deletes it (under
+    Kueue, cancel deletes), so nothing stays in the queue."""
+    kueue = jobset_conn.require_kueue()
+    dag_id = "jobset_queue_timeout"
+    source = dag_source(
+        dag_id,
+        {},
+        cpu=3,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=True,
+        queue_timeout=6,
+        cfg={"local_queue": kueue.local_queue},
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed", text[-3000:]
+    assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
+    assert "queued in Kueue local queue" in text, text[-3000:]
+    got = xcoms(dag_run, "train")
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(JOBSET_CONN_ID, backend="kubernetes_jobset").get_conn() as s:
+        for _ in range(60):
+            if s.describe(got["app_id"]) is None:
+                break
+            time.sleep(0.5)
+        assert s.describe(got["app_id"]) is None
