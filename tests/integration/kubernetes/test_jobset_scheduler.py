@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import kueue_objects
 import pytest
+from kueue_objects import condition, cpu_quota
 
 from kube_apps import tracked
 from torchx_provider import specs
@@ -448,42 +450,9 @@ async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
 
 
 # -- Kueue ---------------------------------------------------------------------------------------
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
-
 def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
-    """The Kueue Workload of a JobSet (owned by it), if Kueue made one."""
-    from kubernetes import client
-
-    namespace, name = app_id.split(":")
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    group, version = KUEUE
-    for wl in api.list_namespaced_custom_object(group, version, namespace, "workloads")["items"]:
-        owners = wl["metadata"].get("ownerReferences") or []
-        if any(o["kind"] == "JobSet" and o["name"] == name for o in owners):
-            return dict(wl)
-    return None
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == kind:
-            return dict(c)
-    return {}
-
-
-def cpu_quota(kube_cluster: Any, cluster_queue: str) -> float:
-    from kubernetes import client
-
-    group, version = KUEUE
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    cq = api.get_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
-    for rg in cq["spec"]["resourceGroups"]:
-        for flavor in rg["flavors"]:
-            for r in flavor["resources"]:
-                if r["name"] == "cpu":
-                    return float(r["nominalQuota"])
-    raise AssertionError(f"{cluster_queue} has no cpu quota")
+    """The Kueue Workload of a JobSet, if Kueue made one."""
+    return kueue_objects.workload(kube_cluster, app_id, "JobSet")
 
 
 def test_kueue_admits_a_jobset_of_its_local_queue(

@@ -16,9 +16,12 @@ admit a suspended object again).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.options import KubeOpts, option
+from torchx_provider.schedulers.kube.pod import PodSettings
 from torchx_provider.schedulers.kube.request import JsonPatch
 
 #: Kueue's labels: the LocalQueue a job is submitted to, and its WorkloadPriorityClass.
@@ -61,6 +64,15 @@ def is_cancelled(obj: Mapping[str, Any]) -> bool:
     return annotations.get(ANNOTATION_CANCELLED) == "true"
 
 
+def queued_message(obj: Mapping[str, Any]) -> str:
+    """What the task log says of a suspended object that is not cancelled: queued (in its
+    Kueue LocalQueue, when it names one) until admitted."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    queue = labels.get(QUEUE_LABEL)
+    where = f" in Kueue local queue {queue!r}" if queue else ""
+    return f"Suspended: queued{where}, waiting for admission"
+
+
 def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
     """The JSON patch that cancels by suspension: ``spec.suspend`` and the cancelled mark."""
     key = ANNOTATION_CANCELLED.replace("~", "~0").replace("/", "~1")
@@ -79,3 +91,44 @@ def cancel_plan(obj: Mapping[str, Any]) -> JsonPatch | None:
     if annotations.get(ANNOTATION_CANCEL_BY, CANCEL_SUSPEND) == CANCEL_SUSPEND:
         return suspend_patch(obj)
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedOpts(KubeOpts):
+    """The run options of a backend whose object Kueue may admit and whose cancel may
+    suspend it (AppWrapper ``v1beta2``, JobSet); a backend adds its own after these."""
+
+    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
+        **KubeOpts.NAME_OPTIONS,
+        "local_queue": "labelled",
+        "priority_class": "labelled",
+        "pod_priority_class": "subdomain",
+    }
+
+    local_queue: str | None = option(
+        str,
+        "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the {kind} is "
+        "created suspended and runs once Kueue admits it",
+    )
+    priority_class: str | None = option(
+        str, "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)"
+    )
+    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
+    cancel_by: str | None = option(
+        str,
+        "what cancel does: 'suspend' keeps the {kind} (status, conditions) and removes its "
+        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
+        "Kueue owns spec.suspend)",
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_cancel_by(self.cancel_by)
+
+    def cancel_action(self) -> str:
+        """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
+        admit a suspended object again)."""
+        return cancel_action(self.cancel_by, self.local_queue)
+
+    def pod_settings(self) -> PodSettings:
+        return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

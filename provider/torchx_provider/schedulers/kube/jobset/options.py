@@ -8,14 +8,12 @@ stays, and what ``cancel`` does.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.schedulers.kube.options import KubeOpts, option
-from torchx_provider.schedulers.kube.pod import PodSettings
-from torchx_provider.schedulers.kube.suspension import cancel_action, check_cancel_by
+from torchx_provider.schedulers.kube.options import option
+from torchx_provider.schedulers.kube.suspension import QueuedOpts
 
 #: ``success_policy``: every role's replicas must succeed, or only the first role's (the
 #: others -- parameter servers, data loaders -- are stopped once it has).
@@ -33,26 +31,12 @@ MAX_EXIT_CODE = 255
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobSetOpts(KubeOpts):
-    """The resolved run options; the shared ones come from :class:`KubeOpts`."""
+class JobSetOpts(QueuedOpts):
+    """The resolved run options; the shared ones come from :class:`KubeOpts`, Kueue's and
+    ``cancel_by`` from :class:`QueuedOpts`."""
 
     KIND: ClassVar[str] = "JobSet"
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "local_queue": "labelled",
-        "priority_class": "labelled",
-        "pod_priority_class": "subdomain",
-    }
 
-    local_queue: str | None = option(
-        str,
-        "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the JobSet is "
-        "created suspended and runs once Kueue admits it",
-    )
-    priority_class: str | None = option(
-        str, "Kueue WorkloadPriorityClass of the JobSet (label kueue.x-k8s.io/priority-class)"
-    )
-    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
     success_policy: str | None = option(
         str,
         "when the JobSet has succeeded: 'all' (every role's replicas succeeded; the default) "
@@ -70,12 +54,6 @@ class JobSetOpts(KubeOpts):
     )
     ttl_seconds_after_finished: int | None = option(
         int, "delete the JobSet this many seconds after it finished (default: keep it)"
-    )
-    cancel_by: str | None = option(
-        str,
-        "what cancel does: 'suspend' keeps the JobSet (status, conditions) and removes its "
-        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
-        "Kueue owns spec.suspend)",
     )
 
     def check(self) -> None:
@@ -109,18 +87,9 @@ class JobSetOpts(KubeOpts):
                 f"run option ttl_seconds_after_finished must be >= 0, got {ttl}",
                 option="ttl_seconds_after_finished",
             )
-        check_cancel_by(self.cancel_by)
 
     def exit_codes(self) -> list[int]:
         """``fail_on_exit_codes`` as sorted, distinct numbers."""
         if not self.fail_on_exit_codes:
             return []
         return sorted({int(c) for c in self.fail_on_exit_codes.replace(" ", "").split(",")})
-
-    def cancel_action(self) -> str:
-        """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
-        admit a suspended JobSet again)."""
-        return cancel_action(self.cancel_by, self.local_queue)
-
-    def pod_settings(self) -> PodSettings:
-        return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

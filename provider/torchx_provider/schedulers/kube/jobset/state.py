@@ -17,15 +17,14 @@ https://github.com/kubernetes-sigs/jobset/blob/v0.11.1/pkg/controllers/jobset_co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
-from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
-from torchx_provider.schedulers.kube.suspension import QUEUE_LABEL, is_cancelled
-from torchx_provider.schedulers.labels import LABEL_ROLE_INDEX
-from torchx_provider.specs.api import NONE, AppState, is_terminal
+from torchx_provider.schedulers.kube.indexed import indexed_replicas
+from torchx_provider.schedulers.kube.suspension import is_cancelled, queued_message
+from torchx_provider.specs.api import NONE, AppState
 
 #: The phase :func:`jobset_phase` reads from a JobSet → app state. No phase (not reconciled
 #: yet) is ``SUBMITTED`` (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
@@ -95,10 +94,7 @@ def status_message(obj: Mapping[str, Any]) -> str:
     if phase == "Cancelled":
         return "Cancelled: suspended; its pods are removed"
     if phase == "Suspended":
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        queue = labels.get(QUEUE_LABEL)
-        where = f" in Kueue local queue {queue!r}" if queue else ""
-        return f"Suspended: queued{where}, waiting for admission"
+        return queued_message(obj)
     for kind in ("Failed", "Completed"):
         cond = by_type.get(kind)
         if _true(cond) and cond:
@@ -130,6 +126,10 @@ def pod_hostname(jobset: str, replicated_job: str, index: int) -> str:
     return f"{jobset}-{replicated_job}-0-{index}"
 
 
+def _hostnames(jobset: str, replicated_job: str, subdomain: str) -> Callable[[int], str]:
+    return lambda index: f"{pod_hostname(jobset, replicated_job, index)}.{subdomain}"
+
+
 def describe_jobset(
     app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()
 ) -> DescribeAppResponse:
@@ -138,24 +138,11 @@ def describe_jobset(
     name = str((obj.get("metadata") or {}).get("name"))
     subdomain = ((obj.get("spec") or {}).get("network") or {}).get("subdomain") or name
     app_state = jobset_state(obj, f" (JobSet {name})")
-    pod_index = readback.pods_by_replica(pods)
-    replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
-    for rjob in replicated_jobs(obj):
-        job_spec = rjob["template"]["spec"]
-        template = job_spec["template"]
-        meta = template.get("metadata") or {}
-        role = str((meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME))
-        role_index = int((meta.get("labels") or {}).get(LABEL_ROLE_INDEX, -1))
-        for index in range(int(job_spec.get("completions") or 0)):
-            key = readback.ReplicaKey(role, role_index, index)
-            pod = pod_index.get(key)
-            # The pod, once there is one, is the replica's state: the controller counts Jobs.
-            state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
-            hostname = f"{pod_hostname(name, rjob['name'], index)}.{subdomain}"
-            record = readback.ReplicaRecord(key, state, hostname).with_pod(
-                pod, prefer_pod_state=True
-            )
-            replicas.append((record, template))
+    jobs = [
+        (rjob["template"]["spec"], _hostnames(name, str(rjob["name"]), subdomain))
+        for rjob in replicated_jobs(obj)
+    ]
+    replicas = indexed_replicas(app_state, jobs, pods)
     return readback.describe_app(
         app_id,
         app_state,
