@@ -49,6 +49,8 @@ ORDER = [
     "namespace-mismatch",
     "replica-restart",
     "apiserver-restart",
+    "jobset-restart",
+    "jobset-ttl-1s",
     "docker-reset-5s",
     "docker-503-5s",
     "docker-stall-5s",

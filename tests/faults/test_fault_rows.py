@@ -1,7 +1,8 @@
 """The reliability table: one row per fault, each a real follow through the fault proxy.
 
-Each row runs a 2-replica Volcano job on kwok (the pods run for as long as the row needs)
-whose replicas print a numbered line every half second, and follows it with the trigger's
+Each row runs a 2-replica app on kwok (the pods run for as long as the row needs) whose
+replicas print a numbered line every half second -- a Volcano job, or a JobSet for the rows
+of the ``kubernetes_jobset`` backend (:data:`BACKENDS`) -- and follows it with the trigger's
 follow loop (:class:`JobFollower` over the real :class:`KubeAsyncClient`) through the
 :mod:`fault_proxy` in front of the API server, while the proxy injects the row's fault. It records
 the follow's final event, the lines lost and repeated (by sequence number, per replica), and
@@ -34,8 +35,11 @@ import pytest
 from kube_apps import tracked
 from task_log import TaskLog
 from torchx_provider import specs
-from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
-from torchx_provider.schedulers.labels import TaskInstanceKey
+from torchx_provider.schedulers.kube import jobset, volcano
+from torchx_provider.schedulers.kube.jobset.state import jobset_phase
+from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
+from torchx_provider.schedulers.kube.resources import JOBSET, VOLCANO_JOB, CustomResource
+from torchx_provider.schedulers.labels import LABEL_APP_ID, LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
@@ -51,6 +55,65 @@ REPEAT_BOUND = 0
 LINE_EVERY = 0.5
 #: seconds from submission to the fault: both pods run and their log streams are open
 FAULT_AT = 5.0
+#: kwok's annotations that drive a pod (tests/cluster/README.md)
+POD_BEHAVIOUR = "cluster.torchx.test/"
+#: the JobSet controller's pod label: which incarnation of the JobSet made the pod
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a row needs of one Kubernetes backend: its factories, the object it makes, the
+    run options every row gives it, the retries of a row whose replica crashes, and whether
+    its pods' names are known before submission."""
+
+    create_scheduler: Callable[..., Any]
+    create_async_client: Callable[..., Any]
+    resource: CustomResource
+    #: the object's phase, as :func:`where_it_stands` shows it
+    phase: Callable[[dict[str, Any]], Any]
+    #: run options of every row (a row's own ``cfg`` goes on top)
+    cfg: dict[str, Any] = field(default_factory=dict)
+    #: the role's retries in a row whose replica crashes
+    retries: dict[str, Any] = field(default_factory=dict)
+    #: ``role/replica`` -> pod name, from the dry run, when the backend names the pods
+    #: itself (``None``: the pods are found by their labels as they come)
+    names_ahead: Callable[[Any], dict[str, str]] | None = None
+
+
+def volcano_pod_names(info: Any) -> dict[str, str]:
+    """``role/replica`` -> the pod Volcano names for it (``{job}-{task}-0``)."""
+    job = info.request.body
+    out = {}
+    for task in job["spec"]["tasks"]:
+        meta = task["template"]["metadata"]
+        key = f"{meta['annotations'][ANNOTATION_ROLE_NAME]}/{meta['labels'][LABEL_REPLICA_ID]}"
+        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
+    return out
+
+
+BACKENDS = {
+    "volcano": Backend(
+        volcano.create_scheduler,
+        volcano.create_async_client,
+        VOLCANO_JOB,
+        phase=lambda job: job.get("status", {}).get("state", {}).get("phase"),
+        cfg={"queue": "default"},
+        # Volcano restarts the crashed pod alone (RestartTask), and at times replaces a
+        # pod again before it ran: room for that
+        retries={"max_retries": 3, "retry_policy": specs.RetryPolicy.REPLICA},
+        names_ahead=volcano_pod_names,
+    ),
+    # JobSet's controller names the pods ``{jobset}-{role}-0-{index}-{5 random}``; a restart
+    # is always the whole JobSet, in new pods (its failure policy's Recreate)
+    "jobset": Backend(
+        jobset.create_scheduler,
+        jobset.create_async_client,
+        JOBSET,
+        phase=jobset_phase,
+        retries={"max_retries": 1, "retry_policy": specs.RetryPolicy.APPLICATION},
+    ),
+}
 
 
 @dataclass
@@ -79,8 +142,11 @@ class Row:
     #: submitter's kubeconfig names the tier's own; ``inject`` then runs a retry's lookup
     job_namespace: str | None = None
     #: the pods run until the row ends them, replica 0 is made to crash when the fault is
-    #: injected and Volcano restarts it (RestartTask): each pod instance has a log of its own
-    restarts: bool = False
+    #: injected, and these replicas must come back in a new pod each (Volcano: the crashed
+    #: one, RestartTask; JobSet: every one): each pod instance has a log of its own
+    restarts: tuple[str, ...] = ()
+    #: the backend of :data:`BACKENDS` that runs the row's app
+    backend: str = "volcano"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -351,7 +417,7 @@ ROWS.append(
         "followed through both pods to the end: every line of each",
         8,
         fault_for("pass"),  # replaced by run_row: the crash needs the row's pod
-        restarts=True,
+        restarts=("trainer/0",),
     )
 )
 ROWS.append(
@@ -364,34 +430,71 @@ ROWS.append(
         fault_for("pass"),  # replaced by the test: it needs the cluster's admin kubeconfig
     )
 )
+ROWS.append(
+    Row(
+        "jobset-restart",
+        "JobSet: replica 0's container exits with 1 while it runs; the JobSet (max_retries=1) "
+        "is restarted whole by its controller, new pods for every replica, and runs to the end",
+        "followed through both incarnations to the end: every line of each",
+        8,
+        fault_for("pass"),  # replaced by run_row: the crash needs the row's pod
+        restarts=("trainer/0", "trainer/1"),
+        backend="jobset",
+    )
+)
+ROWS.append(
+    Row(
+        "jobset-ttl-1s",
+        "JobSet: deleted by its TTL 1 s after it finished (ttl_seconds_after_finished=1, "
+        "poll interval 10 s)",
+        "finished SUCCEEDED as observed before the deletion, every line",
+        0,
+        fault_for("pass"),
+        cfg={"ttl_seconds_after_finished": 1},
+        backend="jobset",
+    )
+)
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    with tracked(
-        create_scheduler(
-            "faults",
-            kubeconfig=kube_cluster.restricted_kubeconfig,
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield s
+def schedulers(kube_cluster: Any) -> Iterator[Callable[[str], Any]]:
+    """``of(backend)``: the scheduler of a backend of :data:`BACKENDS`, made on first use;
+    what each was told it submitted is deleted after the test."""
+    with contextlib.ExitStack() as stack:
+        made: dict[str, Any] = {}
+
+        def of(backend: str) -> Any:
+            if backend not in made:
+                scheduler = BACKENDS[backend].create_scheduler(
+                    "faults",
+                    kubeconfig=kube_cluster.restricted_kubeconfig,
+                    namespace=kube_cluster.namespace,
+                )
+                made[backend] = stack.enter_context(tracked(scheduler))
+            return made[backend]
+
+        yield of
 
 
 def app_for(
-    kube_cluster: Any, name: str, run_seconds: float, restarts: bool = False
+    kube_cluster: Any,
+    name: str,
+    run_seconds: float,
+    backend: Backend,
+    found: bool = False,
+    crashes: bool = False,
 ) -> specs.AppDef:
-    if restarts:
-        # Running until the row ends it (or crashes it); a restarted pod is Pending long
-        # enough for the row's printer to give the new instance its own log first
+    """The row's app: one role ``trainer`` of 2 replicas. With ``found`` (its pods are found
+    as they come), each pod is Pending long enough for the row's printer to give it its own
+    log before it runs; with ``crashes``, the pods run until the row ends (or crashes) them,
+    and the role has the backend's retries."""
+    if crashes:
         behaviour = kube_cluster.pod_behaviour(run_seconds=0, start_seconds=1.5, keep_running=True)
-        retries: dict[str, Any] = {
-            # Volcano at times replaces a pod again before it ran: room for that
-            "max_retries": 3,
-            "retry_policy": specs.RetryPolicy.REPLICA,
-        }
+        retries = backend.retries
     else:
-        behaviour = kube_cluster.pod_behaviour(run_seconds=run_seconds, start_seconds=0.5)
+        behaviour = kube_cluster.pod_behaviour(
+            run_seconds=run_seconds, start_seconds=1.5 if found else 0.5
+        )
         retries = {}
     return specs.AppDef(
         name,
@@ -410,43 +513,96 @@ def app_for(
     )
 
 
-def pod_names(info: Any) -> dict[str, str]:
-    """``role/replica`` -> the pod Volcano names for it (``{job}-{task}-0``)."""
-    job = info.request.body
-    out = {}
-    for task in job["spec"]["tasks"]:
-        meta = task["template"]["metadata"]
-        key = (
-            f"{meta['annotations']['torchx.pytorch.org/role-name']}/"
-            f"{meta['labels']['torchx.pytorch.org/replica-id']}"
+@dataclass(frozen=True)
+class PodInstance:
+    """One pod of a replica as the API server has it now."""
+
+    #: the replica, ``role/replica``
+    key: str
+    name: str
+    uid: str
+    phase: str
+    deleting: bool
+    annotations: dict[str, str]
+    #: the JobSet incarnation that made it (``None``: not a JobSet's pod)
+    attempt: int | None
+
+
+class AppPods:
+    """The pods of one app, found by their labels whatever they are named: the app id
+    (``torchx.pytorch.org/app-id``), the role's name and the backend's replica label
+    (Volcano: ``torchx.pytorch.org/replica-id``; JobSet: the Job's completion index,
+    ``batch.kubernetes.io/job-completion-index``)."""
+
+    def __init__(
+        self, kube_cluster: Any, app_name: str, replica_label: str, namespace: str | None = None
+    ) -> None:
+        from kubernetes import client
+
+        self.api = client.CoreV1Api(kube_cluster.api_client())
+        self.namespace = namespace or kube_cluster.namespace
+        self.selector = f"{LABEL_APP_ID}={app_name}"
+        self.replica_label = replica_label
+
+    def now(self) -> list[PodInstance]:
+        found = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector)
+        out = []
+        for pod in sorted(found.items, key=lambda p: p.metadata.creation_timestamp):
+            meta = pod.metadata
+            labels, annotations = meta.labels or {}, meta.annotations or {}
+            attempt = labels.get(RESTART_ATTEMPT_LABEL)
+            out.append(
+                PodInstance(
+                    key=f"{annotations[ANNOTATION_ROLE_NAME]}/{labels[self.replica_label]}",
+                    name=meta.name,
+                    uid=str(meta.uid),
+                    phase=str(pod.status.phase),
+                    deleting=meta.deletion_timestamp is not None,
+                    annotations=annotations,
+                    attempt=None if attempt is None else int(attempt),
+                )
+            )
+        return out
+
+    def running(self, key: str) -> PodInstance | None:
+        """The running instance of replica ``key``, if one runs."""
+        return next(
+            (p for p in self.now() if p.key == key and p.phase == "Running" and not p.deleting),
+            None,
         )
-        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
-    return out
 
 
 class Printer(threading.Thread):
-    """Appends ``<key> line <n>`` to each pod's log every :data:`LINE_EVERY` s until ``until``.
+    """Appends ``<key> line <n>`` to each replica's log every :data:`LINE_EVERY` s until
+    ``until``.
 
-    With ``instances``, as a container would: each instance (uid) of a pod gets a log file
-    of its own when it appears, and lines are written only while it runs; the numbering of a
-    replica goes on across its instances. ``uids`` lists each pod's instances, in order.
+    With ``ahead`` (``role/replica`` -> pod name, known before submission), each pod was
+    given its log beforehand and gets lines from the start. With ``found`` instead, as a
+    container would: each instance (uid) of a replica's pod gets a log file of its own when
+    it appears, and lines are written only while it runs; the numbering of a replica goes on
+    across its instances. Instances that appear after ``until`` (a late replacement) still
+    get a log of their own, an empty one, until :attr:`stop` is set. ``uids`` lists each
+    replica's instances in order, ``attempts`` the JobSet incarnations seen.
     """
 
     def __init__(
         self,
         kube_cluster: Any,
-        pods: dict[str, str],
+        keys: list[str],
         until: float,
         skew: float = 0.0,
         namespace: str | None = None,
-        instances: bool = False,
+        ahead: dict[str, str] | None = None,
+        found: AppPods | None = None,
     ) -> None:
         super().__init__(daemon=True)
-        self.kube_cluster, self.pods, self.until = kube_cluster, pods, until
+        assert (ahead is None) != (found is None), "the pods are named ahead or found"
+        self.kube_cluster, self.until = kube_cluster, until
         self.skew, self.namespace = dt.timedelta(seconds=skew), namespace
-        self.instances = instances
-        self.written: dict[str, list[str]] = {key: [] for key in pods}
-        self.uids: dict[str, list[str]] = {key: [] for key in pods}
+        self.ahead, self.found = ahead, found
+        self.written: dict[str, list[str]] = {key: [] for key in keys}
+        self.uids: dict[str, list[str]] = {key: [] for key in keys}
+        self.attempts: set[int] = set()
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -457,103 +613,113 @@ class Printer(threading.Thread):
             self.error = e
 
     def _run(self) -> None:
-        api = None
-        if self.instances:
-            from kubernetes import client
-
-            api = client.CoreV1Api(self.kube_cluster.api_client())
-        while not self.stop.is_set() and time.monotonic() < self.until:
-            for key, pod in self.pods.items():
-                tag = None
-                if api is not None:
-                    tag = self._running_instance(api, key, pod)
-                    if tag is None:
-                        continue  # not running: writes nothing
-                text = f"{key} line {len(self.written[key])}"
-                # stamped as the node's kubelet would, by the node's clock
-                stamp = dt.datetime.now(dt.timezone.utc) + self.skew
-                self.kube_cluster.append_pod_logs(
-                    pod, [(stamp, text)], namespace=self.namespace, file_tag=tag
-                )
-                self.written[key].append(text)
+        while not self.stop.is_set():
+            printing = time.monotonic() < self.until
+            if self.ahead is not None:
+                if not printing:
+                    return
+                running = {key: (pod, None) for key, pod in self.ahead.items()}
+            else:
+                running = self._running_instances()
+            if printing:
+                for key, (pod, tag) in running.items():
+                    self._print(key, pod, tag)
             self.stop.wait(LINE_EVERY)
 
-    def _running_instance(self, api: Any, key: str, pod: str) -> str | None:
-        """The uid of ``pod`` if it runs (a new one gets its log file first)."""
-        from kubernetes.client.exceptions import ApiException
+    def _print(self, key: str, pod: str, tag: str | None) -> None:
+        text = f"{key} line {len(self.written[key])}"
+        # stamped as the node's kubelet would, by the node's clock
+        stamp = dt.datetime.now(dt.timezone.utc) + self.skew
+        self.kube_cluster.append_pod_logs(
+            pod, [(stamp, text)], namespace=self.namespace, file_tag=tag
+        )
+        self.written[key].append(text)
 
-        try:
-            found = api.read_namespaced_pod(pod, self.namespace or self.kube_cluster.namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        uid = str(found.metadata.uid)
-        if uid not in self.uids[key]:
-            self.kube_cluster.set_pod_logs(pod, [], namespace=self.namespace, file_tag=uid)
-            self.uids[key].append(uid)
-        return uid if found.status.phase == "Running" else None
+    def _running_instances(self) -> dict[str, tuple[str, str | None]]:
+        """``role/replica`` -> the pod and uid of its running instance (a new instance gets
+        its log file first)."""
+        assert self.found is not None
+        out: dict[str, tuple[str, str | None]] = {}
+        for pod in self.found.now():
+            if pod.uid not in self.uids[pod.key]:
+                self.kube_cluster.set_pod_logs(
+                    pod.name, [], namespace=self.namespace, file_tag=pod.uid
+                )
+                self.uids[pod.key].append(pod.uid)
+                if pod.attempt is not None:
+                    self.attempts.add(pod.attempt)
+            if pod.phase == "Running" and not pod.deleting:
+                out[pod.key] = (pod.name, pod.uid)
+        return out
 
 
-def set_pod_annotations(kube_cluster: Any, pod: str, annotations: dict[str, str]) -> None:
+def set_pod_annotations(
+    kube_cluster: Any, pod: str, annotations: dict[str, str], namespace: str | None = None
+) -> None:
     from kubernetes import client
 
     api = client.CoreV1Api(kube_cluster.api_client())
     body = {"metadata": {"annotations": annotations}}
-    api.patch_namespaced_pod(pod, kube_cluster.namespace, body)
+    api.patch_namespaced_pod(pod, namespace or kube_cluster.namespace, body)
 
 
-def crash_replica(kube_cluster: Any, pod: str) -> Callable[[Any, float], Awaitable[None]]:
-    """The replica's container exits with 1 (kwok ends the pod Failed at once)."""
-    prefix = "cluster.torchx.test/"
+def crash_replica(
+    kube_cluster: Any, pods: AppPods, key: str
+) -> Callable[[Any, float], Awaitable[None]]:
+    """Replica ``key``'s running container exits with 1 (kwok ends the pod Failed at once)."""
 
     async def inject(proxy: Any, seconds: float) -> None:
-        crash = {f"{prefix}exit-code": "1", f"{prefix}reason": "Error"}
-        await asyncio.to_thread(
-            set_pod_annotations, kube_cluster, pod, {**crash, f"{prefix}keep-running": "false"}
-        )
-        proxy.injected.append((time.monotonic(), "replica-crash", pod))
+        deadline = time.monotonic() + 30
+        while (pod := await asyncio.to_thread(pods.running, key)) is None:
+            assert time.monotonic() < deadline, f"replica {key} did not run within 30 s"
+            await asyncio.sleep(0.2)
+        crash = {
+            f"{POD_BEHAVIOUR}exit-code": "1",
+            f"{POD_BEHAVIOUR}reason": "Error",
+            f"{POD_BEHAVIOUR}keep-running": "false",
+        }
+        await asyncio.to_thread(set_pod_annotations, kube_cluster, pod.name, crash, pods.namespace)
+        proxy.injected.append((time.monotonic(), "replica-crash", pod.name))
         await asyncio.sleep(seconds)
 
     return inject
 
 
-async def end_pods(kube_cluster: Any, pods: dict[str, str], at: float) -> None:
-    """From ``at`` on, end every running pod of the row with exit code 0 (what runs until
+async def end_pods(kube_cluster: Any, pods: AppPods, at: float) -> None:
+    """From ``at`` on, end every running pod of the app with exit code 0 (what runs until
     the row ends it), again for any that starts later, until cancelled."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    api = client.CoreV1Api(kube_cluster.api_client())
     await asyncio.sleep(max(0.0, at - time.monotonic()))
-    flag = "cluster.torchx.test/keep-running"
+    flag = f"{POD_BEHAVIOUR}keep-running"
     while True:
-        for pod in pods.values():
-            try:
-                found = await asyncio.to_thread(
-                    api.read_namespaced_pod, pod, kube_cluster.namespace
-                )
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                continue
-            if (found.metadata.annotations or {}).get(flag) == "true":
-                await asyncio.to_thread(set_pod_annotations, kube_cluster, pod, {flag: "false"})
+        for pod in await asyncio.to_thread(pods.now):
+            if pod.annotations.get(flag) == "true" and not pod.deleting:
+                with contextlib.suppress(Exception):  # gone meanwhile
+                    await asyncio.to_thread(
+                        set_pod_annotations, kube_cluster, pod.name, {flag: "false"}, pods.namespace
+                    )
         await asyncio.sleep(1.0)
 
 
-def jobs_of(kube_cluster: Any, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+def jobs_of(
+    kube_cluster: Any, backend: Backend, name: str, namespace: str | None = None
+) -> list[dict[str, Any]]:
     from kubernetes import client
 
+    res = backend.resource
     api = client.CustomObjectsApi(kube_cluster.api_client())
     items = api.list_namespaced_custom_object(
-        "batch.volcano.sh", "v1alpha1", namespace or kube_cluster.namespace, "jobs"
+        res.group, res.version, namespace or kube_cluster.namespace, res.plural
     )["items"]
     return [j for j in items if j["metadata"]["name"].startswith(f"{name}-")]
 
 
 def where_it_stands(
-    kube_cluster: Any, name: str, namespace: str | None, log: TaskLog, started: float
+    kube_cluster: Any,
+    backend: Backend,
+    name: str,
+    namespace: str | None,
+    log: TaskLog,
+    started: float,
 ) -> str:
     """What a follow that did not end was facing: the job's and its pods' phases as the API
     server has them now, and the follow's own last lines (state changes, warnings)."""
@@ -561,9 +727,10 @@ def where_it_stands(
 
     out = [f"{time.monotonic() - started:.0f} s after submitting:"]
     try:
-        for job in jobs_of(kube_cluster, name, namespace):
-            state = job.get("status", {}).get("state", {})
-            out.append(f"job {job['metadata']['name']}: {state.get('phase')} {state}")
+        for job in jobs_of(kube_cluster, backend, name, namespace):
+            status = job.get("status", {})
+            out.append(f"{backend.resource.kind} {job['metadata']['name']}: {backend.phase(job)}")
+            out.append(f"  {status}")
         core = client.CoreV1Api(kube_cluster.api_client())
         for pod in core.list_namespaced_pod(namespace or kube_cluster.namespace).items:
             if pod.metadata.name.startswith(f"{name}-"):
@@ -576,9 +743,14 @@ def where_it_stands(
 
 
 async def follow_once(
-    kubeconfig: str, namespace: str, app_id: str, log: TaskLog | None = None, **kw: Any
+    backend: Backend,
+    kubeconfig: str,
+    namespace: str,
+    app_id: str,
+    log: TaskLog | None = None,
+    **kw: Any,
 ) -> tuple[Any, TaskLog]:
-    client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
+    client = backend.create_async_client(kubeconfig=kubeconfig, namespace=namespace)
     log = TaskLog() if log is None else log
     try:
         event = await JobFollower(client, app_id, log=log, **kw).run()
@@ -614,28 +786,48 @@ def retry_lookup(
     return inject
 
 
+def seconds_until_deleted(scheduler: Any, app_id: str, limit: float = 30.0) -> float | None:
+    """Seconds until ``app_id`` is gone (``None``: still there after ``limit``)."""
+    began = time.monotonic()
+    while scheduler.describe(app_id) is not None:
+        if time.monotonic() - began > limit:
+            return None
+        time.sleep(0.2)
+    return round(time.monotonic() - began, 1)
+
+
 async def run_row(
     row: Row, kube_cluster: Any, scheduler: Any, proxy: Any, kubeconfig: str, name: str
 ) -> dict[str, Any]:
+    backend = BACKENDS[row.backend]
     run_seconds = FAULT_AT + row.seconds + 5
-    app = app_for(kube_cluster, name, run_seconds, restarts=row.restarts)
-    cfg = {"queue": "default", **row.cfg}
+    # the pods are found by their labels when the backend does not name them ahead, or when
+    # a crashed replica comes back in a new pod
+    found = backend.names_ahead is None or bool(row.restarts)
+    app = app_for(kube_cluster, name, run_seconds, backend, found=found, crashes=bool(row.restarts))
+    cfg = {**backend.cfg, **row.cfg}
     if row.job_namespace:
         cfg["namespace"] = row.job_namespace
     key = TaskInstanceKey("faults", row.id, f"manual__{name}", -1, 1)
     info = scheduler.submit_dryrun(app, cfg, ti_key=key)
-    pods = pod_names(info)
-    if not row.restarts:
-        for pod in pods.values():
+    keys = [f"{r.name}/{i}" for r in app.roles for i in range(r.num_replicas)]
+    pods = AppPods(
+        kube_cluster, info.request.name, scheduler.translation.replica_label, row.job_namespace
+    )
+    ahead = None
+    if not found and backend.names_ahead is not None:
+        ahead = backend.names_ahead(info)
+        for pod in ahead.values():
             kube_cluster.set_pod_logs(pod, [], namespace=row.job_namespace)
     started = time.monotonic()
     printer = Printer(
         kube_cluster,
-        pods,
+        keys,
         until=started + run_seconds - 2,
         skew=row.skew,
         namespace=row.job_namespace,
-        instances=row.restarts,
+        ahead=ahead,
+        found=pods if found else None,
     )
     printer.start()
     app_id = scheduler.schedule(info)
@@ -645,10 +837,10 @@ async def run_row(
         row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
     ender: asyncio.Task[None] | None = None
     if row.restarts:
-        row.inject = crash_replica(kube_cluster, pods["trainer/0"])
+        row.inject = crash_replica(kube_cluster, pods, "trainer/0")
         ender = asyncio.create_task(end_pods(kube_cluster, pods, started + run_seconds - 2))
     events: list[Any] = []
-    lines: dict[str, list[str]] = {key: [] for key in pods}
+    lines: dict[str, list[str]] = {key: [] for key in keys}
     timeout = run_seconds + row.seconds + 120
 
     async def fault() -> None:
@@ -661,6 +853,7 @@ async def run_row(
         try:
             event, log = await asyncio.wait_for(
                 follow_once(
+                    backend,
                     kubeconfig,
                     kube_cluster.namespace,
                     app_id,
@@ -673,10 +866,10 @@ async def run_row(
         except TimeoutError:
             raise AssertionError(
                 f"not followed to its end in {timeout:.0f} s; "
-                + where_it_stands(kube_cluster, name, row.job_namespace, first, started)
+                + where_it_stands(kube_cluster, backend, name, row.job_namespace, first, started)
             ) from None
         events.append(event)
-        for key in pods:
+        for key in keys:
             lines[key] += log.of(key)
         if event.kind == EventKind.ERROR:
             # what a retry of the task does: reattach, from where the first follow left off
@@ -686,6 +879,7 @@ async def run_row(
             cursors = {k: LogCursor.from_dict(v) for k, v in event.log_cursors.items()}
             event2, log2 = await asyncio.wait_for(
                 follow_once(
+                    backend,
                     kubeconfig,
                     kube_cluster.namespace,
                     app_id,
@@ -695,7 +889,7 @@ async def run_row(
                 timeout,
             )
             events.append(event2)
-            for key in pods:
+            for key in keys:
                 lines[key] += log2.of(key)
     finally:
         for task in (injector, ender):
@@ -710,11 +904,14 @@ async def run_row(
     elapsed = time.monotonic() - started
     # only the numbered lines count (kwok may add lines of its own, e.g. its fsnotify errors)
     lines = {k: [t for t in v if t.startswith(f"{k} line ")] for k, v in lines.items()}
-    lost = sum(len(set(printer.written[k]) - set(lines[k])) for k in pods)
-    repeated = sum(len(lines[k]) - len(set(lines[k])) for k in pods)
-    jobs = jobs_of(kube_cluster, name, row.job_namespace)
+    lost = sum(len(set(printer.written[k]) - set(lines[k])) for k in keys)
+    repeated = sum(len(lines[k]) - len(set(lines[k])) for k in keys)
+    jobs = jobs_of(kube_cluster, backend, name, row.job_namespace)
     described = scheduler.describe(app_id)  # None: deleted (its TTL)
     orphans = int(described is not None and not is_terminal(described.state))
+    deleted_after = None
+    if row.cfg.get("ttl_seconds_after_finished") is not None:
+        deleted_after = await asyncio.to_thread(seconds_until_deleted, scheduler, app_id)
     # a retry that did not find the running job would have submitted a second one
     missed = int(bool(row.job_namespace) and retry_found != [app_id])
     observed = " then ".join(
@@ -722,7 +919,7 @@ async def run_row(
         + (f" ({e.message.split(',')[0]})" if e.kind == EventKind.ERROR else "")
         for e in events
     )
-    sample = sorted(t for k in pods for t, c in Counter(lines[k]).items() if c > 1)[:6]
+    sample = sorted(t for k in keys for t, c in Counter(lines[k]).items() if c > 1)[:6]
     return {
         "id": row.id,
         "repeated_sample": sample,
@@ -737,6 +934,12 @@ async def run_row(
         "duplicates": max(0, len(jobs) - 1) + missed,
         "retry_found": retry_found,
         "pod_instances": {k: len(v) for k, v in printer.uids.items()} if row.restarts else {},
+        # the JobSet incarnations whose pods ran (restart-attempt labels; none elsewhere)
+        "incarnations": sorted(printer.attempts),
+        "app_restarts": None if described is None else described.num_restarts,
+        "backend": row.backend,
+        # with a TTL: seconds from the follow's end until the app was gone (0: gone first)
+        "deleted_after_follow": deleted_after,
         "seconds": round(elapsed, 1),
         "restart": [t for _, kind, t in proxy.injected if kind == "apiserver-restart"],
         "injected": dict(sorted(Counter(kind for _, kind, _ in proxy.injected).items())),
@@ -755,8 +958,14 @@ def check(row: Row, result: dict[str, Any], events: list[tuple[str, str, str]]) 
         assert len(events) == 1 and events[0][:2] == (EventKind.FINISHED.value, row.final.name), (
             result
         )
-    if row.restarts:
-        assert result["pod_instances"]["trainer/0"] >= 2, result  # it did crash and restart
+    for key in row.restarts:
+        assert result["pod_instances"][key] >= 2, result  # it did crash and come back
+    if row.restarts and result["incarnations"]:
+        # a JobSet restarted once, whole (max_retries=1): both incarnations ran
+        assert result["incarnations"] == [0, 1], result
+        assert result["app_restarts"] == 1, result
+    if row.cfg.get("ttl_seconds_after_finished") is not None:
+        assert result["deleted_after_follow"] is not None, result  # the TTL did delete it
     assert result["lines_lost"] == 0, result
     assert result["lines_repeated"] <= REPEAT_BOUND, result
     assert result["orphans"] == 0, result
@@ -772,7 +981,7 @@ ALONE = [r for r in ROWS if not any(r in group for group in TOGETHER.values())]
 async def run_and_record(
     row: Row,
     kube_cluster: Any,
-    scheduler: Any,
+    schedulers: Any,
     fault_proxies: Any,
     unique_name: Any,
     reliability: Any,
@@ -781,7 +990,12 @@ async def run_and_record(
     if row.id == "apiserver-restart":
         row.inject = apiserver_restart(kube_cluster.kubeconfig)
     result = await run_row(
-        row, kube_cluster, scheduler, proxy, kubeconfig, unique_name(f"ft-{row.id}")
+        row,
+        kube_cluster,
+        schedulers(row.backend),
+        proxy,
+        kubeconfig,
+        unique_name(f"ft-{row.id}"),
     )
     try:
         check(row, result, result["events"])
@@ -795,7 +1009,7 @@ async def run_and_record(
 async def test_fault_row(
     row: Row,
     kube_cluster: Any,
-    scheduler: Any,
+    schedulers: Any,
     fault_proxies: Any,
     unique_name: Any,
     reliability: Any,
@@ -808,7 +1022,7 @@ async def test_fault_row(
             "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
         )
     try:
-        await run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+        await run_and_record(row, kube_cluster, schedulers, fault_proxies, unique_name, reliability)
     finally:
         if row.id == "apiserver-restart":
             settled = await asyncio.to_thread(nodes_settled, kube_cluster.kubeconfig)
@@ -819,7 +1033,7 @@ async def test_fault_row(
 async def test_fault_rows_side_by_side(
     length: str,
     kube_cluster: Any,
-    scheduler: Any,
+    schedulers: Any,
     fault_proxies: Any,
     unique_name: Any,
     reliability: Any,
@@ -827,7 +1041,7 @@ async def test_fault_rows_side_by_side(
     rows = TOGETHER[length]
     results = await asyncio.gather(
         *(
-            run_and_record(row, kube_cluster, scheduler, fault_proxies, unique_name, reliability)
+            run_and_record(row, kube_cluster, schedulers, fault_proxies, unique_name, reliability)
             for row in rows
         ),
         return_exceptions=True,
