@@ -70,6 +70,7 @@ from torchx_provider.schedulers.kube.appwrapper.state import (
     describe_appwrapper,
     pod_templates,
 )
+from torchx_provider.schedulers.kube.kueue import job_uid_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -78,11 +79,16 @@ from torchx_provider.schedulers.kube.pod import (
     role_annotation,
 )
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
-from torchx_provider.schedulers.kube.resources import APPWRAPPER_V1BETA2, CustomResource
+from torchx_provider.schedulers.kube.resources import (
+    APPWRAPPER_V1BETA2,
+    APPWRAPPER_WORKLOADS,
+    CustomResource,
+    OwnedBy,
+)
 from torchx_provider.schedulers.kube.service import headless_service
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, macros
+from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
 from torchx_provider.specs.runopts import CfgVal
 
 BACKEND = "kubernetes_appwrapper"
@@ -240,6 +246,18 @@ class AppWrapperTranslation(KubeTranslation):
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (APPWRAPPER_V1BETA2,)
+
+    #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
+    owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)
+
+    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
+        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
+        meta = obj.get("metadata") or {}
+        if not (meta.get("labels") or {}).get(QUEUE_LABEL) or not meta.get("uid"):
+            return None
+        if is_terminal(appwrapper_state(obj)):
+            return None
+        return job_uid_selector(str(meta["uid"]))
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)
