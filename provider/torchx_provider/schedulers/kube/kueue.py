@@ -132,6 +132,9 @@ def _line(
     said = f"{reason}: {message}" if message else reason
     what = f"Kueue workload {workload_name}"
     if kind == "QuotaReserved" and status == "False":
+        evicted = conds.get("Evicted") or {}
+        if evicted.get("status") == "True" and short(evicted.get("message")) == message:
+            return None  # the eviction's own words, said with it
         if reason == "Pending" and NEVER_FITS in message:
             return (
                 f"{what} can never be admitted: it asks for more than its ClusterQueue can "
