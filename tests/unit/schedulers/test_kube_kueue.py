@@ -211,8 +211,8 @@ async def test_the_triggerer_reads_workloads_from_one_shared_watch() -> None:
         texts = [n.text for n in client.take_notices()]
         shared = [s for k, s in hub.informers.items() if isinstance(k[2], OwnedBy)]
         assert len(shared) == 1
-        # only the followed app's Workload is kept
-        assert list(shared[0].informer.groups) == [app_id.split(":")[1]]
+        # the namespace's Workloads, kept by their owner's name
+        assert sorted(shared[0].informer.groups) == sorted([app_id.split(":")[1], "other"])
     finally:
         await client.close()
         await hub.close()

@@ -29,9 +29,11 @@ reasons (:meth:`AppWatch.events_refused`), and the informer asks again every
 A backend whose app is admitted through an object another controller makes and owns by it
 (Kueue's Workload of an AppWrapper, :attr:`~.request.KubeTranslation.owned`) adds one more
 informer per namespace and kind: a watch of every such object of the namespace (they carry
-none of this provider's labels), keeping only those whose owner is a followed app. It wakes
-the followers of the app (an admission, an eviction is news), and does not count toward
-:attr:`AppWatch.healthy`; refused (403), it only loses the reasons, quietly.
+none of this provider's labels), each kept by the name of its owner, only its metadata and
+status (:func:`metadata_and_status`): a follow that starts later finds its app's there
+without a request of its own. It wakes the followers of the object's app (an admission, an
+eviction is news), and does not count toward :attr:`AppWatch.healthy`; refused (403), it
+only loses the reasons, quietly.
 
 The informers' tasks are our own: they have no Airflow greenback portal, so they only ever
 await async APIs (nothing here calls Airflow).
@@ -81,6 +83,16 @@ Subject = CustomResource | EventsAbout | OwnedBy | None
 
 #: A ``-<uid>`` at the end of an object's name (Volcano's PodGroup: ``<job>-<job uid>``).
 _UID_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def metadata_and_status(obj: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of an owned object (Kueue's Workload): its metadata and status, not its
+    spec (the pod templates of the app, again).
+
+    >>> metadata_and_status({"metadata": {"name": "w"}, "spec": {"podSets": []}, "status": {}})
+    {'metadata': {'name': 'w'}, 'status': {}}
+    """
+    return {"metadata": obj.get("metadata") or {}, "status": obj.get("status") or {}}
 
 
 def cache_key(config: KubeClientConfig) -> str:
@@ -335,8 +347,7 @@ class InformerHub:
                     what,
                     partial(owner_name, kind=what.owner_kind),
                     partial(owned_source, what, namespace),
-                    followed_only=True,
-                    wakes=True,
+                    owned=True,
                 )
                 for what in owned
             ]
@@ -368,11 +379,11 @@ class InformerHub:
         source: Callable[[], WatchSource],
         *,
         followed_only: bool = False,
-        wakes: bool = False,
+        owned: bool = False,
     ) -> _Shared:
         """The running informer of ``subject`` in ``namespace`` (started over ``source()``
-        if there is none), one user more. ``followed_only``: an Events or owned objects'
-        informer (see the module docstring); ``wakes``: its changes wake the followers."""
+        if there is none), one user more. ``followed_only``: an Events informer;
+        ``owned``: an owned objects' informer (see the module docstring)."""
         key = (cache_key(config), namespace, subject)
         shared = self.informers.get(key)
         if shared is None:
@@ -380,8 +391,12 @@ class InformerHub:
                 informer = Informer(source(), index, forbidden_wait=UNSERVED_RETRY)
                 shared = self.informers[key] = _Shared(informer, followed_only=True)
                 informer.index = partial(_followed, shared, index)
-                if wakes:
-                    informer.listener = partial(self._woken, shared)
+            elif owned:
+                informer = Informer(
+                    source(), index, forbidden_wait=UNSERVED_RETRY, shape=metadata_and_status
+                )
+                shared = self.informers[key] = _Shared(informer)
+                informer.listener = partial(self._woken, shared)
             else:
                 informer = Informer(source(), index)
                 shared = self.informers[key] = _Shared(informer)
