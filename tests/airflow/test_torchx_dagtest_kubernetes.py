@@ -104,6 +104,10 @@ def test_success_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any, deferra
     got = xcoms(dag_run, "train")
     assert got["app_handle"].startswith("kubernetes://")
     assert got["final_state"] == "SUCCEEDED"
+    # the time in each phase, as the follow saw it; nothing preempted
+    result = got["return_value"]
+    assert result["queued_seconds"] >= 0 and result["running_seconds"] > 0, result
+    assert result["preemptions"] == 0, result
     assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
         (0, "SUCCEEDED", 0),
         (1, "SUCCEEDED", 0),
