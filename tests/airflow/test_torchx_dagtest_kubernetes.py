@@ -1,6 +1,6 @@
-"""``dag.test()`` runs of ``TorchXKubernetesOperator`` (Volcano), and of an AppWrapper that Kueue
-preempts, on the local real control
-plane (tests/cluster): pods are played by kwok, which serves the log lines the test gives."""
+"""``dag.test()`` runs of ``TorchXKubernetesOperator`` (Volcano), and of an AppWrapper that
+Kueue preempts, on the local real control plane (tests/cluster): pods are played by kwok,
+which serves the log lines the test gives."""
 
 from __future__ import annotations
 
