@@ -10,6 +10,7 @@ from typing import Any
 from kube_fakes import FakeAsyncKube, FakeKube
 
 from torchx_provider import specs
+from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.schedulers.kube.hub import InformerHub
 from torchx_provider.schedulers.kube.kueue import (
@@ -220,20 +221,23 @@ async def test_the_triggerer_reads_workloads_from_one_shared_watch() -> None:
     assert not [c for c in fake.calls if c[:2] == ("list", "workloads") and c[2]]
 
 
-async def test_a_refused_workload_watch_is_quiet() -> None:
-    fake = FakeKube()
-    app_id, _ = queued(fake)
-    # the account may read AppWrappers and pods, not Workloads
+def refusing(fake: FakeKube, error: Exception) -> None:
+    """``fake`` answers every list of Workloads with ``error``."""
     real_list = fake.list_objects
 
     def list_objects(res: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
         if res.plural == "workloads":
-            from torchx_provider.errors import BackendConfigurationError
-
-            raise BackendConfigurationError("workloads is forbidden", status=403)
+            raise error
         return real_list(res, namespace, selector)
 
     fake.list_objects = list_objects  # type: ignore[method-assign]
+
+
+async def test_a_refused_workload_watch_is_quiet() -> None:
+    fake = FakeKube()
+    app_id, _ = queued(fake)
+    # the account may read AppWrappers and pods, not Workloads
+    refusing(fake, BackendConfigurationError("workloads is forbidden", status=403))
     hub = InformerHub.current()
     client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
     try:
@@ -243,3 +247,17 @@ async def test_a_refused_workload_watch_is_quiet() -> None:
     finally:
         await client.close()
         await hub.close()
+
+
+def test_the_worker_skips_workloads_it_may_not_read_or_the_cluster_does_not_serve() -> None:
+    for refusal in (
+        BackendConfigurationError("workloads is forbidden", status=403),
+        BackendUnavailableError("the server could not find the requested resource", status=404),
+    ):
+        fake = FakeKube()
+        app_id, _ = queued(fake)
+        refusing(fake, refusal)
+        aws = create_scheduler("s", namespace="ns", kube=fake)
+        resp = aws.describe(app_id)
+        assert resp is not None and resp.state is AppState.PENDING and resp.evictions == -1
+        assert aws.core.take_notices() == []
