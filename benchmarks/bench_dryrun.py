@@ -3,8 +3,9 @@
 The app is 1 role x 1,024 replicas (``python -m train --rank ${replica_id}``, 8 CPUs, 1 GPU,
 32 GB, a rendezvous port): the request of a large data-parallel job. Two things are timed on
 each backend (``kubernetes``, ``kubernetes_mcad``, ``kubernetes_appwrapper``,
-``local_docker``; an AppWrapper ``v1beta2`` wraps one Indexed Job of 1,024 completions, one
-pod template, so it is the cheapest, and TorchX has no such scheduler: no TorchX columns):
+``kubernetes_jobset``, ``local_docker``; an AppWrapper ``v1beta2`` and a JobSet each hold one
+Indexed Job of 1,024 completions, one pod template, so they are the cheapest, and TorchX has
+no such schedulers: no TorchX columns):
 
 * ``dry run``: the whole of ``submit_dryrun`` -- options, validation and the translation to a
   Volcano Job, an MCAD AppWrapper or the Docker containers; what a worker does before it
@@ -45,7 +46,13 @@ from torchx_venv import TORCHX_VERSION, torchx_python
 BUDGET_MS = 100.0
 #: How many times faster than TorchX ours must be, dry run alone and with rendering.
 MIN_SPEEDUP = 10.0
-BACKENDS = ("kubernetes", "kubernetes_mcad", "kubernetes_appwrapper", "local_docker")
+BACKENDS = (
+    "kubernetes",
+    "kubernetes_mcad",
+    "kubernetes_appwrapper",
+    "kubernetes_jobset",
+    "local_docker",
+)
 COLUMNS = ("dry run", "+ render")
 
 # Runs inside TorchX's virtual environment; prints one JSON object of timings (ms).
@@ -123,6 +130,7 @@ def our_samples(replicas: int, runs: int) -> Samples:
         "kubernetes": {"queue": "default"},
         "kubernetes_mcad": {},
         "kubernetes_appwrapper": {},
+        "kubernetes_jobset": {},
         # more than one bridge network holds: the dry run is what is timed, not the engine
         "local_docker": {"max_replicas": replicas},
     }
@@ -157,6 +165,12 @@ def replica_requests(backend: str, request: Any) -> list[Any]:
         return [
             None for c in components for ps in c.get("podSets") or [] for _ in range(ps["replicas"])
         ]
+    if backend == "kubernetes_jobset":  # the completions of each role's Indexed Job
+        return [
+            None
+            for rjob in body["spec"]["replicatedJobs"]
+            for _ in range(rjob["template"]["spec"]["completions"])
+        ]
     if backend == "kubernetes":
         return list(body["spec"]["tasks"])
     items = body["spec"]["resources"]["GenericItems"]
@@ -180,7 +194,7 @@ def main() -> int:
 
     median: Callable[[list[float]], float] = statistics.median
     print(f"\n1 role x {args.replicas} replicas, {args.runs} runs (ms, median / min)")
-    header = f"{'backend':<17}{'column':<10}{'ours':>18}"
+    header = f"{'backend':<23}{'column':<10}{'ours':>18}"
     if theirs:
         header += f"{'torchx ' + TORCHX_VERSION:>20}{'torchx/ours':>13}"
     print(header)
@@ -189,7 +203,7 @@ def main() -> int:
         ok = ok and median(columns["dry run"]) < BUDGET_MS
         for column, samples in columns.items():
             ours_ms = f"{median(samples):.1f} / {min(samples):.1f}"
-            line = f"{backend:<17}{column:<10}{ours_ms:>18}"
+            line = f"{backend:<23}{column:<10}{ours_ms:>18}"
             if backend in theirs:
                 t = theirs[backend][column]
                 speedup = median(t) / median(samples)

@@ -26,6 +26,7 @@ NOTES = {
     "batch.volcano.sh/jobs:watch": "changes are read every poll instead of watched",
     "batch.volcano.sh/jobs:patch": "not used today",
     "workload.codeflare.dev/appwrappers:watch": "changes are read every poll instead of watched",
+    "jobset.x-k8s.io/jobsets:watch": "changes are read every poll instead of watched",
     "core/pods:watch": "pod changes are read every poll instead of watched",
     "batch/jobs:create": "needed where the AppWrapper admission webhook runs (its "
     "userRBACAdmissionCheck: the submitter may create what is wrapped); the local cluster "

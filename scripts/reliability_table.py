@@ -54,6 +54,8 @@ ORDER = [
     "docker-stall-5s",
     "docker-engine-restart",
     "docker-replica-removed",
+    "oom-killed",
+    "ddp-root-cause",
     "airflow-triggerer-restart",
     "airflow-triggerer-sigkill",
     "airflow-triggerer-frozen",
@@ -63,6 +65,9 @@ ORDER = [
     "airflow-marked-failed",
     "airflow-cleared",
     "airflow-cleared-without-triggerer",
+    "policy-user-code",
+    "policy-image-missing",
+    "policy-infrastructure",
 ]
 COLUMNS = (
     "Fault",

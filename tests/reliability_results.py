@@ -28,7 +28,7 @@ def record_row(row: dict[str, Any]) -> None:
     RESULTS.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
 
 
-def airflow_row(
+def outcome_row(
     id: str,
     fault: str,
     expected: str,
@@ -44,7 +44,8 @@ def airflow_row(
     notes: str = "",
     **measured: Any,
 ) -> dict[str, Any]:
-    """A row of a fault of Airflow itself, tested on the real deployment. ``outcome`` is what
+    """A row whose outcome is told in words, not by the follow's events: a fault of Airflow
+    itself on the real deployment, or a failure and the class it raised. ``outcome`` is what
     the task and its job came to, in words that do not change from run to run; without
     ``lines`` the row does not count log lines (its job is stopped, not followed to the
     end). Repeats after a restart depend on when a checkpoint was last stored, so the table

@@ -164,6 +164,16 @@ BUILTIN_BACKENDS: tuple[Backend, ...] = (
         operator=f"{_OPERATORS}:TorchXAppWrapperOperator",
     ),
     Backend(
+        name="kubernetes_jobset",
+        title="JobSet",
+        scheduler_factory="torchx_provider.schedulers.kube.jobset:create_scheduler",
+        async_client_factory="torchx_provider.schedulers.kube.jobset:create_async_client",
+        options="torchx_provider.schedulers.kube.jobset:JobSetOpts",
+        hook=_KUBE_HOOK,
+        connection_type="torchx_kubernetes",
+        operator=f"{_OPERATORS}:TorchXJobSetOperator",
+    ),
+    Backend(
         name="local_docker",
         title="Docker",
         scheduler_factory="torchx_provider.schedulers.docker:create_scheduler",

@@ -151,7 +151,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-provider-torchx",
         "name": "TorchX",
         "description": "Run TorchX-style distributed apps (roles x replicas) on Volcano, "
-        "MCAD, AppWrapper v1beta2 (Kueue) or Docker from Airflow.",
+        "MCAD, AppWrapper v1beta2, JobSet (with Kueue) or Docker from Airflow.",
         "versions": [__version__],
         "integrations": [
             {

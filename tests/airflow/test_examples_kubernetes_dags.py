@@ -131,7 +131,8 @@ def test_mcad_example_runs_end_to_end(
 
 @pytest.fixture
 def kueue_admitted(kube: Any) -> Iterator[set[str]]:
-    """Watch Kueue at work: yields the set of the AppWrappers whose Workload Kueue admitted,
+    """Watch Kueue at work: yields the set of the AppWrappers and JobSets whose Workload Kueue
+    admitted,
     filled while the test runs (by the end the AppWrapper, and its Workload, may be gone)."""
     from kubernetes import client
 
@@ -145,7 +146,9 @@ def kueue_admitted(kube: Any) -> Iterator[set[str]]:
             for wl in api.list_namespaced_custom_object(*args).get("items", []):
                 if (wl.get("status") or {}).get("admission"):
                     owners = wl["metadata"].get("ownerReferences") or []
-                    admitted.update(o["name"] for o in owners if o["kind"] == "AppWrapper")
+                    admitted.update(
+                        o["name"] for o in owners if o["kind"] in ("AppWrapper", "JobSet")
+                    )
 
     thread = threading.Thread(target=look, daemon=True)
     thread.start()
@@ -182,3 +185,33 @@ def test_appwrapper_example_runs_end_to_end(
     assert len(pod_logs("infer-aw")) == 2, pod_logs("infer-aw")
     for replica in ("0", "1"):
         assert f"[infer-aw/{replica}] {replica_line('infer-aw', replica)}" in output
+
+
+def test_jobset_example_runs_end_to_end(
+    kube: Any,
+    pod_logs: Callable[[str], list[str]],
+    kueue_admitted: set[str],
+    tmp_path: Path,
+    skip_or_fail: Callable[[str], NoReturn],
+) -> None:
+    if kube.kueue is None:
+        skip_or_fail("the JobSet example needs the local cluster's Kueue queues")
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig},
+    }
+    output = run_example(
+        "torchx_jobset",
+        tmp_path / "home",
+        extra_env={"AIRFLOW_CONN_TORCHX_JOBSET_DEFAULT": json.dumps(conn)},
+        conf={
+            "namespace": kube.namespace,
+            "local_queue": kube.kueue.local_queue,
+            "priority_class": kube.kueue.low_priority,
+        },
+    )
+    # Kueue admitted it: the one JobSet of the run
+    assert len([n for n in kueue_admitted if n.startswith("infer-js-")]) == 1, kueue_admitted
+    assert len(pod_logs("infer-js")) == 2, pod_logs("infer-js")
+    for replica in ("0", "1"):
+        assert f"[infer-js/{replica}] {replica_line('infer-js', replica)}" in output

@@ -46,22 +46,47 @@ def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return kube
 
 
-def dag_source(dag_id: str, behaviour: dict[str, str], cpu: float = 0.5, **operator: Any) -> str:
+#: a connection for the backends without Volcano's queue (JobSet)
+JOBSET_CONN_ID = "torchx_jobset_test"
+
+
+@pytest.fixture
+def jobset_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig, "namespace": kube.namespace},
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{JOBSET_CONN_ID.upper()}", json.dumps(conn))
+    return kube
+
+
+def dag_source(
+    dag_id: str,
+    behaviour: dict[str, str],
+    cpu: float = 0.5,
+    base: str = "TorchXKubernetesOperator",
+    conn_id: str = CONN_ID,
+    **operator: Any,
+) -> str:
+    """A DAG of one task, ``base`` (a fixed operator of a Kubernetes backend) whose replicas
+    print ``trainer {replica} line {n}``: named ahead for Volcano, once their pods exist for
+    a backend whose controller names the pods (JobSet)."""
     kwargs = "".join(f"        {k}={v!r},\n" for k, v in operator.items())
+    give = "give_logs" if base == "TorchXKubernetesOperator" else "give_logs_once_created"
     return f'''
 import datetime
 from datetime import timedelta
 import torchx_kube_cluster
 from airflow.sdk import DAG
-from torchx_provider.operators import TorchXKubernetesOperator
+from torchx_provider.operators import {base}
 
 
-class LoggedKubernetesOperator(TorchXKubernetesOperator):
-    """Gives the replicas' pods their log lines (kwok serves them) once they are named."""
+class LoggedKubernetesOperator({base}):
+    """Gives the replicas' pods their log lines (kwok serves them)."""
 
     def prepare(self, context):
         plan = super().prepare(context)
-        torchx_kube_cluster.give_logs(plan.dryrun)
+        torchx_kube_cluster.{give}(plan.dryrun)
         return plan
 
 
@@ -83,7 +108,7 @@ with DAG("{dag_id}", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as
         task_id="train",
         app=APP,
         params={{"tag": "t1"}},
-        conn_id="{CONN_ID}",
+        conn_id="{conn_id}",
         poll_interval=0.5,
 {kwargs}    )
 '''
@@ -434,3 +459,90 @@ def test_a_kueue_preempted_app_succeeds_in_its_first_try(
     assert len(preemptor.pods) == 2, preemptor.pods
     lines = re.findall(r"\[trainer/0\] (run \d line \d)", text)
     assert lines == [f"run {r} line {n}" for r in (1, 2) for n in range(3)], lines
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_success_on_jobset(dag_runner: Any, jobset_conn: Any, capfd: Any, deferrable: bool) -> None:
+    """TorchXJobSetOperator on the real JobSet controller, followed by the worker or by the
+    triggerer: every replica's every line, the final state and the replicas in XCom."""
+    dag_id = f"jobset_success_{deferrable}"
+    # pending for 2 s: the pods' log lines are given while they wait (the controller names them)
+    behaviour = jobset_conn.pod_behaviour(run_seconds=3, start_seconds=2)
+    source = dag_source(
+        dag_id,
+        behaviour,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=deferrable,
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "success", text[-3000:]
+    got = xcoms(dag_run, "train")
+    assert got["app_handle"].startswith("kubernetes_jobset://")
+    assert got["final_state"] == "SUCCEEDED"
+    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+    lines = replica_lines(text)
+    for rid in (0, 1):
+        assert lines[f"trainer/{rid}"] == [f"trainer {rid} line {n}" for n in range(4)]
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(JOBSET_CONN_ID, backend="kubernetes_jobset").get_conn() as scheduler:
+        assert scheduler.describe(got["app_id"]) is None  # deleted after success
+
+
+def test_failure_on_jobset_is_the_users_code(dag_runner: Any, jobset_conn: Any, capfd: Any) -> None:
+    dag_id = "jobset_failure"
+    behaviour = jobset_conn.pod_behaviour(exit_code=3, message="boom", run_seconds=2)
+    source = dag_source(
+        dag_id,
+        behaviour,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=True,
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed"
+    got = xcoms(dag_run, "train")
+    assert "UserCodeError" in text, json.dumps(got.get("replicas"))
+    assert got["final_state"] == "FAILED"
+    assert 3 in {r["exit_code"] for r in got["replicas"]}, got["replicas"]
+    assert re.search(r"TorchX app \S+ ended FAILED", text)
+
+
+def test_a_jobset_held_by_kueue_past_queue_timeout_is_deleted_and_fails_the_task(
+    dag_runner: Any, jobset_conn: Any, capfd: Any
+) -> None:
+    """2 x 3 CPUs in a ClusterQueue of 4: Kueue never admits the JobSet. Deferred, the
+    triggerer fails it with QueueTimeoutError, naming Kueue's reason, and deletes it (under
+    Kueue, cancel deletes), so nothing stays in the queue."""
+    kueue = jobset_conn.require_kueue()
+    dag_id = "jobset_queue_timeout"
+    source = dag_source(
+        dag_id,
+        {},
+        cpu=3,
+        base="TorchXJobSetOperator",
+        conn_id=JOBSET_CONN_ID,
+        deferrable=True,
+        queue_timeout=6,
+        cfg={"local_queue": kueue.local_queue},
+    )
+    dag_run = dag_runner.run(dag_id, source)
+    text = "".join(capfd.readouterr())
+    assert task_instances(dag_run)["train"].state == "failed", text[-3000:]
+    assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
+    assert "queued in Kueue local queue" in text, text[-3000:]
+    got = xcoms(dag_run, "train")
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(JOBSET_CONN_ID, backend="kubernetes_jobset").get_conn() as s:
+        for _ in range(60):
+            if s.describe(got["app_id"]) is None:
+                break
+            time.sleep(0.5)
+        assert s.describe(got["app_id"]) is None

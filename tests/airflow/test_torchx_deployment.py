@@ -135,13 +135,21 @@ with DAG("torchx_deploy_timeout", **ARGS):
 
 from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
 
-# the replica's own code fails (exit 1): no retry; its container removed from outside: retried
-POLICY_CASES = (("usercode", "sleep 2; echo failing; exit 1"), ("removed", "sleep 6; echo ok"))
-for case, script in POLICY_CASES:
+# the replica's own code fails (exit 1): no retry; its image does not exist: no retry; its
+# container removed from outside: retried
+POLICY_CASES = (
+    ("usercode", "sleep 2; echo failing; exit 1", None),
+    ("noimage", "true", "sha256:" + "0" * 64),
+    ("removed", "sleep 6; echo ok", None),
+)
+for case, script, image in POLICY_CASES:
+    policy_app = app("policy" + case, script)
+    if image:
+        policy_app["roles"][0]["image"] = image
     with DAG(f"torchx_deploy_policy_{{case}}", **ARGS):
         TorchXDockerOperator(
             task_id="train",
-            app=app("policy" + case, script),
+            app=policy_app,
             deferrable=True,
             poll_interval=1,
             retries=3,
@@ -427,43 +435,77 @@ def test_a_deferred_task_times_out_and_its_job_is_cancelled(
 def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_platforms(
     deployment: Deployment, docker_engine: Any
 ) -> None:
-    """RETRY_INFRASTRUCTURE_ONLY, evaluated by Airflow after a deferral: a replica exiting 1
-    fails the task in its first try though ``retries=3``; a replica whose container is
-    removed from outside is an InfrastructureError, and the task is retried."""
-    user_run = deployment.trigger("torchx_deploy_policy_usercode")
-    removed_run = deployment.trigger("torchx_deploy_policy_removed")
-    app_id = deferred_app(deployment, "torchx_deploy_policy_removed", removed_run)
+    """RETRY_INFRASTRUCTURE_ONLY, evaluated by Airflow after a deferral: a replica exiting 1,
+    or an image that does not exist, fails the task in its first try though ``retries=3``; a
+    replica whose container is removed from outside is an InfrastructureError, and the task
+    is retried."""
+    started = time.monotonic()
+    runs = {
+        case: deployment.trigger(f"torchx_deploy_policy_{case}")
+        for case in ("usercode", "noimage", "removed")
+    }
+    app_id = deferred_app(deployment, "torchx_deploy_policy_removed", runs["removed"])
     for c in containers(docker_engine, app_id)[:1]:
         c.remove(force=True)
 
-    def ended(dag_id: str, run_id: str) -> bool:
-        return deployment.ti(dag_id, run_id, "train")["state"] in ("success", "failed")
+    def ti(case: str) -> dict[str, Any]:
+        return deployment.ti(f"torchx_deploy_policy_{case}", runs[case], "train")
 
-    wait_for(
-        "the user error to fail the task",
-        lambda: ended("torchx_deploy_policy_usercode", user_run),
-        180,
-        interval=1,
-    )
-    user = deployment.ti("torchx_deploy_policy_usercode", user_run, "train")
-    assert (user["state"], user["try_number"]) == ("failed", 1), user
-    folder = deployment.home / "logs" / "dag_id=torchx_deploy_policy_usercode"
-    text = "".join(p.read_text(errors="replace") for p in folder.rglob("attempt=1.log*"))
-    assert "UserCodeError" in text, text[-3000:]
+    def attempt_log(case: str, attempt: int) -> str:
+        folder = deployment.home / "logs" / f"dag_id=torchx_deploy_policy_{case}"
+        return "".join(
+            p.read_text(errors="replace") for p in folder.rglob(f"attempt={attempt}.log*")
+        )
+
+    for case, error in (("usercode", "UserCodeError"), ("noimage", "RejectedConfigurationError")):
+        wait_for(f"the {case} task to fail", lambda c=case: ti(c)["state"] == "failed", 180, 1)
+        got = ti(case)
+        assert (got["state"], got["try_number"]) == ("failed", 1), got
+        text = attempt_log(case, 1)
+        assert error in text, text[-3000:]
 
     wait_for(
         "the retried task to succeed",
-        lambda: ended("torchx_deploy_policy_removed", removed_run),
+        lambda: ti("removed")["state"] in ("success", "failed"),
         240,
         interval=1,
     )
-    removed = deployment.ti("torchx_deploy_policy_removed", removed_run, "train")
+    removed = ti("removed")
     assert removed["state"] == "success" and removed["try_number"] >= 2, removed
-    for dag_id, run_id in (
-        ("torchx_deploy_policy_usercode", user_run),
-        ("torchx_deploy_policy_removed", removed_run),
-    ):
-        for c in containers(docker_engine, str(deployment.xcom(dag_id, run_id, "train", "app_id"))):
+    assert "InfrastructureError" in attempt_log("removed", 1)
+
+    common = "a deferred task, retries=3, retry_policy=RETRY_INFRASTRUCTURE_ONLY: "
+    rows = (
+        (
+            "usercode",
+            "policy-user-code",
+            common + "a replica exits 1",
+            "UserCodeError; no retry",
+            "task failed on try 1 (UserCodeError)",
+            1,
+        ),
+        (
+            "noimage",
+            "policy-image-missing",
+            common + "its image does not exist",
+            "AppConfigurationError; no retry",
+            "task failed on try 1 (RejectedConfigurationError, an AppConfigurationError)",
+            0,
+        ),
+        (
+            "removed",
+            "policy-infrastructure",
+            common + "a replica's container removed from outside (docker rm -f) while it runs",
+            "InfrastructureError; retried onto a new job",
+            f"InfrastructureError on try 1; task success on try {removed['try_number']}",
+            removed["try_number"],
+        ),
+    )
+    for case, row_id, fault, expected, outcome, jobs in rows:
+        dag_id = f"torchx_deploy_policy_{case}"
+        record(docker_engine, dag_id, row_id, fault, expected, outcome, started, jobs_expected=jobs)
+    for case in runs:
+        for c in labelled(docker_engine, f"torchx_deploy_policy_{case}"):
             c.remove(force=True)
 
 
@@ -568,7 +610,7 @@ def record(
     orphans are the task's jobs still running at the row's end, duplicates the jobs beyond the
     ``jobs_expected`` ones (``apps`` seen during the row, and those still on the engine);
     lines lost and repeated count the numbered ``ticks`` per replica when given."""
-    from reliability_results import airflow_row, record_row
+    from reliability_results import outcome_row, record_row
 
     cs = labelled(client, dag_id)
     running = {c.labels[APP_ID_LABEL] for c in cs if c.status == "running"}
@@ -578,7 +620,7 @@ def record(
         lost = sum(len(set(range(lines_per_replica)) - set(t)) for t in ticks.values())
         repeated = sum(len(t) - len(set(t)) for t in ticks.values())
     record_row(
-        airflow_row(
+        outcome_row(
             row_id,
             fault,
             expected,

@@ -69,3 +69,45 @@ def give_logs(dryrun: Any, lines: int = 4) -> None:
             start=start,
             interval=dt.timedelta(milliseconds=200),
         )
+
+
+def give_logs_once_created(dryrun: Any, lines: int = 4, timeout: float = 120) -> None:
+    """Give each replica ``lines`` log lines ``{role} {replica} line {n}`` as soon as its pod
+    exists (a controller that names pods itself, as the Job controller of a JobSet does), from
+    a thread that watches the app's pods until every replica has had its lines."""
+    import threading
+    import time
+
+    from kubernetes import client
+
+    from torchx_provider.schedulers.kube.status import replica_of
+    from torchx_provider.schedulers.labels import LABEL_APP_ID
+
+    namespace, name = dryrun.request.namespace, dryrun.request.name
+    wanted = sum(
+        int(rjob["template"]["spec"]["completions"])
+        for rjob in dryrun.request.body["spec"]["replicatedJobs"]
+    )
+    core = client.CoreV1Api(CLUSTER.api_client())
+
+    def give() -> None:
+        given: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while len(given) < wanted and time.monotonic() < deadline:
+            for pod in core.list_namespaced_pod(
+                namespace, label_selector=f"{LABEL_APP_ID}={name}"
+            ).items:
+                key = replica_of(pod.to_dict()["metadata"])
+                if key is None or pod.metadata.name in given:
+                    continue
+                CLUSTER.set_pod_logs(
+                    pod.metadata.name,
+                    [f"{key.role} {key.replica_id} line {n}" for n in range(lines)],
+                    namespace=namespace,
+                    start=dt.datetime.now(dt.timezone.utc),
+                    interval=dt.timedelta(milliseconds=200),
+                )
+                given.add(pod.metadata.name)
+            time.sleep(0.1)
+
+    threading.Thread(target=give, name=f"logs of {name}", daemon=True).start()

@@ -37,6 +37,7 @@ VOLCANO_APIS_VERSION="v1.14.0"    # volcano.sh/apis replacing the unusable v0.0.
 APPWRAPPER_VERSION="v1.2.1"       # github.com/project-codeflare/appwrapper
 MCAD_VERSION="v1.40.0"            # github.com/project-codeflare/multi-cluster-app-dispatcher
 KUEUE_VERSION="v0.17.0"           # sigs.k8s.io/kueue (controller and its 11 CRDs)
+JOBSET_VERSION="v0.11.1"          # sigs.k8s.io/jobset (controller and its CRD)
 
 # ---------------------------------------------------------------- layout
 CACHE="${TORCHX_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster}"
@@ -66,6 +67,8 @@ MCAD_KCM_PORT=$((PORT_BASE + 14))
 JOB_CONTROLLER_PORT=$((PORT_BASE + 15))
 KUEUE_WEBHOOK_PORT=$((PORT_BASE + 16)) # AppWrapper's webhook port 9443 is fixed: Kueue's moves
 KUEUE_HEALTH_PORT=$((PORT_BASE + 17))
+JOBSET_WEBHOOK_PORT=$((PORT_BASE + 18))
+JOBSET_HEALTH_PORT=$((PORT_BASE + 19))
 
 TEST_NAMESPACE="torchx-test"
 NODE_COUNT=2                          # fake nodes kwok-node-0..N-1
@@ -114,6 +117,7 @@ volcano_dir()    { echo "$BIN/volcano-$VOLCANO_VERSION-apis-$VOLCANO_APIS_VERSIO
 appwrapper_dir() { echo "$BIN/appwrapper-$APPWRAPPER_VERSION"; }
 mcad_dir()       { echo "$BIN/mcad-$MCAD_VERSION"; }
 kueue_dir()      { echo "$BIN/kueue-$KUEUE_VERSION"; }
+jobset_dir()     { echo "$BIN/jobset-$JOBSET_VERSION"; }
 
 # ---------------------------------------------------------------- build
 # go_wrapper_build NAME DIR MODFILE LDFLAGS PKG...: build PKGs into DIR from a
@@ -394,6 +398,40 @@ build_kueue() {
   done
 }
 
+jobset_built() { [[ -x "$(jobset_dir)/jobset-controller" && -f "$(jobset_dir)/crds/jobset.x-k8s.io_jobsets.yaml" ]]; }
+
+# The JobSet controller (its main package is the module's root) and its one CRD.
+build_jobset() {
+  local out
+  out="$(jobset_dir)"
+  if jobset_built; then
+    log "   jobset $JOBSET_VERSION cached in $out"; return 0
+  fi
+  local go work upstream
+  go="$(go_bin)"
+  work="$BUILD/$(basename "$out")"
+  mkdir -p "$work"
+  upstream="$work/upstream.mod"
+  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION") >"$work/download.json"
+  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  if [[ ! -x "$out/jobset-controller" ]]; then
+    {
+      echo "module torchx.test/jobset-wrapper"
+      echo
+      grep -E '^go [0-9]' "$upstream"
+      grep -E '^godebug' "$upstream" || true
+      echo
+      echo "require sigs.k8s.io/jobset $JOBSET_VERSION"
+    } >"$work/wrapper.mod"
+    go_wrapper_build "jobset $JOBSET_VERSION" "$out" "$work/wrapper.mod" \
+      "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+      sigs.k8s.io/jobset || return 1
+    mv "$out/jobset" "$out/jobset-controller"
+  fi
+  copy_module_file "sigs.k8s.io/jobset@$JOBSET_VERSION" \
+    "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$out/crds"
+}
+
 cmd_build() {
   local t0
   t0=$(now_ms)
@@ -406,6 +444,7 @@ cmd_build() {
   step "appwrapper $APPWRAPPER_VERSION" build_appwrapper
   step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
   step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
+  step "jobset $JOBSET_VERSION (controller, CRD)" build_jobset
   log "build finished in $(since "$t0"); cache uses $(du -sh "$BIN" | cut -f1) of binaries"
 }
 
@@ -630,6 +669,8 @@ apply_crds() {
   # Kueue's 11 CRDs, from the module it is built from; applied with AppWrapper's before
   # Kueue starts (it defers an integration whose CRD is missing, with a long backoff).
   for f in "${KUEUE_CRDS[@]}"; do args+=(-f "$(kueue_dir)/crds/kueue.x-k8s.io_$f.yaml"); done
+  # JobSet's CRD, from the module its controller is built from (before Kueue starts too).
+  args+=(-f "$(jobset_dir)/crds/jobset.x-k8s.io_jobsets.yaml")
   for f in "${mcad_crds[@]}"; do margs+=(-f "$CRD_DIR/$f"); done
   kubectl_admin apply --server-side --force-conflicts "${args[@]}" >/dev/null
   kubectl_mcad apply --server-side --force-conflicts "${margs[@]}" >/dev/null
@@ -876,6 +917,7 @@ missing_components() {
   [[ -x "$(appwrapper_dir)/appwrapper-controller" ]] || echo "appwrapper"
   [[ -x "$(mcad_dir)/kar-controllers" || -e "$(mcad_dir).failed" ]] || echo "mcad"
   [[ -x "$(kueue_dir)/kueue" ]] && kueue_crds_present || echo "kueue"
+  jobset_built || echo "jobset"
 }
 
 cmd_up() {
@@ -902,6 +944,7 @@ cmd_up() {
   step "AppWrapper controller" start_appwrapper
   step "MCAD" start_mcad
   step "namespace $TEST_NAMESPACE and least-privilege kubeconfigs" start_rbac
+  step "JobSet controller on 127.0.0.1:$JOBSET_WEBHOOK_PORT and its webhooks" start_jobset
   step "Kueue on 127.0.0.1:$KUEUE_WEBHOOK_PORT, its webhooks and queues" start_kueue
   step "controllers ready" wait_ready
   write_env
@@ -951,6 +994,7 @@ wait_ready() {
   wait_for "vc-controller-manager /healthz" 60 vc-controller-manager http_ok "$VC_CONTROLLER_HEALTH_PORT" /healthz
   wait_for "appwrapper-controller /healthz" 60 appwrapper-controller http_ok "$AW_HEALTH_PORT" /healthz
   wait_for "kueue /readyz" 60 kueue kueue_ready
+  wait_for "jobset-controller /readyz" 60 jobset-controller jobset_ready
   wait_for "kube-scheduler /readyz" 60 kube-scheduler https_insecure_ok "$SCHEDULER_PORT" /readyz
   wait_for "kube-controller-manager /healthz" 60 kube-controller-manager https_insecure_ok "$KCM_PORT" /healthz
   mcad_ready
@@ -1022,43 +1066,57 @@ clientConnection:
 integrations:
   frameworks:
   - workload.codeflare.dev/appwrapper
+  - jobset.x-k8s.io/jobset
 featureGates:
   VisibilityOnDemand: false
 EOF
 }
 
-# kueue_webhook NAME PATH GROUP OPERATIONS RESOURCES: one entry of a webhook configuration,
-# called by URL (OPERATIONS and RESOURCES comma-separated; every kind here is v1beta2).
-kueue_webhook() {
-  local name="$1" path="$2" group="$3" ops="$4" resources="$5"
+# url_webhook PORT NAME PATH GROUP VERSION OPERATIONS RESOURCES [LABEL]: one entry of a
+# webhook configuration, called by URL on 127.0.0.1:PORT with the cluster CA (OPERATIONS and
+# RESOURCES comma-separated); with LABEL, only for objects that carry that label.
+url_webhook() {
+  local port="$1" name="$2" path="$3" group="$4" version="$5" ops="$6" resources="$7" label="${8:-}"
   echo "- name: $name"
   echo "  admissionReviewVersions: [v1]"
   echo "  sideEffects: None"
   echo "  failurePolicy: Fail"
   echo "  timeoutSeconds: 10"
   echo "  clientConfig:"
-  echo "    url: https://127.0.0.1:$KUEUE_WEBHOOK_PORT$path"
+  echo "    url: https://127.0.0.1:$port$path"
   echo "    caBundle: $(b64 "$PKI/ca.crt")"
   echo "  rules:"
-  echo "  - apiGroups: [$group]"
-  echo "    apiVersions: [v1beta2]"
+  echo "  - apiGroups: [\"$group\"]"
+  echo "    apiVersions: [$version]"
   echo "    operations: [$ops]"
   echo "    resources: [$resources]"
+  if [[ -n "$label" ]]; then
+    echo "  objectSelector:"
+    echo "    matchExpressions: [{key: $label, operator: Exists}]"
+  fi
 }
 
-# Only the webhooks of what this Kueue manages: its own kinds and the one framework enabled
-# (AppWrapper v1beta2). Not the other frameworks', above all not the one on every pod.
+# kueue_webhook NAME PATH GROUP OPERATIONS RESOURCES [VERSION]: one of Kueue's (v1beta2
+# unless VERSION says otherwise).
+kueue_webhook() {
+  url_webhook "$KUEUE_WEBHOOK_PORT" "$1" "$2" "$3" "${6:-v1beta2}" "$4" "$5"
+}
+
+# Only the webhooks of what this Kueue manages: its own kinds and the frameworks enabled
+# (AppWrapper v1beta2, JobSet). Not the other frameworks', above all not the one on every pod.
 kueue_webhooks() {
-  local aw=workload.codeflare.dev k=kueue.x-k8s.io
+  local aw=workload.codeflare.dev k=kueue.x-k8s.io js=jobset.x-k8s.io
   printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n'
   printf 'metadata:\n  name: torchx-kueue-mutating\nwebhooks:\n'
   kueue_webhook mappwrapper.kueue.torchx.test /mutate-workload-codeflare-dev-v1beta2-appwrapper $aw CREATE appwrappers
+  kueue_webhook mjobset.kueue.torchx.test /mutate-jobset-x-k8s-io-v1alpha2-jobset $js CREATE jobsets v1alpha2
   kueue_webhook mclusterqueue.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-clusterqueue $k CREATE clusterqueues
   kueue_webhook mresourceflavor.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-resourceflavor $k CREATE resourceflavors
   kueue_webhook mworkload.kueue.torchx.test /mutate-kueue-x-k8s-io-v1beta2-workload $k CREATE workloads
   printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n'
   printf 'metadata:\n  name: torchx-kueue-validating\nwebhooks:\n'
   kueue_webhook vappwrapper.kueue.torchx.test /validate-workload-codeflare-dev-v1beta2-appwrapper $aw CREATE,UPDATE appwrappers
+  kueue_webhook vjobset.kueue.torchx.test /validate-jobset-x-k8s-io-v1alpha2-jobset $js CREATE,UPDATE jobsets v1alpha2
   kueue_webhook vclusterqueue.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-clusterqueue $k CREATE,UPDATE clusterqueues
   kueue_webhook vcohort.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-cohort $k CREATE,UPDATE cohorts
   kueue_webhook vresourceflavor.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-resourceflavor $k CREATE,UPDATE resourceflavors
@@ -1151,6 +1209,80 @@ start_kueue() {
   wait_for "LocalQueue $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE active" 60 kueue local_queue_active
 }
 
+# ---------------------------------------------------------------- JobSet
+# The JobSet controller (kubernetes-sigs/jobset) runs JobSets: a group of Indexed Jobs, one
+# per role. Its webhooks (defaulting and validating JobSets; placement on the pods of a
+# JobSet) are called by URL on 127.0.0.1 with a serving certificate of the cluster CA, as
+# Kueue's; its pod webhooks only for pods that carry a JobSet's label. Internal certificate
+# management and metrics are off.
+jobset_certs() {
+  local dir="$RUN/jobset/certs"
+  pki_cert jobset-webhook "/CN=jobset-webhook" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost"
+  mkdir -p "$dir"
+  cp "$PKI/jobset-webhook.crt" "$dir/tls.crt"
+  install -m 600 "$PKI/jobset-webhook.key" "$dir/tls.key"
+}
+
+jobset_config() {
+  cat <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+health:
+  healthProbeBindAddress: 127.0.0.1:$JOBSET_HEALTH_PORT
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: $JOBSET_WEBHOOK_PORT
+  certDir: $RUN/jobset/certs
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+clientConnection:
+  qps: 50
+  burst: 100
+EOF
+}
+
+jobset_webhooks() {
+  local js=jobset.x-k8s.io p="$JOBSET_WEBHOOK_PORT" label=jobset.sigs.k8s.io/jobset-name
+  printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n'
+  printf 'metadata:\n  name: torchx-jobset-mutating\nwebhooks:\n'
+  url_webhook "$p" mjobset.jobset.torchx.test /mutate-jobset-x-k8s-io-v1alpha2-jobset $js v1alpha2 CREATE jobsets
+  url_webhook "$p" mpod.jobset.torchx.test /mutate--v1-pod "" v1 CREATE pods "$label"
+  printf -- '---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n'
+  printf 'metadata:\n  name: torchx-jobset-validating\nwebhooks:\n'
+  url_webhook "$p" vjobset.jobset.torchx.test /validate-jobset-x-k8s-io-v1alpha2-jobset $js v1alpha2 CREATE,UPDATE jobsets
+  url_webhook "$p" vpod.jobset.torchx.test /validate--v1-pod "" v1 CREATE pods "$label"
+}
+
+jobset_ready() { http_ok "$JOBSET_HEALTH_PORT" /readyz; }
+
+# JobSet's webhooks fail closed, as Kueue's: 'down' removes them first.
+forget_jobset_webhooks() {
+  [[ -s "$PKI/admin.crt" ]] && is_running kube-apiserver && https_ok "$APISERVER_PORT" /readyz 2>/dev/null ||
+    return 0
+  kubectl_admin delete --ignore-not-found --wait=false \
+    mutatingwebhookconfiguration/torchx-jobset-mutating \
+    validatingwebhookconfiguration/torchx-jobset-validating >/dev/null || true
+}
+
+start_jobset() {
+  mkdir -p "$RUN/jobset"
+  jobset_certs
+  jobset_config >"$RUN/jobset/config.yaml"
+  start jobset-controller "$(jobset_dir)/jobset-controller" \
+    --config="$RUN/jobset/config.yaml" \
+    --kubeconfig="$RUN/kubeconfig/admin.yaml" \
+    --zap-log-level=info
+  wait_for "jobset-controller /readyz (its webhook server listens)" 90 jobset-controller jobset_ready
+  jobset_webhooks | kubectl_admin apply -f - >/dev/null
+}
+
 # ---------------------------------------------------------------- MCAD
 # kar-controllers (MCAD v1.40.0) against the second API server, with its own
 # kwok and scheduler so that the pods it dispatches run. If it did not build,
@@ -1191,7 +1323,7 @@ mcad_ready() {
 # ---------------------------------------------------------------- down / status
 ALL_PROCESSES=(
   kar-controllers mcad-kube-scheduler mcad-kube-controller-manager mcad-kwok
-  kueue appwrapper-controller vc-controller-manager vc-scheduler kwok
+  kueue jobset-controller appwrapper-controller vc-controller-manager vc-scheduler kwok
   kube-job-controller kube-scheduler kube-controller-manager mcad-apiserver kube-apiserver etcd
 )
 
@@ -1233,6 +1365,7 @@ cmd_down() {
   local t0
   t0=$(now_ms)
   forget_kueue_webhooks
+  forget_jobset_webhooks
   stop_many "${ALL_PROCESSES[@]:0:${#ALL_PROCESSES[@]}-1}"
   stop_many etcd
   log "cluster down in $(since "$t0") (state kept in $RUN; '$0 clean' removes it)"

@@ -271,11 +271,13 @@ def resolve_kube_client(
 
 
 class TorchXKubernetesHook(TorchXHookBase):
-    """Connects the Volcano (``kubernetes``) and MCAD (``kubernetes_mcad``) backends.
+    """Connects the Kubernetes backends: Volcano (``kubernetes``), MCAD
+    (``kubernetes_mcad``), AppWrapper ``v1beta2`` (``kubernetes_appwrapper``) and JobSet
+    (``kubernetes_jobset``).
 
     :param conn_id: a connection of type ``torchx_kubernetes`` or ``kubernetes``; ``None``
         uses the worker's kubeconfig or in-cluster service account.
-    :param backend: ``kubernetes`` (Volcano, default) or ``kubernetes_mcad``.
+    :param backend: one of those backends' names (default ``kubernetes``).
     """
 
     conn_type: ClassVar[str] = "torchx_kubernetes"

@@ -14,6 +14,7 @@ from torchx_provider.operators.options import Following, Lifecycle, OnFinishActi
 from torchx_provider.operators.per_backend import (
     TorchXAppWrapperOperator,
     TorchXDockerOperator,
+    TorchXJobSetOperator,
     TorchXKubernetesOperator,
     TorchXMCADOperator,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "OnKillAction",
     "TorchXAppWrapperOperator",
     "TorchXDockerOperator",
+    "TorchXJobSetOperator",
     "TorchXKubernetesOperator",
     "TorchXMCADOperator",
     "TorchXOperator",

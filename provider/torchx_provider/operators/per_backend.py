@@ -33,6 +33,14 @@ class TorchXAppWrapperOperator(TorchXOperator):
     default_scheduler: ClassVar[str] = "kubernetes_appwrapper"
 
 
+class TorchXJobSetOperator(TorchXOperator):
+    """:class:`TorchXOperator` on JobSets, optionally admitted by Kueue
+    (``scheduler="kubernetes_jobset"``); ``conn_id`` is a ``torchx_kubernetes`` or
+    ``kubernetes`` connection."""
+
+    default_scheduler: ClassVar[str] = "kubernetes_jobset"
+
+
 class TorchXDockerOperator(TorchXOperator):
     """:class:`TorchXOperator` on a Docker engine (``scheduler="local_docker"``); ``conn_id``
     is a ``torchx_docker`` connection."""

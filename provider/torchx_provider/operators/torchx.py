@@ -124,7 +124,8 @@ class TorchXOperator(BaseOperator):
     :param cfg: run options: a dict, or TorchX's string form ``"queue=default,namespace=ml"``.
         Templated. Defaults come from the connection's extras.
     :param scheduler: ``kubernetes`` (Volcano), ``kubernetes_mcad``,
-        ``kubernetes_appwrapper``, ``local_docker``, or any other backend registered in
+        ``kubernetes_appwrapper``, ``kubernetes_jobset``, ``local_docker``, or any other
+        backend registered in
         :mod:`torchx_provider.backends`. Required: ``TorchXOperator`` has no default backend.
         The operators fixed to a backend take it as their default and refuse any other.
     :param conn_id: the Airflow connection; ``None`` uses the worker's environment defaults.

@@ -5,6 +5,7 @@
 * ``kubernetes_mcad`` (MCAD AppWrapper) -- :mod:`torchx_provider.schedulers.kube.mcad`
 * ``kubernetes_appwrapper`` (AppWrapper v1beta2, Kueue) --
   :mod:`torchx_provider.schedulers.kube.appwrapper`
+* ``kubernetes_jobset`` (JobSet, Kueue) -- :mod:`torchx_provider.schedulers.kube.jobset`
 
 Importing this package imports no client library.
 """

@@ -15,6 +15,7 @@ import pytest
 from torchx_provider.errors import (
     AppCancelledError,
     AppConfigurationError,
+    AppFailedError,
     AppTimeoutError,
     RejectedConfigurationError,
     SubmissionError,
@@ -61,6 +62,7 @@ class TI(SimpleNamespace):
             start_date=None,
         )
         self.xcoms: dict[str, Any] = {}
+        self.started = time.monotonic()
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value
@@ -78,6 +80,7 @@ def run(docker_engine: Any, network: str) -> Iterator[Callable[..., tuple[Any, T
         image: str = IMAGE,
         resource: dict[str, Any] | None = None,
         during: Callable[[str], None] | None = None,
+        replicas: int = 1,
         **kwargs: Any,
     ) -> tuple[Any, TI, Log]:
         role: dict[str, Any] = {
@@ -85,6 +88,7 @@ def run(docker_engine: Any, network: str) -> Iterator[Callable[..., tuple[Any, T
             "image": image,
             "entrypoint": "sh",
             "args": ["-c", script],
+            "num_replicas": replicas,
         }
         if resource is not None:
             role["resource"] = resource
@@ -175,6 +179,87 @@ def test_a_replica_over_its_memory_limit_is_a_user_code_error_oomkilled(run: Any
     assert (error.reason, error.exit_code) == ("OOMKilled", 137)
     assert ti.xcoms["replicas"][0]["reason"] == "OOMKilled"
     assert "exit code 137 (OOMKilled)" in str(error)
+    row(
+        "oom-killed",
+        "a replica killed for exceeding its memory limit (OOMKilled, a real cgroup limit)",
+        "UserCodeError naming the replica and OOMKilled",
+        error,
+        ti,
+    )
+
+
+#: three ranks of a DDP-like job: rank 2 raises first; the others are torn down about half a
+#: second later, as torchrun's agent does, with a traceback of their own and exit code 1 (the
+#: code every failing container of a torchrun job exits with), often in the same second
+DDP_SCRIPT = (
+    'if [ "$TORCHX_REPLICA_IDX" = 2 ]; then sleep 1; '
+    "echo 'Traceback (most recent call last):'; "
+    "echo '  File \"train.py\", line 41, in step'; "
+    "echo 'ValueError: batch 7 has NaN loss'; exit 1; fi; "
+    "sleep 1.5; echo 'Traceback (most recent call last):'; "
+    "echo '  File \"torch/distributed/elastic/agent/server/api.py\", line 8, in _invoke_run'; "
+    "echo 'torch.distributed.elastic.multiprocessing.api.SignalException: "
+    "Process 41 got signal: 15'; exit 1"
+)
+
+
+def test_the_rank_that_failed_first_is_the_root_cause_with_its_python_error(run: Any) -> None:
+    """Every rank fails with exit code 1 and a traceback; the error, the failure summary and
+    the ``replicas`` XCom name rank 2, which failed first, and show its own Python error."""
+    error, ti, log = run(DDP_SCRIPT, replicas=3)
+    assert type(error) is UserCodeError, error
+    summary = "\n".join(log.lines)
+    assert "trainer/2" in summary and "ValueError: batch 7 has NaN loss" in summary, summary
+    assert (error.role, error.replica_id, error.exit_code) == ("trainer", 2, 1), error
+    assert error.replica_message == "ValueError: batch 7 has NaN loss", error.replica_message
+    assert (
+        "first failed replica: trainer/2 failed: exit code 1 "
+        "(Error: ValueError: batch 7 has NaN loss)" in str(error)
+    ), error
+    causes = [r for r in ti.xcoms["replicas"] if r["root_cause"]]
+    assert [(r["role"], r["replica_id"]) for r in causes] == [("trainer", 2)], ti.xcoms
+    assert sorted(r["exit_code"] for r in ti.xcoms["replicas"]) == [1, 1, 1]
+    row(
+        "ddp-root-cause",
+        "DDP-like job of 3 ranks: rank 2 raises, the others are torn down with a traceback of"
+        " their own; every rank exits 1",
+        "the failure names rank 2 (the first to fail) and its Python error",
+        error,
+        ti,
+    )
+
+
+def row(row_id: str, fault: str, expected: str, error: Exception, ti: TI) -> None:
+    """One row of the reliability table (docs/reliability.md): the class raised, and where
+    it named the root cause; orphans are the app's containers still running."""
+    from reliability_results import outcome_row, record_row
+
+    assert isinstance(error, AppFailedError)
+    with create_scheduler("row") as scheduler:
+        desc = scheduler.describe(ti.xcoms["app_id"])
+    running = (
+        0
+        if desc is None
+        else sum(
+            1 for r in desc.roles_statuses for rep in r.replicas if rep.state == AppState.RUNNING
+        )
+    )
+    outcome = (
+        f"{type(error).__name__} naming {error.role}/{error.replica_id} "
+        f"(exit code {error.exit_code}, {error.reason})"
+    )
+    record_row(
+        outcome_row(
+            row_id,
+            "Docker: " + fault,
+            expected,
+            outcome,
+            lines=False,
+            orphans=running,
+            duplicates=0,
+            seconds=time.monotonic() - ti.started,
+        )
+    )
 
 
 def test_an_image_the_engine_does_not_have_is_a_configuration_error(run: Any) -> None:

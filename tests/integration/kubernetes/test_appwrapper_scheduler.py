@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import kueue_objects
 import pytest
+from kueue_objects import condition, cpu_quota
 
 from kube_apps import tracked
 from torchx_provider import specs
@@ -25,8 +27,6 @@ from torchx_provider.schedulers.labels import LABEL_APP_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppState, is_terminal
 
 pytestmark = pytest.mark.kubernetes
-
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
 @pytest.fixture
@@ -212,39 +212,8 @@ def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: An
 
 
 def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
-    """The Kueue Workload of an AppWrapper (owned by it), if Kueue made one."""
-    from kubernetes import client
-
-    namespace, name = app_id.split(":")
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    group, version = KUEUE
-    for wl in api.list_namespaced_custom_object(group, version, namespace, "workloads")["items"]:
-        owners = wl["metadata"].get("ownerReferences") or []
-        if any(o["kind"] == "AppWrapper" and o["name"] == name for o in owners):
-            return dict(wl)
-    return None
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == kind:
-            return dict(c)
-    return {}
-
-
-def cpu_quota(kube_cluster: Any, cluster_queue: str) -> float:
-    """The ClusterQueue's nominal CPU quota."""
-    from kubernetes import client
-
-    group, version = KUEUE
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    cq = api.get_cluster_custom_object(group, version, "clusterqueues", cluster_queue)
-    for rg in cq["spec"]["resourceGroups"]:
-        for flavor in rg["flavors"]:
-            for r in flavor["resources"]:
-                if r["name"] == "cpu":
-                    return float(r["nominalQuota"])
-    raise AssertionError(f"{cluster_queue} has no cpu quota")
+    """The Kueue Workload of a AppWrapper, if Kueue made one."""
+    return kueue_objects.workload(kube_cluster, app_id, "AppWrapper")
 
 
 def test_kueue_admits_an_app_of_its_local_queue(

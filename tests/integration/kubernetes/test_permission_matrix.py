@@ -30,7 +30,7 @@ from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import AppConfigurationError, TorchXProviderError
-from torchx_provider.schedulers.kube import appwrapper, volcano
+from torchx_provider.schedulers.kube import appwrapper, jobset, volcano
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind
@@ -48,6 +48,9 @@ SAY_WITHIN = 60.0
 #: the backend whose path a rule's API group is on (the others: Volcano's, which also
 #: reads pods, their logs and events as every backend does)
 APPWRAPPER_GROUPS = {"workload.codeflare.dev", "batch", "scheduling.x-k8s.io", "kueue.x-k8s.io"}
+JOBSET_GROUP = "jobset.x-k8s.io"
+#: each backend's package
+MODULES = {"kubernetes": volcano, "kubernetes_appwrapper": appwrapper, "kubernetes_jobset": jobset}
 
 
 def documented_rows() -> list[tuple[str, str, str]]:
@@ -71,6 +74,8 @@ def row_id(group: str, resource: str, verb: str) -> str:
 def backend_of(group: str, resource: str) -> str:
     if group in APPWRAPPER_GROUPS or resource == "services":
         return "kubernetes_appwrapper"
+    if group == JOBSET_GROUP:
+        return "kubernetes_jobset"
     return "kubernetes"
 
 
@@ -97,7 +102,7 @@ class Task:
 
     def __init__(self, kube_cluster: Any, backend: str, kubeconfig: str) -> None:
         self.cluster = kube_cluster
-        self.module = volcano if backend == "kubernetes" else appwrapper
+        self.module: Any = MODULES[backend]
         self.cfg = {"queue": "default"} if backend == "kubernetes" else {}
         self.kubeconfig = kubeconfig
         ns = kube_cluster.namespace

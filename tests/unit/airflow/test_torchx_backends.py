@@ -57,6 +57,7 @@ def test_builtin_rows_agree_with_their_hooks_and_operators() -> None:
         "kubernetes",
         "kubernetes_mcad",
         "kubernetes_appwrapper",
+        "kubernetes_jobset",
         "local_docker",
     ]
     for row in BUILTIN_BACKENDS:

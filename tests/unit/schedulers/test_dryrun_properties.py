@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from test_kube_manifests import (
     validate_appwrapper,
     validate_appwrapper_v1beta2,
+    validate_jobset,
     validate_volcano_job,
 )
 
@@ -199,6 +200,17 @@ OPTIONS: dict[str, dict[str, tuple[list[Any], list[Any]]]] = {
         "cancel_by": (["suspend", "delete"], ["drop"]),
         "warmup_grace_period": (["5m", "30s"], ["five minutes", "-1s"]),
     },
+    "kubernetes_jobset": {
+        **SHARED,
+        "namespace": K8S_LABEL,
+        "local_queue": K8S_LABELLED,
+        "priority_class": K8S_LABELLED,
+        "success_policy": (["all", "first_role"], ["any", 1]),
+        "start_order": (["any", "in_order"], ["sequential"]),
+        "fail_on_exit_codes": (["2", "1,3"], ["0", "a", "300"]),
+        "ttl_seconds_after_finished": ([0, 60], [-1, "soon"]),
+        "cancel_by": (["suspend", "delete"], ["drop"]),
+    },
     "local_docker": {
         "copy_env": ([["A*"], "A*"], [5]),
         "env": ([{"A": "1"}], [{"bad name": "1"}, 3]),
@@ -235,6 +247,7 @@ VALIDATE = {
     "kubernetes": validate_volcano_job,
     "kubernetes_mcad": validate_appwrapper,
     "kubernetes_appwrapper": validate_appwrapper_v1beta2,
+    "kubernetes_jobset": validate_jobset,
 }
 
 

@@ -230,6 +230,32 @@ def test_a_403_names_the_verb_resource_namespace_and_the_rule_to_add() -> None:
     )
 
 
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_a_webhook_refusal_is_the_apps_configuration_not_a_permission(status: int) -> None:
+    """A webhook denies with the status it chooses (controller-runtime: 403): the same object
+    is refused again, whatever the account may do."""
+    from torchx_provider.errors import RejectedConfigurationError
+
+    message = (
+        'admission webhook "vjobset.jobset.x-k8s.io" denied the request: DependsOn can\'t be '
+        "set for the first ReplicatedJob"
+    )
+    err = translate(api_exception(status, {"message": message}, False), "create", "JobSet 'a'")
+    assert isinstance(err, RejectedConfigurationError) and isinstance(err, SubmissionError)
+    assert not isinstance(err, BackendConfigurationError)
+    assert message in str(err) and "change what the webhook names" in str(err)
+
+
+def test_a_namespace_quota_is_no_permission_either() -> None:
+    message = (
+        'jobsets.jobset.x-k8s.io "a" is forbidden: exceeded quota: compute, requested: '
+        "count/jobsets.jobset.x-k8s.io=1, used: count/jobsets.jobset.x-k8s.io=5, limited: 5"
+    )
+    err = translate(api_exception(403, {"message": message}, False), "create", "JobSet 'a'")
+    assert type(err) is SubmissionError, err
+    assert "ResourceQuota" in str(err)
+
+
 def test_a_cluster_scoped_403_asks_for_a_cluster_role() -> None:
     message = (
         'queues.scheduling.volcano.sh "q" is forbidden: User "u" cannot get resource "queues" '

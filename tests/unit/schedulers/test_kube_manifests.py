@@ -37,7 +37,11 @@ CRD_FILES = {
     "appwrapper_v1beta2": "appwrapper-v1.2.1_workload.codeflare.dev_appwrappers.yaml",
     "scheduling.x-k8s.io": "scheduler-plugins-v0.34.7_scheduling.x-k8s.io_podgroups.yaml",
     "scheduling.sigs.k8s.io": "scheduler-plugins-v0.24.9_scheduling.sigs.k8s.io_podgroups.yaml",
+    "jobset": "jobset.x-k8s.io_jobsets.yaml",
 }
+#: CRDs that come with a controller the test cluster builds (tests/cluster/cluster.sh copies
+#: each from the Go module it builds): key -> the folder under the cluster's binaries.
+BUILT_CRDS = {"jobset": "jobset-v0.11.1/crds"}
 
 
 def crds_dir() -> Path:
@@ -60,11 +64,30 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
+def cluster_bin_dir() -> Path:
+    """Where tests/cluster/cluster.sh keeps what it builds (its ``$CACHE/bin``)."""
+    cache = os.environ.get("TORCHX_CLUSTER_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "airflow-provider-torchx"
+        / "cluster"
+    )
+    return Path(cache) / "bin"
+
+
+def crd_path(key: str) -> Path:
+    """The upstream CRD of ``key``: in :func:`crds_dir`, else (for a CRD of a controller the
+    test cluster builds) where the cluster's build copied it from its module."""
+    path = crds_dir() / CRD_FILES[key]
+    if not path.is_file() and key in BUILT_CRDS:
+        return cluster_bin_dir() / BUILT_CRDS[key] / CRD_FILES[key]
+    return path
+
+
 @functools.cache
 def _schema(key: str) -> dict[str, Any]:
-    path = crds_dir() / CRD_FILES[key]
+    path = crd_path(key)
     if not path.is_file():
-        reason = f"upstream CRD {path} not found (set TORCHX_CRDS_DIR)"
+        reason = f"upstream CRD {path} not found (set TORCHX_CRDS_DIR, or build the test cluster)"
         if os.environ.get("CI"):
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
@@ -127,6 +150,21 @@ def validate_appwrapper(aw: Mapping[str, Any]) -> None:
                 assert set(port) <= {"name", "port", "targetPort", "protocol"}
         else:
             raise AssertionError(f"unexpected generic item kind {kind}")
+
+
+def validate_jobset(js: Mapping[str, Any]) -> None:
+    """A JobSet against its CRD (which holds each Job's and pod's schema); each role is one
+    replicatedJob of one Indexed Job whose failed pod reaches the JobSet's failure policy."""
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    _check("jobset", js)
+    for rjob in js["spec"]["replicatedJobs"]:
+        assert rjob["replicas"] == 1
+        spec = rjob["template"]["spec"]
+        assert spec["completionMode"] == "Indexed"
+        assert spec["completions"] == spec["parallelism"] >= 1
+        assert spec["backoffLimit"] == 0
+        assert spec["template"]["spec"]["restartPolicy"] == "Never"
+        validate_pod(spec["template"])
 
 
 def validate_appwrapper_v1beta2(aw: Mapping[str, Any]) -> None:
@@ -285,6 +323,25 @@ def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
                 "cancel_by": "delete",
             },
         }
+    if backend == "kubernetes_jobset":
+        return {
+            "echo": {},
+            "ddp": {
+                "service_account": "trainer",
+                "image_secret": "regcred",
+                "local_queue": "team-vision",
+                "priority_class": "high",
+                "pod_priority_class": "gpu-high",
+                "fail_on_exit_codes": "2,3",
+            },
+            "multi": {
+                "labels": {"team": "vision"},
+                "success_policy": "first_role",
+                "start_order": "in_order",
+                "ttl_seconds_after_finished": 3600,
+                "cancel_by": "delete",
+            },
+        }
     return {
         "echo": {},
         "ddp": {
@@ -361,6 +418,13 @@ def test_mcad_golden(name: str) -> None:
     aw = manifest("kubernetes_mcad", name)
     validate_appwrapper(aw)
     check_golden(f"mcad_{name}", aw)
+
+
+@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
+def test_jobset_golden(name: str) -> None:
+    js = manifest("kubernetes_jobset", name)
+    validate_jobset(js)
+    check_golden(f"jobset_{name}", js)
 
 
 @pytest.mark.parametrize("name", ["echo", "ddp", "multi"])

@@ -1,9 +1,10 @@
-"""What the Kubernetes backends (Volcano, MCAD, AppWrapper v1beta2) share, written once.
+"""What the Kubernetes backends (Volcano, MCAD, AppWrapper v1beta2, JobSet) share, written once.
 
 Each backend is a package of its own, holding only its pure parts -- run options, the
 translation AppDef → object, the state table -- and its two factories:
-:mod:`.volcano` (``kubernetes``), :mod:`.mcad` (``kubernetes_mcad``) and
-:mod:`.appwrapper` (``kubernetes_appwrapper``). Shared here:
+:mod:`.volcano` (``kubernetes``), :mod:`.mcad` (``kubernetes_mcad``),
+:mod:`.appwrapper` (``kubernetes_appwrapper``) and :mod:`.jobset` (``kubernetes_jobset``).
+Shared here:
 
 * :mod:`.resources` -- the custom resource types (group, version, plural, kind);
 * :mod:`.kubeconfig` -- where a kubeconfig is found and how it is parsed;

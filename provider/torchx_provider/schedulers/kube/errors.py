@@ -38,6 +38,7 @@ from typing import Any
 from torchx_provider.errors import (
     BackendConfigurationError,
     BackendUnavailableError,
+    RejectedConfigurationError,
     SubmissionError,
     TorchXProviderError,
     UnknownAppError,
@@ -196,6 +197,24 @@ def translate(
             body,
             app_id=app_id,
         )
+    if status in (400, 403, 422) and ADMISSION_DENIED.search(str(message)):
+        # A webhook (the controller's own, Kueue's, a policy engine's) refused the object for
+        # what it says: the same object is refused again, whatever the account may do.
+        return RejectedConfigurationError(
+            f"cannot {action} {what}: {message}; change what the webhook names (run options, "
+            "roles) and submit again",
+            status,
+            body,
+            app_id=app_id,
+        )
+    if status == 403 and "exceeded quota" in str(message):
+        # The namespace's ResourceQuota: it may fit once other work has ended.
+        return SubmissionError(
+            f"cannot {action} {what}: {message}; the namespace's ResourceQuota has no room "
+            "for it now: ask for less, or submit once other work has ended",
+            status,
+            body,
+        )
     if status == 403:
         permission = Permission.from_message(str(message))
         hint = (
@@ -230,6 +249,10 @@ def translate(
         status,
         body,
     )
+
+
+#: How the API server words a refusal by an admission webhook (any HTTP status it chose).
+ADMISSION_DENIED = re.compile(r'admission webhook "[^"]+" denied the request')
 
 
 @contextmanager

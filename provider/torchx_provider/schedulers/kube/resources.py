@@ -102,6 +102,9 @@ APPWRAPPER_GROUPS = (APPWRAPPER_GROUP, APPWRAPPER_LEGACY_GROUP)
 #: one cluster serves one or the other, never both.
 APPWRAPPER_V1BETA2 = CustomResource(APPWRAPPER_GROUP, "v1beta2", "appwrappers", "AppWrapper")
 
+#: The JobSet of kubernetes-sigs/jobset (SIG Apps): a group of Indexed Jobs.
+JOBSET = CustomResource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+
 #: The coscheduler's PodGroup (kubernetes-sigs/scheduler-plugins) and its pre-v0.25 group.
 PODGROUP_GROUP = "scheduling.x-k8s.io"
 PODGROUP_LEGACY_GROUP = "scheduling.sigs.k8s.io"

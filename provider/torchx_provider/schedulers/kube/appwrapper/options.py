@@ -10,19 +10,25 @@ configured defaults.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.schedulers.kube.options import KubeOpts, option
-from torchx_provider.schedulers.kube.pod import PodSettings
+from torchx_provider.schedulers.kube.options import option
+from torchx_provider.schedulers.kube.suspension import (
+    CANCEL_ACTIONS,
+    CANCEL_DELETE,
+    CANCEL_SUSPEND,
+    QueuedOpts,
+)
 
-#: What ``cancel_by`` takes: keep the AppWrapper suspended (its status and conditions stay
-#: readable; the controller deletes its pods) or delete it with everything it wraps.
-CANCEL_SUSPEND = "suspend"
-CANCEL_DELETE = "delete"
-CANCEL_ACTIONS = (CANCEL_SUSPEND, CANCEL_DELETE)
+__all__ = [
+    "CANCEL_ACTIONS",
+    "CANCEL_DELETE",
+    "CANCEL_SUSPEND",
+    "DURATION_OPTIONS",
+    "AppWrapperOpts",
+]
 
 #: A Go ``time.ParseDuration`` string without sign (what the controller accepts).
 _GO_DURATION = re.compile(r"^((\d+(\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^0$")
@@ -41,32 +47,12 @@ DURATION_OPTIONS = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class AppWrapperOpts(KubeOpts):
-    """The resolved run options; the shared ones come from :class:`KubeOpts`."""
+class AppWrapperOpts(QueuedOpts):
+    """The resolved run options; the shared ones come from :class:`KubeOpts`, Kueue's and
+    ``cancel_by`` from :class:`QueuedOpts`."""
 
     KIND: ClassVar[str] = "AppWrapper"
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "local_queue": "labelled",
-        "priority_class": "labelled",
-        "pod_priority_class": "subdomain",
-    }
 
-    local_queue: str | None = option(
-        str,
-        "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the AppWrapper is "
-        "created suspended and runs once Kueue admits it",
-    )
-    priority_class: str | None = option(
-        str, "Kueue WorkloadPriorityClass of the AppWrapper (label kueue.x-k8s.io/priority-class)"
-    )
-    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
-    cancel_by: str | None = option(
-        str,
-        "what cancel does: 'suspend' keeps the AppWrapper (status, conditions) and removes its "
-        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
-        "Kueue owns spec.suspend)",
-    )
     admission_grace_period: str | None = option(
         str, "how long (Go duration) the pods may take to be created and scheduled"
     )
@@ -115,18 +101,3 @@ class AppWrapperOpts(KubeOpts):
                     f"run option {key}={value!r} is not a comma-separated list of exit codes",
                     option=key,
                 )
-        if self.cancel_by is not None and self.cancel_by not in CANCEL_ACTIONS:
-            raise InvalidOptionError(
-                f"run option cancel_by={self.cancel_by!r}; use one of {list(CANCEL_ACTIONS)}",
-                option="cancel_by",
-            )
-
-    def cancel_action(self) -> str:
-        """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
-        admit a suspended AppWrapper again)."""
-        if self.cancel_by:
-            return self.cancel_by
-        return CANCEL_DELETE if self.local_queue else CANCEL_SUSPEND
-
-    def pod_settings(self) -> PodSettings:
-        return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

@@ -13,20 +13,29 @@ https://github.com/project-codeflare/appwrapper/blob/v1.2.1/internal/controller/
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
-from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
-from torchx_provider.schedulers.labels import LABEL_ROLE_INDEX
-from torchx_provider.specs.api import NONE, AppState, is_terminal
+from torchx_provider.schedulers.kube.indexed import indexed_replicas
+from torchx_provider.schedulers.kube.suspension import (
+    ANNOTATION_CANCEL_BY,
+    ANNOTATION_CANCELLED,
+    is_cancelled,
+    queued_message,
+)
+from torchx_provider.specs.api import NONE, AppState
 
-#: The annotation cancel sets (with ``spec.suspend: true``): a suspended AppWrapper carrying it
-#: was cancelled, not preempted or queued.
-ANNOTATION_CANCELLED = "torchx.pytorch.org/cancelled"
-#: The annotation that records what cancel does to this AppWrapper (``suspend``/``delete``).
-ANNOTATION_CANCEL_BY = "torchx.pytorch.org/cancel-by"
+__all__ = [
+    "ANNOTATION_CANCELLED",
+    "ANNOTATION_CANCEL_BY",
+    "appwrapper_state",
+    "describe_appwrapper",
+    "is_cancelled",
+    "pod_templates",
+    "status_message",
+]
 
 #: ``status.phase`` → app state. The empty phase (not reconciled yet) is ``SUBMITTED``
 #: (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
@@ -61,12 +70,6 @@ CONDITION_ORDER = ("Unhealthy", "PodsReady", "QuotaReserved", "ResourcesDeployed
 _CANCELLABLE_PHASES = ("", "Suspended", "Suspending", "Resuming", "Running", "Resetting")
 
 
-def is_cancelled(obj: Mapping[str, Any]) -> bool:
-    """Whether cancel suspended this AppWrapper."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(ANNOTATION_CANCELLED) == "true"
-
-
 def appwrapper_state(obj: Mapping[str, Any], where: str = "") -> AppState:
     """The app state of an AppWrapper; one cancelled by suspension is ``CANCELLED``."""
     phase = (obj.get("status") or {}).get("phase")
@@ -89,10 +92,7 @@ def status_message(obj: Mapping[str, Any]) -> str:
         return f"{phase}: cancelled (suspended; its pods are removed)"
     by_type = conditions(status)
     if phase == "Suspended" and (obj.get("spec") or {}).get("suspend"):
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        queue = labels.get("kueue.x-k8s.io/queue-name")
-        where = f" in Kueue local queue {queue!r}" if queue else ""
-        return f"Suspended: queued{where}, waiting for admission"
+        return queued_message(obj)
     unhealthy = by_type.get("Unhealthy") or {}
     if unhealthy.get("status") == "True":
         detail = unhealthy.get("message") or unhealthy.get("reason") or ""
@@ -125,24 +125,13 @@ def describe_appwrapper(
     status = obj.get("status") or {}
     name = str((obj.get("metadata") or {}).get("name"))
     app_state = appwrapper_state(obj, f" (AppWrapper {name})")
-    pod_index = readback.pods_by_replica(pods)
-    replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
-    for job in job_components(obj):
-        template = job["spec"]["template"]
-        meta = template.get("metadata") or {}
-        role = str((meta.get("annotations") or {}).get(ANNOTATION_ROLE_NAME))
-        role_index = int((meta.get("labels") or {}).get(LABEL_ROLE_INDEX, -1))
-        subdomain = (template.get("spec") or {}).get("subdomain")
-        for index in range(int(job["spec"].get("completions") or 0)):
-            key = readback.ReplicaKey(role, role_index, index)
-            pod = pod_index.get(key)
-            # The pod, once there is one, is the replica's state: the controller counts pods.
-            state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
-            hostname = f"{job['metadata']['name']}-{index}.{subdomain}"
-            record = readback.ReplicaRecord(key, state, hostname).with_pod(
-                pod, prefer_pod_state=True
-            )
-            replicas.append((record, template))
+
+    def hostnames(job: Mapping[str, Any]) -> Callable[[int], str]:
+        subdomain = (job["spec"]["template"].get("spec") or {}).get("subdomain")
+        return lambda index: f"{job['metadata']['name']}-{index}.{subdomain}"
+
+    jobs = [(job["spec"], hostnames(job)) for job in job_components(obj)]
+    replicas = indexed_replicas(app_state, jobs, pods)
     return readback.describe_app(
         app_id,
         app_state,

@@ -58,17 +58,17 @@ from typing import Any
 
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube import naming
-from torchx_provider.schedulers.kube.appwrapper.options import (
-    CANCEL_SUSPEND,
-    DURATION_OPTIONS,
-    AppWrapperOpts,
-)
+from torchx_provider.schedulers.kube.appwrapper.options import DURATION_OPTIONS, AppWrapperOpts
 from torchx_provider.schedulers.kube.appwrapper.state import (
-    ANNOTATION_CANCEL_BY,
-    ANNOTATION_CANCELLED,
     appwrapper_state,
     describe_appwrapper,
     pod_templates,
+)
+from torchx_provider.schedulers.kube.indexed import (
+    REPLICA_ID_ENV,
+    REPLICA_ID_VALUE,
+    indexed_job_spec,
+    with_replica_id_env,
 )
 from torchx_provider.schedulers.kube.kueue import job_uid_selector
 from torchx_provider.schedulers.kube.naming import Placement
@@ -87,14 +87,34 @@ from torchx_provider.schedulers.kube.resources import (
 )
 from torchx_provider.schedulers.kube.service import headless_service
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
+from torchx_provider.schedulers.kube.suspension import (
+    ANNOTATION_CANCEL_BY,
+    ANNOTATION_CANCELLED,
+    MAX_PODSETS,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    cancel_plan,
+    suspend_patch,
+)
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
 from torchx_provider.specs.runopts import CfgVal
 
+__all__ = [
+    "ANNOTATION_CANCELLED",
+    "ANNOTATION_CANCEL_BY",
+    "BACKEND",
+    "MAX_PODSETS",
+    "PRIORITY_LABEL",
+    "QUEUE_LABEL",
+    "REPLICA_ID_ENV",
+    "AppWrapperTranslation",
+    "app_to_appwrapper",
+    "suspend_patch",
+    "with_replica_id_env",
+]
+
 BACKEND = "kubernetes_appwrapper"
-#: Kueue's labels: the LocalQueue a job is submitted to, and its WorkloadPriorityClass.
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: The controller's annotations (``api/v1beta2/appwrapper_types.go``).
 ANNOTATION_PREFIX = "workload.codeflare.dev.appwrapper/"
 RETRY_LIMIT = f"{ANNOTATION_PREFIX}retryLimit"
@@ -114,12 +134,6 @@ assert tuple(DURATION_ANNOTATIONS) == DURATION_OPTIONS
 #: The podSet annotation the controller infers for a Job: which pod label is the pod's index
 #: (Kueue's topology-aware scheduling reads it).
 PODSET_INDEX_ANNOTATION = f"{ANNOTATION_PREFIX}tas-pod-index-label"
-#: The env var holding a replica's id, from the Job's completion index annotation.
-REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
-_INDEX_FIELD = f"metadata.annotations['{JOB_INDEX_LABEL}']"
-#: Kueue admits a workload of at most this many podSets (the AppWrapper webhook checks it);
-#: each role is one.
-MAX_PODSETS = 8
 
 
 def aw_annotations(app: AppDef, opts: AppWrapperOpts) -> dict[str, str]:
@@ -137,16 +151,6 @@ def aw_annotations(app: AppDef, opts: AppWrapperOpts) -> dict[str, str]:
     return out
 
 
-def with_replica_id_env(pod: dict[str, Any]) -> dict[str, Any]:
-    """``pod`` with :data:`REPLICA_ID_ENV` first in every container's env, so that later
-    values (and the command) may refer to it as ``$(TORCHX_REPLICA_ID)``."""
-    for container in pod["spec"]["containers"]:
-        env = [e for e in container.get("env") or [] if e.get("name") != REPLICA_ID_ENV]
-        index = {"fieldRef": {"fieldPath": _INDEX_FIELD}}
-        container["env"] = [{"name": REPLICA_ID_ENV, "valueFrom": index}, *env]
-    return pod
-
-
 def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[str, Any]:
     """The AppWrapper of ``app`` placed ``at`` (pure: same input, same manifest)."""
     namespace, names, ti_key = at.namespace, at.names, at.ti_key
@@ -155,7 +159,7 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
     settings = opts.pod_settings()
     meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
     values = macros.Values(
-        img_root="", app_id=name, replica_id=f"$({REPLICA_ID_ENV})", rank0_env=RANK0_HOST_ENV
+        img_root="", app_id=name, replica_id=REPLICA_ID_VALUE, rank0_env=RANK0_HOST_ENV
     )
 
     components: list[dict[str, Any]] = []
@@ -178,13 +182,7 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
             "apiVersion": "batch/v1",
             "kind": "Job",
             "metadata": job_meta,
-            "spec": {
-                "completionMode": "Indexed",
-                "completions": role.num_replicas,
-                "parallelism": role.num_replicas,
-                "backoffLimit": 0,
-                "template": with_replica_id_env(pod),
-            },
+            "spec": indexed_job_spec(role.num_replicas, pod),
         }
         podset = {
             "replicas": role.num_replicas,
@@ -208,18 +206,6 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
         "metadata": meta,
         "spec": spec,
     }
-
-
-def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
-    """The JSON patch that cancels by suspension: ``spec.suspend`` and the cancelled mark."""
-    key = ANNOTATION_CANCELLED.replace("~", "~0").replace("/", "~1")
-    has_annotations = bool((obj.get("metadata") or {}).get("annotations"))
-    mark: dict[str, Any] = (
-        {"op": "add", "path": f"/metadata/annotations/{key}", "value": "true"}
-        if has_annotations
-        else {"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_CANCELLED: "true"}}
-    )
-    return JsonPatch([mark, {"op": "add", "path": "/spec/suspend", "value": True}])
 
 
 class AppWrapperTranslation(KubeTranslation):
@@ -268,7 +254,4 @@ class AppWrapperTranslation(KubeTranslation):
     def cancel_plan(
         self, obj: Mapping[str, Any]
     ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(ANNOTATION_CANCEL_BY, CANCEL_SUSPEND) == CANCEL_SUSPEND:
-            return suspend_patch(obj)
-        return None
+        return cancel_plan(obj)

@@ -1,0 +1,152 @@
+"""JobSet status → app and replica states (pure).
+
+The JobSet controller counts Jobs, not pods: ``status.replicatedJobsStatus`` says per role
+(one replicatedJob of one Job) whether its Job is active, ready (every pod ready or
+succeeded), succeeded or failed; ``status.conditions`` say whether the JobSet completed,
+failed or is suspended, and ``status.restarts`` how often it was recreated. The app state is
+the row of :data:`PHASE_STATE` that :func:`jobset_phase` reads from those; each replica's
+state is read from its pod, found by the Job's completion index (of a restarted JobSet, the
+newest pod: each restart makes new pods, labelled ``jobset.sigs.k8s.io/restart-attempt``).
+Conditions not named here (``StartupPolicyInProgress``/``Completed``, a newer controller's)
+change no state: the table reads only ``Completed``, ``Failed`` and ``spec.suspend``.
+
+Source: kubernetes-sigs/jobset v0.11.1, ``api/jobset/v1alpha2/jobset_types.go`` (conditions,
+status) and ``pkg/controllers/jobset_controller.go`` (how the counts are made).
+https://github.com/kubernetes-sigs/jobset/blob/v0.11.1/pkg/controllers/jobset_controller.go
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.kube import status as readback
+from torchx_provider.schedulers.kube.indexed import indexed_replicas
+from torchx_provider.schedulers.kube.suspension import is_cancelled, queued_message
+from torchx_provider.specs.api import NONE, AppState
+
+#: The phase :func:`jobset_phase` reads from a JobSet → app state. No phase (not reconciled
+#: yet) is ``SUBMITTED`` (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
+PHASE_STATE: dict[str, AppState] = {
+    # Condition Completed=True (terminalState Completed): the success policy is met.
+    "Completed": AppState.SUCCEEDED,
+    # Condition Failed=True (terminalState Failed): restarts used up (ReachedMaxRestarts), a
+    # FailJobSet rule matched, or a Job failed with no restart left.
+    "Failed": AppState.FAILED,
+    # Cancelled by suspension (``cancel_by=suspend``): its Jobs are suspended, pods removed.
+    "Cancelled": AppState.CANCELLED,
+    # Deleted (deletionTimestamp): its Jobs and pods are being removed.
+    "Terminating": AppState.CANCELLED,
+    # ``spec.suspend`` and not cancelled: queued until Kueue admits it, or preempted by
+    # Kueue and queued again.
+    "Suspended": AppState.PENDING,
+    # Jobs created, no role's pods all ready yet (pods pending, images pulling, or the
+    # roles waiting for the one before them with start_order=in_order); also while a
+    # restart recreates the Jobs.
+    "Starting": AppState.PENDING,
+    # Some role's pods are all ready or succeeded.
+    "Running": AppState.RUNNING,
+}
+
+
+def conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The status conditions by type."""
+    return {str(c.get("type")): c for c in status.get("conditions") or []}
+
+
+def _true(cond: Mapping[str, Any] | None) -> bool:
+    return bool(cond) and str((cond or {}).get("status")) == "True"
+
+
+def jobset_phase(obj: Mapping[str, Any]) -> str:
+    """The key of :data:`PHASE_STATE` for a JobSet (``""``: not reconciled yet)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    by_type = conditions(status)
+    terminal = status.get("terminalState")
+    if terminal == "Completed" or _true(by_type.get("Completed")):
+        return "Completed"
+    if terminal == "Failed" or _true(by_type.get("Failed")):
+        return "Failed"
+    if meta.get("deletionTimestamp"):
+        return "Terminating"
+    if (obj.get("spec") or {}).get("suspend"):
+        return "Cancelled" if is_cancelled(obj) else "Suspended"
+    jobs = status.get("replicatedJobsStatus")
+    if not status or jobs is None:
+        return ""
+    if any(int(j.get("ready") or 0) + int(j.get("succeeded") or 0) > 0 for j in jobs):
+        return "Running"
+    return "Starting"
+
+
+def jobset_state(obj: Mapping[str, Any], where: str = "") -> AppState:
+    """The app state of a JobSet."""
+    return readback.app_state_of(PHASE_STATE, jobset_phase(obj), "JobSet phase", where)
+
+
+def status_message(obj: Mapping[str, Any]) -> str:
+    """What the task log shows: the phase and the condition that explains it."""
+    phase = jobset_phase(obj) or "not reconciled yet"
+    status = obj.get("status") or {}
+    by_type = conditions(status)
+    if phase == "Cancelled":
+        return "Cancelled: suspended; its pods are removed"
+    if phase == "Suspended":
+        return queued_message(obj)
+    for kind in ("Failed", "Completed"):
+        cond = by_type.get(kind)
+        if _true(cond) and cond:
+            detail = cond.get("message") or cond.get("reason") or ""
+            return f"{phase}: {detail}".rstrip(": ")
+    restarts = int(status.get("restarts") or 0)
+    if restarts:
+        # restarts after a disruption (restart_on_disruption) do not count against maxRestarts
+        counted = int(status.get("restartsCountTowardsMax") or 0)
+        free = f", {restarts - counted} after a disruption" if counted < restarts else ""
+        return f"{phase}: restarted {restarts} time{'s' if restarts > 1 else ''}{free}"
+    return phase
+
+
+def replicated_jobs(obj: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The replicatedJobs of a JobSet (one per role)."""
+    yield from (obj.get("spec") or {}).get("replicatedJobs") or []
+
+
+def pod_templates(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The pod template of every role's Job."""
+    for rjob in replicated_jobs(obj):
+        yield rjob["template"]["spec"]["template"]
+
+
+def pod_hostname(jobset: str, replicated_job: str, index: int) -> str:
+    """The hostname of replica ``index`` of a role: its Job is ``{jobset}-{rjob}-0`` (one Job
+    per role) and an Indexed Job's pod is named by host ``{job}-{index}``."""
+    return f"{jobset}-{replicated_job}-0-{index}"
+
+
+def _hostnames(jobset: str, replicated_job: str, subdomain: str) -> Callable[[int], str]:
+    return lambda index: f"{pod_hostname(jobset, replicated_job, index)}.{subdomain}"
+
+
+def describe_jobset(
+    app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()
+) -> DescribeAppResponse:
+    """The app, roles and replicas of a JobSet and its pods."""
+    status = obj.get("status") or {}
+    name = str((obj.get("metadata") or {}).get("name"))
+    subdomain = ((obj.get("spec") or {}).get("network") or {}).get("subdomain") or name
+    app_state = jobset_state(obj, f" (JobSet {name})")
+    jobs = [
+        (rjob["template"]["spec"], _hostnames(name, str(rjob["name"]), subdomain))
+        for rjob in replicated_jobs(obj)
+    ]
+    replicas = indexed_replicas(app_state, jobs, pods)
+    return readback.describe_app(
+        app_id,
+        app_state,
+        replicas,
+        num_restarts=int(status.get("restarts") or 0),
+        msg=status_message(obj) or NONE,
+    )

@@ -1,0 +1,134 @@
+"""Apps whose object has ``spec.suspend`` (AppWrapper ``v1beta2``, JobSet): Kueue's labels,
+and cancel by suspension (pure).
+
+Kueue admits such an object from a LocalQueue: it is created with ``spec.suspend: true`` and
+the label :data:`QUEUE_LABEL`, and Kueue sets ``suspend: false`` once quota is reserved (and
+back to ``true`` when it preempts it). A workload holds at most :data:`MAX_PODSETS` pod sets;
+each role is one.
+
+Cancel (the run option ``cancel_by``, recorded on the object as :data:`ANNOTATION_CANCEL_BY`):
+``suspend`` patches ``spec.suspend: true`` and marks the object :data:`ANNOTATION_CANCELLED`
+-- its controller deletes the pods and the object stays with its status; ``delete`` removes
+it with everything it made (the default under Kueue, which owns ``spec.suspend`` and would
+admit a suspended object again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.options import KubeOpts, option
+from torchx_provider.schedulers.kube.pod import PodSettings
+from torchx_provider.schedulers.kube.request import JsonPatch
+
+#: Kueue's labels: the LocalQueue a job is submitted to, and its WorkloadPriorityClass.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: Kueue admits a workload of at most this many pod sets (its webhooks check it).
+MAX_PODSETS = 8
+
+#: What ``cancel_by`` takes: keep the object suspended (its status and conditions stay
+#: readable; its controller deletes the pods) or delete it with everything it made.
+CANCEL_SUSPEND = "suspend"
+CANCEL_DELETE = "delete"
+CANCEL_ACTIONS = (CANCEL_SUSPEND, CANCEL_DELETE)
+#: The annotation cancel sets (with ``spec.suspend: true``): a suspended object carrying it
+#: was cancelled, not preempted or queued.
+ANNOTATION_CANCELLED = "torchx.pytorch.org/cancelled"
+#: The annotation that records what cancel does to this object (``suspend``/``delete``).
+ANNOTATION_CANCEL_BY = "torchx.pytorch.org/cancel-by"
+
+
+def check_cancel_by(value: str | None) -> None:
+    """Refuse a ``cancel_by`` that is neither action."""
+    if value is not None and value not in CANCEL_ACTIONS:
+        raise InvalidOptionError(
+            f"run option cancel_by={value!r}; use one of {list(CANCEL_ACTIONS)}",
+            option="cancel_by",
+        )
+
+
+def cancel_action(cancel_by: str | None, local_queue: str | None) -> str:
+    """What cancel does: ``cancel_by``, else suspend -- or delete under Kueue."""
+    if cancel_by:
+        return cancel_by
+    return CANCEL_DELETE if local_queue else CANCEL_SUSPEND
+
+
+def is_cancelled(obj: Mapping[str, Any]) -> bool:
+    """Whether cancel suspended this object."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_CANCELLED) == "true"
+
+
+def queued_message(obj: Mapping[str, Any]) -> str:
+    """What the task log says of a suspended object that is not cancelled: queued (in its
+    Kueue LocalQueue, when it names one) until admitted."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    queue = labels.get(QUEUE_LABEL)
+    where = f" in Kueue local queue {queue!r}" if queue else ""
+    return f"Suspended: queued{where}, waiting for admission"
+
+
+def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
+    """The JSON patch that cancels by suspension: ``spec.suspend`` and the cancelled mark."""
+    key = ANNOTATION_CANCELLED.replace("~", "~0").replace("/", "~1")
+    has_annotations = bool((obj.get("metadata") or {}).get("annotations"))
+    mark: dict[str, Any] = (
+        {"op": "add", "path": f"/metadata/annotations/{key}", "value": "true"}
+        if has_annotations
+        else {"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_CANCELLED: "true"}}
+    )
+    return JsonPatch([mark, {"op": "add", "path": "/spec/suspend", "value": True}])
+
+
+def cancel_plan(obj: Mapping[str, Any]) -> JsonPatch | None:
+    """How to cancel ``obj`` as it recorded: the suspension patch, or ``None`` (delete)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ANNOTATION_CANCEL_BY, CANCEL_SUSPEND) == CANCEL_SUSPEND:
+        return suspend_patch(obj)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedOpts(KubeOpts):
+    """The run options of a backend whose object Kueue may admit and whose cancel may
+    suspend it (AppWrapper ``v1beta2``, JobSet); a backend adds its own after these."""
+
+    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
+        **KubeOpts.NAME_OPTIONS,
+        "local_queue": "labelled",
+        "priority_class": "labelled",
+        "pod_priority_class": "subdomain",
+    }
+
+    local_queue: str | None = option(
+        str,
+        "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the {kind} is "
+        "created suspended and runs once Kueue admits it",
+    )
+    priority_class: str | None = option(
+        str, "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)"
+    )
+    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
+    cancel_by: str | None = option(
+        str,
+        "what cancel does: 'suspend' keeps the {kind} (status, conditions) and removes its "
+        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
+        "Kueue owns spec.suspend)",
+    )
+
+    def check(self) -> None:
+        super().check()
+        check_cancel_by(self.cancel_by)
+
+    def cancel_action(self) -> str:
+        """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
+        admit a suspended object again)."""
+        return cancel_action(self.cancel_by, self.local_queue)
+
+    def pod_settings(self) -> PodSettings:
+        return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

@@ -1,0 +1,542 @@
+"""The ``kubernetes_jobset`` backend on the real JobSet v0.11.1 controller.
+
+The main API server serves the JobSet CRD, the JobSet controller (with its webhooks, called
+by URL) and the batch Job controller run there, and kwok plays the pods. The provider only
+uses the restricted kubeconfig.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kueue_objects
+import pytest
+from kueue_objects import condition, cpu_quota
+
+from kube_apps import tracked
+from torchx_provider import specs
+from torchx_provider.errors import RejectedConfigurationError
+from torchx_provider.schedulers.kube.jobset import create_async_client, create_scheduler
+from torchx_provider.schedulers.kube.resources import JOBSET
+from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
+from torchx_provider.schedulers.labels import LABEL_APP_ID, TaskInstanceKey
+from torchx_provider.specs.api import AppState, is_terminal
+
+pytestmark = pytest.mark.kubernetes
+
+
+@pytest.fixture
+def scheduler(kube_cluster: Any) -> Iterator[Any]:
+    with tracked(
+        create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
+
+
+def role(
+    name: str, replicas: int, behaviour: dict[str, str], max_retries: int = 0, cpu: float = 0.5
+) -> specs.Role:
+    return specs.Role(
+        name,
+        image="registry.invalid/train:1",
+        entrypoint="python",
+        args=["-m", "train", "--rank", "${replica_id}", "--master", "$${${rank0_env}}"],
+        num_replicas=replicas,
+        max_retries=max_retries,
+        resource=specs.Resource(cpu=cpu, gpu=0, memMB=256),
+        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+    )
+
+
+def app(
+    name: str,
+    behaviour: dict[str, str],
+    max_retries: int = 0,
+    cpu: float = 0.5,
+    ps: dict[str, str] | None = None,
+) -> specs.AppDef:
+    return specs.AppDef(
+        name,
+        [
+            role("trainer", 2, behaviour, max_retries, cpu),
+            role("ps", 1, behaviour if ps is None else ps, max_retries, cpu),
+        ],
+    )
+
+
+def submit(scheduler: Any, a: specs.AppDef, ti_key: Any = None, **cfg: Any) -> tuple[str, Any]:
+    info = scheduler.submit_dryrun(a, cfg, ti_key=ti_key)
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    return app_id, info
+
+
+def wait_state(
+    scheduler: Any, app_id: str, done: Callable[[Any], bool], timeout: float = 120
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = scheduler.describe(app_id)
+        assert resp is not None
+        if done(resp):
+            return resp
+        if time.monotonic() > deadline:
+            pytest.fail(f"{app_id}: timed out; last {resp}")
+        time.sleep(0.3)
+
+
+def replicas(resp: Any) -> list[Any]:
+    return [r for rs in resp.roles_statuses for r in rs.replicas]
+
+
+def all_running(resp: Any) -> bool:
+    return {x.state for x in replicas(resp)} == {AppState.RUNNING}
+
+
+def stored(kube_cluster: Any, app_id: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    namespace, name = app_id.split(":")
+    api = client.CustomObjectsApi(kube_cluster.api_client())
+    res = JOBSET
+    return dict(
+        api.get_namespaced_custom_object(res.group, res.version, namespace, res.plural, name)
+    )
+
+
+def pods(kube_cluster: Any, app_id: str) -> list[Any]:
+    from kubernetes import client
+
+    namespace, name = app_id.split(":")
+    core = client.CoreV1Api(kube_cluster.api_client())
+    return list(core.list_namespaced_pod(namespace, label_selector=f"{LABEL_APP_ID}={name}").items)
+
+
+def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
+    app_id, info = submit(scheduler, app("it-js-ok", kube_cluster.pod_behaviour(run_seconds=2)))
+    body = stored(kube_cluster, app_id)
+    sent = info.request.body["spec"]
+    # Nothing the provider set was pruned or changed by the webhook's defaults.
+    for key in ("network", "successPolicy", "failurePolicy", "suspend"):
+        assert body["spec"][key] == sent[key], key
+    for got, want in zip(body["spec"]["replicatedJobs"], sent["replicatedJobs"], strict=True):
+        assert (
+            got["template"]["spec"]["podFailurePolicy"]
+            == want["template"]["spec"]["podFailurePolicy"]
+        )
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    assert resp.state is AppState.SUCCEEDED, resp
+    assert resp.msg == "Completed: jobset completed successfully"
+    assert [r.name for r in resp.roles] == ["trainer", "ps"]
+    assert [(r.role, r.id, r.state, r.exit_code) for r in replicas(resp)] == [
+        ("trainer", 0, AppState.SUCCEEDED, 0),
+        ("trainer", 1, AppState.SUCCEEDED, 0),
+        ("ps", 0, AppState.SUCCEEDED, 0),
+    ]
+    name = app_id.split(":")[1]
+    assert replicas(resp)[1].hostname == f"{name}-trainer-0-1.{name}"
+    # the hostnames the provider reports are those the Job controller gave the pods, in the
+    # headless Service the JobSet controller made; rank 0's address is one of them (kwok runs
+    # no DNS: the names are compared, not resolved)
+    found = pods(kube_cluster, app_id)
+    hosts = {f"{p.spec.hostname}.{p.spec.subdomain}" for p in found}
+    assert hosts == {r.hostname for r in replicas(resp)}
+    from kubernetes import client
+
+    service = client.CoreV1Api(kube_cluster.api_client()).read_namespaced_service(
+        name, kube_cluster.namespace
+    )
+    assert service.spec.cluster_ip == "None" and {p.spec.subdomain for p in found} == {name}
+    rank0 = {
+        e.value
+        for p in found
+        for c in p.spec.containers
+        for e in c.env or []
+        if e.name == "TORCHX_RANK0_HOST"
+    }
+    assert rank0 == {f"{name}-trainer-0-0.{name}"} and rank0 <= hosts
+    assert resp.num_restarts == 0
+
+
+def test_a_failed_replica_restarts_the_jobset_then_fails(kube_cluster: Any, scheduler: Any) -> None:
+    behaviour = kube_cluster.pod_behaviour(exit_code=3, run_seconds=1)
+    app_id, _ = submit(scheduler, app("it-js-retry", behaviour, max_retries=1))
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=180)
+    assert resp.state is AppState.FAILED, resp
+    assert resp.num_restarts == 1
+    assert stored(kube_cluster, app_id)["status"]["restarts"] == 1
+    assert 3 in {r.exit_code for r in replicas(resp)}, replicas(resp)
+    assert "reaching max number of restarts" in resp.msg, resp.msg
+
+
+def test_an_exit_code_that_fails_at_once_is_not_restarted(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    behaviour = kube_cluster.pod_behaviour(exit_code=3, run_seconds=1)
+    app_id, _ = submit(
+        scheduler, app("it-js-exitcode", behaviour, max_retries=3), fail_on_exit_codes="2,3"
+    )
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.FAILED, resp
+    assert resp.num_restarts == 0
+    conditions = {c["type"]: c for c in stored(kube_cluster, app_id)["status"]["conditions"]}
+    assert conditions["Failed"]["reason"] == "FailJobSetFailurePolicyAction", conditions
+
+
+def test_cancel_suspends_and_keeps_the_jobset(kube_cluster: Any, scheduler: Any) -> None:
+    app_id, _ = submit(
+        scheduler, app("it-js-cancel", kube_cluster.pod_behaviour(keep_running=True))
+    )
+    wait_state(scheduler, app_id, all_running)
+    scheduler.cancel(app_id)
+    resp = scheduler.describe(app_id)
+    assert resp is not None and resp.state is AppState.CANCELLED
+    deadline = time.monotonic() + 60
+    while pods(kube_cluster, app_id):
+        assert time.monotonic() < deadline, [p.metadata.name for p in pods(kube_cluster, app_id)]
+        time.sleep(0.3)
+    assert stored(kube_cluster, app_id)["spec"]["suspend"] is True
+    assert scheduler.describe(app_id).state is AppState.CANCELLED
+    scheduler.cancel(app_id)  # an ended app is left alone
+    scheduler.delete(app_id)
+    deadline = time.monotonic() + 30
+    while scheduler.describe(app_id) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+
+
+def test_cancel_by_delete(kube_cluster: Any, scheduler: Any) -> None:
+    app_id, _ = submit(
+        scheduler,
+        app("it-js-cancel-del", kube_cluster.pod_behaviour(keep_running=True)),
+        cancel_by="delete",
+    )
+    wait_state(scheduler, app_id, lambda r: r.state is AppState.RUNNING)
+    scheduler.cancel(app_id)
+    deadline = time.monotonic() + 30
+    while scheduler.describe(app_id) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+
+
+def test_roles_start_in_order_and_the_first_roles_success_is_the_apps(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """start_order=in_order: the ps role's pods are created only once every trainer pod is
+    ready; success_policy=first_role: the trainers' success ends the JobSet although ps would
+    run on."""
+    app_id, _ = submit(
+        scheduler,
+        app(
+            "it-js-order",
+            kube_cluster.pod_behaviour(run_seconds=4, start_seconds=1),
+            ps=kube_cluster.pod_behaviour(keep_running=True),
+        ),
+        start_order="in_order",
+        success_policy="first_role",
+    )
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    created = {}
+    for p in pods(kube_cluster, app_id):
+        role_name = p.metadata.annotations["torchx.pytorch.org/role-name"]
+        created.setdefault(role_name, []).append(p.metadata.creation_timestamp)
+    assert set(created) == {"trainer", "ps"}
+    # the trainers were pending for 1 s before they were ready; ps came after
+    assert min(created["ps"]) >= max(created["trainer"]) + dt.timedelta(seconds=1), created
+
+
+def test_reattach_finds_the_app_of_an_earlier_try(kube_cluster: Any, scheduler: Any) -> None:
+    first = TaskInstanceKey("it_dag", "js", "scheduled__2024-05-01T00:00:00+00:00", -1, 1)
+    app_id, _ = submit(
+        scheduler, app("it-js-reattach", kube_cluster.pod_behaviour(keep_running=True)), first
+    )
+    retry = TaskInstanceKey("it_dag", "js", "scheduled__2024-05-01T00:00:00+00:00", -1, 2)
+    assert [f.app_id for f in scheduler.find_apps(retry)] == [app_id]
+    assert app_id in {r.app_id for r in scheduler.list()}
+    other = TaskInstanceKey("it_dag", "other", "scheduled__2024-05-01T00:00:00+00:00", -1, 2)
+    assert scheduler.find_apps(other) == []
+
+
+def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: Any) -> None:
+    start = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    app_id, _ = submit(scheduler, app("it-js-logs", kube_cluster.pod_behaviour(run_seconds=4)))
+    found = wait_until(lambda: len(pods(kube_cluster, app_id)) == 3 and pods(kube_cluster, app_id))
+    expected = {}
+    for pod in found:
+        role_name = pod.metadata.annotations["torchx.pytorch.org/role-name"]
+        index = int(pod.metadata.labels[JOB_INDEX_LABEL])
+        lines = [f"{role_name}/{index} line {i}" for i in range(3)]
+        kube_cluster.set_pod_logs(
+            pod.metadata.name, lines, start=start, interval=dt.timedelta(seconds=1)
+        )
+        expected[(role_name, index)] = lines
+    assert set(expected) == {("trainer", 0), ("trainer", 1), ("ps", 0)}
+    wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    for (role_name, index), lines in expected.items():
+        assert list(scheduler.log_iter(app_id, role_name, index)) == [f"{x}\n" for x in lines]
+
+
+async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
+    app_id, _ = submit(scheduler, app("it-js-async", kube_cluster.pod_behaviour(keep_running=True)))
+    wait_state(scheduler, app_id, all_running)
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    try:
+        resp = await client.describe(app_id)
+        assert resp is not None and resp.state is AppState.RUNNING
+        assert resp == scheduler.describe(app_id)
+        await client.cancel(app_id)
+        resp = await client.describe(app_id)
+        assert resp is not None and resp.state is AppState.CANCELLED
+    finally:
+        await client.close()
+
+
+def test_what_the_webhook_refuses_is_the_apps_configuration(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """A JobSet the controller's webhook refuses (here: its first role made to wait for
+    another) fails the submission as the app's configuration, in the webhook's words."""
+    a = app("it-js-refused", kube_cluster.pod_behaviour(run_seconds=1))
+    info = scheduler.submit_dryrun(a, {})
+    info.request.body["spec"]["replicatedJobs"][0]["dependsOn"] = [
+        {"name": "ps", "status": "Ready"}
+    ]
+    with pytest.raises(RejectedConfigurationError, match="denied the request"):
+        scheduler.schedule(info)
+
+
+def evicted_by_the_kubelet(kube_cluster: Any, pod_name: str) -> None:
+    """Play what a kubelet does to a pod it evicts under node pressure (kwok plays no
+    eviction): the pod fails with exit code 137 and the condition ``DisruptionTarget``
+    (reason ``TerminationByKubelet``) that the Job controller's pod failure policy reads."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_cluster.api_client())
+    pod = core.read_namespaced_pod(pod_name, kube_cluster.namespace)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    said = "The node was low on resource: memory."
+    terminated = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+    body = {
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": said,
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "TerminationByKubelet",
+                    "message": said,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": c.name,
+                    "image": c.image,
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
+                for c in pod.spec.containers
+            ],
+        }
+    }
+    core.patch_namespaced_pod_status(pod_name, kube_cluster.namespace, body)
+
+
+def test_an_evicted_replica_restarts_the_jobset_without_counting(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """max_retries=0, and a replica is evicted: the JobSet restarts anyway (the disruption
+    rule ignores maxRestarts) and runs to success; describe names the eviction while it
+    lasts, as an infrastructure failure."""
+    app_id, _ = submit(
+        scheduler, app("it-js-evicted", kube_cluster.pod_behaviour(run_seconds=6), max_retries=0)
+    )
+    wait_state(scheduler, app_id, all_running)
+    victim = sorted(p.metadata.name for p in pods(kube_cluster, app_id))[0]
+    evicted_by_the_kubelet(kube_cluster, victim)
+    seen = wait_state(
+        scheduler, app_id, lambda r: any(x.state is AppState.FAILED for x in replicas(r)), 30
+    )
+    (failed,) = [x for x in replicas(seen) if x.state is AppState.FAILED]
+    assert (failed.exit_code, failed.reason, failed.failure) == (
+        137,
+        "TerminationByKubelet",
+        "infrastructure",
+    )
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    assert resp.num_restarts == 1
+    status = stored(kube_cluster, app_id)["status"]
+    assert status["restarts"] == 1 and not status.get("restartsCountTowardsMax"), status
+
+
+async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """max_retries=1 and every replica crashes: the JobSet is made again once (new pods, new
+    names, ``jobset.sigs.k8s.io/restart-attempt`` 1), then fails. The follow of the triggerer
+    has every line of both incarnations of each replica, in order, then the failure."""
+    import asyncio
+    import threading
+
+    from kubernetes import client
+
+    from task_log import TaskLog
+    from torchx_provider.triggers.follow import JobFollower
+
+    crash = kube_cluster.pod_behaviour(exit_code=1, run_seconds=2, start_seconds=1.5)
+    a = specs.AppDef("it-js-incarnations", [role("trainer", 2, crash, max_retries=1)])
+    info = scheduler.submit_dryrun(a, {})
+    name = info.request.name
+    core = client.CoreV1Api(kube_cluster.api_client())
+    stop = threading.Event()
+    given: dict[str, tuple[int, int]] = {}
+
+    def lines(replica: int, attempt: int) -> list[str]:
+        return [f"replica {replica} attempt {attempt} step {i}" for i in range(4)]
+
+    def kubelet() -> None:
+        """Give each new pod its lines while it waits to start."""
+        while not stop.is_set():
+            for pod in core.list_namespaced_pod(
+                kube_cluster.namespace, label_selector=f"{LABEL_APP_ID}={name}"
+            ).items:
+                if pod.metadata.name in given:
+                    continue
+                labels = pod.metadata.labels
+                replica = int(labels[JOB_INDEX_LABEL])
+                attempt = int(labels["jobset.sigs.k8s.io/restart-attempt"])
+                kube_cluster.set_pod_logs(
+                    pod.metadata.name,
+                    lines(replica, attempt),
+                    start=dt.datetime.now(dt.timezone.utc),
+                    interval=dt.timedelta(milliseconds=20),
+                )
+                given[pod.metadata.name] = (replica, attempt)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=kubelet, daemon=True)
+    thread.start()
+    async_client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    log = TaskLog()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event = await asyncio.wait_for(
+            JobFollower(async_client, app_id, log=log, poll_interval=2.0).run(), timeout=180
+        )
+    finally:
+        stop.set()
+        thread.join(10)
+        await async_client.close()
+    assert event.state is AppState.FAILED, (event, log.lines)
+    assert sorted(given.values()) == [(0, 0), (0, 1), (1, 0), (1, 1)], given
+    for replica in (0, 1):
+        assert log.of(f"trainer/{replica}") == lines(replica, 0) + lines(replica, 1), log.lines
+
+
+# -- Kueue ---------------------------------------------------------------------------------------
+def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
+    """The Kueue Workload of a JobSet, if Kueue made one."""
+    return kueue_objects.workload(kube_cluster, app_id, "JobSet")
+
+
+def test_kueue_admits_a_jobset_of_its_local_queue(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    kueue = kube_cluster.require_kueue()
+    app_id, _ = submit(
+        scheduler,
+        app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    body = stored(kube_cluster, app_id)
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.local_queue
+    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+    wl = wait_until(lambda: workload(kube_cluster, app_id))
+    assert wl["status"]["admission"]["clusterQueue"] == kueue.cluster_queue
+    assert wl["spec"]["priorityClassRef"]["name"] == kueue.low_priority
+    # one pod set per role, with every replica
+    assert [ps["count"] for ps in wl["spec"]["podSets"]] == [2, 1]
+
+
+def test_a_jobset_over_quota_waits_until_the_quota_frees(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    first, _ = submit(
+        scheduler,
+        app("it-js-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
+    second, _ = submit(
+        scheduler,
+        app("it-js-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
+        local_queue=kueue.local_queue,
+    )
+    reserved = wait_until(
+        lambda: condition(workload(kube_cluster, second), "QuotaReserved") or None
+    )
+    assert reserved["status"] == "False" and "insufficient" in reserved["message"], reserved
+    held = scheduler.describe(second)
+    assert held.state is AppState.PENDING
+    assert held.msg == (
+        f"Suspended: queued in Kueue local queue {kueue.local_queue!r}, waiting for admission"
+    )
+    assert pods(kube_cluster, second) == []
+    assert wait_state(scheduler, first, lambda r: is_terminal(r.state)).state is (
+        AppState.SUCCEEDED
+    )
+    resp = wait_state(scheduler, second, lambda r: is_terminal(r.state), timeout=120)
+    assert resp.state is AppState.SUCCEEDED, resp
+
+
+def test_a_preempted_jobset_is_queued_again_and_runs_to_the_end(
+    kube_cluster: Any, scheduler: Any, wait_until: Any
+) -> None:
+    """A high-priority JobSet that does not fit beside a running low-priority one makes Kueue
+    evict it: the low one is suspended (its pods removed), not failed, and admitted again
+    once the high one has ended."""
+    kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low, _ = submit(
+        scheduler,
+        app("it-js-low", kube_cluster.pod_behaviour(run_seconds=6), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.low_priority,
+    )
+    wait_state(scheduler, low, all_running)
+    high, _ = submit(
+        scheduler,
+        app("it-js-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
+        local_queue=kueue.local_queue,
+        priority_class=kueue.high_priority,
+    )
+    evicted = wait_until(
+        lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60
+    )
+    assert evicted["reason"] == "Preempted", evicted
+    assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
+    assert wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120).state is (
+        AppState.SUCCEEDED
+    )
+    resp = wait_state(scheduler, low, lambda r: is_terminal(r.state), timeout=180)
+    assert resp.state is AppState.SUCCEEDED, resp
