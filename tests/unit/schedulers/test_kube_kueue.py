@@ -261,3 +261,27 @@ def test_the_worker_skips_workloads_it_may_not_read_or_the_cluster_does_not_serv
         resp = aws.describe(app_id)
         assert resp is not None and resp.state is AppState.PENDING and resp.evictions == -1
         assert aws.core.take_notices() == []
+
+
+def test_a_jobset_of_a_local_queue_reads_its_workload_the_same_way() -> None:
+    from torchx_provider.schedulers.kube import jobset
+
+    fake = FakeKube()
+    js = jobset.create_scheduler("s", namespace="ns", kube=fake)
+    app_id = js.schedule(js.submit_dryrun(app(), {"local_queue": "lq"}))
+    name = app_id.split(":")[1]
+    obj = fake.objects[("jobsets", "ns", name)]
+    fake.objects[("workloads", "ns", f"jobset-{name}-1")] = {
+        "apiVersion": KUEUE_WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": f"jobset-{name}-1",
+            "uid": "w1",
+            "labels": {JOB_UID_LABEL: obj["metadata"]["uid"]},
+            "ownerReferences": [{"kind": "JobSet", "name": name, "controller": True}],
+        },
+        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", TOO_BIG)]},
+    }
+    js.describe(app_id)
+    [text] = [n.text for n in js.core.take_notices()]
+    assert text.startswith(f"Kueue workload jobset-{name}-1 can never be admitted")

@@ -44,6 +44,9 @@ from typing import Any
 
 from torchx_provider.schedulers.kube.pending import Wait, short
 
+#: The label that puts a job in a Kueue LocalQueue.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
 #: The label Kueue puts on a Workload: the UID of the job it was made for.
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: Words of a ``Pending`` message about a request larger than the queue can ever hold.
@@ -52,6 +55,20 @@ NEVER_FITS = "maximum capacity"
 _PREEMPTOR = re.compile(r"JobUID: ([0-9a-fA-F-]{8,})")
 #: Condition types said, in the order said when they changed at the same time.
 _ORDER = ("Evicted", "QuotaReserved")
+
+
+def queued_job_selector(obj: Mapping[str, Any], live: bool) -> str | None:
+    """The label selector of the Workload Kueue made for job ``obj`` while the job is
+    Kueue's (it carries the LocalQueue label) and ``live``; else ``None``.
+
+    >>> job = {"metadata": {"uid": "u1", "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
+    >>> queued_job_selector(job, live=True), queued_job_selector(job, live=False)
+    ('kueue.x-k8s.io/job-uid=u1', None)
+    """
+    meta = obj.get("metadata") or {}
+    if not live or not (meta.get("labels") or {}).get(QUEUE_LABEL) or not meta.get("uid"):
+        return None
+    return job_uid_selector(str(meta["uid"]))
 
 
 def job_uid_selector(uid: str) -> str:

@@ -89,8 +89,9 @@ class OwnedBy:
 #: whether quota is reserved, why not, and whether it was evicted or preempted.
 #: https://kueue.sigs.k8s.io/docs/concepts/workload/
 KUEUE_WORKLOAD = CustomResource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
-#: The Workloads of AppWrappers (under Kueue).
+#: The Workloads of AppWrappers, and of JobSets (under Kueue).
 APPWRAPPER_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "AppWrapper")
+JOBSET_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "JobSet")
 
 #: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
 APPWRAPPER_GROUP = "workload.codeflare.dev"

@@ -70,7 +70,7 @@ from torchx_provider.schedulers.kube.indexed import (
     indexed_job_spec,
     with_replica_id_env,
 )
-from torchx_provider.schedulers.kube.kueue import job_uid_selector
+from torchx_provider.schedulers.kube.kueue import queued_job_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -238,12 +238,7 @@ class AppWrapperTranslation(KubeTranslation):
 
     def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
         """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
-        meta = obj.get("metadata") or {}
-        if not (meta.get("labels") or {}).get(QUEUE_LABEL) or not meta.get("uid"):
-            return None
-        if is_terminal(appwrapper_state(obj)):
-            return None
-        return job_uid_selector(str(meta["uid"]))
+        return queued_job_selector(obj, not is_terminal(appwrapper_state(obj)))
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)
