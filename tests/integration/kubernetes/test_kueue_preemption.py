@@ -1,8 +1,8 @@
 """A Kueue preemption is a suspension, not the end, on the real Kueue: a low-priority
-AppWrapper that fills the ClusterQueue's quota is preempted by a high-priority one, requeued,
-admitted again once the high one has ended, and runs to success; the follow stays on it
-throughout, says what happened in Kueue's words (naming the preemptor, an app followed by the
-same process), loses no line of either run, and ends with the app's success."""
+AppWrapper (or JobSet) that fills the ClusterQueue's quota is preempted by a high-priority one,
+requeued, admitted again once the high one has ended, and runs to success; the follow stays
+on it throughout, says what happened in Kueue's words (naming the preemptor, an app followed
+by the same process), loses no line of either run, and ends with the app's success."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from kube_apps import one_replica_app, tracked
 from task_log import TaskLog
 from torchx_provider import specs
-from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
+from torchx_provider.schedulers.kube import appwrapper, jobset
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind
@@ -30,12 +30,18 @@ pytestmark = pytest.mark.kubernetes
 LINES = 5
 
 
+@pytest.fixture(params=[appwrapper, jobset], ids=["appwrapper", "jobset"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    """The package of a backend whose jobs Kueue admits."""
+    return request.param
+
+
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, backend: Any) -> Iterator[Any]:
     if not kube_cluster.local:
         pytest.skip("needs the local cluster's Kueue queues")
     with tracked(
-        create_scheduler(
+        backend.create_scheduler(
             "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
         )
     ) as s:
@@ -81,7 +87,7 @@ async def said(log: TaskLog, phrase: str, within: float) -> list[str]:
 
 
 async def test_a_preempted_app_is_followed_through_readmission_to_success(
-    kube_cluster: Any, scheduler: Any
+    kube_cluster: Any, backend: Any, scheduler: Any
 ) -> None:
     kueue = kube_cluster.require_kueue()
     pod_names(kube_cluster, "torchx-test:none")  # the admin client made: new_pod is quick
@@ -92,7 +98,7 @@ async def test_a_preempted_app_is_followed_through_readmission_to_success(
         )
     )
     scheduler.created.append(low_id)
-    client = create_async_client(
+    client = backend.create_async_client(
         kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
     low_log, high_log = TaskLog(), TaskLog()
