@@ -41,6 +41,12 @@ NOTES = {
     "core/events:list": "without it why a Volcano job waits at its queue (its PodGroup's "
     "Events) is not said; the task log says so once per namespace",
     "core/events:watch": "as events list (one watch per namespace, in the triggerer)",
+    "kueue.x-k8s.io/workloads:get": "not used: Workloads are listed and watched",
+    "kueue.x-k8s.io/workloads:list": "without it why an AppWrapper waits for Kueue's "
+    "admission, and that Kueue preempted it, is not said (quietly: reasons from pods still "
+    "are)",
+    "kueue.x-k8s.io/workloads:watch": "as workloads list (one watch per namespace, in the "
+    "triggerer)",
 }
 
 

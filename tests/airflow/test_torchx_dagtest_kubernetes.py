@@ -1,11 +1,13 @@
-"""``dag.test()`` runs of ``TorchXKubernetesOperator`` (Volcano) on the local real control
-plane (tests/cluster): pods are played by kwok, which serves the log lines the test gives."""
+"""``dag.test()`` runs of ``TorchXKubernetesOperator`` (Volcano), and of an AppWrapper that
+Kueue preempts, on the local real control plane (tests/cluster): pods are played by kwok,
+which serves the log lines the test gives."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -129,6 +131,10 @@ def test_success_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any, deferra
     got = xcoms(dag_run, "train")
     assert got["app_handle"].startswith("kubernetes://")
     assert got["final_state"] == "SUCCEEDED"
+    # the time in each phase, as the follow saw it; nothing preempted
+    result = got["return_value"]
+    assert result["queued_seconds"] >= 0 and result["running_seconds"] > 0, result
+    assert result["preemptions"] == 0, result
     assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
         (0, "SUCCEEDED", 0),
         (1, "SUCCEEDED", 0),
@@ -316,6 +322,143 @@ def test_a_rotated_token_file_is_picked_up_mid_follow(
         for name in names:
             with contextlib.suppress(Exception):
                 core.delete_namespaced_secret(name, kube.namespace)
+
+
+AW_CONN_ID = "torchx_aw_test"
+
+
+def appwrapper_dag(dag_id: str, kube: Any, behaviour: dict[str, str], deferrable: bool) -> str:
+    """One low-priority AppWrapper of the Kueue queue, of 3 of its 4 CPUs."""
+    return f'''
+import datetime
+from airflow.sdk import DAG
+from torchx_provider.operators import TorchXAppWrapperOperator
+
+APP = {{
+    "name": "kqop-low",
+    "roles": [{{
+        "name": "trainer",
+        "image": "registry.invalid/train:1",
+        "entrypoint": "python",
+        "num_replicas": 1,
+        "resource": {{"cpu": 3, "gpu": 0, "memMB": 256}},
+        "metadata": {{"kubernetes": {{"metadata": {{"annotations": {behaviour!r}}}}}}},
+    }}],
+}}
+
+with DAG("{dag_id}", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as dag:
+    TorchXAppWrapperOperator(
+        task_id="train",
+        app=APP,
+        conn_id="{AW_CONN_ID}",
+        cfg={{"local_queue": {kube.kueue.local_queue!r},
+             "priority_class": {kube.kueue.low_priority!r}}},
+        poll_interval=0.5,
+        retries=1,
+        deferrable={deferrable!r},
+    )
+'''
+
+
+class Preemptor(threading.Thread):
+    """While the DAG runs: gives each pod of the low app its lines, and once the first one
+    runs, submits a high-priority app of the same size, which preempts it."""
+
+    def __init__(self, kube: Any) -> None:
+        super().__init__(daemon=True)
+        self.kube = kube
+        self.pods: list[str] = []
+        self.high: str | None = None
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from kubernetes import client
+
+        from torchx_provider import specs
+        from torchx_provider.schedulers.kube.appwrapper import create_scheduler
+
+        core = client.CoreV1Api(self.kube.api_client())
+        aws = create_scheduler(
+            "it", kubeconfig=self.kube.restricted_kubeconfig, namespace=self.kube.namespace
+        )
+        try:
+            while not self.stop.wait(0.1):
+                pods = core.list_namespaced_pod(
+                    self.kube.namespace, label_selector="torchx.pytorch.org/app-name=kqop-low"
+                ).items
+                for pod in pods:
+                    name = pod.metadata.name
+                    if name in self.pods or pod.metadata.deletion_timestamp is not None:
+                        continue
+                    run = len(self.pods) + 1
+                    self.kube.set_pod_logs(name, [f"run {run} line {n}" for n in range(3)])
+                    self.pods.append(name)
+                running = [p for p in pods if p.status.phase == "Running"]
+                if self.high is None and running:
+                    time.sleep(1.0)  # its lines are read
+                    role = specs.Role(
+                        "trainer",
+                        image="registry.invalid/train:1",
+                        entrypoint="python",
+                        resource=specs.Resource(cpu=3, gpu=0, memMB=256),
+                        metadata={
+                            "kubernetes": {
+                                "metadata": {"annotations": self.kube.pod_behaviour(run_seconds=1)}
+                            }
+                        },
+                    )
+                    cfg = {
+                        "local_queue": self.kube.kueue.local_queue,
+                        "priority_class": self.kube.kueue.high_priority,
+                    }
+                    info = aws.submit_dryrun(specs.AppDef("kqop-high", [role]), cfg)
+                    self.high = aws.schedule(info)
+        except BaseException as e:  # reported by the test
+            self.error = e
+        finally:
+            if self.high is not None:
+                with contextlib.suppress(Exception):
+                    aws.delete(self.high)
+            aws.close()
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_a_kueue_preempted_app_succeeds_in_its_first_try(
+    dag_runner: Any, kube: Any, monkeypatch: pytest.MonkeyPatch, capfd: Any, deferrable: bool
+) -> None:
+    """A low-priority AppWrapper preempted by Kueue for a high-priority one, requeued and
+    admitted again: the task follows it to its success in one try (retries=1 unspent), its
+    log has both runs' lines, and its result counts the preemption."""
+    if kube.kueue is None:
+        pytest.skip("needs the local cluster's Kueue queues")
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": kube.restricted_kubeconfig, "namespace": kube.namespace},
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{AW_CONN_ID.upper()}", json.dumps(conn))
+    dag_id = f"kueue_preempted_{deferrable}"
+    behaviour = kube.pod_behaviour(run_seconds=8, start_seconds=2)
+    preemptor = Preemptor(kube)
+    preemptor.start()
+    try:
+        dag_run = dag_runner.run(dag_id, appwrapper_dag(dag_id, kube, behaviour, deferrable))
+    finally:
+        preemptor.stop.set()
+        preemptor.join(timeout=30)
+    text = "".join(capfd.readouterr())
+    assert preemptor.error is None, preemptor.error
+    assert preemptor.high is not None, text[-3000:]
+    ti = task_instances(dag_run)["train"]
+    assert ti.state == "success", text[-3000:]
+    assert ti.try_number == 1, ti.try_number  # no retry spent
+    result = xcoms(dag_run, "train")["return_value"]
+    assert result["state"] == "SUCCEEDED" and result["preemptions"] == 1, result
+    assert result["queued_seconds"] > 0 and result["running_seconds"] > 0, result
+    assert "was preempted" in text and "running again" in text, text[-3000:]
+    assert len(preemptor.pods) == 2, preemptor.pods
+    lines = re.findall(r"\[trainer/0\] (run \d line \d)", text)
+    assert lines == [f"run {r} line {n}" for r in (1, 2) for n in range(3)], lines
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])

@@ -157,12 +157,19 @@ def deferral_failure(
 
 
 def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
-    """The task's return value."""
+    """The task's return value: the app, its end state, its restarts, the seconds it waited
+    to run (``queued_seconds``: queued, admitted but not started, requeued) and ran
+    (``running_seconds``) as the follow saw them, how often it was preempted or evicted and
+    requeued (``preemptions``), and its replicas. The phase figures are ``None`` when the
+    event did not carry them (a follow of an older version)."""
     return {
         "app_handle": handle,
         "app_id": event.app_id,
         "state": event.state.name,
         "num_restarts": event.num_restarts,
+        "queued_seconds": event.queued_seconds,
+        "running_seconds": event.running_seconds,
+        "preemptions": event.preemptions,
         "replicas": replica_results(event),
     }
 

@@ -83,6 +83,9 @@ class DescribeAppResponse:
     ui_url: str | None = None
     roles_statuses: list[RoleStatus] = field(default_factory=list)
     roles: list[Role] = field(default_factory=list)
+    #: how often the cluster evicted or preempted the app and requeued it (Kueue counts
+    #: them on its Workload), ``-1``: not told
+    evictions: int = -1
 
 
 @dataclass

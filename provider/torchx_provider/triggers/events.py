@@ -15,13 +15,15 @@ True
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from torchx_provider.failures import bounded
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.specs.api import NONE, AppState
+
+_N = TypeVar("_N", int, float)
 
 #: bump when the payload changes shape; from_payload reads older versions it knows
 PAYLOAD_VERSION = 1
@@ -200,6 +202,11 @@ class JobEvent:
         root_error: the Python error line of that replica's log, ``""`` if none was seen.
         num_restarts: how often the backend restarted the app inside the cluster (Volcano
             RestartJob, AppWrapper resets), ``-1``: not told.
+        queued_seconds: seconds the app waited to run (queued, admitted but not started,
+            requeued after a preemption), as the follow saw it; ``None``: not told.
+        running_seconds: seconds it ran, likewise.
+        preemptions: how often it was preempted or evicted and requeued (Kueue's count, or
+            the returns to waiting the follow saw); ``None``: not told.
     """
 
     kind: EventKind
@@ -213,6 +220,9 @@ class JobEvent:
     root_cause: str = ""
     root_error: str = ""
     num_restarts: int = -1
+    queued_seconds: float | None = None
+    running_seconds: float | None = None
+    preemptions: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -234,6 +244,9 @@ class JobEvent:
             payload["error"] = self.error.value
         if self.num_restarts >= 0:  # likewise
             payload["num_restarts"] = self.num_restarts
+        for key in ("queued_seconds", "running_seconds", "preemptions"):  # likewise
+            if getattr(self, key) is not None:
+                payload[key] = getattr(self, key)
         if self.root_cause:  # likewise
             payload["root_cause"] = self.root_cause
             payload["root_error"] = self.root_error
@@ -257,4 +270,12 @@ class JobEvent:
             root_cause=str(payload.get("root_cause") or ""),
             root_error=str(payload.get("root_error") or ""),
             num_restarts=int(payload.get("num_restarts", -1)),
+            queued_seconds=_number(payload.get("queued_seconds"), float),
+            running_seconds=_number(payload.get("running_seconds"), float),
+            preemptions=_number(payload.get("preemptions"), int),
         )
+
+
+def _number(value: Any, kind: Callable[[Any], _N]) -> _N | None:
+    """``value`` as ``kind`` (``None`` stays ``None``: an older payload)."""
+    return None if value is None else kind(value)

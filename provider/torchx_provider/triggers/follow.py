@@ -95,7 +95,7 @@ from torchx_provider.triggers.summary import (
     restart_notes,
     waiting_notes,
 )
-from torchx_provider.triggers.waiting import QueueWait
+from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
 
 
 def _duration(seconds: float) -> str:
@@ -204,6 +204,11 @@ class JobFollower:
         ran = state is not None and state not in (AppState.SUBMITTED, AppState.PENDING)
         first_wait = clock() if waiting_since is None else waiting_since
         self.queue = QueueWait(queue_timeout, None if ran else first_wait)
+        #: time in each phase and returns to waiting, as this follow saw them (a resumed
+        #: follow of an app that ran counts from its first describe)
+        self.phases = PhaseTimes() if ran else PhaseTimes(phase="queued", since=first_wait)
+        #: evictions the backend counts (Kueue's Workload), ``-1``: not told
+        self.evictions = -1
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
@@ -506,11 +511,17 @@ class JobFollower:
         changed -- held back, when the app is terminal, until its logs are read."""
         msg = "" if resp.msg in (None, "<NONE>") else str(resp.msg)
         out = self._held if is_terminal(resp.state) else None
+        if resp.evictions >= 0:
+            self.evictions = resp.evictions
+        returns = self.phases.returns
+        self.phases.observe(resp.state, self.clock())
         if resp.state != self.state:
             before = "-" if self.state is None else self.state.name
             self._say(
                 out,
-                f"app {self.app_id}: {before} -> {resp.state.name}" + (f" ({msg})" if msg else ""),
+                f"app {self.app_id}: {before} -> {resp.state.name}"
+                + (f" ({msg})" if msg else "")
+                + self._phase_note(resp.state, self.phases.returns > returns),
             )
             self.state = resp.state
         self.queue.observe(resp.state, self.clock())
@@ -529,6 +540,25 @@ class JobFollower:
         )
         self.ui_url = resp.ui_url or self.ui_url
 
+    @property
+    def preemptions(self) -> int:
+        """How often the app was preempted or evicted and went back to waiting: what the
+        backend counts, or the returns to waiting this follow saw, whichever is more."""
+        return max(self.evictions, self.phases.returns)
+
+    def _phase_note(self, state: AppState, went_back: bool) -> str:
+        """What a transition means for a preempted app: it waits again (not a failure), or
+        it runs again."""
+        if went_back:
+            return (
+                "; back to waiting (preempted, evicted or requeued by the cluster): not a "
+                "failure, the follow stays on it"
+            )
+        if state is AppState.RUNNING and self.state in WAITING and self.preemptions > 0:
+            n = self.preemptions
+            return f"; running again, after {n} preemption{'s' if n != 1 else ''}/eviction"
+        return ""
+
     def _say(self, held: list[str] | None, line: str) -> None:
         if held is None:
             self.log.info("%s", line)
@@ -536,6 +566,7 @@ class JobFollower:
             held.append(line)
 
     def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
+        queued, running = self.phases.totals(self.clock())
         return JobEvent(
             kind=kind,
             app_id=self.app_id,
@@ -548,4 +579,7 @@ class JobFollower:
             root_cause=self._root_cause,
             root_error=self._root_error,
             num_restarts=self._app_restarts,
+            queued_seconds=round(queued, 3),
+            running_seconds=round(running, 3),
+            preemptions=self.preemptions,
         )

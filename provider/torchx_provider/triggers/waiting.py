@@ -1,4 +1,5 @@
-"""How long an app has waited to run: the clock of ``queue_timeout``. Pure."""
+"""How long an app has waited to run: the clock of ``queue_timeout``; and the time it spent
+in each phase, for the task's result. Pure."""
 
 from __future__ import annotations
 
@@ -39,3 +40,62 @@ class QueueWait:
     def expired(self, now: float) -> bool:
         at = self.expires_at()
         return at is not None and now >= at
+
+
+#: The states in which an app waits to run (queued, admitted but not started, requeued).
+WAITING = frozenset({AppState.SUBMITTED, AppState.PENDING})
+
+
+@dataclass
+class PhaseTimes:
+    """Seconds an app spent waiting to run (``queued``) and running (``running``), and how
+    often it went back from running to waiting (``returns``: preempted, evicted, requeued),
+    as a follow saw it; times on the follow's monotonic clock. ``phase``: ``"queued"``,
+    ``"running"`` or ``None`` (not counted: ended, or not seen yet), since ``since``. A state
+    the backend cannot tell (``UNKNOWN``) keeps the current phase.
+
+    >>> t = PhaseTimes(phase="queued", since=0.0)
+    >>> t.observe(AppState.RUNNING, 5.0); t.observe(AppState.PENDING, 15.0)
+    >>> t.observe(AppState.RUNNING, 18.0); t.observe(AppState.SUCCEEDED, 20.0)
+    >>> t.totals(99.0), t.returns
+    ((8.0, 12.0), 1)
+    """
+
+    queued: float = 0.0
+    running: float = 0.0
+    returns: int = 0
+    phase: str | None = None
+    since: float | None = None
+
+    def observe(self, state: AppState, now: float) -> None:
+        """Take in the app's state at ``now``."""
+        if state is AppState.UNKNOWN:
+            return
+        phase = "queued" if state in WAITING else "running" if state is AppState.RUNNING else None
+        if phase == self.phase:
+            return
+        self._close(now)
+        if phase == "queued" and self.phase == "running":
+            self.returns += 1
+        self.phase, self.since = phase, (now if phase is not None else None)
+
+    def _close(self, now: float) -> None:
+        if self.phase is None or self.since is None:
+            return
+        spent = max(0.0, now - self.since)
+        if self.phase == "queued":
+            self.queued += spent
+        else:
+            self.running += spent
+        self.since = now
+
+    def totals(self, now: float) -> tuple[float, float]:
+        """``(queued, running)`` seconds up to ``now`` (the current phase included)."""
+        queued, running = self.queued, self.running
+        if self.phase is not None and self.since is not None:
+            spent = max(0.0, now - self.since)
+            if self.phase == "queued":
+                queued += spent
+            else:
+                running += spent
+        return queued, running

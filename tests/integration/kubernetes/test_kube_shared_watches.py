@@ -1,4 +1,5 @@
-"""Many Volcano jobs followed from one process through one shared list + watch.
+"""Many Volcano jobs (and Kueue AppWrappers) followed from one process through one shared
+list + watch per type.
 
 Fifty 2-replica jobs run on kwok's nodes; fifty async clients (as fifty triggers in one
 triggerer would) follow one job each with ``describe`` / ``wait_changed``. The API server's
@@ -176,4 +177,83 @@ async def test_fifty_jobs_one_watch_per_namespace_and_type(
         f"\n{JOBS} jobs followed: {len(request_log.requests)} requests in all "
         f"{Counter((v, p.rsplit('/', 1)[-1], w) for v, p, w in request_log.requests)}; "
         f"open watches during {[dict(s - before) for s in during]}"
+    )
+
+
+KUEUE_JOBS = 20
+
+
+async def test_kueue_workloads_of_many_appwrappers_come_from_one_watch(
+    kube_cluster: Any, request_log: RequestLog
+) -> None:
+    """Twenty AppWrappers of Kueue's LocalQueue followed from one process: their Workloads
+    (why each waits, whether it was admitted) are read from one list + watch of the
+    namespace's Workloads, never one request per app."""
+    from torchx_provider.schedulers.kube import appwrapper
+
+    if not kube_cluster.local:
+        pytest.skip("pods are run by the local cluster's kwok nodes")
+    kueue = kube_cluster.require_kueue()
+    behaviour = kube_cluster.pod_behaviour(run_seconds=2, start_seconds=0.5)
+    with tracked(
+        appwrapper.create_scheduler(
+            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as aws:
+        app_ids = []
+        for i in range(KUEUE_JOBS):
+            app = specs.AppDef(
+                f"kq-fanin-{i}",
+                [
+                    specs.Role(
+                        "worker",
+                        image="registry.invalid/train:1",
+                        entrypoint="python",
+                        resource=specs.Resource(cpu=0.2, gpu=0, memMB=64),
+                        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+                    )
+                ],
+            )
+            app_id = aws.schedule(aws.submit_dryrun(app, {"local_queue": kueue.local_queue}))
+            aws.created.append(app_id)
+            app_ids.append(app_id)
+        clients = [
+            appwrapper.create_async_client(
+                kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+            )
+            for _ in app_ids
+        ]
+        said: list[str] = []
+
+        async def follow(client: Any, app_id: str) -> AppState:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                resp = await client.describe(app_id)
+                said.extend(n.text for n in client.take_notices())
+                if resp is None:
+                    resp = await client.last_seen(app_id)
+                    assert resp is not None, f"{app_id} vanished unseen"
+                if is_terminal(resp.state):
+                    return resp.state
+                await client.wait_changed(app_id, 30)
+            pytest.fail(f"{app_id}: not ended after 180 s")
+
+        try:
+            states = await asyncio.gather(
+                *(follow(c, a) for c, a in zip(clients, app_ids, strict=True))
+            )
+        finally:
+            for client in clients:
+                await client.close()
+    assert states == [AppState.SUCCEEDED] * KUEUE_JOBS
+    workloads = f"/namespaces/{kube_cluster.namespace}/workloads"
+    assert request_log.count("GET", workloads + "/") == 0, request_log.requests[:20]
+    assert 1 <= request_log.count("GET", workloads) <= 2
+    assert 1 <= request_log.count("GET", workloads, watch=True) <= 3
+    admitted = [t for t in said if "admitted: QuotaReserved" in t]
+    assert len(admitted) >= KUEUE_JOBS // 2, said  # most were seen admitted
+    print(
+        f"\n{KUEUE_JOBS} Kueue apps: workload requests "
+        f"{request_log.count('GET', workloads)} list, "
+        f"{request_log.count('GET', workloads, watch=True)} watch; {len(admitted)} admissions said"
     )

@@ -123,3 +123,46 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
     texts = [n.text for n in volcano_scheduler.core.take_notices()]
     assert sum(QUOTA in t for t in texts) == 1, texts
     print(f"queue reason in the task log {took:.1f} s after submission")
+
+
+@pytest.fixture
+def kueue(kube_cluster: Any) -> Any:
+    if not kube_cluster.local:
+        pytest.skip("needs the local cluster's Kueue queues")
+    return kube_cluster.require_kueue()
+
+
+async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
+    kube_cluster: Any, scheduler: Any, kueue: Any
+) -> None:
+    """Two AppWrappers Kueue will not admit, followed from the shared Workload watch: one
+    asks for more CPU than the ClusterQueue ever holds (never admissible), the other names
+    a LocalQueue that does not exist. Neither takes any quota."""
+    big = one_replica_app(kube_cluster, "kq-big", run_seconds=1)
+    big.roles[0].resource = specs.Resource(cpu=64, gpu=0, memMB=256)
+    lost = one_replica_app(kube_cluster, "kq-lost", run_seconds=1)
+    apps = []
+    for app, queue in ((big, kueue.local_queue), (lost, "no-such-queue")):
+        app_id = scheduler.schedule(scheduler.submit_dryrun(app, {"local_queue": queue}))
+        scheduler.created.append(app_id)
+        apps.append(app_id)
+    clients = [
+        create_async_client(
+            kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+        for _ in apps
+    ]
+    async with followed(clients[0], apps[0]) as log_big, followed(clients[1], apps[1]) as log_lost:
+        never, took_big = await first_said(log_big, "can never be admitted", 30)
+        assert "maximum capacity" in never[0] and "cpu" in never[0], never
+        lost_said, took_lost = await first_said(log_lost, "cannot be admitted", 30)
+        assert "Inadmissible: LocalQueue no-such-queue doesn't exist" in lost_said[0], lost_said
+        assert max(took_big, took_lost) < 15, (took_big, took_lost)
+        await asyncio.sleep(4)  # Kueue keeps trying: still said once
+        assert sum("can never be admitted" in ln for ln in log_big.lines) == 1, log_big.lines
+        assert sum("cannot be admitted" in ln for ln in log_lost.lines) == 1, log_lost.lines
+    # The worker's describe reads the same from one list of the app's Workload.
+    scheduler.describe(apps[0])
+    texts = [n.text for n in scheduler.core.take_notices()]
+    assert any("can never be admitted" in t for t in texts), texts
+    print(f"Kueue's reasons in the task log {took_big:.1f} s / {took_lost:.1f} s after submission")

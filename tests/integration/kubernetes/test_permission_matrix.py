@@ -47,7 +47,7 @@ RESULTS = Path(
 SAY_WITHIN = 60.0
 #: the backend whose path a rule's API group is on (the others: Volcano's, which also
 #: reads pods, their logs and events as every backend does)
-APPWRAPPER_GROUPS = {"workload.codeflare.dev", "batch", "scheduling.x-k8s.io"}
+APPWRAPPER_GROUPS = {"workload.codeflare.dev", "batch", "scheduling.x-k8s.io", "kueue.x-k8s.io"}
 JOBSET_GROUP = "jobset.x-k8s.io"
 #: each backend's package
 MODULES = {"kubernetes": volcano, "kubernetes_appwrapper": appwrapper, "kubernetes_jobset": jobset}

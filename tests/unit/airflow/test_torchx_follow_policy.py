@@ -309,6 +309,58 @@ async def test_queue_timeout_counts_each_wait_from_its_start() -> None:
     assert event.error == ErrorKind.QUEUE and 160.0 <= clock.now < 166.0
 
 
+async def test_a_preemption_is_a_suspension_with_its_time_and_count_in_the_result() -> None:
+    """Queued 20 s, running 30 s, preempted (back to waiting) for 40 s, running again 10 s,
+    succeeded: the follow stays on it, says it waits again and runs again, and ends with
+    the time in each phase and one preemption."""
+    clock = Clock()
+
+    def script(now: float) -> AppState:
+        if now < 20 or 50 <= now < 90:
+            return AppState.PENDING
+        return AppState.RUNNING if now < 100 else AppState.SUCCEEDED
+
+    client = Scripted(clock, script)
+    log = ListLog()
+    event = await follower(client, "app-p", clock, log, poll_interval=5.0, waiting_since=0.0).run()
+    assert event.succeeded, event.message
+    assert event.preemptions == 1
+    assert (event.queued_seconds, event.running_seconds) == (60.0, 40.0)
+    [back] = [ln for ln in log.lines if "RUNNING -> PENDING" in ln]
+    assert "back to waiting (preempted, evicted or requeued by the cluster): not a failure" in back
+    first, again = [ln for ln in log.lines if "PENDING -> RUNNING" in ln]
+    assert "running again" not in first
+    assert again.endswith("running again, after 1 preemption/eviction")
+    assert JobEvent.from_payload(event.to_payload()) == event
+    from torchx_provider.operators.finishing import task_result
+
+    result = task_result(event, "h")
+    assert (result["queued_seconds"], result["running_seconds"], result["preemptions"]) == (
+        60.0,
+        40.0,
+        1,
+    )
+
+
+async def test_a_count_of_evictions_told_by_the_backend_wins() -> None:
+    """Kueue counts evictions on its Workload: a follow that began after one (a restarted
+    triggerer) still reports it."""
+    clock = Clock()
+
+    class Counted(Scripted):
+        async def describe(self, app_id: str) -> Any:
+            resp = await super().describe(app_id)
+            resp.evictions = 2
+            return resp
+
+    client = Counted(clock, lambda now: AppState.RUNNING if now < 10 else AppState.SUCCEEDED)
+    event = await follower(client, "app-p", clock, state=AppState.RUNNING).run()
+    assert event.succeeded and event.preemptions == 2
+    assert event.queued_seconds == 0.0 and event.running_seconds is not None
+    older = {k: v for k, v in event.to_payload().items() if k not in ("preemptions",)}
+    assert JobEvent.from_payload(older).preemptions is None
+
+
 async def test_queue_timeout_may_keep_the_app_and_counts_from_submission() -> None:
     clock = Clock()
     clock.now = 1000.0

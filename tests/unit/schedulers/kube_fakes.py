@@ -19,7 +19,7 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.kube.informer import WatchError
 from torchx_provider.schedulers.kube.io import Immediate
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import format_timestamp
 
@@ -109,7 +109,7 @@ class FakeKube:
             for key, o in self.objects.items()
             if key[:2] == (res.plural, namespace)
             and self._stored(res, key) is not None
-            and _matches(selector, o["metadata"]["labels"])
+            and _matches(selector, o["metadata"].get("labels") or {})
         ]
 
     def delete(self, res: CustomResource, namespace: str, name: str) -> None:
@@ -173,6 +173,9 @@ class FakeAsyncKube(Immediate):
     def event_watch(self, about: EventsAbout, namespace: str) -> FakeListWatch:
         return FakeListWatch(self.sync, about, namespace)
 
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> FakeListWatch:
+        return FakeListWatch(self.sync, owned, namespace)
+
     async def close(self) -> None:
         pass
 
@@ -181,7 +184,10 @@ class FakeListWatch:
     """An informer source over :class:`FakeKube`: its list, then a watch that stays quiet."""
 
     def __init__(
-        self, sync: FakeKube, resource: CustomResource | EventsAbout | None, namespace: str
+        self,
+        sync: FakeKube,
+        resource: CustomResource | EventsAbout | OwnedBy | None,
+        namespace: str,
     ) -> None:
         self.sync, self.resource, self.namespace = sync, resource, namespace
 
@@ -191,6 +197,11 @@ class FakeListWatch:
                 return self.sync.events(self.namespace, self.resource.field_selector()), "1"
             except BackendConfigurationError as e:
                 raise WatchError(403, str(e)) from e
+        if isinstance(self.resource, OwnedBy):
+            try:
+                return self.sync.list_objects(self.resource.resource, self.namespace, ""), "1"
+            except BackendUnavailableError as e:
+                raise WatchError(e.status, str(e)) from e
         if self.resource is None:
             return self.sync.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.sync.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"

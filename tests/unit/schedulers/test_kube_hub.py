@@ -21,6 +21,7 @@ from torchx_provider.schedulers.kube.resources import (
     VOLCANO_PODGROUP_EVENTS,
     CustomResource,
     EventsAbout,
+    OwnedBy,
     appwrapper,
 )
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -33,7 +34,10 @@ class PushSource:
     """Lists what :class:`FakeKube` holds; the test pushes watch events."""
 
     def __init__(
-        self, fake: FakeKube, resource: CustomResource | EventsAbout | None, namespace: str
+        self,
+        fake: FakeKube,
+        resource: CustomResource | EventsAbout | OwnedBy | None,
+        namespace: str,
     ):
         self.fake, self.resource, self.namespace = fake, resource, namespace
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -52,6 +56,8 @@ class PushSource:
                     f' in the namespace "{self.namespace}"',
                 )
             return self.fake.events(self.namespace, self.resource.field_selector()), "1"
+        if isinstance(self.resource, OwnedBy):
+            return self.fake.list_objects(self.resource.resource, self.namespace, ""), "1"
         if self.resource is None:
             return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
@@ -64,7 +70,7 @@ class PushSource:
 class PushKube(FakeAsyncKube):
     def __init__(self, sync: FakeKube) -> None:
         super().__init__(sync)
-        self.sources: dict[tuple[CustomResource | None, str], PushSource] = {}
+        self.sources: dict[tuple[Any, str], PushSource] = {}
 
     def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:  # type: ignore[override]
         source = self.sources[(resource, namespace)] = PushSource(self.sync, resource, namespace)
@@ -72,6 +78,10 @@ class PushKube(FakeAsyncKube):
 
     def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:  # type: ignore[override]
         source = self.sources[(about, namespace)] = PushSource(self.sync, about, namespace)
+        return source
+
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:  # type: ignore[override]
+        source = self.sources[(owned, namespace)] = PushSource(self.sync, owned, namespace)
         return source
 
 
@@ -416,3 +426,77 @@ async def test_other_backends_watch_no_events(hub: InformerHub) -> None:
     await client.describe("ns:x")
     assert not any(isinstance(k[2], EventsAbout) for k in hub.informers)
     await client.close()
+
+
+async def test_a_workload_change_wakes_its_apps_follower_and_names_a_followed_preemptor(
+    hub: InformerHub,
+) -> None:
+    """Kueue's Workloads: one informer per namespace, each kept by its owner's name; a
+    change of one wakes its app's follower only, and a preemption names the preemptor where
+    it is an app followed through the same hub."""
+    from torchx_provider.schedulers.kube import appwrapper as aw
+    from torchx_provider.schedulers.kube.resources import APPWRAPPER_WORKLOADS, KUEUE_WORKLOAD
+
+    fake = FakeKube()
+    sched = aw.create_scheduler("s", namespace="ns", kube=fake)
+    low = sched.schedule(sched.submit_dryrun(app(), {"local_queue": "lq"}))
+    high = sched.schedule(sched.submit_dryrun(app(), {"local_queue": "lq"}))
+    low_name, high_name = low.split(":")[1], high.split(":")[1]
+    high_uid = fake.objects[("appwrappers", "ns", high_name)]["metadata"]["uid"]
+
+    def workload(owner: str, conditions: list[dict[str, Any]], version: str) -> dict[str, Any]:
+        return {
+            "apiVersion": KUEUE_WORKLOAD.api_version,
+            "kind": "Workload",
+            "metadata": {
+                "name": f"appwrapper-{owner}",
+                "uid": f"w-{owner}",
+                "resourceVersion": version,
+                "ownerReferences": [{"kind": "AppWrapper", "name": owner, "controller": True}],
+            },
+            "status": {"conditions": conditions},
+        }
+
+    for name in (low_name, high_name):
+        fake.objects[("workloads", "ns", f"appwrapper-{name}")] = workload(name, [], "1")
+    fake.objects[("workloads", "ns", "appwrapper-stranger")] = workload("stranger", [], "1")
+    kube = PushKube(fake)
+    clients = [aw.create_async_client(namespace="ns", kube=kube) for _ in range(2)]
+    for c in clients:
+        c.hub = hub
+    try:
+        await clients[0].describe(low)
+        await clients[1].describe(high)
+        owned = [s for k, s in hub.informers.items() if k[2] == APPWRAPPER_WORKLOADS]
+        # one informer; every Workload kept by its owner's name (a later follow finds its
+        # app's at once), without its spec
+        assert len(owned) == 1
+        assert sorted(owned[0].informer.groups) == sorted([low_name, high_name, "stranger"])
+        assert all("spec" not in o for o in owned[0].informer.get(low_name))
+        preempted = (
+            f"Preempted to accommodate a workload (UID: w-{high_name}, JobUID: {high_uid}) "
+            "due to prioritization in the ClusterQueue"
+        )
+        evicted = {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "Preempted",
+            "message": preempted,
+            "lastTransitionTime": "t2",
+        }
+        how = {**evicted, "type": "Preempted", "reason": "InClusterQueue"}
+        watches = [c._watches[a] for c, a in zip(clients, (low, high), strict=True)]
+        for w in watches:
+            w.changed.clear()
+        source = kube.sources[(APPWRAPPER_WORKLOADS, "ns")]
+        await source.events.put(
+            {"type": "MODIFIED", "object": workload(low_name, [evicted, how], "2")}
+        )
+        await settle()
+        assert watches[0].changed.is_set() and not watches[1].changed.is_set()
+        await clients[0].describe(low)
+        [text] = [n.text for n in clients[0].take_notices() if "preempted" in n.text]
+        assert f"(the preemptor is app {high_name})" in text
+    finally:
+        for c in clients:
+            await c.close()

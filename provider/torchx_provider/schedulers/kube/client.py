@@ -34,7 +34,7 @@ from torchx_provider.schedulers.api import (
     Notice,
 )
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
-from torchx_provider.schedulers.kube.core import KubeCore
+from torchx_provider.schedulers.kube.core import KubeCore, with_owned
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io import AsyncKubeIO
@@ -96,6 +96,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 self.kube.list_watch,
                 self.translation.event_kinds,
                 self.kube.event_watch if self.translation.event_kinds else None,
+                self.translation.owned,
+                self.kube.owned_watch if self.translation.owned else None,
             )
             self._watches[app_id] = found
             await found.wait_synced(SYNC_WAIT)
@@ -117,8 +119,10 @@ class KubeAsyncClient(AsyncSchedulerClient):
             obj = watch.object()
             if obj is not None:
                 pods = watch.pods()
-                self.core.observe(obj, pods, self._events(app_id, obj, watch))
-                return with_failures(self._describe(app_id, obj, pods), watch)
+                owned = watch.owned()
+                events = self._events(app_id, obj, watch)
+                self.core.observe(obj, pods, events, owned, watch.app_of_uid)
+                return with_failures(with_owned(self._describe(app_id, obj, pods), owned), watch)
             if watch.last_seen is not None:
                 return None
         try:

@@ -30,6 +30,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
+from torchx_provider.schedulers.kube.kueue import evictions, workload_waits
 from torchx_provider.schedulers.kube.pending import pod_waits, podgroup_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
@@ -185,8 +186,25 @@ class KubeCore:
                     f"not its replicas' exit codes, hosts or logs: {e}",
                     key=refusal_key(e),
                 )
-        self.observe(obj, pods, await self._events(namespace, obj))
-        return self.translation.describe(app_id, obj, pods)
+        owned = await self._owned(namespace, obj)
+        self.observe(obj, pods, await self._events(namespace, obj), owned)
+        return with_owned(self.translation.describe(app_id, obj, pods), owned)
+
+    async def _owned(self, namespace: str, obj: Mapping[str, Any]) -> builtins.list[dict[str, Any]]:
+        """The objects the app owns that say why it waits (Kueue's Workload: one list by
+        :meth:`KubeTranslation.owned_selector`, only while the app is live); none where the
+        account may not read them or the cluster does not serve them."""
+        selector = self.translation.owned_selector(obj)
+        found: builtins.list[dict[str, Any]] = []
+        if selector is None:
+            return found
+        for what in self.translation.owned:
+            try:
+                found.extend(await self.io.list_objects(what.resource, namespace, selector))
+            except BackendUnavailableError as e:
+                if e.status not in (403, 404):
+                    raise
+        return found
 
     async def _events(
         self, namespace: str, obj: Mapping[str, Any]
@@ -227,18 +245,25 @@ class KubeCore:
         obj: Mapping[str, Any],
         pods: Sequence[Mapping[str, Any]] = (),
         events: Sequence[Mapping[str, Any]] = (),
+        owned: Sequence[Mapping[str, Any]] = (),
+        app_of: Callable[[str], str | None] = lambda uid: None,
     ) -> None:
         """Keep notices of why the app waits: the controller has not taken up ``obj`` in
         time (:meth:`KubeTranslation.stalled`); a pod is not scheduled or a container
         cannot start (:func:`~.pending.pod_waits`); the controller's Events on the object
         that gates it (:func:`~.pending.podgroup_waits`, of ``events`` those about
-        :meth:`KubeTranslation.event_subjects`), each reason once."""
+        :meth:`KubeTranslation.event_subjects`); what the objects it ``owned`` say (Kueue's
+        Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``), each
+        reason once."""
         for wait in pod_waits(pods):
             self.notice(wait.text, key=wait.key)
         subjects = set(self.translation.event_subjects(obj)) if events else set()
         mine = [e for e in events if (e.get("involvedObject") or {}).get("name") in subjects]
         for wait in podgroup_waits(mine):
             self.notice(wait.text, key=wait.key)
+        for workload in owned:
+            for wait in workload_waits(workload, app_of):
+                self.notice(wait.text, key=wait.key)
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         if not created or not self.translation.unclaimed(obj):
             return
@@ -358,3 +383,12 @@ class KubeCore:
         """Whether the app is gone or in a terminal state."""
         obj = await self.get(namespace, name)
         return obj is None or is_terminal(self.translation.app_state(obj))
+
+
+def with_owned(
+    resp: DescribeAppResponse, owned: Sequence[Mapping[str, Any]]
+) -> DescribeAppResponse:
+    """``resp`` with the evictions its owned objects count (Kueue's Workload), if any."""
+    if owned:
+        resp.evictions = max(evictions(o) for o in owned)
+    return resp

@@ -26,6 +26,15 @@ toward :attr:`AppWatch.healthy`: an account that may not read Events (403) only 
 reasons (:meth:`AppWatch.events_refused`), and the informer asks again every
 :data:`~.informer.UNSERVED_RETRY` seconds.
 
+A backend whose app is admitted through an object another controller makes and owns by it
+(Kueue's Workload of an AppWrapper, :attr:`~.request.KubeTranslation.owned`) adds one more
+informer per namespace and kind: a watch of every such object of the namespace (they carry
+none of this provider's labels), each kept by the name of its owner, only its metadata and
+status (:func:`metadata_and_status`): a follow that starts later finds its app's there
+without a request of its own. It wakes the followers of the object's app (an admission, an
+eviction is news), and does not count toward :attr:`AppWatch.healthy`; refused (403), it
+only loses the reasons, quietly.
+
 The informers' tasks are our own: they have no Airflow greenback portal, so they only ever
 await async APIs (nothing here calls Airflow).
 """
@@ -51,7 +60,8 @@ from torchx_provider.schedulers.kube.informer import (
     WatchSource,
     object_name,
 )
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
+from torchx_provider.schedulers.kube.kueue import owner_name
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
 from torchx_provider.specs.api import AppState
@@ -64,11 +74,25 @@ SourceFactory = Callable[[CustomResource | None, str], WatchSource]
 #: Builds an Events informer's source: ``(the Events' involved kind, namespace)``.
 EventSourceFactory = Callable[[EventsAbout, str], WatchSource]
 
-#: What an informer is of, in its namespace: a resource type, pods (``None``), or Events.
-Subject = CustomResource | EventsAbout | None
+#: Builds an owned objects' informer's source: ``(what they are, namespace)``.
+OwnedSourceFactory = Callable[[OwnedBy, str], WatchSource]
+
+#: What an informer is of, in its namespace: a resource type, pods (``None``), Events, or
+#: objects owned by apps.
+Subject = CustomResource | EventsAbout | OwnedBy | None
 
 #: A ``-<uid>`` at the end of an object's name (Volcano's PodGroup: ``<job>-<job uid>``).
 _UID_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def metadata_and_status(obj: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of an owned object (Kueue's Workload): its metadata and status, not its
+    spec (the pod templates of the app, again).
+
+    >>> metadata_and_status({"metadata": {"name": "w"}, "spec": {"podSets": []}, "status": {}})
+    {'metadata': {'name': 'w'}, 'status': {}}
+    """
+    return {"metadata": obj.get("metadata") or {}, "status": obj.get("status") or {}}
 
 
 def cache_key(config: KubeClientConfig) -> str:
@@ -126,6 +150,7 @@ class AppWatch:
         objects: list[_Shared],
         pods: _Shared,
         events: list[_Shared] | None = None,
+        owned: list[_Shared] | None = None,
     ):
         self.hub = hub
         self.name = name
@@ -133,6 +158,8 @@ class AppWatch:
         self._pods = pods
         #: the Events informers (read at each describe; never part of :attr:`healthy`)
         self._events = events or []
+        #: the owned objects' informers (never part of :attr:`healthy`)
+        self._owned = owned or []
         self.changed = asyncio.Event()
         self._listeners: set[asyncio.Event] = set()
         #: ``(role, replica)`` -> how its last failed pod ended (exit code, reason), kept
@@ -165,6 +192,20 @@ class AppWatch:
     def events(self) -> list[dict[str, Any]]:
         """The Events kept about the app's objects (none where they cannot be read)."""
         return [e for shared in self._events for e in shared.informer.get(self.name)]
+
+    def owned(self) -> list[dict[str, Any]]:
+        """The objects kept that the app owns (Kueue's Workload; none where unreadable)."""
+        return [o for shared in self._owned for o in shared.informer.get(self.name)]
+
+    def app_of_uid(self, uid: str) -> str | None:
+        """The name of the followed app of UID ``uid`` among those this app's informers
+        keep (``None``: not one followed here)."""
+        for shared in self._objects:
+            for key in shared.subscribers:
+                for obj in shared.informer.get(key):
+                    if (obj.get("metadata") or {}).get("uid") == uid:
+                        return object_name(obj)
+        return None
 
     def events_refused(self) -> Permission | WatchError | None:
         """Why the app's Events cannot be read, if the API server refused them (403): the
@@ -216,6 +257,7 @@ class AppWatch:
             *((s, self.name) for s in self._objects),
             (self._pods, label_value(self.name)),
             *((s, self.name) for s in self._events),
+            *((s, self.name) for s in self._owned),
         ]
 
 
@@ -266,12 +308,15 @@ class InformerHub:
         source: SourceFactory,
         events: Sequence[EventsAbout] = (),
         event_source: EventSourceFactory | None = None,
+        owned: Sequence[OwnedBy] = (),
+        owned_source: OwnedSourceFactory | None = None,
     ) -> AppWatch:
         """Follow object ``name`` in ``namespace``, stored as one of ``resources``: its
         informers (and the namespace's pods informer) start if they are not running, over
         the sources ``source`` makes (which select
-        :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`); and one informer of
-        the namespace's Events about each kind of ``events``, over ``event_source``."""
+        :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`); one informer of
+        the namespace's Events about each kind of ``events``, over ``event_source``; and
+        one of the objects of each kind of ``owned``, over ``owned_source``."""
         objects = [
             self._use(config, namespace, r, object_name, partial(source, r, namespace))
             for r in resources
@@ -292,7 +337,22 @@ class InformerHub:
                 for about in events
             ]
         )
-        watch = AppWatch(self, name, objects, pods, told)
+        kept = (
+            []
+            if owned_source is None
+            else [
+                self._use(
+                    config,
+                    namespace,
+                    what,
+                    partial(owner_name, kind=what.owner_kind),
+                    partial(owned_source, what, namespace),
+                    owned=True,
+                )
+                for what in owned
+            ]
+        )
+        watch = AppWatch(self, name, objects, pods, told, kept)
         for shared, key in watch.entries():
             shared.subscribers.setdefault(key, set()).add(watch)
         return watch
@@ -319,10 +379,11 @@ class InformerHub:
         source: Callable[[], WatchSource],
         *,
         followed_only: bool = False,
+        owned: bool = False,
     ) -> _Shared:
         """The running informer of ``subject`` in ``namespace`` (started over ``source()``
-        if there is none), one user more. ``followed_only``: an Events informer (see the
-        module docstring)."""
+        if there is none), one user more. ``followed_only``: an Events informer;
+        ``owned``: an owned objects' informer (see the module docstring)."""
         key = (cache_key(config), namespace, subject)
         shared = self.informers.get(key)
         if shared is None:
@@ -330,6 +391,12 @@ class InformerHub:
                 informer = Informer(source(), index, forbidden_wait=UNSERVED_RETRY)
                 shared = self.informers[key] = _Shared(informer, followed_only=True)
                 informer.index = partial(_followed, shared, index)
+            elif owned:
+                informer = Informer(
+                    source(), index, forbidden_wait=UNSERVED_RETRY, shape=metadata_and_status
+                )
+                shared = self.informers[key] = _Shared(informer)
+                informer.listener = partial(self._woken, shared)
             else:
                 informer = Informer(source(), index)
                 shared = self.informers[key] = _Shared(informer)
@@ -367,6 +434,10 @@ class InformerHub:
             assert shared.task is not None
             shared.task.cancel()
         await asyncio.gather(*(s.task for s in stopping if s.task), return_exceptions=True)
+
+    def _woken(self, shared: _Shared, key: str | None, deleted: Mapping[str, Any] | None) -> None:
+        """An owned object changed: its app's followers look (the app itself did not)."""
+        self._changed(shared, key, None)
 
     def _changed(self, shared: _Shared, key: str | None, deleted: Mapping[str, Any] | None) -> None:
         if key is None:

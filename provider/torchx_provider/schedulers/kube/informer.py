@@ -99,8 +99,11 @@ class Informer:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         watch_timeout: int = WATCH_TIMEOUT,
         forbidden_wait: float | None = None,
+        shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.source = source
+        #: What of an object is kept (``None``: all of it but ``managedFields``).
+        self.shape = shape
         #: Seconds to wait after a refusal (403) before listing again (``None``: the
         #: backoff's); for a source that is optional, asked again rarely and quietly.
         self.forbidden_wait = forbidden_wait
@@ -135,6 +138,8 @@ class Informer:
 
     # -- the cache --------------------------------------------------------------------------------
     def _put(self, obj: dict[str, Any]) -> None:
+        if self.shape is not None:
+            obj = self.shape(obj)
         name = object_name(obj)
         key = self.index(obj)
         old_key = self._key_of.get(name)

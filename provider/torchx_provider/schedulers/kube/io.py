@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 from torchx_provider.schedulers.kube.informer import WatchSource
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 
 _T = TypeVar("_T")
 
@@ -63,6 +63,8 @@ class AsyncKubeIO(ObjectIO, Protocol):
     def list_watch(self, resource: CustomResource | None, namespace: str) -> WatchSource: ...
 
     def event_watch(self, about: EventsAbout, namespace: str) -> WatchSource: ...
+
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> WatchSource: ...
 
     async def close(self) -> None: ...
 

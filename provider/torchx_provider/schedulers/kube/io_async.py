@@ -25,7 +25,7 @@ from torchx_provider.schedulers.kube.io_sync import (
     log_what,
     what,
 )
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
 
@@ -214,6 +214,20 @@ class AsyncKube:
             None,
             namespace,
             about.field_selector(),
+        )
+
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> ListWatch:
+        """The informer source of every object of ``owned.resource`` in ``namespace`` (they
+        carry none of this provider's labels: the informer keeps those of followed apps),
+        over the cluster's shared client."""
+        from torchx_provider.schedulers.kube.hub import InformerHub
+
+        hub = InformerHub.current()
+        return ListWatch(
+            lambda: hub.acquire_client(self.config, count=False),
+            owned.resource,
+            namespace,
+            "",
         )
 
     async def close(self) -> None:

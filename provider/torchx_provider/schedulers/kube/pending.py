@@ -36,13 +36,14 @@ class Wait:
     text: str
 
 
-def _short(message: Any) -> str:
+def short(message: Any) -> str:
+    """``message`` on one line, at most :data:`MESSAGE_CHARS` long."""
     text = " ".join(str(message or "").split())
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 
 def _said(reason: str, message: Any) -> str:
-    message = _short(message)
+    message = short(message)
     return f"{reason}: {message}" if message else reason
 
 
@@ -79,7 +80,7 @@ def pod_waits(pods: Iterable[Mapping[str, Any]]) -> list[Wait]:
                 message = cond.get("message")
                 waits.append(
                     Wait(
-                        f"pending:{uid}:scheduled:{reason}:{_short(message)}",
+                        f"pending:{uid}:scheduled:{reason}:{short(message)}",
                         f"pod {name} is not scheduled: {_said(reason, message)}",
                     )
                 )
@@ -132,7 +133,7 @@ def podgroup_waits(events: Iterable[Mapping[str, Any]]) -> list[Wait]:
     for event in sorted(events, key=_when):
         involved = event.get("involvedObject") or {}
         reason = str(event.get("reason") or "")
-        message = _short(event.get("message") or event.get("note"))
+        message = short(event.get("message") or event.get("note"))
         if not reason and not message:
             continue
         kind = str(involved.get("kind") or "object")

@@ -22,7 +22,7 @@ from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout
+from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
@@ -209,6 +209,16 @@ class KubeTranslation(abc.ABC):
     #: The Events this backend's controllers say why an app waits in (read from one shared,
     #: filtered watch per namespace); none by default.
     event_kinds: Sequence[EventsAbout] = ()
+
+    #: The objects another controller makes for an app and owns by it, whose status says
+    #: why it waits or was evicted (Kueue's Workload of an AppWrapper): read from one shared
+    #: watch per namespace and kind; none by default.
+    owned: Sequence[OwnedBy] = ()
+
+    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
+        """The label selector of app ``obj``'s objects of :attr:`owned` (what a describe
+        without the shared watch lists), ``None``: there are none to read."""
+        return None
 
     def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
         """The names of the objects (of :attr:`event_kinds`) whose Events say why app

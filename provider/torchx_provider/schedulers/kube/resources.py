@@ -73,6 +73,26 @@ class EventsAbout:
 #: gang not ready); the PodGroup is named ``<job name>-<job uid>``.
 VOLCANO_PODGROUP_EVENTS = EventsAbout("PodGroup", "scheduling.volcano.sh/v1beta1")
 
+
+@dataclass(frozen=True)
+class OwnedBy:
+    """Objects another controller makes for an app and owns by it (an owner reference to
+    the app's object, of kind ``owner_kind``), whose status says why the app waits: what a
+    shared watch of a namespace's ``resource`` keeps for the followed apps."""
+
+    resource: CustomResource
+    owner_kind: str
+
+
+#: Kueue's Workload: one per job Kueue manages, owned by it (for an AppWrapper: by the
+#: AppWrapper), labelled ``kueue.x-k8s.io/job-uid`` with the job's UID; its conditions say
+#: whether quota is reserved, why not, and whether it was evicted or preempted.
+#: https://kueue.sigs.k8s.io/docs/concepts/workload/
+KUEUE_WORKLOAD = CustomResource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+#: The Workloads of AppWrappers, and of JobSets (under Kueue).
+APPWRAPPER_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "AppWrapper")
+JOBSET_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "JobSet")
+
 #: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
 APPWRAPPER_GROUP = "workload.codeflare.dev"
 APPWRAPPER_LEGACY_GROUP = "mcad.ibm.com"

@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
 from torchx_provider.schedulers.kube.request import JsonPatch
 
-#: Kueue's labels: the LocalQueue a job is submitted to, and its WorkloadPriorityClass.
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Kueue's labels: the LocalQueue a job is submitted to (:data:`.kueue.QUEUE_LABEL`), and
+#: its WorkloadPriorityClass.
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: Kueue admits a workload of at most this many pod sets (its webhooks check it).
 MAX_PODSETS = 8

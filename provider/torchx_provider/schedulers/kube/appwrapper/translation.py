@@ -70,6 +70,7 @@ from torchx_provider.schedulers.kube.indexed import (
     indexed_job_spec,
     with_replica_id_env,
 )
+from torchx_provider.schedulers.kube.kueue import queued_job_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -78,7 +79,12 @@ from torchx_provider.schedulers.kube.pod import (
     role_annotation,
 )
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
-from torchx_provider.schedulers.kube.resources import APPWRAPPER_V1BETA2, CustomResource
+from torchx_provider.schedulers.kube.resources import (
+    APPWRAPPER_V1BETA2,
+    APPWRAPPER_WORKLOADS,
+    CustomResource,
+    OwnedBy,
+)
 from torchx_provider.schedulers.kube.service import headless_service
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.kube.suspension import (
@@ -91,7 +97,7 @@ from torchx_provider.schedulers.kube.suspension import (
     suspend_patch,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, macros
+from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
 from torchx_provider.specs.runopts import CfgVal
 
 __all__ = [
@@ -226,6 +232,13 @@ class AppWrapperTranslation(KubeTranslation):
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (APPWRAPPER_V1BETA2,)
+
+    #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
+    owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)
+
+    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
+        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
+        return queued_job_selector(obj, not is_terminal(appwrapper_state(obj)))
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)

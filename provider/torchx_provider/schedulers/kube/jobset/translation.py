@@ -68,6 +68,7 @@ from torchx_provider.schedulers.kube.jobset.state import (
     pod_hostname,
     pod_templates,
 )
+from torchx_provider.schedulers.kube.kueue import queued_job_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -76,7 +77,12 @@ from torchx_provider.schedulers.kube.pod import (
     role_annotation,
 )
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
-from torchx_provider.schedulers.kube.resources import JOBSET, CustomResource
+from torchx_provider.schedulers.kube.resources import (
+    JOBSET,
+    JOBSET_WORKLOADS,
+    CustomResource,
+    OwnedBy,
+)
 from torchx_provider.schedulers.kube.suspension import (
     ANNOTATION_CANCEL_BY,
     MAX_PODSETS,
@@ -85,7 +91,7 @@ from torchx_provider.schedulers.kube.suspension import (
     cancel_plan,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, macros
+from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
 from torchx_provider.specs.runopts import CfgVal
 
 BACKEND = "kubernetes_jobset"
@@ -241,6 +247,13 @@ class JobSetTranslation(KubeTranslation):
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (JOBSET,)
+
+    #: Kueue's Workload of a queued JobSet: why it waits, whether it was preempted.
+    owned: Sequence[OwnedBy] = (JOBSET_WORKLOADS,)
+
+    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
+        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
+        return queued_job_selector(obj, not is_terminal(jobset_state(obj)))
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)

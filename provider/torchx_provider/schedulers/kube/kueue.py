@@ -1,0 +1,215 @@
+"""Why a job waits under Kueue, and whether it was preempted, from its Workload. Pure.
+
+Kueue admits a job through a ``Workload`` it makes for it (owned by the job; for an
+AppWrapper, by the AppWrapper) and says everything about admission in the Workload's
+``status.conditions`` (``kueue.x-k8s.io/v1beta2``, ``apis/kueue/v1beta2/workload_types.go``
+of Kueue v0.17.0):
+
+==================  ========  ===============================  ==================================
+condition           status    reason                           what the task log says
+==================  ========  ===============================  ==================================
+``QuotaReserved``   False     ``Pending``                      waits for quota, in Kueue's words
+                                                               ("insufficient unused quota for
+                                                               cpu in flavor ..."); a message
+                                                               naming the queue's "maximum
+                                                               capacity" is a request the queue
+                                                               can never hold: never admissible
+``QuotaReserved``   False     ``Inadmissible``                 cannot be admitted as submitted
+                                                               ("LocalQueue X doesn't exist",
+                                                               "ClusterQueue X is inactive")
+``QuotaReserved``   False     any other                        not admitted, reason and message
+``QuotaReserved``   True      ``QuotaReserved``                admitted (quota reserved)
+``Evicted``         True      ``Preempted``                    preempted (the ``Preempted``
+                                                               condition's reason:
+                                                               ``InClusterQueue``,
+                                                               ``InCohort...``); Kueue names the
+                                                               preemptor by UID only, the task
+                                                               log names it where it is an app
+                                                               followed here
+``Evicted``         True      any other                        evicted (``PodsReadyTimeout``,
+                                                               ``ClusterQueueStopped``, ...)
+==================  ========  ===============================  ==================================
+
+An eviction is not the end of the job: Kueue suspends it (its pods are removed), requeues
+the Workload and admits it again when quota allows. Each reason is keyed by the condition's
+status, reason, message and last transition, so that the task log says it once, and again
+after it changed (a second preemption is said as well).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torchx_provider.schedulers.kube.pending import Wait, short
+
+#: The label that puts a job in a Kueue LocalQueue.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+#: The label Kueue puts on a Workload: the UID of the job it was made for.
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+#: Words of a ``Pending`` message about a request larger than the queue can ever hold.
+NEVER_FITS = "maximum capacity"
+#: Kueue's preemption message names the preemptor as ``(UID: <workload>, JobUID: <job>)``.
+_PREEMPTOR = re.compile(r"JobUID: ([0-9a-fA-F-]{8,})")
+#: Condition types said, in the order said when they changed at the same time.
+_ORDER = ("Evicted", "QuotaReserved")
+
+
+def queued_job_selector(obj: Mapping[str, Any], live: bool) -> str | None:
+    """The label selector of the Workload Kueue made for job ``obj`` while the job is
+    Kueue's (it carries the LocalQueue label) and ``live``; else ``None``.
+
+    >>> job = {"metadata": {"uid": "u1", "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
+    >>> queued_job_selector(job, live=True), queued_job_selector(job, live=False)
+    ('kueue.x-k8s.io/job-uid=u1', None)
+    """
+    meta = obj.get("metadata") or {}
+    if not live or not (meta.get("labels") or {}).get(QUEUE_LABEL) or not meta.get("uid"):
+        return None
+    return job_uid_selector(str(meta["uid"]))
+
+
+def job_uid_selector(uid: str) -> str:
+    """The label selector of the Workloads Kueue made for the job of UID ``uid``.
+
+    >>> job_uid_selector("9a0c")
+    'kueue.x-k8s.io/job-uid=9a0c'
+    """
+    return f"{JOB_UID_LABEL}={uid}"
+
+
+def owner_name(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The name of ``obj``'s owner of kind ``kind`` (its controller first), if any.
+
+    >>> owner_name({"metadata": {"ownerReferences": [
+    ...     {"kind": "AppWrapper", "name": "aw-1", "controller": True}]}}, "AppWrapper")
+    'aw-1'
+    """
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    named = [o for o in owners if o.get("kind") == kind and o.get("name")]
+    named.sort(key=lambda o: not o.get("controller"))
+    return str(named[0]["name"]) if named else None
+
+
+def _conditions(workload: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in (workload.get("status") or {}).get("conditions") or ()}
+
+
+def preemptor_uid(message: str) -> str | None:
+    """The UID of the job Kueue preempted for, from its ``Preempted`` message.
+
+    >>> preemptor_uid("Preempted to accommodate a workload (UID: w1, JobUID: "
+    ...     "0d8e8a1c-1111-2222-3333-444455556666) due to prioritization in the ClusterQueue")
+    '0d8e8a1c-1111-2222-3333-444455556666'
+    """
+    found = _PREEMPTOR.search(message)
+    return found.group(1) if found else None
+
+
+def never_admissible(workload: Mapping[str, Any]) -> bool:
+    """Whether Kueue says the Workload asks for more than its queue can ever hold."""
+    cond = _conditions(workload).get("QuotaReserved") or {}
+    return (
+        cond.get("status") == "False"
+        and cond.get("reason") == "Pending"
+        and NEVER_FITS in str(cond.get("message") or "")
+    )
+
+
+def evictions(workload: Mapping[str, Any]) -> int:
+    """How often Kueue evicted the Workload (preemptions included), as it counts them in
+    ``status.schedulingStats.evictions``.
+
+    >>> evictions({"status": {"schedulingStats": {"evictions": [
+    ...     {"reason": "Preempted", "count": 2}, {"reason": "PodsReadyTimeout", "count": 1}]}}})
+    3
+    """
+    stats = (workload.get("status") or {}).get("schedulingStats") or {}
+    total = 0
+    for entry in stats.get("evictions") or ():
+        try:
+            total += int(entry.get("count") or 0)
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def _line(
+    workload_name: str,
+    kind: str,
+    cond: Mapping[str, Any],
+    conds: Mapping[str, Any],
+    app_of: Callable[[str], str | None],
+) -> str | None:
+    """The task log's line for one condition, or ``None``: nothing to say."""
+    status, reason = cond.get("status"), str(cond.get("reason") or "")
+    message = short(cond.get("message"))
+    said = f"{reason}: {message}" if message else reason
+    what = f"Kueue workload {workload_name}"
+    if kind == "QuotaReserved" and status == "False":
+        evicted = conds.get("Evicted") or {}
+        if evicted.get("status") == "True" and short(evicted.get("message")) == message:
+            return None  # the eviction's own words, said with it
+        if reason == "Pending" and NEVER_FITS in message:
+            return (
+                f"{what} can never be admitted: it asks for more than its ClusterQueue can "
+                f"ever hold ({said}); change the request or the queue"
+            )
+        if reason == "Pending":
+            return f"{what} waits for quota: {said}"
+        if reason == "Inadmissible":
+            return f"{what} cannot be admitted: {said}"
+        return f"{what} is not admitted: {said}"
+    if kind == "QuotaReserved" and status == "True":
+        return f"{what} admitted: {said}"
+    if kind == "Evicted" and status == "True":
+        if reason == "Preempted":
+            preempted = conds.get("Preempted") or {}
+            detail = short(preempted.get("message")) or message
+            how = str(preempted.get("reason") or reason)
+            uid = preemptor_uid(detail)
+            app = app_of(uid) if uid else None
+            by = f" (the preemptor is app {app})" if app else ""
+            return (
+                f"{what} was preempted: {how}: {detail}{by}; the app is suspended and "
+                "requeued, not failed: it runs again once Kueue admits it again"
+            )
+        return f"{what} was evicted: {said}; the app is suspended and requeued"
+    return None
+
+
+def workload_waits(
+    workload: Mapping[str, Any], app_of: Callable[[str], str | None] = lambda uid: None
+) -> list[Wait]:
+    """What the Workload says about admission (see the module docstring), oldest change
+    first; ``app_of`` names the app of a job UID, where it is one followed here.
+
+    >>> wl = {"metadata": {"name": "appwrapper-a-1", "uid": "w1"}, "status": {"conditions": [
+    ...     {"type": "QuotaReserved", "status": "False", "reason": "Inadmissible",
+    ...      "message": "LocalQueue nope doesn't exist", "lastTransitionTime": "t1"}]}}
+    >>> print(workload_waits(wl)[0].text)
+    Kueue workload appwrapper-a-1 cannot be admitted: Inadmissible: LocalQueue nope doesn't exist
+    """
+    meta = workload.get("metadata") or {}
+    name = str(meta.get("name") or "?")
+    uid = str(meta.get("uid") or name)
+    conds = _conditions(workload)
+    if (conds.get("Finished") or {}).get("status") == "True":
+        return []
+    found: list[tuple[str, int, Wait]] = []
+    for rank, kind in enumerate(_ORDER):
+        cond = conds.get(kind)
+        if not cond:
+            continue
+        text = _line(name, kind, cond, conds, app_of)
+        if text is None:
+            continue
+        when = str(cond.get("lastTransitionTime") or "")
+        key = (
+            f"kueue:{uid}:{kind}:{cond.get('status')}:{cond.get('reason')}:{when}:"
+            f"{short(cond.get('message'))}"
+        )
+        found.append((when, rank, Wait(key, text)))
+    return [wait for _, _, wait in sorted(found, key=lambda f: (f[0], f[1]))]

@@ -1,0 +1,287 @@
+"""Why an AppWrapper waits under Kueue, and that it was preempted, from its Workload: the
+pure reading of the Workload's conditions, and both faces saying each reason once (the
+triggerer from one shared watch of the namespace's Workloads)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kube_fakes import FakeAsyncKube, FakeKube
+
+from torchx_provider import specs
+from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
+from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
+from torchx_provider.schedulers.kube.hub import InformerHub
+from torchx_provider.schedulers.kube.kueue import (
+    JOB_UID_LABEL,
+    evictions,
+    never_admissible,
+    owner_name,
+    preemptor_uid,
+    workload_waits,
+)
+from torchx_provider.schedulers.kube.resources import KUEUE_WORKLOAD, OwnedBy
+from torchx_provider.specs.api import AppState
+
+PENDING = (
+    "couldn't assign flavors to pod set w-0: insufficient unused quota for cpu in flavor "
+    "default, 1 more needed"
+)
+TOO_BIG = (
+    "couldn't assign flavors to pod set w-0: insufficient quota for cpu in flavor default, "
+    "previously considered podsets requests (0) + current podset request (8) > maximum "
+    "capacity (4)"
+)
+PREEMPTED = (
+    "Preempted to accommodate a workload (UID: w-high, JobUID: "
+    "0d8e8a1c-1111-2222-3333-444455556666) due to prioritization in the ClusterQueue"
+)
+
+
+def cond(kind: str, status: str, reason: str, message: str, when: str = "t1") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": when,
+    }
+
+
+def workload(*conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "appwrapper-a-1", "uid": "w1"},
+        "status": {"conditions": list(conditions), **status},
+    }
+
+
+def texts(wl: dict[str, Any], **kw: Any) -> list[str]:
+    return [w.text for w in workload_waits(wl, **kw)]
+
+
+def test_waiting_for_quota_is_said_in_kueues_words() -> None:
+    assert texts(workload(cond("QuotaReserved", "False", "Pending", PENDING))) == [
+        f"Kueue workload appwrapper-a-1 waits for quota: Pending: {PENDING}"
+    ]
+
+
+def test_a_request_larger_than_the_queue_is_never_admissible() -> None:
+    wl = workload(cond("QuotaReserved", "False", "Pending", TOO_BIG))
+    assert never_admissible(wl)
+    [text] = texts(wl)
+    assert text.startswith("Kueue workload appwrapper-a-1 can never be admitted")
+    assert "maximum capacity (4)" in text
+    assert not never_admissible(workload(cond("QuotaReserved", "False", "Pending", PENDING)))
+
+
+def test_inadmissible_names_the_missing_or_inactive_queue() -> None:
+    for message in ("LocalQueue nope doesn't exist", "ClusterQueue cq is inactive"):
+        wl = workload(cond("QuotaReserved", "False", "Inadmissible", message))
+        assert texts(wl) == [
+            f"Kueue workload appwrapper-a-1 cannot be admitted: Inadmissible: {message}"
+        ]
+
+
+def test_a_preemption_names_the_preemptor_followed_here_and_is_not_a_failure() -> None:
+    wl = workload(
+        cond("QuotaReserved", "False", "Preempted", PREEMPTED, when="t2"),
+        cond("Evicted", "True", "Preempted", PREEMPTED, when="t2"),
+        cond("Preempted", "True", "InClusterQueue", PREEMPTED, when="t2"),
+    )
+    [evicted] = texts(wl, app_of={"0d8e8a1c-1111-2222-3333-444455556666": "high-x1"}.get)
+    assert evicted.startswith(
+        f"Kueue workload appwrapper-a-1 was preempted: InClusterQueue: {PREEMPTED}"
+    )
+    assert "(the preemptor is app high-x1)" in evicted
+    assert "not failed" in evicted
+    # the requeued Workload's QuotaReserved=False repeats the eviction's words: said once
+    # a preemptor this process does not follow is left as Kueue names it
+    assert "preemptor is app" not in texts(wl)[0]
+    assert preemptor_uid("no uid here") is None
+
+
+def test_other_evictions_and_the_admission_are_said() -> None:
+    wl = workload(
+        cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout", "t1"),
+        cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cq", "t2"),
+    )
+    assert texts(wl) == [
+        "Kueue workload appwrapper-a-1 was evicted: PodsReadyTimeout: Exceeded the PodsReady "
+        "timeout; the app is suspended and requeued",
+        "Kueue workload appwrapper-a-1 admitted: QuotaReserved: Quota reserved in ClusterQueue cq",
+    ]
+
+
+def test_each_reason_is_keyed_by_its_transition_and_message() -> None:
+    first = workload_waits(workload(cond("QuotaReserved", "False", "Pending", PENDING)))[0]
+    same = workload_waits(workload(cond("QuotaReserved", "False", "Pending", PENDING)))[0]
+    more = workload_waits(
+        workload(cond("QuotaReserved", "False", "Pending", PENDING.replace("1 more", "2 more")))
+    )[0]
+    later = workload_waits(workload(cond("QuotaReserved", "False", "Pending", PENDING, "t9")))[0]
+    assert first.key == same.key
+    assert len({first.key, more.key, later.key}) == 3
+
+
+def test_a_finished_workload_says_nothing_and_evictions_are_counted() -> None:
+    done = workload(
+        cond("QuotaReserved", "True", "QuotaReserved", "ok"), cond("Finished", "True", "x", "")
+    )
+    assert texts(done) == []
+    counted = workload(schedulingStats={"evictions": [{"reason": "Preempted", "count": 2}]})
+    assert evictions(counted) == 2
+    assert evictions(workload()) == 0
+    assert owner_name({"metadata": {}}, "AppWrapper") is None
+
+
+# -- both faces ---------------------------------------------------------------------------------
+
+
+def app() -> specs.AppDef:
+    role = specs.Role(
+        "w", image="img", entrypoint="python", resource=specs.Resource(cpu=1, gpu=0, memMB=64)
+    )
+    return specs.AppDef("a", [role])
+
+
+def queued(fake: FakeKube) -> tuple[str, dict[str, Any]]:
+    """An AppWrapper of a LocalQueue, and the Workload Kueue made for it (over quota)."""
+    aws = create_scheduler("s", namespace="ns", kube=fake)
+    app_id = aws.schedule(aws.submit_dryrun(app(), {"local_queue": "lq"}))
+    _, name = app_id.split(":")
+    obj = fake.objects[("appwrappers", "ns", name)]
+    obj["status"] = {"phase": "Suspended"}
+    wl = {
+        "apiVersion": KUEUE_WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": f"appwrapper-{name}-1",
+            "uid": "w1",
+            "labels": {JOB_UID_LABEL: obj["metadata"]["uid"]},
+            "ownerReferences": [{"kind": "AppWrapper", "name": name, "controller": True}],
+        },
+        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", PENDING)]},
+    }
+    stranger = copy.deepcopy(wl)
+    stranger["metadata"].update(
+        name="appwrapper-other-1",
+        uid="w2",
+        labels={JOB_UID_LABEL: "other"},
+        ownerReferences=[{"kind": "AppWrapper", "name": "other", "controller": True}],
+    )
+    fake.objects[("workloads", "ns", wl["metadata"]["name"])] = wl
+    fake.objects[("workloads", "ns", "appwrapper-other-1")] = stranger
+    return app_id, wl
+
+
+def test_the_worker_lists_the_apps_workload_by_its_uid_and_says_it_once() -> None:
+    fake = FakeKube()
+    aws = create_scheduler("s", namespace="ns", kube=fake)
+    app_id, wl = queued(fake)
+    for _ in range(3):
+        resp = aws.describe(app_id)
+        assert resp is not None and resp.state is AppState.PENDING
+    uid = wl["metadata"]["labels"][JOB_UID_LABEL]
+    assert [c for c in fake.calls if c[:2] == ("list", "workloads")] == [
+        ("list", "workloads", f"{JOB_UID_LABEL}={uid}")
+    ] * 3
+    assert [n.text for n in aws.core.take_notices()] == [
+        f"Kueue workload {wl['metadata']['name']} waits for quota: Pending: {PENDING}"
+    ]
+
+
+def test_the_worker_reads_no_workload_of_an_app_without_a_queue() -> None:
+    fake = FakeKube()
+    aws = create_scheduler("s", namespace="ns", kube=fake)
+    app_id = aws.schedule(aws.submit_dryrun(app(), {}))
+    aws.describe(app_id)
+    assert not [c for c in fake.calls if c[:2] == ("list", "workloads")]
+
+
+async def test_the_triggerer_reads_workloads_from_one_shared_watch() -> None:
+    fake = FakeKube()
+    app_id, wl = queued(fake)
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "count": 1}]}
+    hub = InformerHub.current()
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
+    try:
+        for _ in range(3):
+            resp = await client.describe(app_id)
+            assert resp is not None and resp.evictions == 1
+        texts = [n.text for n in client.take_notices()]
+        shared = [s for k, s in hub.informers.items() if isinstance(k[2], OwnedBy)]
+        assert len(shared) == 1
+        # the namespace's Workloads, kept by their owner's name
+        assert sorted(shared[0].informer.groups) == sorted([app_id.split(":")[1], "other"])
+    finally:
+        await client.close()
+        await hub.close()
+    assert texts == [f"Kueue workload {wl['metadata']['name']} waits for quota: Pending: {PENDING}"]
+    assert not [c for c in fake.calls if c[:2] == ("list", "workloads") and c[2]]
+
+
+def refusing(fake: FakeKube, error: Exception) -> None:
+    """``fake`` answers every list of Workloads with ``error``."""
+    real_list = fake.list_objects
+
+    def list_objects(res: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
+        if res.plural == "workloads":
+            raise error
+        return real_list(res, namespace, selector)
+
+    fake.list_objects = list_objects  # type: ignore[method-assign]
+
+
+async def test_a_refused_workload_watch_is_quiet() -> None:
+    fake = FakeKube()
+    app_id, _ = queued(fake)
+    # the account may read AppWrappers and pods, not Workloads
+    refusing(fake, BackendConfigurationError("workloads is forbidden", status=403))
+    hub = InformerHub.current()
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
+    try:
+        resp = await client.describe(app_id)
+        assert resp is not None and resp.state is AppState.PENDING
+        assert client.take_notices() == []
+    finally:
+        await client.close()
+        await hub.close()
+
+
+def test_the_worker_skips_workloads_it_may_not_read_or_the_cluster_does_not_serve() -> None:
+    for refusal in (
+        BackendConfigurationError("workloads is forbidden", status=403),
+        BackendUnavailableError("the server could not find the requested resource", status=404),
+    ):
+        fake = FakeKube()
+        app_id, _ = queued(fake)
+        refusing(fake, refusal)
+        aws = create_scheduler("s", namespace="ns", kube=fake)
+        resp = aws.describe(app_id)
+        assert resp is not None and resp.state is AppState.PENDING and resp.evictions == -1
+        assert aws.core.take_notices() == []
+
+
+def test_a_jobset_of_a_local_queue_reads_its_workload_the_same_way() -> None:
+    from torchx_provider.schedulers.kube import jobset
+
+    fake = FakeKube()
+    js = jobset.create_scheduler("s", namespace="ns", kube=fake)
+    app_id = js.schedule(js.submit_dryrun(app(), {"local_queue": "lq"}))
+    name = app_id.split(":")[1]
+    obj = fake.objects[("jobsets", "ns", name)]
+    fake.objects[("workloads", "ns", f"jobset-{name}-1")] = {
+        "apiVersion": KUEUE_WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": f"jobset-{name}-1",
+            "uid": "w1",
+            "labels": {JOB_UID_LABEL: obj["metadata"]["uid"]},
+            "ownerReferences": [{"kind": "JobSet", "name": name, "controller": True}],
+        },
+        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", TOO_BIG)]},
+    }
+    js.describe(app_id)
+    [text] = [n.text for n in js.core.take_notices()]
+    assert text.startswith(f"Kueue workload jobset-{name}-1 can never be admitted")
