@@ -113,7 +113,7 @@ else
     --keyring /usr/share/keyrings/debian-maintainers.gpg \
     --output "$work/dsc.signed" "$work/$dsc" 2>"$work/gpgv.log" || {
     cat "$work/gpgv.log" >&2
-    echo "$dsc is not signed by a key of Debian's developers or maintainers" >&2
+    echo "$dsc has no good signature by a key of Debian's developers or maintainers" >&2
     exit 1
   }
   grep -E '^gpgv: +(Good signature|using)' "$work/gpgv.log" >&2
