@@ -2,7 +2,7 @@
 # The versions the package declares beyond the main environment (Airflow 3.3.2 with the newest
 # client libraries on the machine's Python 3.11): the older Airflow releases, the lowest client
 # library versions and another CPython, each in its own environment outside the checkout
-# (scripts/airflow_venv.py; CPython 3.13 is built by scripts/cpython.sh).
+# (scripts/airflow_venv.py; CPython 3.13 and 3.14 are built by scripts/cpython.sh).
 #
 #   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
 #   bash scripts/other_versions.sh 3.1.8          # one of them
@@ -11,10 +11,10 @@
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# Airflow 3.3.2 on CPython 3.13 (first: its interpreter takes longest to make), the newest
-# patch release of each supported older Airflow, and Airflow 3.3.2 with the lowest
+# Airflow 3.3.2 on CPython 3.13 and 3.14 (first: their interpreters take longest to make),
+# the newest patch release of each supported older Airflow, and Airflow 3.3.2 with the lowest
 # kubernetes / kubernetes_asyncio / docker versions pyproject.toml allows.
-OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.1.8 3.2.2 3.3.2+lowest}"
+OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lowest}"
 # What runs on each: the unit tier and the Docker dag.test() tier; with the lowest clients,
 # the Docker and Kubernetes integration tiers too (the local cluster must be up). An older
 # Airflow gets the dependency versions of its release day (scripts/airflow_venv.py).

@@ -103,7 +103,7 @@ def test_classifiers(built: tuple[Path, Path]) -> None:
     pythons = sorted(
         int(c.rsplit(".", 1)[1]) for c in classifiers if re.fullmatch(r".*Python :: 3\.\d+", c)
     )
-    assert pythons == [11, 12, 13]
+    assert pythons == [11, 12, 13, 14]
     assert meta["Requires-Python"] == ">=3.11"
     assert meta["Description-Content-Type"] == "text/markdown"
 

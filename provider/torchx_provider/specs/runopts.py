@@ -65,7 +65,9 @@ def get_type_name(tp: Any) -> str:
     ``typing`` form or anything without a name.
 
     The names TorchX prints in its help and errors; this package's own messages write
-    ``list[str]`` and ``dict[str, str]`` instead (:attr:`runopt.type_name`).
+    ``list[str]`` and ``dict[str, str]`` instead (:attr:`runopt.type_name`). ``str(tp)`` is
+    the interpreter's: ``typing.Optional[str]`` is ``'typing.Optional[str]'`` up to Python
+    3.13 and ``'str | None'`` from 3.14 on, with TorchX's function as with this one.
 
     >>> get_type_name(int), get_type_name(list[str]), get_type_name(typing.List[str])
     ('int', 'list', 'typing.List[str]')

@@ -3,7 +3,8 @@
 ``python dump_specs.py '<JSON cases>'``, the cases an object of:
 
 * ``handles``: app handles, each parsed with ``parse_app_handle``;
-* ``types``: type expressions (``typing.List[str]``, ``list[str]``...) for ``get_type_name``;
+* ``types``: type expressions (``typing.List[str]``, ``list[str]``...) for ``get_type_name``
+  (and ``type_strs``: how this interpreter prints each, ``str(tp)``);
 * ``resolve``: run option dicts resolved against options ``queue`` (str, required) and
   ``n`` (int, default 1);
 * ``statuses``: ``AppStatus`` fields as plain data (states by name, roles with replicas),
@@ -154,6 +155,7 @@ def main():
             outcome(lambda h=h: tuple(specs.parse_app_handle(h))) for h in cases["handles"]
         ],
         "types": [specs.get_type_name(eval(t, {"typing": typing})) for t in cases["types"]],
+        "type_strs": [str(eval(t, {"typing": typing})) for t in cases["types"]],
         "resolve": [outcome(lambda c=c: opts.resolve(c)) for c in cases["resolve"]],
         "statuses": [describe_status(c) for c in cases["statuses"]],
         "exceptions": exceptions(),
