@@ -130,12 +130,14 @@ TERMINATED_FAILURE: dict[str, FailureKind] = {
 class PodFailure:
     """Why a pod failed (or cannot start): the reason read, the kind (``None``: none known),
     and, for a container that waits, whether waiting cannot heal it (``final``: an image
-    that can never be pulled) and the kubelet's ``message``."""
+    that can never be pulled) and the kubelet's ``message``; for a disruption, the
+    condition's ``message`` and when it was set (``at``)."""
 
     reason: str
     kind: FailureKind | None
     final: bool = False
     message: str = ""
+    at: str = ""
 
 
 def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFailure:
@@ -146,7 +148,12 @@ def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFail
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             reason = str(condition.get("reason") or "")
             if reason:
-                return PodFailure(reason, DISRUPTION_FAILURE.get(reason))
+                return PodFailure(
+                    reason,
+                    DISRUPTION_FAILURE.get(reason),
+                    message=" ".join(str(condition.get("message") or "").split()),
+                    at=str(condition.get("lastTransitionTime") or ""),
+                )
     reason = str(status.get("reason") or "")
     if reason:
         return PodFailure(reason, POD_REASON_FAILURE.get(reason))
@@ -283,6 +290,11 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         # why it does not start, in the kubelet's words (an image it cannot pull: the
         # registry's answer)
         error = f"{failure.reason}: {bounded(failure.message)}"
+    elif error == NONE and failure.reason in DISRUPTION_FAILURE:
+        # the platform is ending it ("Eviction API: evicting"); said before its container
+        # ends, and all there is when its pod is deleted before it is seen failed
+        message = bounded(failure.message)
+        error = f"{failure.reason}: {message}" if message else failure.reason
     hostname = spec.get("hostname") or ""
     if hostname and spec.get("subdomain"):
         hostname = f"{hostname}.{spec['subdomain']}"
@@ -294,9 +306,19 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         restarts=int(cstatus.get("restartCount") or 0),
         reason=failure.reason,
         failure=failure.kind,
-        finished_at=parse_time(terminated.get("finishedAt")),
+        # a pod the platform ends: when it said so, until its container's end is known
+        finished_at=parse_time(terminated.get("finishedAt")) or parse_time(failure.at),
         cannot_start=failure.final,
     )
+
+
+def telling(details: PodDetails) -> bool:
+    """Whether a pod's ``details`` tell how its replica ended, and are worth keeping after
+    the pod is gone: it failed with an exit code, or the platform marked it for disruption
+    (a ``DisruptionTarget`` of :data:`DISRUPTION_FAILURE`, whatever its phase: the API
+    server marks a pod it evicts, then deletes it)."""
+    failed = details.state is AppState.FAILED and details.exit_code is not None
+    return failed or details.reason in DISRUPTION_FAILURE
 
 
 def pods_by_replica(pods: Iterable[Mapping[str, Any]]) -> dict[ReplicaKey, Mapping[str, Any]]:
