@@ -44,7 +44,13 @@ def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     return kube
 
 
-def dag_source(dag_id: str, behaviour: dict[str, str], cpu: float = 0.5, **operator: Any) -> str:
+def dag_source(
+    dag_id: str,
+    behaviour: dict[str, str],
+    cpu: float = 0.5,
+    image: str = "registry.invalid/train:1",
+    **operator: Any,
+) -> str:
     kwargs = "".join(f"        {k}={v!r},\n" for k, v in operator.items())
     return f'''
 import datetime
@@ -67,7 +73,7 @@ APP = {{
     "name": "kube-{{{{ params.tag }}}}",
     "roles": [{{
         "name": "trainer",
-        "image": "registry.invalid/train:1",
+        "image": {image!r},
         "entrypoint": "python",
         "args": ["-m", "train"],
         "num_replicas": 2,
@@ -169,6 +175,51 @@ def test_failure_on_volcano(
     with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
         assert scheduler.describe(got["app_id"]) is not None  # kept for inspection
         scheduler.delete(got["app_id"])
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_an_image_that_does_not_exist_fails_at_once_and_is_not_retried(
+    dag_runner: Any, kube_conn: Any, capfd: Any, deferrable: bool
+) -> None:
+    """kwok answers the pull of an image named ``pull-not-found`` as a registry without it
+    (tests/cluster/README.md): the task fails within seconds, not after the start grace,
+    with ``AppConfigurationError`` naming the replica, the image and the kubelet's words;
+    under the shipped retry policy (Airflow 3.3) its ``retries`` are not spent."""
+    sdk = pytest.importorskip("airflow.sdk")
+    policy = hasattr(sdk, "ExceptionRetryPolicy")
+    dag_id = f"kube_missing_image_{deferrable}"
+    image = "registry.torchx.test/pull-not-found/train:1"
+    extra: dict[str, Any] = {"deferrable": deferrable}
+    source = dag_source(dag_id, {}, image=image, **extra)
+    if policy:
+        source = source.replace(
+            "        poll_interval=0.5,\n",
+            "        poll_interval=0.5,\n        retries=3,\n"
+            "        retry_delay=timedelta(seconds=0),\n"
+            "        retry_policy=RETRY_INFRASTRUCTURE_ONLY,\n",
+        ).replace(
+            "from torchx_provider.operators import TorchXKubernetesOperator\n",
+            "from torchx_provider.operators import TorchXKubernetesOperator\n"
+            "from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY\n",
+        )
+    started = time.monotonic()
+    dag_run = dag_runner.run(dag_id, source)
+    took = time.monotonic() - started
+    text = "".join(capfd.readouterr())
+    ti = task_instances(dag_run)["train"]
+    assert ti.state == "failed", text[-3000:]
+    assert "AppConfigurationError" in text, text[-3000:]
+    assert re.search(r"trainer/[01] cannot start: image '" + re.escape(image) + "' cannot", text)
+    assert f"{image}: not found" in text, text[-3000:]
+    if policy:
+        assert ti.try_number == 1, ti.try_number
+        assert text.count("submitted app kubernetes://") == 1, text[-3000:]
+    assert took < 60, took
+    print(f"missing image, {'deferred' if deferrable else 'worker'}: task failed in {took:.1f} s")
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
+        scheduler.delete(xcoms(dag_run, "train")["app_id"])
 
 
 @pytest.mark.parametrize("namespace", [None, "torchx-test-other"], ids=["client", "cfg"])
