@@ -31,7 +31,7 @@ from torchx_provider.errors import (
     UserCodeError,
 )
 from torchx_provider.operators.finishing import failure_error
-from torchx_provider.schedulers.kube import appwrapper, volcano
+from torchx_provider.schedulers.kube import appwrapper, mcad, volcano
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower
 
@@ -40,17 +40,28 @@ pytestmark = pytest.mark.kubernetes
 #: a registry name that resolves nowhere: kwok pulls nothing, the marker decides
 REGISTRY = "registry.torchx.test"
 
-BACKENDS: dict[str, Any] = {"volcano": volcano, "appwrapper": appwrapper}
+BACKENDS: dict[str, Any] = {"volcano": volcano, "appwrapper": appwrapper, "mcad": mcad}
+
+
+def kubeconfig_of(name: str, kube_cluster: Any) -> str:
+    """The restricted kubeconfig of backend ``name`` (MCAD has an API server of its own)."""
+    if name != "mcad":
+        return str(kube_cluster.restricted_kubeconfig)
+    if kube_cluster.mcad_restricted_kubeconfig is None or not kube_cluster.mcad_controller:
+        pytest.skip("this cluster does not run MCAD's controller")
+    return str(kube_cluster.mcad_restricted_kubeconfig)
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, kube_cluster: Any) -> Iterator[tuple[str, Any]]:
-    """``(name, scheduler)`` of each Kubernetes backend of the main API server; what it
-    submits is deleted after the test."""
+    """``(name, scheduler)`` of each Kubernetes backend; what it submits is deleted after
+    the test."""
     module = BACKENDS[request.param]
     with tracked(
         module.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+            "it",
+            kubeconfig=kubeconfig_of(request.param, kube_cluster),
+            namespace=kube_cluster.namespace,
         )
     ) as s:
         yield request.param, s
@@ -71,7 +82,7 @@ def submit(name: str, scheduler: Any, app: specs.AppDef) -> str:
 
 def async_client(name: str, kube_cluster: Any) -> Any:
     return BACKENDS[name].create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        kubeconfig=kubeconfig_of(name, kube_cluster), namespace=kube_cluster.namespace
     )
 
 
