@@ -111,7 +111,7 @@ PULL_ANSWER: tuple[tuple[re.Pattern[str], PullVerdict], ...] = (
     (
         re.compile(
             r"not found|manifest unknown|name unknown|repository does not exist"
-            r"|no such image|does not exist",
+            r"|no such image|image does not exist",
             re.I,
         ),
         MISSING,
