@@ -66,6 +66,7 @@ def dag_source(
     cpu: float = 0.5,
     base: str = "TorchXKubernetesOperator",
     conn_id: str = CONN_ID,
+    image: str = "registry.invalid/train:1",
     **operator: Any,
 ) -> str:
     """A DAG of one task, ``base`` (a fixed operator of a Kubernetes backend) whose replicas
@@ -94,7 +95,7 @@ APP = {{
     "name": "kube-{{{{ params.tag }}}}",
     "roles": [{{
         "name": "trainer",
-        "image": "registry.invalid/train:1",
+        "image": {image!r},
         "entrypoint": "python",
         "args": ["-m", "train"],
         "num_replicas": 2,
@@ -200,6 +201,143 @@ def test_failure_on_volcano(
     with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
         assert scheduler.describe(got["app_id"]) is not None  # kept for inspection
         scheduler.delete(got["app_id"])
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_an_image_that_does_not_exist_fails_at_once_and_is_not_retried(
+    dag_runner: Any, kube_conn: Any, capfd: Any, deferrable: bool
+) -> None:
+    """kwok answers the pull of an image named ``pull-not-found`` as a registry without it
+    (tests/cluster/README.md): the task fails within seconds, not after the start grace,
+    with ``AppConfigurationError`` naming the replica, the image and the kubelet's words;
+    under the shipped retry policy (Airflow 3.3) its ``retries`` are not spent."""
+    sdk = pytest.importorskip("airflow.sdk")
+    policy = hasattr(sdk, "ExceptionRetryPolicy")
+    dag_id = f"kube_missing_image_{deferrable}"
+    image = "registry.torchx.test/pull-not-found/train:1"
+    extra: dict[str, Any] = {"deferrable": deferrable}
+    source = dag_source(dag_id, {}, image=image, **extra)
+    if policy:
+        source = source.replace(
+            "        poll_interval=0.5,\n",
+            "        poll_interval=0.5,\n        retries=3,\n"
+            "        retry_delay=timedelta(seconds=0),\n"
+            "        retry_policy=RETRY_INFRASTRUCTURE_ONLY,\n",
+        ).replace(
+            "from torchx_provider.operators import TorchXKubernetesOperator\n",
+            "from torchx_provider.operators import TorchXKubernetesOperator\n"
+            "from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY\n",
+        )
+    started = time.monotonic()
+    dag_run = dag_runner.run(dag_id, source)
+    took = time.monotonic() - started
+    text = "".join(capfd.readouterr())
+    ti = task_instances(dag_run)["train"]
+    assert ti.state == "failed", text[-3000:]
+    assert "AppConfigurationError" in text, text[-3000:]
+    assert re.search(r"trainer/[01] cannot start: image '" + re.escape(image) + "' cannot", text)
+    assert f"{image}: not found" in text, text[-3000:]
+    if policy:
+        assert ti.try_number == 1, ti.try_number
+        assert text.count("submitted app kubernetes://") == 1, text[-3000:]
+    assert took < 60, took
+    print(f"missing image, {'deferred' if deferrable else 'worker'}: task failed in {took:.1f} s")
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:
+        scheduler.delete(xcoms(dag_run, "train")["app_id"])
+
+
+def evict_first_running_pod(kube: Any, dag_id: str, stop: threading.Event) -> list[str]:
+    """Evict (``POST pods/<name>/eviction``) the first pod of ``dag_id``'s jobs seen
+    running, as a node drain does; the evicted pod's name, in a list filled once done."""
+    from kubernetes import client
+
+    evicted: list[str] = []
+
+    def run() -> None:
+        core = client.CoreV1Api(kube.api_client())
+        selector = f"airflow.apache.org/dag-id={dag_id}"
+        while not stop.is_set() and not evicted:
+            pods = core.list_namespaced_pod(kube.namespace, label_selector=selector).items
+            running = [p.metadata.name for p in pods if p.status.phase == "Running"]
+            if running:
+                time.sleep(1)  # followed while it runs
+                body = client.V1Eviction(
+                    metadata=client.V1ObjectMeta(name=running[0], namespace=kube.namespace)
+                )
+                core.create_namespaced_pod_eviction(running[0], kube.namespace, body)
+                evicted.append(running[0])
+            stop.wait(0.3)
+
+    threading.Thread(target=run, daemon=True).start()
+    return evicted
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["worker", "deferred"])
+def test_an_evicted_replica_fails_the_try_as_infrastructure_and_is_retried(
+    dag_runner: Any, kube_conn: Any, capfd: Any, deferrable: bool
+) -> None:
+    """Try 1's pod is evicted while it runs (max_retries 0): the try fails with
+    ``InfrastructureError`` naming the replica and ``EvictionByEvictionAPI``; under the
+    shipped retry policy (Airflow 3.3) try 2 runs, and succeeds."""
+    sdk = pytest.importorskip("airflow.sdk")
+    if not hasattr(sdk, "ExceptionRetryPolicy"):
+        pytest.skip("Airflow before 3.3 has no retry policies")
+    dag_id = f"kube_evicted_{deferrable}"
+    source = dag_source(
+        dag_id,
+        kube_conn.pod_behaviour(keep_running=True),
+        deferrable=deferrable,
+    )
+    source = (
+        source.replace(
+            "from torchx_provider.operators import TorchXKubernetesOperator\n",
+            "from torchx_provider.operators import TorchXKubernetesOperator\n"
+            "from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY\n",
+        )
+        .replace('"num_replicas": 2,', '"num_replicas": 1,')
+        .replace(
+            "        poll_interval=0.5,\n",
+            "        poll_interval=0.5,\n        retries=1,\n"
+            "        retry_delay=timedelta(seconds=0),\n"
+            "        retry_policy=RETRY_INFRASTRUCTURE_ONLY,\n",
+        )
+        .replace(
+            "    def prepare(self, context):\n",
+            "    def execute(self, context):\n"
+            "        if context['ti'].try_number > 1:  # the second try runs to its end\n"
+            "            self.app = json.loads(json.dumps(self.app).replace("
+            '\'keep-running": "true"\', \'run-duration": "1s"\'))\n'
+            "            assert 'run-duration' in json.dumps(self.app), self.app\n"
+            "        return super().execute(context)\n\n"
+            "    def prepare(self, context):\n",
+        )
+        .replace("import datetime\n", "import datetime\nimport json\n", 1)
+    )
+    assert "RETRY_INFRASTRUCTURE_ONLY," in source and "try_number > 1" in source
+    stop = threading.Event()
+    evicted = evict_first_running_pod(kube_conn, dag_id, stop)
+    try:
+        dag_run = dag_runner.run(dag_id, source)
+    finally:
+        stop.set()
+    text = "".join(capfd.readouterr())
+    ti = task_instances(dag_run)["train"]
+    assert evicted, text[-3000:]
+    assert "InfrastructureError" in text, text[-3000:]
+    assert "trainer/0 failed: exit code unknown (EvictionByEvictionAPI" in text, text[-3000:]
+    assert ti.state == "success" and ti.try_number == 2, (ti.state, ti.try_number, text[-3000:])
+    # both tries' jobs (the XCom names the last one only)
+    from kubernetes import client
+
+    client.CustomObjectsApi(kube_conn.api_client()).delete_collection_namespaced_custom_object(
+        "batch.volcano.sh",
+        "v1alpha1",
+        kube_conn.namespace,
+        "jobs",
+        label_selector=f"airflow.apache.org/dag-id={dag_id}",
+    )
 
 
 @pytest.mark.parametrize("namespace", [None, "torchx-test-other"], ids=["client", "cfg"])

@@ -308,15 +308,29 @@ def test_a_replica_that_starts_waiting_on_its_configuration_is_told_once() -> No
 
     pending = ReplicaRow("trainer", 0, AppState.PENDING)
     pulling = ReplicaRow("trainer", 0, AppState.PENDING, reason="ImagePullBackOff")
-    assert waiting_notes([pending], [pulling]) == [
-        "trainer/0 waits: ImagePullBackOff (the image cannot be pulled: check its name, its "
-        "tag and the pull secret)"
-    ]
-    assert waiting_notes([pulling], [pulling]) == []  # once
-    assert waiting_notes([], [ReplicaRow("t", 1, AppState.PENDING, reason="Odd")]) == [
+    assert waiting_notes([pending]) == []
+    [(key, note)] = waiting_notes([pulling])
+    assert note == (
+        "trainer/0 waits: ImagePullBackOff (check the image's name, its tag and the pull secret)"
+    )
+    # the key is the replica, its reason and the backend's words: said once per change
+    limited = ReplicaRow(
+        "trainer",
+        0,
+        AppState.PENDING,
+        reason="ErrImagePull",
+        message="ErrImagePull: 429 Too Many Requests - toomanyrequests: rate limit",
+    )
+    [(other, note)] = waiting_notes([limited])
+    assert other != key
+    assert note == (
+        "trainer/0 waits: ErrImagePull: 429 Too Many Requests - toomanyrequests: rate limit "
+        "(the registry limits the rate of pulls (HTTP 429))"
+    )
+    assert waiting_notes([ReplicaRow("t", 1, AppState.PENDING, reason="Odd")])[0][1] == (
         "t/1 waits: Odd"
-    ]
-    assert waiting_notes([pending], [failed(0, 1)]) == []  # a failure is the summary's
+    )
+    assert waiting_notes([failed(0, 1)]) == []  # a failure is the summary's
 
 
 def test_waiting_on_configuration_is_timed_without_a_break() -> None:

@@ -59,7 +59,10 @@ def failure_error(event: JobEvent) -> Exception | None:
     """The exception a try fails with after ``event``, ``None`` when the app succeeded.
 
     Every follow that did not see the app succeed becomes one class of
-    :mod:`torchx_provider.errors`: refused as configured -> ``AppConfigurationError``; lost
+    :mod:`torchx_provider.errors`: refused as configured -> ``AppConfigurationError``; a
+    replica that cannot start -> the class of its kind (an image that does not exist:
+    ``AppConfigurationError``; a registry limiting the pulls past the grace:
+    ``InfrastructureError``), naming it as the root cause; lost
     (the backend unreachable past ``outage_budget``, the follow failing) -> ``AppLostError``;
     the deadline -> ``AppTimeoutError``; a wait past ``queue_timeout`` ->
     ``QueueTimeoutError``; cancelled or deleted from outside ->
@@ -72,6 +75,8 @@ def failure_error(event: JobEvent) -> Exception | None:
     state = event.state.name
     not_seen_ending = unfinished(event)
     if not_seen_ending is not None:
+        if event.kind == EventKind.ERROR and event.error == ErrorKind.START:
+            return start_error(event, not_seen_ending)
         if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE:
             cls: type[errors.AppFailedError] = errors.QueueTimeoutError
         elif event.kind == EventKind.TIMEOUT:
@@ -96,6 +101,23 @@ def failure_error(event: JobEvent) -> Exception | None:
         else errors.RootCause(root.role, root.replica_id, root.exit_code, root.reason, root.message)
     )
     return cls(failure(event), app_id=event.app_id, state=state, root_cause=cause)
+
+
+def start_error(event: JobEvent, message: str) -> Exception:
+    """The exception of a follow that ended because a replica cannot start: its kind's
+    class (:func:`torchx_provider.failures.error_class`), ``AppConfigurationError`` when
+    the event names no replica or its kind is not known."""
+    from torchx_provider import errors
+
+    row = next((r for r in event.replicas if r.key == event.root_cause), None)
+    kind = kind_of(row.failure) if row is not None else None
+    cls = error_class(kind) if kind is not None else errors.AppConfigurationError
+    cause = (
+        None
+        if row is None
+        else errors.RootCause(row.role, row.replica_id, row.exit_code, row.reason, row.message)
+    )
+    return cls(message, app_id=event.app_id, state=event.state.name, root_cause=cause)
 
 
 def unfinished(event: JobEvent) -> str | None:

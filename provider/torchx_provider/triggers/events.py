@@ -52,9 +52,11 @@ class ErrorKind(str, enum.Enum):
     #: (with :attr:`EventKind.TIMEOUT`) the app waited to run longer than ``queue_timeout``
     #: (:class:`~torchx_provider.errors.QueueTimeoutError`)
     QUEUE = "queue"
-    #: a replica waited past ``START_GRACE`` on its configuration (an image it cannot pull,
-    #: a Secret missing): the app cannot start as configured, and was cancelled
-    #: (:class:`~torchx_provider.errors.AppConfigurationError`)
+    #: a replica cannot start: it waits for a reason waiting does not heal (an image that
+    #: can never be pulled), or it waited past ``START_GRACE`` for one Kubernetes retries
+    #: without end (an image it cannot pull, a Secret missing); the app was cancelled. The
+    #: class is that replica's kind (:attr:`JobEvent.root_cause` names it), else
+    #: :class:`~torchx_provider.errors.AppConfigurationError`
     START = "start"
 
 
@@ -63,7 +65,10 @@ class ReplicaRow:
     """One replica as the backend last described it: for a failed one also the backend's
     ``reason``, the ``failure`` kind its table gives (a
     :class:`~torchx_provider.failures.FailureKind` value, ``""``: none known) and when it
-    ended (``finished_at``, ISO 8601, ``""``: not told); ``restarts`` where told."""
+    ended (``finished_at``, ISO 8601, ``""``: not told); ``restarts`` where told. An
+    unfinished one that waits to start says why in ``reason``, ``failure`` and ``message``
+    (the backend's words), and ``cannot_start`` when waiting will not heal it (an image
+    that can never be pulled)."""
 
     role: str
     replica_id: int
@@ -75,6 +80,7 @@ class ReplicaRow:
     failure: str = ""
     finished_at: str = ""
     restarts: int | None = None
+    cannot_start: bool = False
 
     @property
     def key(self) -> str:
@@ -94,6 +100,7 @@ class ReplicaRow:
             "failure": self.failure,
             "finished_at": self.finished_at,
             "restarts": self.restarts,
+            "cannot_start": self.cannot_start,
         }
 
     @classmethod
@@ -109,6 +116,7 @@ class ReplicaRow:
             failure=str(data.get("failure") or ""),
             finished_at=str(data.get("finished_at") or ""),
             restarts=None if data.get("restarts") is None else int(data["restarts"]),
+            cannot_start=bool(data.get("cannot_start")),
         )
 
 
@@ -130,6 +138,7 @@ def replica_rows(resp: DescribeAppResponse) -> tuple[ReplicaRow, ...]:
                     failure=r.failure or "",
                     finished_at=r.finished_at.isoformat() if r.finished_at else "",
                     restarts=r.num_restarts,
+                    cannot_start=r.cannot_start,
                 )
             )
     return tuple(rows)

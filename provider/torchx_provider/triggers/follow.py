@@ -49,6 +49,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from torchx_provider.errors import (
@@ -89,10 +90,10 @@ from torchx_provider.triggers.policy import (
 )
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import (
-    WAITING_HINTS,
     failed_rows,
     failure_summary,
     restart_notes,
+    start_failure,
     waiting_notes,
 )
 from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
@@ -303,7 +304,12 @@ class JobFollower:
                 await self.checkpoints.final()
                 return self._event(EventKind.FINISHED, self._message)
             self._waiting = waiting_on_configuration(self._waiting, self.rows, self.clock())
-            stuck = cannot_start(self._waiting, self.clock(), self.start_grace)
+            stuck = cannot_start(
+                self._waiting,
+                self.clock(),
+                self.start_grace,
+                final=[r.key for r in self.rows if r.cannot_start],
+            )
             if stuck is not None:
                 return await self._give_up_start(stuck)
             await self._until_changed(self.poll_interval)
@@ -390,19 +396,18 @@ class JobFollower:
         return self._event(EventKind.TIMEOUT, message, error=ErrorKind.QUEUE)
 
     async def _give_up_start(self, key: str) -> JobEvent:
-        """Replica ``key`` waited past ``start_grace`` on its configuration: the app cannot
-        start as configured. It is cancelled (unless ``on_kill_action="keep"``), and the
-        follow ends saying why."""
+        """Replica ``key`` cannot start: it waits for a reason waiting does not heal, or it
+        waited past ``start_grace``. The app is cancelled (unless
+        ``on_kill_action="keep"``), and the follow ends naming the replica, its image and
+        the backend's words; the replica is the event's root cause."""
         what = await self._cancel("left waiting (on_kill_action=keep)")
         row = next(r for r in self.rows if r.key == key)
-        hint = WAITING_HINTS.get(row.reason, "")
         waited = self.clock() - self._waiting[key]
-        message = (
-            f"{key} waited {waited:.0f}s on {row.reason}"
-            + (f" ({hint})" if hint else "")
-            + f"; the app was {what}"
-        )
+        image = self._images.get(row.role, "")
+        why = start_failure(row, image, waited)
+        message = f"{why}; the app was {what}"
         self.log.warning("app %s: %s", self.app_id, message)
+        self._root_cause = key
         return self._event(EventKind.ERROR, message, error=ErrorKind.START)
 
     async def _cancel(self, kept: str) -> str:
@@ -505,6 +510,8 @@ class JobFollower:
     _root_error: str = ""
     #: the app's in-cluster restarts at the last describe (-1: none yet)
     _app_restarts: int = -1
+    #: role name -> its image, from the last describe
+    _images: Mapping[str, str] = MappingProxyType({})
 
     def _observe(self, resp: DescribeAppResponse) -> None:
         """Take in a describe: log a state transition and a status line when the replicas
@@ -529,8 +536,8 @@ class JobFollower:
         restarts = (self._app_restarts, resp.num_restarts)
         for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
             self._say(out, note)
-        for note in waiting_notes(self.rows, rows):
-            self.log.warning("%s", note)
+        for key, note in waiting_notes(rows):
+            self.pumps.say_once(key, note)
         self._app_restarts = resp.num_restarts
         if rows != self.rows:
             self._say(out, f"replicas: {status_line(rows)}")
@@ -539,6 +546,7 @@ class JobFollower:
             resp.structured_error_msg if resp.structured_error_msg != "<NONE>" else ""
         )
         self.ui_url = resp.ui_url or self.ui_url
+        self._images = {role.name: role.image for role in resp.roles if role.image}
 
     @property
     def preemptions(self) -> int:

@@ -57,13 +57,21 @@ DEFER_TIMEOUT_GRACE = 120.0
 START_GRACE = 300.0
 
 
+#: the kinds of reasons to wait that Kubernetes retries without end and the start grace
+#: bounds: the app's configuration (an image it cannot pull, a Secret missing) and the
+#: platform's (a registry limiting the rate of pulls or out of reach); a crash loop is the
+#: replica's own code, and is left to the app's restart policy
+_START_WAITS = frozenset({"configuration", "infrastructure"})
+
+
 def waiting_on_configuration(
     since: Mapping[str, float], rows: Iterable[Any], now: float
 ) -> dict[str, float]:
-    """Since when each unfinished replica of ``rows`` has waited on its configuration (its
-    row's ``failure`` is ``"configuration"``), without a break: the time in ``since`` if it
-    already waited at the last describe, else ``now``. A replica that stopped waiting (it
-    started, it ended) is dropped.
+    """Since when each unfinished replica of ``rows`` has waited to start for a reason
+    Kubernetes retries without end (its row's ``failure`` is ``"configuration"``, or
+    ``"infrastructure"``: a registry limiting the pulls), without a break: the time in
+    ``since`` if it already waited at the last describe, else ``now``. A replica that
+    stopped waiting (it started, it ended) is dropped.
 
     >>> from types import SimpleNamespace as Row
     >>> from torchx_provider.specs.api import AppState
@@ -82,12 +90,25 @@ def waiting_on_configuration(
     return {
         row.key: since.get(row.key, now)
         for row in rows
-        if row.failure == "configuration" and not is_terminal(row.state)
+        if row.failure in _START_WAITS and not is_terminal(row.state)
     }
 
 
-def cannot_start(since: Mapping[str, float], now: float, grace: float) -> str | None:
-    """The replica that has waited on its configuration longest, if past ``grace``."""
+def cannot_start(
+    since: Mapping[str, float], now: float, grace: float, final: Iterable[str] = ()
+) -> str | None:
+    """The replica that cannot start: of those whose wait cannot heal (keys in ``final``:
+    an image that can never be pulled) the one waiting longest, at once; else the one that
+    has waited longest, if past ``grace``.
+
+    >>> cannot_start({"t/0": 1.0, "t/1": 2.0}, 3.0, 300.0, final=["t/1"])
+    't/1'
+    >>> cannot_start({"t/0": 1.0}, 3.0, 300.0) is None
+    True
+    """
+    finals = [(start, key) for key, start in since.items() if key in set(final)]
+    if finals:
+        return min(finals)[1]
     overdue = [(start, key) for key, start in since.items() if now - start >= grace]
     return min(overdue)[1] if overdue else None
 

@@ -107,16 +107,67 @@ WAITING_HINTS: dict[str, str] = {
 }
 
 
-def waiting_notes(before: Iterable[ReplicaRow], after: Iterable[ReplicaRow]) -> list[str]:
-    """One line per unfinished replica that now waits for a reason it did not before (an
-    image it cannot pull, a Secret missing): the backend retries it without end, so the
-    task log says why it does not start."""
-    known = {row.key: row.reason for row in before}
+def _hint(row: ReplicaRow) -> str:
+    """What a replica's reason to wait means, in a few words (``""``: nothing to add): for a
+    pull, by the image table (:mod:`~torchx_provider.schedulers.images`) from the backend's
+    message, else :data:`WAITING_HINTS`."""
+    from torchx_provider.schedulers.images import pull_verdict
+
+    verdict = pull_verdict(row.reason, row.message)
+    return verdict.why if verdict is not None else WAITING_HINTS.get(row.reason, "")
+
+
+def _words(row: ReplicaRow) -> str:
+    """The backend's words for why ``row`` waits: its message (which starts with the
+    reason), else the reason."""
+    message = row.message.replace("\n", " ")
+    if not message:
+        return row.reason
+    return message if message.startswith(row.reason) else f"{row.reason}: {message}"
+
+
+def waiting_notes(rows: Iterable[ReplicaRow]) -> list[tuple[str, str]]:
+    """``(key, line)`` for each unfinished replica of ``rows`` that waits to start for a
+    reason (an image it cannot pull, a Secret missing): the backend retries it without end,
+    so the task log says why it does not start. A line is said once per key (the replica,
+    its reason and the backend's words): a kubelet that alternates ``ErrImagePull`` and
+    ``ImagePullBackOff`` is told twice, not at every turn.
+
+    >>> row = ReplicaRow("t", 0, AppState.PENDING, reason="InvalidImageName")
+    >>> waiting_notes([row])
+    [('waits:t/0:InvalidImageName:', 't/0 waits: InvalidImageName (the image name is not valid)')]
+    """
     notes = []
-    for row in after:
-        if is_terminal(row.state):
+    for row in rows:
+        if is_terminal(row.state) or not row.reason:
             continue
-        if row.reason and known.get(row.key) != row.reason:
-            hint = WAITING_HINTS.get(row.reason, "")
-            notes.append(f"{row.key} waits: {row.reason}" + (f" ({hint})" if hint else ""))
+        hint = _hint(row)
+        notes.append(
+            (
+                f"waits:{row.key}:{row.reason}:{row.message}",
+                f"{row.key} waits: {_words(row)}" + (f" ({hint})" if hint else ""),
+            )
+        )
     return notes
+
+
+def start_failure(row: ReplicaRow, image: str, waited: float) -> str:
+    """Why the replica of ``row`` cannot start, for the task log and the exception: the
+    replica, for a pull its ``image``, what the reason means and the backend's words; for a
+    wait that could have healed, how long it lasted (``waited`` seconds).
+
+    >>> row = ReplicaRow("t", 0, AppState.PENDING, reason="ErrImagePull",
+    ...                  message='ErrImagePull: r/x:1: not found', cannot_start=True)
+    >>> start_failure(row, "r/x:1", 0.4).split(" (")[0]
+    "t/0 cannot start: image 'r/x:1' cannot be pulled"
+    """
+    from torchx_provider.schedulers.images import pull_verdict
+
+    pull = pull_verdict(row.reason, row.message) is not None
+    what = f"image {image!r} cannot be pulled" if pull and image else row.reason
+    hint = _hint(row)
+    detail = f" ({hint})" if hint else ""
+    words = _words(row)
+    if row.cannot_start:
+        return f"{row.key} cannot start: {what}{detail}: {words}"
+    return f"{row.key} waited {waited:.0f}s without starting: {what}{detail}: {words}"

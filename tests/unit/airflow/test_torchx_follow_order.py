@@ -155,7 +155,9 @@ async def test_a_replica_that_cannot_start_ends_the_follow_past_the_grace(
     ).run()
     assert (event.kind, event.error) == (EventKind.ERROR, ErrorKind.START)
     assert event.message.startswith("worker/1 waited ")
-    assert "on ImagePullBackOff (the image cannot be pulled" in event.message
+    assert "without starting: image 'busybox' cannot be pulled (check the image's" in (
+        event.message
+    )
     assert event.message.endswith("cancelled" if cancel else "left waiting (on_kill_action=keep)")
     assert fake_cluster.cancelled == ([app_id] if cancel else [])
     # told once while it waited, then given up
@@ -163,6 +165,67 @@ async def test_a_replica_that_cannot_start_ends_the_follow_past_the_grace(
     error = failure_error(event)
     assert type(error) is AppConfigurationError
     assert str(error).startswith(f"TorchX app {app_id} could not start as configured: worker/1")
+    assert (error.role, error.replica_id, error.reason) == ("worker", 1, "ImagePullBackOff")
+
+
+async def test_an_image_that_can_never_be_pulled_ends_the_follow_at_once(
+    fake_cluster: Any,
+) -> None:
+    """No grace for a pull that waiting cannot heal: the first describe that shows it ends
+    the follow, naming the replica, the image and the backend's words."""
+    from torchx_provider.errors import AppConfigurationError
+    from torchx_provider.operators.finishing import failure_error
+    from torchx_provider.triggers.events import ErrorKind, EventKind
+
+    app_id = submit(ticks=100_000, replicas=2, missing_image_replicas="worker/1")
+    log = Log()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.01, start_grace=3600
+    ).run()
+    assert (event.kind, event.error, event.root_cause) == (
+        EventKind.ERROR,
+        ErrorKind.START,
+        "worker/1",
+    )
+    assert event.message == (
+        "worker/1 cannot start: image 'busybox' cannot be pulled (the registry has no such "
+        "image: check its name and tag): ErrImagePull: busybox: not found; the app was cancelled"
+    )
+    assert fake_cluster.cancelled == [app_id]
+    error = failure_error(event)
+    assert type(error) is AppConfigurationError
+    assert (error.role, error.replica_id, error.reason) == ("worker", 1, "ErrImagePull")
+    assert error.replica_message == "ErrImagePull: busybox: not found"
+    again = JobEvent.from_payload(event.to_payload())
+    assert [r.cannot_start for r in again.replicas] == [False, True]
+
+
+def test_a_registry_limiting_pulls_past_the_grace_is_an_infrastructure_error() -> None:
+    """A wait that could have healed and did not: its kind decides the class."""
+    from torchx_provider.errors import InfrastructureError
+    from torchx_provider.operators.finishing import failure_error
+    from torchx_provider.triggers.events import ErrorKind, EventKind
+
+    row = ReplicaRow(
+        "trainer",
+        0,
+        AppState.PENDING,
+        reason="ImagePullBackOff",
+        failure="infrastructure",
+        message="ImagePullBackOff: 429 Too Many Requests",
+    )
+    event = JobEvent(
+        kind=EventKind.ERROR,
+        app_id="a-1",
+        state=AppState.PENDING,
+        message="trainer/0 waited 300s without starting",
+        replicas=(row,),
+        error=ErrorKind.START,
+        root_cause="trainer/0",
+    )
+    error = failure_error(event)
+    assert type(error) is InfrastructureError
+    assert error.reason == "ImagePullBackOff"
 
 
 async def test_a_replica_that_starts_within_the_grace_is_followed_on(fake_cluster: Any) -> None:

@@ -5,7 +5,8 @@ Apps advance one step each time they are described: PENDING, then RUNNING for
 ticks, then the outcome in ``fake.outcome`` (SUCCEEDED by default; a replica listed in
 ``fake.fail_replicas`` as ``role/id`` exits 1; one in ``fake.traceback_replicas`` ends its
 log with a Python traceback; one in ``fake.waiting_replicas`` waits on an image it cannot
-pull while the app runs). Apps are set through ``AppDef.metadata``.
+pull while the app runs; one in ``fake.missing_image_replicas`` waits on an image its
+registry does not have, which can never be pulled). Apps are set through ``AppDef.metadata``.
 
 The backend is one row of the backend table (:data:`FAKE_BACKEND`), added with
 :func:`register` and removed with :func:`unregister`, as a third-party backend would be.
@@ -127,7 +128,22 @@ class FakeApp:
                         if self.failing(role.name, rid)
                         else (0 if state == AppState.SUCCEEDED else None)
                     )
-                waiting = f"{role.name}/{rid}" in self.meta("waiting_replicas", "").split(",")
+                key = f"{role.name}/{rid}"
+                if key in self.meta("missing_image_replicas", "").split(","):
+                    replicas.append(
+                        ReplicaStatus(
+                            id=rid,
+                            state=AppState.PENDING,
+                            role=role.name,
+                            hostname="",
+                            structured_error_msg=f"ErrImagePull: {role.image}: not found",
+                            reason="ErrImagePull",
+                            failure="configuration",
+                            cannot_start=True,
+                        )
+                    )
+                    continue
+                waiting = key in self.meta("waiting_replicas", "").split(",")
                 if waiting and not is_terminal(state):
                     # its image cannot be pulled: it waits, as Kubernetes retries
                     replicas.append(

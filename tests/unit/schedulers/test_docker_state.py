@@ -429,6 +429,9 @@ def test_describe_carries_reason_kind_and_finish_time_of_failed_replicas_only() 
         ('Get "https://localhost:1/v2/": dial tcp 127.0.0.1:1: connect: connection refused', None),
         ("net/http: TLS handshake timeout", None),
         ("received unexpected HTTP status: 503 Service Unavailable", None),
+        # a rate limit or refused credentials: a retry may pull it (the shared image table)
+        ("toomanyrequests: You have reached your pull rate limit", None),
+        ('Head "https://r.example/v2/x/manifests/1": unauthorized: authentication required', None),
     ],
 )
 def test_image_failures(answer: str, kind: FailureKind | None) -> None:

@@ -47,3 +47,57 @@ def test_what_the_pod_still_says_wins() -> None:
     told.failure = "infrastructure"
     [replica] = with_failures(response(told), watch).roles_statuses[0].replicas  # type: ignore[arg-type]
     assert (replica.exit_code, replica.reason, replica.failure) == (3, "Evicted", "infrastructure")
+
+
+def evicted_pod(phase: str = "Running") -> dict[str, object]:
+    """A pod the Eviction API marked, as the API server leaves it before deleting it (seen
+    on the local cluster: the container still running, the condition set)."""
+    return {
+        "metadata": {"name": "a-w-0", "labels": {}},
+        "spec": {"hostname": "a-w-0"},
+        "status": {
+            "phase": phase,
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                    "lastTransitionTime": "2026-11-27T16:00:01Z",
+                },
+            ],
+            "containerStatuses": [{"name": "w", "state": {"running": {}}, "restartCount": 0}],
+        },
+    }
+
+
+def test_a_pod_the_platform_marked_and_deleted_names_its_replicas_end() -> None:
+    """Deleted before it is seen failed, an evicted pod still says what ended its replica:
+    the platform's condition, its message and when it was set."""
+    from torchx_provider.schedulers.kube.status import pod_details, telling
+
+    seen = pod_details(evicted_pod())
+    assert telling(seen)
+    watch = SimpleNamespace(failures={("w", 0): seen})
+    told = ReplicaStatus(0, AppState.FAILED, "w", "a-w-0")
+    [replica] = with_failures(response(told), watch).roles_statuses[0].replicas  # type: ignore[arg-type]
+    assert (replica.reason, replica.failure, replica.finished_at) == (
+        "EvictionByEvictionAPI",
+        "infrastructure",
+        ENDED,
+    )
+    assert replica.structured_error_msg == "EvictionByEvictionAPI: Eviction API: evicting"
+    assert replica.exit_code is None
+
+
+def test_only_failed_or_disrupted_pods_are_kept() -> None:
+    from torchx_provider.schedulers.kube.status import pod_details, telling
+
+    running = evicted_pod()
+    running["status"]["conditions"] = []  # type: ignore[index]
+    assert not telling(pod_details(running))
+    assert telling(
+        PodDetails(AppState.FAILED, 1, "h", "Error", 0, reason="Error", failure=FailureKind.USER)
+    )
+    assert not telling(PodDetails(AppState.FAILED, None, "h", "", 0))

@@ -101,20 +101,6 @@ CONTAINER_FAILURE: dict[str, FailureKind | None] = {
     "RemovedFromOutside": FailureKind.INFRASTRUCTURE,
 }
 
-#: Fragments of the engine's answer to a failed image look-up or pull -> what they mean for
-#: the app (:func:`image_failure`); one that matches none (a registry that cannot be reached,
-#: a timeout) is not known to be the app's fault.
-IMAGE_FAILURE: dict[str, FailureKind] = {
-    # the registry has no such repository or tag
-    "manifest unknown": FailureKind.CONFIGURATION,
-    "not found": FailureKind.CONFIGURATION,
-    "repository does not exist": FailureKind.CONFIGURATION,
-    # no right to it, as far as the registry says (a private repository, or none)
-    "pull access denied": FailureKind.CONFIGURATION,
-    # not an image name at all
-    "invalid reference format": FailureKind.CONFIGURATION,
-}
-
 #: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
 #: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
 CANCELLED_SUFFIX = ".cancelled"
@@ -273,10 +259,15 @@ def container_reason(c: ContainerInfo) -> str:
 
 
 def image_failure(text: str) -> FailureKind | None:
-    """What the engine's answer ``text`` to a failed image look-up or pull means
-    (:data:`IMAGE_FAILURE`), ``None`` when it is not known."""
-    low = text.lower()
-    return next((kind for fragment, kind in IMAGE_FAILURE.items() if fragment in low), None)
+    """What the engine's answer ``text`` to a failed image look-up or pull means: the kind of
+    a pull that can never succeed (the registry has no such image, the name is not valid) by
+    the table every backend shares (:data:`~torchx_provider.schedulers.images.PULL_ANSWER`);
+    ``None`` for any other answer (a registry that cannot be reached, a rate limit, refused
+    credentials): not known to be the app's fault, and a retry may pull it."""
+    from torchx_provider.schedulers.images import pull_answer
+
+    verdict = pull_answer(text)
+    return verdict.kind if verdict is not None and verdict.final else None
 
 
 def app_state(states: Iterable[ReplicaState]) -> AppState:

@@ -62,9 +62,8 @@ from torchx_provider.schedulers.kube.informer import (
 )
 from torchx_provider.schedulers.kube.kueue import owner_name
 from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
-from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of
+from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of, telling
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
-from torchx_provider.specs.api import AppState
 
 #: Seconds an informer keeps running after its last subscriber left.
 LINGER = 30.0
@@ -226,10 +225,14 @@ class AppWatch:
         return True
 
     def note_failures(self) -> None:
-        """Remember how each replica's failed pods ended (see :attr:`failures`)."""
+        """Remember how each replica's failed pods ended (see :attr:`failures`), and which
+        of its pods the platform said it is ending (a ``DisruptionTarget`` condition: an
+        eviction, a preemption), whatever their phase: the API server marks a pod it evicts
+        and deletes it, and a pod deleted before its kubelet reports it failed (or without a
+        kubelet that does) leaves no other trace of why its replica ended."""
         for pod in self.pods():
             details = pod_details(pod)
-            if details.state is not AppState.FAILED or details.exit_code is None:
+            if not telling(details):
                 continue
             key = replica_of(pod.get("metadata") or {})
             if key is not None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from torchx_provider.failures import FailureKind, bounded
 from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.schedulers.images import pull_verdict
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
@@ -93,13 +94,20 @@ POD_REASON_FAILURE: dict[str, FailureKind] = {
     "UnexpectedAdmissionError": FailureKind.INFRASTRUCTURE,
 }
 
-#: The main container's ``state.waiting.reason`` -> kind: it could not start as asked.
+#: The main container's ``state.waiting.reason`` -> kind: it could not start as asked. A
+#: pull's kind, and whether waiting can heal it, is refined from the kubelet's message by
+#: the image table every backend shares (:func:`~torchx_provider.schedulers.images.
+#: pull_verdict`): a rate limit or a registry out of reach is the platform's, and an image
+#: that does not exist is final (the app fails at once, :attr:`PodFailure.final`).
 WAITING_FAILURE: dict[str, FailureKind] = {
     # the image cannot be pulled: no such image or tag, no right to it, a bad name
     "ErrImagePull": FailureKind.CONFIGURATION,
     "ImagePullBackOff": FailureKind.CONFIGURATION,
     "InvalidImageName": FailureKind.CONFIGURATION,
     "ErrImageNeverPull": FailureKind.CONFIGURATION,
+    # the container runtime's words for a registry out of reach, an image not trusted
+    "RegistryUnavailable": FailureKind.INFRASTRUCTURE,
+    "SignatureValidationFailed": FailureKind.CONFIGURATION,
     # a Secret or ConfigMap it names does not exist, or a key in it
     "CreateContainerConfigError": FailureKind.CONFIGURATION,
     # started, exited, and restarted too often: its own code fails
@@ -120,10 +128,16 @@ TERMINATED_FAILURE: dict[str, FailureKind] = {
 
 @dataclass(frozen=True)
 class PodFailure:
-    """Why a pod failed: the reason read and the kind (``None``: none known)."""
+    """Why a pod failed (or cannot start): the reason read, the kind (``None``: none known),
+    and, for a container that waits, whether waiting cannot heal it (``final``: an image
+    that can never be pulled) and the kubelet's ``message``; for a disruption, the
+    condition's ``message`` and when it was set (``at``)."""
 
     reason: str
     kind: FailureKind | None
+    final: bool = False
+    message: str = ""
+    at: str = ""
 
 
 def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFailure:
@@ -134,14 +148,24 @@ def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFail
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             reason = str(condition.get("reason") or "")
             if reason:
-                return PodFailure(reason, DISRUPTION_FAILURE.get(reason))
+                return PodFailure(
+                    reason,
+                    DISRUPTION_FAILURE.get(reason),
+                    message=" ".join(str(condition.get("message") or "").split()),
+                    at=str(condition.get("lastTransitionTime") or ""),
+                )
     reason = str(status.get("reason") or "")
     if reason:
         return PodFailure(reason, POD_REASON_FAILURE.get(reason))
     cstate = container.get("state") or {}
-    waiting = str((cstate.get("waiting") or {}).get("reason") or "")
+    waits = cstate.get("waiting") or {}
+    waiting = str(waits.get("reason") or "")
     if waiting in WAITING_FAILURE:
-        return PodFailure(waiting, WAITING_FAILURE[waiting])
+        message = " ".join(str(waits.get("message") or "").split())
+        pull = pull_verdict(waiting, message, str(container.get("image") or ""))
+        if pull is not None:
+            return PodFailure(waiting, pull.kind, pull.final, message)
+        return PodFailure(waiting, WAITING_FAILURE[waiting], message=message)
     terminated = cstate.get("terminated") or (container.get("lastState") or {}).get("terminated")
     reason = str((terminated or {}).get("reason") or "")
     if reason:
@@ -232,6 +256,8 @@ class PodDetails:
     reason: str = ""
     failure: FailureKind | None = None
     finished_at: datetime | None = None
+    #: its container waits for a reason waiting cannot heal (:attr:`PodFailure.final`)
+    cannot_start: bool = False
 
 
 def pod_details(pod: Mapping[str, Any]) -> PodDetails:
@@ -260,6 +286,15 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
     # read whatever the phase: a backend may call the replica failed from its job's state
     # before the pod's phase says so (:func:`assemble` keeps it for failed replicas only)
     failure = pod_failure(pod, cstatus)
+    if error == NONE and failure.message and failure.reason in WAITING_FAILURE:
+        # why it does not start, in the kubelet's words (an image it cannot pull: the
+        # registry's answer)
+        error = f"{failure.reason}: {bounded(failure.message)}"
+    elif error == NONE and failure.reason in DISRUPTION_FAILURE:
+        # the platform is ending it ("Eviction API: evicting"); said before its container
+        # ends, and all there is when its pod is deleted before it is seen failed
+        message = bounded(failure.message)
+        error = f"{failure.reason}: {message}" if message else failure.reason
     hostname = spec.get("hostname") or ""
     if hostname and spec.get("subdomain"):
         hostname = f"{hostname}.{spec['subdomain']}"
@@ -271,8 +306,19 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         restarts=int(cstatus.get("restartCount") or 0),
         reason=failure.reason,
         failure=failure.kind,
-        finished_at=parse_time(terminated.get("finishedAt")),
+        # a pod the platform ends: when it said so, until its container's end is known
+        finished_at=parse_time(terminated.get("finishedAt")) or parse_time(failure.at),
+        cannot_start=failure.final,
     )
+
+
+def telling(details: PodDetails) -> bool:
+    """Whether a pod's ``details`` tell how its replica ended, and are worth keeping after
+    the pod is gone: it failed with an exit code, or the platform marked it for disruption
+    (a ``DisruptionTarget`` of :data:`DISRUPTION_FAILURE`, whatever its phase: the API
+    server marks a pod it evicts, then deletes it)."""
+    failed = details.state is AppState.FAILED and details.exit_code is not None
+    return failed or details.reason in DISRUPTION_FAILURE
 
 
 def pods_by_replica(pods: Iterable[Mapping[str, Any]]) -> dict[ReplicaKey, Mapping[str, Any]]:
@@ -298,6 +344,7 @@ class ReplicaRecord:
     reason: str = ""
     failure: FailureKind | None = None
     finished_at: datetime | None = None
+    cannot_start: bool = False
 
     def with_pod(self, pod: Mapping[str, Any] | None, prefer_pod_state: bool) -> ReplicaRecord:
         """This record completed by its pod's details (state too if ``prefer_pod_state``)."""
@@ -314,6 +361,7 @@ class ReplicaRecord:
             reason=d.reason,
             failure=d.failure,
             finished_at=d.finished_at,
+            cannot_start=d.cannot_start,
         )
 
 
@@ -360,6 +408,7 @@ def assemble(
                     reason=r.reason if told(r) else "",
                     failure=r.failure.value if r.failure is not None and told(r) else None,
                     finished_at=r.finished_at,
+                    cannot_start=r.cannot_start and told(r) and not is_terminal(r.state),
                 )
             )
         statuses.append(RoleStatus(role=name, replicas=replicas))

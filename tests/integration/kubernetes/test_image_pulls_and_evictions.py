@@ -1,0 +1,251 @@
+"""Failures of the platform and of the setup, on the real API server and controllers, each
+ending the follow (the loop the worker and the triggerer run) with the class the operator
+raises (``failure_error``):
+
+* an image that can never be pulled fails the app at once with ``AppConfigurationError``,
+  naming the replica, the image and the kubelet's words (kwok plays the pull from markers in
+  the image name, tests/cluster/README.md);
+* a registry that limits the rate of pulls is said while it lasts and fails nothing before
+  the start grace; past it, the app fails with ``InfrastructureError``;
+* a running replica's pod evicted through the Eviction API ends a Volcano job (max_retries
+  0) with ``InfrastructureError`` naming the replica, which the shipped retry policy
+  retries, where it fails a ``UserCodeError`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kube_apps import one_replica_app, tracked
+from task_log import TaskLog
+from torchx_provider import specs
+from torchx_provider.errors import (
+    AppConfigurationError,
+    InfrastructureError,
+    UserCodeError,
+)
+from torchx_provider.operators.finishing import failure_error
+from torchx_provider.schedulers.kube import appwrapper, mcad, volcano
+from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = pytest.mark.kubernetes
+
+#: a registry name that resolves nowhere: kwok pulls nothing, the marker decides
+REGISTRY = "registry.torchx.test"
+
+BACKENDS: dict[str, Any] = {"volcano": volcano, "appwrapper": appwrapper, "mcad": mcad}
+
+
+def kubeconfig_of(name: str, kube_cluster: Any) -> str:
+    """The restricted kubeconfig of backend ``name`` (MCAD has an API server of its own)."""
+    if name != "mcad":
+        return str(kube_cluster.restricted_kubeconfig)
+    if kube_cluster.mcad_restricted_kubeconfig is None or not kube_cluster.mcad_controller:
+        pytest.skip("this cluster does not run MCAD's controller")
+    return str(kube_cluster.mcad_restricted_kubeconfig)
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, kube_cluster: Any) -> Iterator[tuple[str, Any]]:
+    """``(name, scheduler)`` of each Kubernetes backend; what it submits is deleted after
+    the test."""
+    module = BACKENDS[request.param]
+    with tracked(
+        module.create_scheduler(
+            "it",
+            kubeconfig=kubeconfig_of(request.param, kube_cluster),
+            namespace=kube_cluster.namespace,
+        )
+    ) as s:
+        yield request.param, s
+
+
+def pulling_app(kube_cluster: Any, marker: str) -> specs.AppDef:
+    app = one_replica_app(kube_cluster, marker, exit_code=0, run_seconds=1)
+    app.roles[0].image = f"{REGISTRY}/{marker}/train:1"
+    return app
+
+
+def submit(name: str, scheduler: Any, app: specs.AppDef) -> str:
+    cfg = {"queue": "default"} if name == "volcano" else {}
+    app_id = str(scheduler.schedule(scheduler.submit_dryrun(app, cfg)))
+    scheduler.created.append(app_id)
+    return app_id
+
+
+def async_client(name: str, kube_cluster: Any) -> Any:
+    return BACKENDS[name].create_async_client(
+        kubeconfig=kubeconfig_of(name, kube_cluster), namespace=kube_cluster.namespace
+    )
+
+
+async def follow(
+    name: str, kube_cluster: Any, app_id: str, log: TaskLog, **kwargs: Any
+) -> JobEvent:
+    client = async_client(name, kube_cluster)
+    try:
+        return await JobFollower(client, app_id, log=log, poll_interval=1.0, **kwargs).run()
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("marker", ["pull-not-found", "pull-invalid", "pull-never"])
+async def test_an_image_that_can_never_be_pulled_fails_at_once(
+    kube_cluster: Any, backend: tuple[str, Any], marker: str
+) -> None:
+    name, scheduler = backend
+    app = pulling_app(kube_cluster, marker)
+    image = app.roles[0].image
+    started = time.monotonic()
+    app_id = submit(name, scheduler, app)
+    log = TaskLog()
+    event = await asyncio.wait_for(follow(name, kube_cluster, app_id, log), 60)
+    took = time.monotonic() - started
+    assert (event.kind, event.error, event.root_cause) == (
+        EventKind.ERROR,
+        ErrorKind.START,
+        "worker/0",
+    ), log.lines
+    error = failure_error(event)
+    assert type(error) is AppConfigurationError, error
+    text = str(error)
+    assert "could not start as configured: worker/0 cannot start" in text, text
+    assert f"image {image!r} cannot be pulled" in text, text
+    assert "the app was cancelled" in text, text
+    kubelet_words = {
+        "pull-not-found": f"{image}: not found",
+        "pull-invalid": "invalid reference format",
+        "pull-never": "is not present with pull policy of Never",
+    }[marker]
+    assert kubelet_words in text, text
+    assert (error.role, error.replica_id) == ("worker", 0)
+    assert error.reason in (
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+    ), error.reason
+    assert took < 20, (took, log.lines)  # no start grace: seconds, not minutes
+    print(f"{name} {marker}: AppConfigurationError {took:.1f} s after submission")
+
+
+async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_the_platforms(
+    kube_cluster: Any, backend: tuple[str, Any]
+) -> None:
+    """Not failed at once: each reason the kubelet gives is said once while it lasts; the
+    start grace (shortened here) ends it, as the platform's failure."""
+    name, scheduler = backend
+    app = pulling_app(kube_cluster, "pull-rate-limited")
+    started = time.monotonic()
+    app_id = submit(name, scheduler, app)
+    log = TaskLog()
+    grace = 15.0
+    event = await asyncio.wait_for(follow(name, kube_cluster, app_id, log, start_grace=grace), 120)
+    took = time.monotonic() - started
+    waits = [ln for ln in log.lines if "worker/0 waits:" in ln]
+    assert any("ErrImagePull" in ln and "429 Too Many Requests" in ln for ln in waits), log.lines
+    assert all("the registry limits the rate of pulls" in ln for ln in waits), waits
+    # the kubelet alternates ErrImagePull and ImagePullBackOff: each said once, not per turn
+    assert len(waits) <= 2, waits
+    assert took >= grace, (took, log.lines)
+    assert (event.kind, event.error, event.root_cause) == (
+        EventKind.ERROR,
+        ErrorKind.START,
+        "worker/0",
+    ), log.lines
+    error = failure_error(event)
+    assert type(error) is InfrastructureError, error
+    assert "worker/0 waited" in str(error) and "429 Too Many Requests" in str(error), error
+    print(f"{name} rate limit: said {waits[0][:60]!r}..., InfrastructureError after {took:.1f} s")
+
+
+# -- eviction ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
+    with tracked(
+        volcano.create_scheduler(
+            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        )
+    ) as s:
+        yield s
+
+
+def running_pod(kube_cluster: Any, app_id: str) -> str | None:
+    """The name of the app's running pod, if there is one."""
+    from kubernetes import client
+
+    namespace, job = app_id.split(":")
+    pods = client.CoreV1Api(kube_cluster.api_client()).list_namespaced_pod(
+        namespace, label_selector=f"volcano.sh/job-name={job}"
+    )
+    names = [p.metadata.name for p in pods.items if p.status.phase == "Running"]
+    return names[0] if names else None
+
+
+def evict(kube_cluster: Any, namespace: str, pod: str) -> None:
+    """``POST pods/<pod>/eviction`` (policy/v1), as a node drain or a descheduler does."""
+    from kubernetes import client
+
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    client.CoreV1Api(kube_cluster.api_client()).create_namespaced_pod_eviction(pod, namespace, body)
+
+
+def retry_action(e: BaseException) -> Any:
+    """What Airflow 3.3 does with ``e`` under the shipped policy; ``None`` before 3.3."""
+    try:
+        from airflow.sdk import ExceptionRetryPolicy  # noqa: F401
+    except ImportError:
+        return None
+    from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
+
+    return RETRY_INFRASTRUCTURE_ONLY.evaluate(e, try_number=1, max_tries=4).action
+
+
+async def test_an_evicted_replica_ends_the_job_as_the_platforms_failure_and_is_retried(
+    kube_cluster: Any, volcano_scheduler: Any, wait_until: Callable[..., Any]
+) -> None:
+    app = one_replica_app(kube_cluster, "evicted", keep_running=True)
+    app.roles[0].max_retries = 0
+    app_id = submit("volcano", volcano_scheduler, app)
+    log = TaskLog()
+    followed = asyncio.ensure_future(follow("volcano", kube_cluster, app_id, log))
+    try:
+        pod = await asyncio.to_thread(
+            wait_until,
+            lambda: running_pod(kube_cluster, app_id),
+            timeout=60,
+            message="the replica's pod running",
+        )
+        await asyncio.sleep(2)  # followed while it runs
+        evicted_at = time.monotonic()
+        await asyncio.to_thread(evict, kube_cluster, kube_cluster.namespace, pod)
+        event = await asyncio.wait_for(asyncio.shield(followed), 90)
+    finally:
+        if not followed.done():
+            followed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await followed
+    took = time.monotonic() - evicted_at
+    assert event.kind == EventKind.FINISHED and event.state.name == "FAILED", (event, log.lines)
+    error = failure_error(event)
+    assert type(error) is InfrastructureError, (error, log.lines)
+    assert (error.role, error.replica_id) == ("worker", 0), error
+    assert error.reason == "EvictionByEvictionAPI", (error.reason, log.lines)
+    assert "worker/0" in str(error), error
+    # the shipped retry policy retries it, and fails a replica's own failure at once
+    action = retry_action(error)
+    if action is not None:
+        from airflow.sdk import RetryAction
+
+        assert action == RetryAction.DEFAULT
+        assert retry_action(UserCodeError("exit 1", app_id=app_id)) == RetryAction.FAIL
+    print(f"eviction -> InfrastructureError {took:.1f} s after the eviction: {error}")
