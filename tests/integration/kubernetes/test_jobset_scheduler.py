@@ -284,7 +284,8 @@ def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: An
 
 async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
     app_id, _ = submit(scheduler, app("it-js-async", kube_cluster.pod_behaviour(keep_running=True)))
-    wait_state(scheduler, app_id, all_running)
+    # the JobSet counts a role ready a moment after its pods run
+    wait_state(scheduler, app_id, lambda r: r.state is AppState.RUNNING and all_running(r))
     client = create_async_client(
         kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
