@@ -210,8 +210,9 @@ def test_jobset_example_runs_end_to_end(
             "priority_class": kube.kueue.low_priority,
         },
     )
-    # Kueue admitted it: the one JobSet of the run
-    assert len([n for n in kueue_admitted if n.startswith("infer-js-")]) == 1, kueue_admitted
-    assert len(pod_logs("infer-js")) == 2, pod_logs("infer-js")
-    for replica in ("0", "1"):
-        assert f"[infer-js/{replica}] {replica_line('infer-js', replica)}" in output
+    # Kueue admitted it: the one JobSet of the run; both roles ran, each replica's line is in
+    # the task log
+    assert len([n for n in kueue_admitted if n.startswith("ddp-js-")]) == 1, kueue_admitted
+    assert len(pod_logs("ddp-js")) == 3, pod_logs("ddp-js")
+    for role, replica in (("trainer", "0"), ("trainer", "1"), ("evaluator", "0")):
+        assert f"[{role}/{replica}] {replica_line(role, replica)}" in output
