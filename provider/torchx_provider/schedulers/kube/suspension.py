@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL
+from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL, queued_job_selector
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
-from torchx_provider.schedulers.kube.request import JsonPatch
+from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
+from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.specs.api import is_terminal
 
 #: Kueue's labels: the LocalQueue a job is submitted to (:data:`.kueue.QUEUE_LABEL`), and
 #: its WorkloadPriorityClass.
@@ -133,3 +135,18 @@ class QueuedOpts(KubeOpts):
 
     def pod_settings(self) -> PodSettings:
         return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)
+
+
+class QueuedTranslation(KubeTranslation):
+    """What the translations of :class:`QueuedOpts` backends do alike: cancel as the object
+    recorded (:func:`cancel_plan`), and read Kueue's Workload of the object while it is
+    Kueue's and live."""
+
+    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
+        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
+        return queued_job_selector(obj, not is_terminal(self.app_state(obj)))
+
+    def cancel_plan(
+        self, obj: Mapping[str, Any]
+    ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
+        return cancel_plan(obj)

@@ -70,7 +70,6 @@ from torchx_provider.schedulers.kube.indexed import (
     indexed_job_spec,
     with_replica_id_env,
 )
-from torchx_provider.schedulers.kube.kueue import queued_job_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -78,7 +77,6 @@ from torchx_provider.schedulers.kube.pod import (
     object_metadata,
     role_annotation,
 )
-from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
 from torchx_provider.schedulers.kube.resources import (
     APPWRAPPER_V1BETA2,
     APPWRAPPER_WORKLOADS,
@@ -93,11 +91,11 @@ from torchx_provider.schedulers.kube.suspension import (
     MAX_PODSETS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
-    cancel_plan,
+    QueuedTranslation,
     suspend_patch,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
+from torchx_provider.specs.api import AppDef, AppState, macros
 from torchx_provider.specs.runopts import CfgVal
 
 __all__ = [
@@ -208,7 +206,7 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
     }
 
 
-class AppWrapperTranslation(KubeTranslation):
+class AppWrapperTranslation(QueuedTranslation):
     """The :class:`KubeTranslation` of the ``kubernetes_appwrapper`` backend."""
 
     backend = BACKEND
@@ -236,17 +234,8 @@ class AppWrapperTranslation(KubeTranslation):
     #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)
 
-    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
-        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
-        return queued_job_selector(obj, not is_terminal(appwrapper_state(obj)))
-
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)
 
     def app_state(self, obj: Mapping[str, Any]) -> AppState:
         return appwrapper_state(obj)
-
-    def cancel_plan(
-        self, obj: Mapping[str, Any]
-    ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
-        return cancel_plan(obj)

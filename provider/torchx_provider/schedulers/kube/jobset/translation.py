@@ -68,7 +68,6 @@ from torchx_provider.schedulers.kube.jobset.state import (
     pod_hostname,
     pod_templates,
 )
-from torchx_provider.schedulers.kube.kueue import queued_job_selector
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
@@ -76,22 +75,22 @@ from torchx_provider.schedulers.kube.pod import (
     object_metadata,
     role_annotation,
 )
-from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
 from torchx_provider.schedulers.kube.resources import (
     JOBSET,
     JOBSET_WORKLOADS,
     CustomResource,
     OwnedBy,
 )
+from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.kube.suspension import (
     ANNOTATION_CANCEL_BY,
     MAX_PODSETS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
-    cancel_plan,
+    QueuedTranslation,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, is_terminal, macros
+from torchx_provider.specs.api import AppDef, AppState, macros
 from torchx_provider.specs.runopts import CfgVal
 
 BACKEND = "kubernetes_jobset"
@@ -221,13 +220,13 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
     }
 
 
-class JobSetTranslation(KubeTranslation):
+class JobSetTranslation(QueuedTranslation):
     """The :class:`KubeTranslation` of the ``kubernetes_jobset`` backend."""
 
     backend = BACKEND
     options = JobSetOpts
     name_overhead = NAME_OVERHEAD
-    replica_label = "batch.kubernetes.io/job-completion-index"
+    replica_label = JOB_INDEX_LABEL
 
     def resource(self, opts: JobSetOpts) -> CustomResource:
         return JOBSET
@@ -251,17 +250,8 @@ class JobSetTranslation(KubeTranslation):
     #: Kueue's Workload of a queued JobSet: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (JOBSET_WORKLOADS,)
 
-    def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
-        """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""
-        return queued_job_selector(obj, not is_terminal(jobset_state(obj)))
-
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)
 
     def app_state(self, obj: Mapping[str, Any]) -> AppState:
         return jobset_state(obj)
-
-    def cancel_plan(
-        self, obj: Mapping[str, Any]
-    ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
-        return cancel_plan(obj)
