@@ -7,8 +7,10 @@ docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +68,21 @@ def outcome_row(
         "measured": measured,
         "ok": True,
     }
+
+
+@contextlib.contextmanager
+def recorded(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Record ``row`` whatever the checks in the block say: marked failed unless they all
+    passed, so that a failing test shows in the table as a failed row, not a missing one."""
+    row["ok"] = False
+    try:
+        yield row
+        row["ok"] = True
+    finally:
+        record_row(row)
+
+
+def lines_lost_and_repeated(expected: list[str], got: list[str]) -> tuple[int, int]:
+    """Lines of ``expected`` missing from ``got``, and lines of ``got`` seen more than once."""
+    seen = set(got)
+    return sum(1 for line in expected if line not in seen), len(got) - len(seen)

@@ -156,11 +156,10 @@ def test_a_job_waiting_past_queue_timeout_is_cancelled_and_fails_the_task(
     """2 x 200 CPUs: Volcano's queue cannot take the job (its nodes have 32), it waits."""
     dag_id = f"kube_queue_timeout_{deferrable}"
     source = dag_source(dag_id, {}, cpu=200, deferrable=deferrable, queue_timeout=5)
+    started = time.monotonic()
     dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
-    assert task_instances(dag_run)["train"].state == "failed", text[-3000:]
-    assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
-    assert re.search(r"waited \d+(\.\d)?s without running \(queue_timeout 5\.0s\)", text)
+    state = task_instances(dag_run)["train"].state
     got = xcoms(dag_run, "train")
     from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
 
@@ -170,8 +169,28 @@ def test_a_job_waiting_past_queue_timeout_is_cancelled_and_fails_the_task(
             if described is None or described.state.name == "CANCELLED":
                 break
             time.sleep(0.5)
-        assert described is None or described.state.name == "CANCELLED", described
         scheduler.delete(got["app_id"])
+    job = "deleted" if described is None else described.state.name
+    raised = "QueueTimeoutError" if "QueueTimeoutError" in text else "no QueueTimeoutError"
+    from reliability_results import outcome_row, recorded
+
+    row = outcome_row(
+        "queue-timeout-volcano",
+        "Volcano: 2 replicas of 200 CPUs on nodes of 32 wait in the job's queue; "
+        "queue_timeout=5 s, deferred",
+        "QueueTimeoutError naming the wait and the last pending reason; the job cancelled, "
+        "no orphan",
+        f"task {state} ({raised}); job {job}",
+        lines=False,
+        orphans=int(job not in ("CANCELLED", "deleted")),
+        duplicates=0,
+        seconds=time.monotonic() - started,
+    )
+    with recorded(row) if deferrable else contextlib.nullcontext(row):
+        assert state == "failed", text[-3000:]
+        assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
+        assert re.search(r"waited \d+(\.\d)?s without running \(queue_timeout 5\.0s\)", text)
+        assert row["orphans"] == 0, row
 
 
 @pytest.mark.parametrize(
@@ -670,11 +689,10 @@ def test_a_jobset_held_by_kueue_past_queue_timeout_is_deleted_and_fails_the_task
         queue_timeout=6,
         cfg={"local_queue": kueue.local_queue},
     )
+    started = time.monotonic()
     dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
-    assert task_instances(dag_run)["train"].state == "failed", text[-3000:]
-    assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
-    assert "queued in Kueue local queue" in text, text[-3000:]
+    state = task_instances(dag_run)["train"].state
     got = xcoms(dag_run, "train")
     from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
 
@@ -683,4 +701,24 @@ def test_a_jobset_held_by_kueue_past_queue_timeout_is_deleted_and_fails_the_task
             if s.describe(got["app_id"]) is None:
                 break
             time.sleep(0.5)
-        assert s.describe(got["app_id"]) is None
+        left = s.describe(got["app_id"])
+    from reliability_results import outcome_row, recorded
+
+    raised = "QueueTimeoutError" if "QueueTimeoutError" in text else "no QueueTimeoutError"
+    row = outcome_row(
+        "queue-timeout-kueue",
+        "real Kueue: a JobSet of 2 replicas of 3 CPUs in a ClusterQueue of 4 CPUs is never "
+        "admitted; queue_timeout=6 s, deferred",
+        "QueueTimeoutError naming Kueue's reason; the JobSet deleted (under Kueue, cancel "
+        "deletes), nothing left in the queue",
+        f"task {state} ({raised}); JobSet {'deleted' if left is None else left.state.name}",
+        lines=False,
+        orphans=int(left is not None),
+        duplicates=0,
+        seconds=time.monotonic() - started,
+    )
+    with recorded(row):
+        assert state == "failed", text[-3000:]
+        assert "QueueTimeoutError" in text and "did not start in time" in text, text[-3000:]
+        assert "queued in Kueue local queue" in text, text[-3000:]
+        assert left is None, left

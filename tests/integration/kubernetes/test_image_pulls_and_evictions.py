@@ -32,6 +32,7 @@ from torchx_provider.errors import (
 )
 from torchx_provider.operators.finishing import failure_error
 from torchx_provider.schedulers.kube import appwrapper, mcad, volcano
+from torchx_provider.specs.api import is_terminal
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower
 
@@ -134,6 +135,31 @@ async def test_an_image_that_can_never_be_pulled_fails_at_once(
     ), error.reason
     assert took < 20, (took, log.lines)  # no start grace: seconds, not minutes
     print(f"{name} {marker}: AppConfigurationError {took:.1f} s after submission")
+    if (name, marker) == ("volcano", "pull-not-found"):
+        from reliability_results import outcome_row, record_row
+
+        for _ in range(60):  # Volcano acts on the abort command in its own time
+            described = scheduler.describe(app_id)
+            if described is None or is_terminal(described.state):
+                break
+            await asyncio.sleep(0.5)
+        orphans = int(described is not None and not is_terminal(described.state))
+        record_row(
+            outcome_row(
+                "image-not-found",
+                "Volcano: the replica's image does not exist in its registry (the kubelet's "
+                "pull answered 'not found', played by kwok)",
+                "fails at once (no start grace) with AppConfigurationError naming the replica, "
+                "the image and the kubelet's words; the job cancelled",
+                f"{type(error).__name__} naming worker/0 and the image in under 20 s; job "
+                f"{'deleted' if described is None else described.state.name}",
+                lines=False,
+                orphans=orphans,
+                duplicates=0,
+                seconds=took,
+            )
+        )
+        assert orphans == 0, described
 
 
 async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_the_platforms(

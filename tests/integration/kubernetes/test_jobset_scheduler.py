@@ -17,6 +17,7 @@ import pytest
 from kueue_objects import condition, cpu_quota
 
 from kube_apps import tracked
+from reliability_results import outcome_row, recorded
 from torchx_provider import specs
 from torchx_provider.errors import RejectedConfigurationError
 from torchx_provider.schedulers.kube.jobset import create_async_client, create_scheduler
@@ -481,6 +482,7 @@ def test_a_jobset_over_quota_waits_until_the_quota_frees(
     kube_cluster: Any, scheduler: Any, wait_until: Any
 ) -> None:
     kueue = kube_cluster.require_kueue()
+    started = time.monotonic()
     cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
     first, _ = submit(
         scheduler,
@@ -507,7 +509,24 @@ def test_a_jobset_over_quota_waits_until_the_quota_frees(
         AppState.SUCCEEDED
     )
     resp = wait_state(scheduler, second, lambda r: is_terminal(r.state), timeout=120)
-    assert resp.state is AppState.SUCCEEDED, resp
+    row = outcome_row(
+        "kueue-over-quota",
+        "real Kueue: a JobSet asks for more than the ClusterQueue has left while another runs",
+        "held in the queue (suspended, no pod) with Kueue's reason, admitted once the quota "
+        "frees, runs to the end",
+        f"held, then admitted; finished {resp.state.name}",
+        lines=False,
+        # pods of either JobSet still running once both ended
+        orphans=sum(
+            p.status.phase == "Running" for a in (first, second) for p in pods(kube_cluster, a)
+        ),
+        duplicates=0,
+        seconds=time.monotonic() - started,
+        reason=reserved["message"],
+    )
+    with recorded(row):
+        assert resp.state is AppState.SUCCEEDED, resp
+        assert row["orphans"] == 0, row
 
 
 def test_a_preempted_jobset_is_queued_again_and_runs_to_the_end(
