@@ -1,7 +1,8 @@
 """Why a job waits reaches the task log, in the cluster's words, on the real API server and
 schedulers, followed from the triggerer's shared watches: a replica too large for any node
 (the AppWrapper controller makes its pod; kube-scheduler cannot place it), and a Volcano job
-over its queue's quota (no pod at all: Volcano says why in Events on the job's PodGroup)."""
+over its queue's quota (no pod at all: Volcano says why in Events on the job's PodGroup),
+an MCAD AppWrapper too large to dispatch (MCAD says why in its conditions)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from kube_apps import one_replica_app, tracked
 from task_log import TaskLog
 from torchx_provider import specs
-from torchx_provider.schedulers.kube import volcano
+from torchx_provider.schedulers.kube import mcad, volcano
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.triggers.follow import JobFollower
 
@@ -166,3 +167,48 @@ async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
     texts = [n.text for n in scheduler.core.take_notices()]
     assert any("can never be admitted" in t for t in texts), texts
     print(f"Kueue's reasons in the task log {took_big:.1f} s / {took_lost:.1f} s after submission")
+
+
+@pytest.fixture
+def mcad_scheduler(kube_cluster: Any) -> Iterator[Any]:
+    if not kube_cluster.local or kube_cluster.mcad_restricted_kubeconfig is None:
+        pytest.skip("needs the local cluster's MCAD API server")
+    if not kube_cluster.mcad_controller:
+        pytest.skip("this cluster does not run MCAD's controller")
+    with tracked(
+        mcad.create_scheduler(
+            "it",
+            kubeconfig=kube_cluster.mcad_restricted_kubeconfig,
+            namespace=kube_cluster.namespace,
+        )
+    ) as s:
+        yield s
+
+
+MCAD_HOLDS = "not dispatched: AppWrapperNotRunnable"
+
+
+async def test_mcad_says_why_it_does_not_dispatch_an_appwrapper_once_within_seconds(
+    kube_cluster: Any, mcad_scheduler: Any
+) -> None:
+    """MCAD keeps an AppWrapper larger than its nodes queued and says why only in the
+    AppWrapper's conditions (``Backoff``): the follow says it once, in MCAD's words."""
+    app = too_large(kube_cluster)
+    app.roles[0].num_replicas = 2
+    app_id = mcad_scheduler.schedule(mcad_scheduler.submit_dryrun(app, {}))
+    mcad_scheduler.created.append(app_id)
+    client = mcad.create_async_client(
+        kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    async with followed(client, app_id) as log:
+        said, took = await first_said(log, MCAD_HOLDS, 30)
+        assert took < 15, (took, log.lines)
+        assert "Insufficient resources to dispatch AppWrapper" in said[0], said
+        await asyncio.sleep(5)  # MCAD backs off and tries again: still said once
+        assert sum(MCAD_HOLDS in ln for ln in log.lines) == 1, log.lines
+    # The worker's describe says it too, once.
+    described = mcad_scheduler.describe(app_id)
+    assert described is not None and described.state.name == "PENDING", described
+    texts = [n.text for n in mcad_scheduler.core.take_notices()]
+    assert sum(MCAD_HOLDS in t for t in texts) == 1, texts
+    print(f"MCAD's reason in the task log {took:.1f} s after submission")

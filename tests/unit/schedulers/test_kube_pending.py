@@ -218,3 +218,63 @@ def test_only_volcano_reads_events() -> None:
     from torchx_provider.schedulers.kube.mcad.translation import McadTranslation
 
     assert AppWrapperTranslation.event_kinds == McadTranslation.event_kinds == ()
+
+
+# -- MCAD: the AppWrapper's own conditions ---------------------------------------------
+def _appwrapper(state: str | None, *conditions: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "aw", "uid": "u-1"},
+        "status": {
+            **({"state": state} if state is not None else {}),
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions
+            ],
+        },
+    }
+
+
+BACKOFF = ("Backoff", "AppWrapperNotRunnable.", "Insufficient resources to dispatch AppWrapper.")
+ROUTINE = (
+    ("Init", "", ""),
+    ("Queueing", "AwaitingHeadOfLine", ""),
+    ("HeadOfLine", "FrontOfQueue.", ""),
+)
+
+
+def test_mcad_says_why_it_does_not_dispatch_in_its_own_words() -> None:
+    from torchx_provider.schedulers.kube.mcad.state import holding_waits
+
+    (wait,) = holding_waits(_appwrapper("Pending", *ROUTINE, BACKOFF))
+    assert wait.text == (
+        "MCAD: AppWrapper aw not dispatched: AppWrapperNotRunnable: "
+        "Insufficient resources to dispatch AppWrapper."
+    )
+    # the same condition again is the same key (said once); another message is a new one
+    assert holding_waits(_appwrapper("Pending", *ROUTINE, BACKOFF))[0].key == wait.key
+    other = ("Backoff", "AppWrapperNotRunnable.", "Quota exceeded.")
+    assert holding_waits(_appwrapper("Pending", *ROUTINE, other))[0].key != wait.key
+
+
+def test_mcad_routine_steps_and_a_dispatched_app_say_nothing() -> None:
+    from torchx_provider.schedulers.kube.mcad.state import holding_waits
+
+    assert holding_waits(_appwrapper("Pending", *ROUTINE)) == []
+    assert holding_waits(_appwrapper(None)) == []
+    # dispatched after a backoff: the latest condition is no longer the backoff
+    dispatched = ("Dispatched", "AppWrapperRunnable", "")
+    assert holding_waits(_appwrapper("Pending", *ROUTINE, BACKOFF, dispatched)) == []
+    # an AppWrapper that runs says nothing, whatever its conditions
+    assert holding_waits(_appwrapper("Running", *ROUTINE, BACKOFF)) == []
+
+
+def test_mcad_preemption_conditions_are_said() -> None:
+    from torchx_provider.schedulers.kube.mcad.state import holding_waits
+
+    (wait,) = holding_waits(
+        _appwrapper("Pending", ("Preempted", "PreemptionTriggered", "Minimum pods not running."))
+    )
+    assert wait.text == (
+        "MCAD: AppWrapper aw preempted: PreemptionTriggered: Minimum pods not running."
+    )
+    (bare,) = holding_waits(_appwrapper("", ("PreemptCandidate", "", "")))
+    assert bare.text == "MCAD: AppWrapper aw to be preempted"

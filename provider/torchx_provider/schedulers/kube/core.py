@@ -249,12 +249,15 @@ class KubeCore:
         app_of: Callable[[str], str | None] = lambda uid: None,
     ) -> None:
         """Keep notices of why the app waits: the controller has not taken up ``obj`` in
-        time (:meth:`KubeTranslation.stalled`); a pod is not scheduled or a container
+        time (:meth:`KubeTranslation.stalled`) or holds it, as ``obj`` says
+        (:meth:`KubeTranslation.holding_waits`); a pod is not scheduled or a container
         cannot start (:func:`~.pending.pod_waits`); the controller's Events on the object
         that gates it (:func:`~.pending.podgroup_waits`, of ``events`` those about
         :meth:`KubeTranslation.event_subjects`); what the objects it ``owned`` say (Kueue's
         Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``), each
         reason once."""
+        for wait in self.translation.holding_waits(obj):
+            self.notice(wait.text, key=wait.key)
         for wait in pod_waits(pods):
             self.notice(wait.text, key=wait.key)
         subjects = set(self.translation.event_subjects(obj)) if events else set()

@@ -22,6 +22,7 @@ from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
+from torchx_provider.schedulers.kube.pending import Wait
 from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
@@ -223,6 +224,11 @@ class KubeTranslation(abc.ABC):
     def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
         """The names of the objects (of :attr:`event_kinds`) whose Events say why app
         ``obj`` waits, while it waits; ``()`` once it runs or ended, or when there are none."""
+        return ()
+
+    def holding_waits(self, obj: Mapping[str, Any]) -> Sequence[Wait]:
+        """Why the controller holds app ``obj``, as the object itself says (its status
+        conditions), while it waits; ``()`` when it does not say."""
         return ()
 
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:

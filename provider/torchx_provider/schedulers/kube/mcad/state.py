@@ -17,6 +17,7 @@ from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
+from torchx_provider.schedulers.kube.pending import Wait, short
 from torchx_provider.specs.api import NONE, AppState, is_terminal
 
 #: AppWrapper ``status.state`` → app state (MCAD ``AppWrapperState``).
@@ -35,6 +36,49 @@ JOB_STATE: dict[str, AppState] = {
     # MCAD gave up and removed its items (requeuings exhausted): the app did not run.
     "Deleted": AppState.FAILED,
 }
+
+
+#: The AppWrapper conditions (``status.conditions[].type``, MCAD ``AppWrapperConditionType``)
+#: that say why MCAD holds a queued AppWrapper, when one is the latest -> what it means.
+#: The others are routine steps (``Init``, ``Queueing``, ``HeadOfLine``) or say it runs
+#: (``Dispatched``, ``Running``, ...): not said.
+HOLDING_CONDITIONS: dict[str, str] = {
+    # AppWrapperNotRunnable: "Insufficient resources to dispatch AppWrapper." MCAD tries
+    # again after its backoff, for as long as the AppWrapper is queued.
+    "Backoff": "not dispatched",
+    # Chosen to be preempted, or preempted (its items removed) and requeued.
+    "PreemptCandidate": "to be preempted",
+    "Preempted": "preempted",
+}
+
+
+def holding_waits(obj: Mapping[str, Any]) -> list[Wait]:
+    """Why MCAD holds the AppWrapper ``obj``, in MCAD's words, while its latest condition
+    is one of :data:`HOLDING_CONDITIONS` (said once per condition, reason and message).
+
+    >>> obj = {"metadata": {"name": "a", "uid": "u"}, "status": {"state": "Pending",
+    ...     "conditions": [{"type": "HeadOfLine", "reason": "FrontOfQueue."},
+    ...     {"type": "Backoff", "reason": "AppWrapperNotRunnable.",
+    ...      "message": "Insufficient resources."}]}}
+    >>> print(holding_waits(obj)[0].text)
+    MCAD: AppWrapper a not dispatched: AppWrapperNotRunnable: Insufficient resources.
+    """
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    if not conditions or status.get("state") not in (None, "", "Pending"):
+        return []
+    latest = conditions[-1]
+    kind = str(latest.get("type") or "")
+    meaning = HOLDING_CONDITIONS.get(kind)
+    if meaning is None:
+        return []
+    meta = obj.get("metadata") or {}
+    reason = str(latest.get("reason") or "").rstrip(".")
+    message = short(latest.get("message"))
+    said = ": ".join(part for part in (reason, message) if part)
+    text = f"MCAD: AppWrapper {meta.get('name')} {meaning}" + (f": {said}" if said else "")
+    key = f"mcad:{meta.get('uid') or meta.get('name')}:{kind}:{reason}:{message}"
+    return [Wait(key, text)]
 
 
 def appwrapper_state(status: Mapping[str, Any], where: str = "") -> AppState:

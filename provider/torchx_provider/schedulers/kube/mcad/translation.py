@@ -33,10 +33,12 @@ from torchx_provider.schedulers.kube.mcad.options import McadOpts
 from torchx_provider.schedulers.kube.mcad.state import (
     appwrapper_state,
     describe_appwrapper,
+    holding_waits,
     pod_items,
 )
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.overlay import clone
+from torchx_provider.schedulers.kube.pending import Wait
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
     RolePodBuilder,
@@ -158,6 +160,9 @@ class McadTranslation(KubeTranslation):
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_items(body)
+
+    def holding_waits(self, obj: Mapping[str, Any]) -> Sequence[Wait]:
+        return holding_waits(obj)
 
     def app_state(self, obj: Mapping[str, Any]) -> AppState:
         return appwrapper_state(obj.get("status") or {})
