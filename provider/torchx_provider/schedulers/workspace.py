@@ -24,12 +24,14 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, RejectedConfigurationError, SubmissionError
 from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker.client import DockerClientConfig, docker_call, make_client
+from torchx_provider.schedulers.docker.transfer import Transfer
 from torchx_provider.schedulers.labels import LABEL_VERSION
 from torchx_provider.version import __version__
 
@@ -69,20 +71,29 @@ def split_image(image: str) -> tuple[str, str]:
 
 
 def _progress(events: Iterable[Mapping[str, Any]], quiet: bool, what: str) -> str | None:
-    """Log build/pull/push progress; raise on an error event; return a built image id."""
+    """Log build/pull/push progress; raise on an error event; return a built image id.
+
+    A build's output is said line by line; layers moving are said as a
+    :class:`~torchx_provider.schedulers.docker.transfer.Transfer` says them: a summary every
+    few seconds and one line at the end, not the engine's several events a second."""
     level = logging.DEBUG if quiet else logging.INFO
     image_id: str | None = None
+    transfer = Transfer(what, started=time.monotonic())
     for event in events:
         if "error" in event or "errorDetail" in event:
             detail = event.get("errorDetail") or {}
             message = event.get("error") or detail.get("message") or str(event)
             raise SubmissionError(f"{what}: {str(message).strip()}", body=event)
-        text = str(event.get("stream") or event.get("status") or "").strip()
-        if text:
-            log.log(level, "%s: %s %s", what, text, event.get("progress", "") or "")
+        output = str(event.get("stream") or "").strip()
+        if output:
+            log.log(level, "%s: %s", what, output)
+        for line in transfer.feed(event, time.monotonic()):
+            log.log(level, "%s", line)
         aux = event.get("aux")
         if isinstance(aux, Mapping) and "ID" in aux:
             image_id = str(aux["ID"])
+    if transfer.seen:
+        log.log(level, "%s", transfer.end(time.monotonic()))
     return image_id
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,46 @@ def test_build_workspace_image_returns_the_pushed_name(
     finally:
         docker_engine.images.remove(f"sha256:{tag}", force=True)
         local_registry.delete(f"{REPO}/direct", tag)
+
+
+def test_a_pulled_image_is_told_in_a_few_lines(
+    scheduler: Any,
+    cfg: dict[str, Any],
+    wait_for: Any,
+    docker_engine: Any,
+    local_registry: Any,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """An image missing from the engine is pulled from the registry at submission; the task
+    log tells the pull in a few lines: the engine's own (``Pulling from ...``, ``Digest``,
+    ``Status``) and one that ends it with its time, layers and bytes: a layer of 3 MB the
+    engine did not have, and the base image's, which it had."""
+    import logging
+    import uuid
+
+    tag = uuid.uuid4().hex[:12]
+    repo = local_registry.repo(REPO)
+    image = f"{repo}:{tag}"
+    (tmp_path / "blob").write_bytes(os.urandom(3_000_000))
+    (tmp_path / "Dockerfile").write_text(f"FROM {IMAGE}\nCOPY blob /blob\n")
+    docker_engine.images.build(path=str(tmp_path), tag=image, rm=True)
+    try:
+        docker_engine.images.push(repo, tag=tag)
+        docker_engine.images.remove(image)  # and its own layer with it
+        role = Role("pulled", image=image, entrypoint="sh", args=["-c", "wc -c /blob"])
+        with caplog.at_level(logging.INFO, logger="torchx_provider.schedulers.workspace"):
+            app_id = scheduler.submit(AppDef("pulled", [role]), cfg)
+        desc = wait_for(scheduler, app_id)
+        assert desc.state == AppState.SUCCEEDED, desc
+        said = [r.getMessage() for r in caplog.records if f"pulling {image}" in r.getMessage()]
+        assert said[0] == f"pulling {image}: Pulling from {REPO}", said
+        assert any(f"Status: Downloaded newer image for {image}" in s for s in said), said
+        end = said[-1]
+        assert end.startswith(f"pulling {image}: done in "), said
+        assert end.endswith(": 2 layers, 1 already there, 3.0 MB"), said
+        assert len(said) <= 6, said  # not one line per layer step
+    finally:
+        with contextlib.suppress(Exception):
+            docker_engine.images.remove(image, force=True)
+        local_registry.delete(REPO, tag)
