@@ -125,7 +125,7 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     :func:`first_try_since_clear`) are superseded: the task was cleared since. Those whose
     submission was cut short, finished or not, are neither: they are ``cut_short``."""
     from torchx_provider.specs.api import is_terminal
-    from torchx_provider.specs.names import parse_app_handle
+    from torchx_provider.specs.names import read_app_handle
 
     scheduler = plan.scheduler
     found: list[str] = []
@@ -136,7 +136,7 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
             log.warning("could not read task_state_store: %s", e)
             handle = None
         if isinstance(handle, str):
-            stored = parse_app_handle(handle)
+            stored = read_app_handle(handle)
             check_stored_handle(handle, stored.scheduler_backend, plan.target.backend)
             desc = scheduler.describe(stored.app_id)
             if desc is not None and not is_terminal(desc.state):

@@ -547,11 +547,11 @@ class TorchXOperator(BaseOperator):
 
     def _stored_app_id(self, context: Context) -> str | None:
         """The app id of this try's stored handle, ``None`` when none was stored."""
-        from torchx_provider.specs.names import parse_app_handle
+        from torchx_provider.specs.names import read_app_handle
 
         ti = context["ti"]
         handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
-        return parse_app_handle(handle).app_id if isinstance(handle, str) else None
+        return read_app_handle(handle).app_id if isinstance(handle, str) else None
 
     def _cancel_after_deferral_timeout(self, app_id: str | None) -> None:
         if self.lifecycle.on_kill_action != OnKillAction.CANCEL:

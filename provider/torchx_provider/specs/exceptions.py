@@ -32,9 +32,11 @@ class MalformedAppHandleException(InvalidAppError):
     """An app handle that is not ``{scheduler}://{session}/{app_id}``.
 
     An :class:`InvalidAppError` of field ``app_handle`` (and so a ``ValueError``);
-    ``app_handle`` is the value refused.
+    ``app_handle`` is the value refused. Its text is TorchX's, without the field in front.
 
     >>> e = MalformedAppHandleException("echo-x1")
+    >>> str(e)
+    'echo-x1 is not of the form: <scheduler_backend>://<session_name>/<app_id>'
     >>> e.field, e.app_handle, isinstance(e, ValueError)
     ('app_handle', 'echo-x1', True)
     """
@@ -43,10 +45,10 @@ class MalformedAppHandleException(InvalidAppError):
         self.app_handle = app_handle
         super().__init__(
             message
-            or f"{app_handle!r} is not an app handle; expected "
-            "{scheduler}://{session}/{app_id}, e.g. local_docker:///echo-k3x9q2ab",
+            or f"{app_handle} is not of the form: <scheduler_backend>://<session_name>/<app_id>",
             field="app_handle",
         )
+        self.args = (self.message,)  # TorchX's text, without the field in front
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Made again from the handle and the message, not from the text holding both.

@@ -118,7 +118,12 @@ class ParsedAppHandle(NamedTuple):
     app_id: str
 
 
-_HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
+# TorchX's form: the scheduler runs to the last ``://``, the app id from the last ``/``.
+# ``.`` matches no line break, so a handle holding one is refused instead of cut at it.
+_HANDLE = re.compile(r"(?P<scheduler>.+)://(?P<session>.+)/(?P<app_id>.+)")
+# The same with an empty session allowed: the operators' handles (see read_app_handle).
+_STORED_HANDLE = re.compile(r"(?P<scheduler>.+)://(?P<session>.*)/(?P<app_id>.+)")
+_SCHEDULER = re.compile(r"[A-Za-z0-9_\-]+")
 
 
 def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
@@ -130,22 +135,49 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> s
     return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
-def parse_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
-    """Split an app handle into its parts; a :class:`MalformedAppHandleException` (an
-    :class:`~torchx_provider.errors.InvalidAppError` of field ``app_handle``) shows the form.
+def _split(app_handle: object, form: re.Pattern[str]) -> ParsedAppHandle:
+    """The parts of ``app_handle`` by ``form``, or TorchX's exception; where TorchX would not
+    refuse the handle, its message ends with why this package does."""
+    text = app_handle.strip() if isinstance(app_handle, str) else ""
+    m = form.fullmatch(text)
+    reason = None
+    if m is None and form.match(text):  # TorchX reads it up to the break
+        reason = "it holds a line break"
+    elif m is not None and not _SCHEDULER.fullmatch(m["scheduler"]):
+        reason = f"scheduler {m['scheduler']!r} is not letters, digits, '_' and '-'"
+    if m is None or reason is not None or not isinstance(app_handle, str):
+        error = MalformedAppHandleException(app_handle)
+        if reason is not None:
+            error = MalformedAppHandleException(app_handle, f"{error}: {reason}")
+        raise error
+    return ParsedAppHandle(m["scheduler"], m["session"], m["app_id"])
 
-    The scheduler and the app id must be there, as TorchX requires. The session may be
-    empty, unlike TorchX's: it is what the operators write when ``session_name`` is left
-    empty (``local_docker:///echo-k3x9q2ab``), and the handles they stored must stay
-    readable. The app id is everything after the third ``/`` (Kubernetes ids look like
-    ``namespace:name``); TorchX splits at the last ``/`` instead. Both read a handle alike
-    when neither its session nor its app id holds a ``/``, as none the operators make does.
+
+def parse_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
+    """Split an app handle into its parts as TorchX does, or raise
+    :class:`MalformedAppHandleException` (an :class:`~torchx_provider.errors.InvalidAppError`
+    of field ``app_handle``) where TorchX raises it.
+
+    Scheduler, session and app id must all be there: ``local_docker:///echo-x1``, what the
+    operators make with the default ``session_name=""``, is refused, as TorchX refuses it
+    (:func:`read_app_handle` reads it). The session runs to the last ``/``. Stricter than
+    TorchX: a handle holding a line break (TorchX reads it up to the break) or whose
+    scheduler is not letters, digits, ``_`` and ``-`` is refused; surrounding spaces are
+    dropped.
 
     >>> scheduler, session, app_id = parse_app_handle("volcano://airflow/default:ddp-k3x9")
     >>> scheduler, session, app_id
     ('volcano', 'airflow', 'default:ddp-k3x9')
     """
-    m = _HANDLE.match(app_handle.strip()) if isinstance(app_handle, str) else None
-    if not m:
-        raise MalformedAppHandleException(app_handle)
-    return ParsedAppHandle(m["scheduler"], m["session"], m["app_id"])
+    return _split(app_handle, _HANDLE)
+
+
+def read_app_handle(app_handle: AppHandle) -> ParsedAppHandle:
+    """:func:`parse_app_handle`, but the session may be empty: how the operators read the
+    handles they pushed to XCom and kept in ``task_state_store``, made with their default
+    ``session_name=""``.
+
+    >>> read_app_handle("local_docker:///echo-k3x9q2ab")
+    ParsedAppHandle(scheduler_backend='local_docker', session_name='', app_id='echo-k3x9q2ab')
+    """
+    return _split(app_handle, _STORED_HANDLE)

@@ -18,7 +18,7 @@ from torchx_provider.specs import (
     parse_app_handle,
     random_id,
 )
-from torchx_provider.specs.names import MAX_NAME_LEN, short_hash
+from torchx_provider.specs.names import MAX_NAME_LEN, read_app_handle, short_hash
 
 RFC1123 = re.compile(r"[a-z]([a-z0-9-]*[a-z0-9])?")
 PROPS = settings(max_examples=100, deadline=None)
@@ -200,20 +200,56 @@ def test_parse_app_handle_is_a_named_tuple() -> None:
 
 
 def test_parse_app_handle_edge_forms() -> None:
-    assert parse_app_handle("local_docker:///echo-x") == ("local_docker", "", "echo-x")
     assert parse_app_handle("  mcad://s/ns:a  ") == ("mcad", "s", "ns:a")
-    assert parse_app_handle("k8s://s/a/b").app_id == "a/b"
+    assert parse_app_handle("k8s://s/a/b") == ("k8s", "s/a", "b")  # TorchX: the last '/'
+    assert parse_app_handle("k8s://s/a/") == ("k8s", "s", "a/")
 
 
 @pytest.mark.parametrize(
     "handle",
-    ["", "echo-x", "volcano:/s/a", "volcano://s", "volcano://s/", "://s/a", "vol cano://s/a", 3],
+    [
+        "",
+        "echo-x",
+        "volcano:/s/a",
+        "volcano://s",
+        "volcano://s/",
+        "://s/a",
+        "local_docker:///echo-x",
+        3,
+    ],
 )
 def test_parse_app_handle_rejects_malformed(handle: object) -> None:
     with pytest.raises(InvalidAppError) as info:
         parse_app_handle(handle)  # type: ignore[arg-type]
     assert info.value.field == "app_handle"
-    assert "{scheduler}://{session}/{app_id}" in str(info.value)
+    assert str(info.value) == (
+        f"{handle} is not of the form: <scheduler_backend>://<session_name>/<app_id>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("handle", "reason"),
+    [
+        ("vol cano://s/a", "scheduler 'vol cano' is not letters, digits, '_' and '-'"),
+        ("a://b://c/d", "scheduler 'a://b' is not letters, digits, '_' and '-'"),
+        ("k8s://s/a\nb", "it holds a line break"),
+    ],
+)
+def test_handles_torchx_would_misread_are_refused_with_the_reason(handle: str, reason: str) -> None:
+    for parse in (parse_app_handle, read_app_handle):
+        with pytest.raises(InvalidAppError) as info:
+            parse(handle)
+        assert str(info.value).endswith(f"<app_id>: {reason}")
+
+
+def test_read_app_handle_reads_the_operators_handles_with_an_empty_session() -> None:
+    assert read_app_handle("local_docker:///echo-x") == ("local_docker", "", "echo-x")
+    assert read_app_handle("k8s://s/ns:a") == parse_app_handle("k8s://s/ns:a")
+    with pytest.raises(InvalidAppError, match="<app_id>: it holds a line break"):
+        read_app_handle("k8s:///a\nb")
+    for handle in ("", "echo-x", "k8s://s/", "://s/a", "k8s:///"):
+        with pytest.raises(InvalidAppError):
+            read_app_handle(handle)
 
 
 @PROPS
@@ -221,9 +257,17 @@ def test_parse_app_handle_rejects_malformed(handle: object) -> None:
     scheduler=st.from_regex(r"[A-Za-z0-9_\-]+", fullmatch=True),
     session=st.text(alphabet=st.characters(blacklist_characters="/\n\r")).map(str.strip),
     app_id=st.text(
-        alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc", "Zl", "Zp")), min_size=1
+        alphabet=st.characters(
+            blacklist_categories=("Cs", "Zs", "Cc", "Zl", "Zp"), blacklist_characters="/"
+        ),
+        min_size=1,
     ),
 )
 def test_app_handle_round_trip(scheduler: str, session: str, app_id: str) -> None:
     handle = make_app_handle(scheduler, session, app_id)
-    assert parse_app_handle(handle) == (scheduler, session, app_id)
+    assert read_app_handle(handle) == (scheduler, session, app_id)
+    if session:
+        assert parse_app_handle(handle) == (scheduler, session, app_id)
+    else:
+        with pytest.raises(InvalidAppError):
+            parse_app_handle(handle)

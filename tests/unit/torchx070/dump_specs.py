@@ -2,7 +2,8 @@
 
 ``python dump_specs.py '<JSON cases>'``, the cases an object of:
 
-* ``handles``: app handles, each parsed with ``parse_app_handle``;
+* ``handles``: app handles, each parsed with ``parse_app_handle`` (and ``handle_errors``:
+  the text of what it raised, or null);
 * ``types``: type expressions (``typing.List[str]``, ``list[str]``...) for ``get_type_name``
   (and ``type_strs``: how this interpreter prints each, ``str(tp)``);
 * ``resolve``: run option dicts resolved against options ``queue`` (str, required) and
@@ -48,6 +49,14 @@ def outcome(call):
         return {"value": plain(call())}
     except Exception as e:
         return {"error": type(e).__name__, "cfg_key": getattr(e, "cfg_key", None)}
+
+
+def error_text(call):
+    try:
+        call()
+    except Exception as e:
+        return str(e)
+    return None
 
 
 def role_defaults():
@@ -153,6 +162,9 @@ def main():
         "missing": specs.MISSING,
         "handles": [
             outcome(lambda h=h: tuple(specs.parse_app_handle(h))) for h in cases["handles"]
+        ],
+        "handle_errors": [
+            error_text(lambda h=h: specs.parse_app_handle(h)) for h in cases["handles"]
         ],
         "types": [specs.get_type_name(eval(t, {"typing": typing})) for t in cases["types"]],
         "type_strs": [str(eval(t, {"typing": typing})) for t in cases["types"]],

@@ -61,17 +61,21 @@ HANDLES = [
     "",
     "local_docker:///echo-x",
     "k8s://s/a/b",
+    "k8s://s/a/",
+    "k8s://s//a",
+    "k8s://a:b/c/d:e",
     "vol cano://s/a",
+    "a://b://c/d",
     "k8s://s/a\nb",
     " mcad://s/ns:a ",
 ]
 HANDLES_DIFFER = {
-    "local_docker:///echo-x": "an empty session is accepted: the operators' handles have one",
-    "k8s://s/a/b": "the app id is all after the session; TorchX splits at the last '/'",
-    "vol cano://s/a": "a scheduler name is letters, digits, '_' and '-'",
+    "vol cano://s/a": "refused: a scheduler name is letters, digits, '_' and '-'",
+    "a://b://c/d": "refused: a scheduler name is letters, digits, '_' and '-'",
     "k8s://s/a\nb": "refused: TorchX drops what follows the line break",
     " mcad://s/ns:a ": "spaces around the handle are dropped",
 }
+
 
 TYPES = [
     "int",
@@ -266,11 +270,24 @@ def test_app_handles_parse_as_torchx_parses_them(torchx: dict[str, Any], index: 
     mine = _outcome(lambda: list(specs.parse_app_handle(handle)))
     if handle in HANDLES_DIFFER:
         assert mine != theirs, f"{handle!r} is parsed as TorchX does: drop it from the list"
+        if "error" in mine:  # refused here only: TorchX's text, then why
+            message = _error_text(lambda: specs.parse_app_handle(handle))
+            assert message.startswith(f"{handle} is not of the form: "), message
     elif "error" in theirs:
         assert theirs["error"] == "MalformedAppHandleException"
         assert mine["error"] == "MalformedAppHandleException", handle
+        mine_text = _error_text(lambda: specs.parse_app_handle(handle))
+        assert mine_text == torchx["handle_errors"][index], handle
     else:
         assert mine == theirs, handle
+
+
+def _error_text(call: Any) -> str:
+    try:
+        call()
+    except Exception as e:
+        return str(e)
+    raise AssertionError("no error")
 
 
 def test_get_type_name_names_types_as_torchx_does(torchx: dict[str, Any]) -> None:
