@@ -8,7 +8,11 @@ follows it with the trigger's follow loop (:class:`JobFollower` over the real
 manager's restart does) and started again five seconds after it exited. On its way down the
 engine stops the containers (they exit 143 on its SIGTERM): the follow rides out the
 outage, sees them ended and finishes ``FAILED`` naming the replicas -- no hang, and every
-line they printed in the task log once the engine answers again.
+line they printed in the task log once the engine answers again. The failure is the
+platform's: the task would raise ``InfrastructureError`` (the follow saw the engine refuse
+new connections as the replicas ended: :func:`~torchx_provider.schedulers.docker.state.
+stopped_by_engine`). A replica stopped from outside (``docker stop``) while the engine stays
+up is not blamed on it: the base ``AppFailedError``.
 
 "Lines lost" compares the task log with what the containers printed (their logs, read from
 the engine afterwards); "orphans" are containers of the app still running after the follow.
@@ -32,6 +36,8 @@ import pytest
 from docker_rows import Printed, compare, numbered_app, printed_by, row_result
 
 from task_log import TaskLog
+from torchx_provider.errors import AppFailedError, InfrastructureError
+from torchx_provider.operators.finishing import failure_error
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
@@ -204,8 +210,8 @@ ROW = {
     "id": "docker-engine-restart",
     "fault": f"Docker engine stopped (SIGTERM) {FAULT_AT:.0f} s into the job, started again "
     f"{DOWN_FOR:.0f} s after it exited",
-    "expected": "the engine stops the containers: FAILED naming the replicas, no hang, "
-    "every line they printed",
+    "expected": "the engine stops the containers: FAILED naming the replicas, "
+    "InfrastructureError, no hang, every line they printed",
     "final": AppState.FAILED,
 }
 
@@ -226,12 +232,17 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
         seconds=time.monotonic() - started,
         notes="an engine of the row's own (private socket and data root)",
     )
+    error = failure_error(event)
+    result["outcome"] = f"{result['observed']}: {type(error).__name__}"
     try:
         assert event.kind == EventKind.FINISHED and event.state == row["final"], (
             result,
             out.log.lines[-30:],
         )
         assert "worker/0" in event.message and "worker/1" in event.message, event.message
+        assert type(error) is InfrastructureError, (error, event.replicas)
+        assert error.root_cause is not None and error.root_cause.reason == "EngineStopped"
+        assert "Docker engine stopped" in str(error), error
         assert seen.lost == 0, result
         assert seen.repeated == 0, result
         assert not [ln for ln in out.log.lines if "could not be read" in ln], out.log.lines
@@ -239,3 +250,42 @@ async def test_docker_engine_restart_row(engine: Engine, reliability: Any) -> No
         result["ok"] = True
     finally:
         reliability(result)
+
+
+async def test_a_replica_stopped_from_outside_while_the_engine_is_up_is_not_blamed_on_it(
+    engine: Engine,
+) -> None:
+    """``docker stop`` of one replica, the engine up all along: the follow ends FAILED with
+    the base class (the engine does not say who stopped it), not ``InfrastructureError``."""
+    import docker
+
+    scheduler = create_scheduler("faults", base_url=engine.url)
+    app_id = scheduler.submit(numbered_app("outside-stop", LINES, trap_term=True), {})
+    client = create_async_client(base_url=engine.url)
+
+    async def stop_one() -> None:
+        await asyncio.sleep(2)
+        raw = docker.DockerClient(base_url=engine.url, timeout=30)
+        try:
+            found = raw.containers.list(filters={"label": [f"torchx.pytorch.org/app-id={app_id}"]})
+            worker = next(c for c in found if c.name.endswith("worker-0"))
+            await asyncio.to_thread(worker.stop, timeout=10)
+        finally:
+            raw.close()
+
+    stop = asyncio.create_task(stop_one())
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(client, app_id, log=TaskLog(), poll_interval=1.0).run(), 120
+        )
+        await stop
+        assert client.engine.outages == ()  # type: ignore[attr-defined]  # probed: it answered
+    finally:
+        stop.cancel()
+        await client.close()
+        scheduler.close()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED, event
+    error = failure_error(event)
+    assert type(error) is AppFailedError, (error, event.replicas)
+    stopped = [r for r in event.replicas if r.key == "worker/0"]
+    assert stopped and (stopped[0].exit_code, stopped[0].reason) == (143, "Terminated"), stopped

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -16,9 +16,13 @@ from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     CONTAINER_FAILURE,
     CONTAINER_STATE,
+    ENGINE_STOP_MARGIN,
+    ENGINE_STOPPED,
+    OUTAGES_KEPT,
     REMOVED_FROM_OUTSIDE,
     REMOVING_SUFFIX,
     ContainerInfo,
+    EngineOutage,
     app_state,
     container_reason,
     describe_app,
@@ -28,7 +32,9 @@ from torchx_provider.schedulers.docker.state import (
     missing_replica,
     oldest_network,
     ready_to_remove,
+    record_answer,
     replica_state,
+    stopped_by_engine,
 )
 from torchx_provider.schedulers.docker.translation import app_to_containers
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -362,8 +368,9 @@ def test_role_json_survives_in_labels() -> None:
         (137, {"oom": True}, "OOMKilled", FailureKind.USER),
         (139, {}, "Signal", FailureKind.USER),  # SIGSEGV
         (134, {}, "Signal", FailureKind.USER),  # SIGABRT
-        (137, {}, "Killed", None),  # docker kill from outside, or the engine: not told
-        (143, {}, "Terminated", None),  # docker stop from outside, or an engine shutdown
+        # docker kill/stop from outside, or an engine shutdown no outage was seen of
+        (137, {}, "Killed", None),
+        (143, {}, "Terminated", None),
         (0, {}, "", None),
     ],
 )
@@ -416,6 +423,139 @@ def test_describe_carries_reason_kind_and_finish_time_of_failed_replicas_only() 
         ("trainer", 1): ("OOMKilled", "user", "2024-05-01T10:00:03.250000+00:00"),
         ("ps", 0): ("Error", "user", "2024-05-01T10:00:04+00:00"),
     }
+
+
+# ------------------------------------------------- a replica the engine stopped on its way down
+
+T0 = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+#: the engine refused a new connection at T0 and answered again 10 s later
+RESTART = EngineOutage(T0, T0 + timedelta(seconds=10))
+
+
+def ended_at(code: int, seconds: float, **kw: Any) -> ContainerInfo:
+    """trainer/0, exited ``code`` at ``T0 + seconds``."""
+    attrs = inspect_attrs("trainer", 0, "exited", code, **kw)
+    at = T0 + timedelta(seconds=seconds)
+    attrs["State"]["FinishedAt"] = at.isoformat().replace("+00:00", "Z")
+    return ContainerInfo.from_inspect(attrs)
+
+
+@pytest.mark.parametrize(
+    ("code", "seconds", "outages", "extra", "reason", "kind"),
+    [
+        # SIGTERM/SIGKILL within the outage: the engine's shutdown stopped it
+        (143, 0.5, [RESTART], {}, "EngineStopped", FailureKind.INFRASTRUCTURE),
+        (137, 9.0, [RESTART], {}, "EngineStopped", FailureKind.INFRASTRUCTURE),
+        # just before the first failed request, within the margin (connections already open
+        # are answered while the engine stops its containers)
+        (143, -1.5, [RESTART], {}, "EngineStopped", FailureKind.INFRASTRUCTURE),
+        # an outage still open (the engine not answering yet)
+        (143, 30.0, [EngineOutage(T0)], {}, "EngineStopped", FailureKind.INFRASTRUCTURE),
+        # before the outage, past the margin: stopped from outside while the engine was up
+        (143, -3.0, [RESTART], {}, "Terminated", None),
+        (137, -60.0, [RESTART], {}, "Killed", None),
+        # after the engine answered again, past the margin
+        (143, 13.0, [RESTART], {}, "Terminated", None),
+        # no outage seen: the engine does not say who stopped it
+        (143, 0.5, [], {}, "Terminated", None),
+        (137, 0.5, [], {}, "Killed", None),
+        # within the outage but not the way the engine stops a container: its own doing
+        (1, 0.5, [RESTART], {}, "Error", FailureKind.USER),
+        (139, 0.5, [RESTART], {}, "Signal", FailureKind.USER),
+        (137, 0.5, [RESTART], {"oom": True}, "OOMKilled", FailureKind.USER),
+        (0, 0.5, [RESTART], {}, "", None),
+    ],
+)
+def test_signal_exits_within_an_engine_outage_are_the_engines(
+    code: int,
+    seconds: float,
+    outages: list[EngineOutage],
+    extra: dict[str, Any],
+    reason: str,
+    kind: FailureKind | None,
+) -> None:
+    c = ended_at(code, seconds, **extra)
+    assert container_reason(c, outages) == reason
+    assert CONTAINER_FAILURE.get(reason) is kind
+
+
+def test_an_outage_covers_its_span_and_the_margin_on_each_side() -> None:
+    end = RESTART.ended
+    assert end is not None
+    assert RESTART.covers(T0 - ENGINE_STOP_MARGIN) and RESTART.covers(end + ENGINE_STOP_MARGIN)
+    tick = timedelta(milliseconds=1)
+    assert not RESTART.covers(T0 - ENGINE_STOP_MARGIN - tick)
+    assert not RESTART.covers(end + ENGINE_STOP_MARGIN + tick)
+
+
+def test_any_outage_of_several_may_cover_it() -> None:
+    earlier = EngineOutage(T0 - timedelta(hours=1), T0 - timedelta(minutes=59))
+    assert stopped_by_engine(
+        ended_at(
+            143,
+            1,
+        ),
+        [earlier, RESTART],
+    )
+    assert not stopped_by_engine(ended_at(143, 1), [earlier])
+
+
+def test_a_cancelled_replica_is_cancelled_whatever_the_engine_did() -> None:
+    c = ended_at(143, 0.5, cancelled=True)
+    assert replica_state(c) == AppState.CANCELLED
+    assert not stopped_by_engine(c, [RESTART])
+    resp = describe_app(APP_ID, [c], [RESTART])
+    assert resp is not None
+    replica = resp.roles_statuses[0].replicas[0]
+    assert (replica.state, replica.reason, replica.failure) == (AppState.CANCELLED, "", None)
+
+
+def test_a_finish_time_not_known_is_no_evidence() -> None:
+    # a list entry (``docker ps``) carries no finish time
+    c = ContainerInfo.from_summary(
+        {"Id": "x", "Names": ["/x"], "State": "exited", "Status": "Exited (143) 1 second ago"}
+    )
+    assert c.exit_code == 143 and c.finished is None
+    assert container_reason(c, [EngineOutage(T0)]) == "Terminated"
+
+
+def test_describe_names_the_engine_as_what_stopped_the_replica() -> None:
+    resp = describe_app(APP_ID, [ended_at(143, 0.5)], [RESTART])
+    assert resp is not None and resp.state == AppState.FAILED
+    replica = resp.roles_statuses[0].replicas[0]
+    assert (replica.reason, replica.failure) == ("EngineStopped", "infrastructure")
+    assert replica.structured_error_msg == ENGINE_STOPPED
+    assert "trainer/0 exited with code 143 (the Docker engine stopped" in resp.msg
+    # the same replica, no outage seen: the base class, no message of its own
+    resp = describe_app(APP_ID, [ended_at(143, 0.5)])
+    assert resp is not None
+    replica = resp.roles_statuses[0].replicas[0]
+    assert (replica.reason, replica.failure) == ("Terminated", None)
+    assert "Docker engine" not in resp.msg
+
+
+def test_outages_begin_at_the_first_failure_and_end_at_the_first_answer() -> None:
+    at = [T0 + timedelta(seconds=i) for i in range(8)]
+    outages: tuple[EngineOutage, ...] = ()
+    outages = record_answer(outages, True, at[0])
+    assert outages == ()  # answering: nothing to record
+    outages = record_answer(outages, False, at[1])
+    outages = record_answer(outages, False, at[2])
+    assert outages == (EngineOutage(at[1]),)
+    outages = record_answer(outages, True, at[3])
+    outages = record_answer(outages, True, at[4])
+    assert outages == (EngineOutage(at[1], at[3]),)
+    outages = record_answer(outages, False, at[5])
+    assert outages == (EngineOutage(at[1], at[3]), EngineOutage(at[5]))
+
+
+def test_only_the_latest_outages_are_kept() -> None:
+    outages: tuple[EngineOutage, ...] = ()
+    for i in range(OUTAGES_KEPT + 5):
+        outages = record_answer(outages, False, T0 + timedelta(seconds=2 * i))
+        outages = record_answer(outages, True, T0 + timedelta(seconds=2 * i + 1))
+    assert len(outages) == OUTAGES_KEPT
+    assert outages[-1].began == T0 + timedelta(seconds=2 * (OUTAGES_KEPT + 4))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,9 @@ them together.
 
 Every call into the docker SDK runs inside :func:`docker_call`, which turns docker and
 connection exceptions into the tree of :mod:`torchx_provider.errors` (``raise ... from e``,
-so the original stays attached).
+so the original stays attached). An :class:`EngineConnection`'s calls go through its
+:meth:`~EngineConnection.call`, which also records when the engine stopped and started
+answering again (:attr:`~EngineConnection.outages`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchx_provider.errors import (
     BackendConfigurationError,
@@ -38,6 +41,9 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.certificates import untrusted_certificate
 from torchx_provider.specs.runopts import bool_value
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.state import EngineOutage
 
 
 @dataclass(frozen=True)
@@ -258,6 +264,40 @@ class EngineConnection:
         self._stream_client: Any = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._answers = threading.Lock()
+        self._outages: tuple[EngineOutage, ...] = ()
+
+    # -- whether the engine answers --------------------------------------------------------------
+    @property
+    def outages(self) -> tuple[EngineOutage, ...]:
+        """The times the engine did not answer, as this connection's calls saw them, oldest
+        first; the last one still open while it does not answer yet."""
+        with self._answers:
+            return self._outages
+
+    def answered(self, answered: bool, at: datetime | None = None) -> None:
+        """Record that the engine answered a call (or failed to) at ``at`` (default: now)."""
+        from torchx_provider.schedulers.docker.state import record_answer
+
+        at = at or datetime.now(timezone.utc)
+        with self._answers:
+            self._outages = record_answer(self._outages, answered, at)
+
+    @contextlib.contextmanager
+    def call(self, what: str, app_id: str | None = None) -> Iterator[None]:
+        """:func:`docker_call`, recording whether the engine answered (:attr:`outages`): a
+        :class:`BackendUnavailableError` is a call it did not answer; an answer, even a
+        refusal of the request, is one it did."""
+        try:
+            with docker_call(what, app_id):
+                yield
+        except BackendUnavailableError:
+            self.answered(False)
+            raise
+        except (SubmissionError, UnknownAppError):
+            self.answered(True)
+            raise
+        self.answered(True)
 
     @property
     def client(self) -> Any:

@@ -25,12 +25,17 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from torchx_provider.errors import SubmissionError, UnknownAppError
+from torchx_provider.errors import (
+    BackendUnavailableError,
+    SubmissionError,
+    TorchXProviderError,
+    UnknownAppError,
+)
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.docker.client import (
     DockerClientConfig,
     EngineConnection,
-    docker_call,
+    make_client,
 )
 from torchx_provider.schedulers.docker.creation import (
     PROGRESS_INTERVAL,
@@ -46,6 +51,7 @@ from torchx_provider.schedulers.docker.state import (
     ContainerInfo,
     describe_app,
     list_apps,
+    may_be_stopped_by_engine,
     oldest_network,
     ready_to_remove,
     replica_state,
@@ -82,6 +88,9 @@ log = logging.getLogger(__name__)
 #: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
 STOP_TIMEOUT = 10
 
+#: Seconds a probe of the engine with a new connection may take (:meth:`DockerEngine.describe`).
+PROBE_TIMEOUT = 5.0
+
 #: Seconds within which a creation notices it was asked to stop.
 STOP_POLL = 0.2
 
@@ -100,12 +109,14 @@ class DockerEngine(EngineConnection):
         self._drained: dict[str, set[tuple[str, int]]] = {}
         # app id -> set to stop its submission in progress (see ``stop_submission``).
         self._submitting: dict[str, threading.Event] = {}
+        # containers seen ended by SIGKILL/SIGTERM, the engine probed since (``describe``).
+        self._probed: set[str] = set()
 
     # -- submitting ------------------------------------------------------------------------------
     def engine_limits(self) -> tuple[int, int]:
         """(CPUs, memory bytes) of the engine (asked once)."""
         if self._limits is None:
-            with docker_call("reading the Docker engine's CPUs and memory"):
+            with self.call("reading the Docker engine's CPUs and memory"):
                 info = self.client.info()
             self._limits = (int(info.get("NCPU") or 0), int(info.get("MemTotal") or 0))
         return self._limits
@@ -125,7 +136,7 @@ class DockerEngine(EngineConnection):
 
     def _existing_network(self, name: str) -> Mapping[str, Any] | None:
         """The network every submitter settles on, if one is visible."""
-        with docker_call(f"looking up Docker network {name!r}"):
+        with self.call(f"looking up Docker network {name!r}"):
             return oldest_network(self.client.api.networks(names=[name]), name)
 
     def _create_network(self, name: str) -> str:
@@ -135,7 +146,7 @@ class DockerEngine(EngineConnection):
             return str(found["Id"])
         created: str | None = None
         try:
-            with docker_call(f"creating Docker network {name!r}"):
+            with self.call(f"creating Docker network {name!r}"):
                 created = api.create_network(
                     name,
                     driver="bridge",
@@ -150,7 +161,7 @@ class DockerEngine(EngineConnection):
             raise SubmissionError(f"Docker network {name!r} vanished right after its creation")
         if created is not None and found["Id"] != created:
             try:
-                with docker_call(f"removing duplicate Docker network {name!r}"):
+                with self.call(f"removing duplicate Docker network {name!r}"):
                     api.remove_network(created)
             except SubmissionError as e:  # harmless: nothing is attached to it
                 log.debug("could not remove duplicate network %s: %s", created, e)
@@ -231,7 +242,7 @@ class DockerEngine(EngineConnection):
         ncpu, mem = results[0]
         network_id = results[1]
         check_engine_resources(job, ncpu, mem)
-        with docker_call(f"inspecting Docker network {job.network!r}"):
+        with self.call(f"inspecting Docker network {job.network!r}"):
             check_network_room(job, client.api.inspect_network(network_id))
         self._create_all(job, network_id, stop)
 
@@ -313,12 +324,12 @@ class DockerEngine(EngineConnection):
         what = f"replica {role}/{replica} ({spec['name']})"
         kwargs = {**spec, "network": network_id}
         try:
-            with docker_call(f"creating {what}"):
+            with self.call(f"creating {what}"):
                 container = self.client.containers.create(**kwargs)
         except Exception as e:  # reported once the others are cleaned up
             return None, e
         try:
-            with docker_call(f"starting {what}"):
+            with self.call(f"starting {what}"):
                 container.start()
         except Exception as e:  # likewise
             return container.id, e
@@ -327,7 +338,7 @@ class DockerEngine(EngineConnection):
     def _remove_ids(self, ids: Sequence[str]) -> None:
         def remove(container_id: str) -> None:
             try:
-                with docker_call(f"removing container {container_id[:12]}"):
+                with self.call(f"removing container {container_id[:12]}"):
                     self.client.api.remove_container(container_id, force=True)
             except (SubmissionError, UnknownAppError) as e:
                 log.warning("could not remove container %s: %s", container_id[:12], e)
@@ -344,7 +355,7 @@ class DockerEngine(EngineConnection):
         labels = [MANAGED_SELECTOR, *selector]
         if app_id is not None:
             labels.append(f"{LABEL_APP_ID}={label_value(app_id)}")
-        with docker_call("listing containers"):
+        with self.call("listing containers"):
             rows = self.client.api.containers(all=True, filters={"label": labels})
         infos = [ContainerInfo.from_summary(r) for r in rows]
         return [c for c in infos if app_id is None or c.app_id == label_value(app_id)]
@@ -355,7 +366,7 @@ class DockerEngine(EngineConnection):
         def one(container_id: str) -> ContainerInfo | None:
             try:
                 # With an app id, the choke point turns a 404 into UnknownAppError.
-                with docker_call(f"inspecting container {container_id[:12]}", app_id=""):
+                with self.call(f"inspecting container {container_id[:12]}", app_id=""):
                     return ContainerInfo.from_inspect(
                         self.client.api.inspect_container(container_id)
                     )
@@ -370,7 +381,49 @@ class DockerEngine(EngineConnection):
         return self.inspect(c.id for c in self.summaries(app_id))
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        return describe_app(app_id, self.containers(app_id))
+        """The app, its replicas judged with the engine's outages seen so far
+        (:func:`~.state.describe_app`); a replica newly seen ended by SIGKILL/SIGTERM first
+        has the engine probed (:meth:`probe_on_new_signal_exits`)."""
+        containers = self.containers(app_id)
+        self.probe_on_new_signal_exits(containers)
+        return describe_app(app_id, containers, self.outages)
+
+    def probe_on_new_signal_exits(self, containers: Iterable[ContainerInfo]) -> None:
+        """Probe the engine once for the replicas among ``containers`` newly seen ended by
+        SIGKILL/SIGTERM (:func:`~.state.may_be_stopped_by_engine`).
+
+        A ``dockerd`` that is stopped closes its API to new connections, then stops every
+        container, and exits once they are gone; connections already open may still be
+        answered meanwhile (the one that just read the replicas may be one). So the engine
+        refusing a new connection right after such an end is an outage in which the engine
+        stopped them (:meth:`probe`); a new connection it takes shows it still up. Not
+        probed while an outage is open already, nor with a caller's client (this connection
+        does not know how it reaches the engine).
+        """
+        fresh = [c.id for c in containers if may_be_stopped_by_engine(c)]
+        with self._answers:
+            fresh = [i for i in fresh if i not in self._probed]
+            self._probed.update(fresh)
+            down = bool(self._outages) and self._outages[-1].ended is None
+        if fresh and not down and self._own_client:
+            self.probe()
+
+    def probe(self) -> bool:
+        """Whether the engine takes a new connection (a ping on one, :data:`PROBE_TIMEOUT`
+        seconds at most), recorded in :attr:`outages` like any call."""
+        config = dataclasses.replace(self.config, timeout=PROBE_TIMEOUT, max_pool_size=1)
+        try:
+            with self.call("probing the Docker engine with a new connection"):
+                client = make_client(config, version=self.client.api.api_version)
+                try:
+                    return bool(client.ping())
+                finally:
+                    client.close()
+        except BackendUnavailableError:
+            return False
+        except TorchXProviderError as e:  # refused: it answered
+            log.debug("probing the Docker engine: %s", e)
+            return True
 
     def list_apps(self, app_handle: Callable[[str], str]) -> list[ListAppResponse]:
         return _listed(self.summaries(), app_handle)
@@ -394,7 +447,7 @@ class DockerEngine(EngineConnection):
             f"{LABEL_ROLE_NAME}={label_value(role)}",
             f"{LABEL_REPLICA_ID}={replica_id}",
         ]
-        with docker_call("listing containers"):
+        with self.call("listing containers"):
             rows = self.client.api.containers(all=True, filters={"label": labels})
         found = [c for c in self.inspect(r["Id"] for r in rows) if c.role_name == role]
         if not found:
@@ -430,7 +483,7 @@ class DockerEngine(EngineConnection):
         container = self.replica(app_id, role, replica_id)
         finished_before = is_terminal(replica_state(container))
         client = self.stream_client if follow else self.client
-        with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
+        with self.call(f"reading the log of {_replica(container)}", app_id=app_id):
             stream = RawLogStream.open(client.api, container.id, follow=follow, **params)
         return self._lines(container, stream, streams, since, until, follow, finished_before)
 
@@ -447,7 +500,7 @@ class DockerEngine(EngineConnection):
         app_id = container.app_id
         cursor = LogCursor()
         try:
-            with docker_call(f"reading the log of {_replica(container)}", app_id=app_id):
+            with self.call(f"reading the log of {_replica(container)}", app_id=app_id):
                 for line in within(lines_of(stream), since, until):
                     cursor = cursor.after(line)
                     yield line.text
@@ -489,7 +542,7 @@ class DockerEngine(EngineConnection):
     ) -> list[TimestampedLine]:
         """The replica's log between the bounds as it is now (not following)."""
         params = log_params(streams, since, until)
-        with docker_call(f"reading the log of {_replica(container)}", app_id=container.app_id):
+        with self.call(f"reading the log of {_replica(container)}", app_id=container.app_id):
             stream = RawLogStream.open(self.client.api, container.id, follow=False, **params)
             try:
                 return list(lines_of(stream))
@@ -504,9 +557,9 @@ class DockerEngine(EngineConnection):
             api = self.client.api
             try:
                 if not c.cancelled:
-                    with docker_call(f"marking container {c.name} cancelled", app_id=app_id):
+                    with self.call(f"marking container {c.name} cancelled", app_id=app_id):
                         api.rename(c.id, c.name + CANCELLED_SUFFIX)
-                with docker_call(f"stopping container {c.name}", app_id=app_id):
+                with self.call(f"stopping container {c.name}", app_id=app_id):
                     api.stop(c.id, timeout=STOP_TIMEOUT)
             except UnknownAppError:
                 pass  # removed meanwhile
@@ -544,11 +597,11 @@ class DockerEngine(EngineConnection):
         # Workspace images built for this app (labelled with its id) are of no further use
         # here; a pushed copy stays in its registry. An image still in use is kept.
         api = self.client.api
-        with docker_call("listing workspace images"):
+        with self.call("listing workspace images"):
             images = api.images(filters={"label": f"{LABEL_APP_ID}={label_value(app_id)}"})
         for image in images:
             try:
-                with docker_call(f"removing workspace image {image['Id']}"):
+                with self.call(f"removing workspace image {image['Id']}"):
                     api.remove_image(image["Id"], force=True)
             except SubmissionError as e:
                 log.debug("workspace image %s kept: %s", image["Id"], e)
@@ -560,7 +613,7 @@ class DockerEngine(EngineConnection):
             if c.removing:
                 return c.id
             try:
-                with docker_call(f"marking container {c.name} as being removed", app_id=""):
+                with self.call(f"marking container {c.name} as being removed", app_id=""):
                     self.client.api.rename(c.id, c.name + REMOVING_SUFFIX)
             except UnknownAppError:
                 continue  # gone meanwhile: mark another

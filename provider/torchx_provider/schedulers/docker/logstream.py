@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from torchx_provider.errors import InvalidOptionError, UnknownAppError
-from torchx_provider.schedulers.docker.client import docker_call
 from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.schedulers.docker.logbody import FrameLines, RawLogStream, close_quietly
 from torchx_provider.schedulers.docker.state import ContainerInfo, replica_state
@@ -110,7 +109,7 @@ class ContainerLogFollower:
         what = f"reading the log of replica {self.source.key} of app {self.app_id!r}"
 
         def open_stream() -> RawLogStream:
-            with docker_call(what, app_id=self.app_id):
+            with engine.call(what, app_id=self.app_id):
                 return RawLogStream.open(client.api, container.id, follow=follow, **params)
 
         stream = await asyncio.to_thread(open_stream)
@@ -132,7 +131,7 @@ class ContainerLogFollower:
 
         def read() -> None:
             try:
-                with docker_call(what, app_id=self.app_id):
+                with engine.call(what, app_id=self.app_id):
                     for chunk in stream:
                         if stop.is_set():
                             return

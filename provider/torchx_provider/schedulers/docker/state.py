@@ -9,6 +9,14 @@ The app's state follows from its replicas (:func:`app_state`): SUCCEEDED only wh
 replica exited 0; FAILED when any failed and the rest are finished; CANCELLED when the app
 was cancelled and nothing failed; otherwise the earliest state among the unfinished replicas.
 
+A container ended by SIGKILL/SIGTERM (137/143) is blamed on the engine only with evidence:
+its ``State.FinishedAt`` falls within an outage of the engine the provider saw itself
+(:class:`EngineOutage`, :func:`stopped_by_engine`). A ``dockerd`` that is stopped closes its
+API to new connections first and then stops every container, exiting once they are gone;
+so a container it stopped finished while it refused new connections, before it answered
+again. The outages are recorded by the engine's I/O (:class:`~.engine.DockerEngine`) and
+passed in; the decision is made here only.
+
 A replica the app declares but whose container is gone counts as FAILED
 (:func:`missing_replica`): the engine never creates a container again, so the replica has
 ended, and how is lost. The app is then FAILED once its other replicas are finished, like
@@ -21,10 +29,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
-from torchx_provider.failures import FailureKind
+from torchx_provider.failures import SIGNAL_EXITS, FailureKind
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.docker.translation import (
     LABEL_REMOVE,
@@ -89,10 +97,14 @@ CONTAINER_FAILURE: dict[str, FailureKind | None] = {
     # nothing outside sends those; its own process raised it.
     "Signal": FailureKind.USER,
     # SIGKILL (137) without ``OOMKilled``, or SIGTERM (143), and not stopped by this task
-    # (its stop marks the container): ``docker kill``/``docker stop`` from outside, the
-    # engine shutting down, or the process itself -- the engine does not say which.
+    # (its stop marks the container): ``docker kill``/``docker stop`` from outside, or the
+    # process itself -- the engine does not say which.
     "Killed": None,
     "Terminated": None,
+    # The same exits, finished within an outage of the engine the provider saw
+    # (:func:`stopped_by_engine`): the engine was stopped or restarted (its shutdown stops
+    # every container), and the replica ended with it, not by its own doing.
+    "EngineStopped": FailureKind.INFRASTRUCTURE,
     # ``State.Error`` set: the engine could not start it (its entrypoint is not in the image,
     # a mount source is missing): it cannot run as configured.
     "ContainerCannotRun": FailureKind.CONFIGURATION,
@@ -113,6 +125,22 @@ REMOVED_FROM_OUTSIDE = (
     "its container was removed by something other than this task before the app ended; "
     "its exit code and unread log lines are lost"
 )
+
+#: Why a replica the engine stopped on its way down failed.
+ENGINE_STOPPED = (
+    "the Docker engine stopped (shut down or restarted) while it ran, and stopped its "
+    "container on the way down"
+)
+#: How far outside an outage of the engine a SIGKILL/SIGTERM exit may lie and still count
+#: as the engine's doing (:func:`stopped_by_engine`). The outage is timed on the provider's
+#: clock by the first request the engine failed, and a request already connected may still
+#: be answered while the engine stops its containers: the first failure comes a little
+#: after them -- the engine's event of the container's end wakes the follow, whose describe
+#: then finds the engine refusing new connections (0.3 s measured with ``dockerd`` 20.10
+#: stopping two containers). 2 s covers that several times over, and a clock of a remote
+#: engine kept in sync; a ``docker stop`` from outside less than 2 s before the engine went
+#: down is the one case taken for the engine's. An end seen later than that stays unknown.
+ENGINE_STOP_MARGIN = timedelta(seconds=2)
 
 T = TypeVar("T")
 
@@ -222,6 +250,68 @@ class ContainerInfo:
         return stored_json(self.labels.get(LABEL_TASK_INSTANCE), TaskInstanceKey.from_annotations)
 
 
+@dataclass(frozen=True)
+class EngineOutage:
+    """A time the engine did not answer, as the provider saw it: from the first request it
+    failed after answering (``began``) to the first it answered after (``ended``; ``None``
+    while it still does not answer)."""
+
+    began: datetime
+    ended: datetime | None = None
+
+    def covers(self, at: datetime, margin: timedelta = ENGINE_STOP_MARGIN) -> bool:
+        """Whether ``at`` lies within the outage, give or take ``margin``."""
+        return self.began - margin <= at and (self.ended is None or at <= self.ended + margin)
+
+
+#: How many outages of one engine are remembered (the oldest are forgotten first).
+OUTAGES_KEPT = 32
+
+
+def record_answer(
+    outages: tuple[EngineOutage, ...], answered: bool, at: datetime
+) -> tuple[EngineOutage, ...]:
+    """``outages`` after a request to the engine that it ``answered`` (or failed) at ``at``:
+    a failure while none is open begins one, an answer ends the open one; anything else
+    changes nothing.
+
+    >>> t = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    >>> o = record_answer((), False, t)
+    >>> o = record_answer(o, False, t + timedelta(seconds=1))
+    >>> record_answer(o, True, t + timedelta(seconds=5)) == (
+    ...     EngineOutage(t, t + timedelta(seconds=5)),)
+    True
+    """
+    open_ = bool(outages) and outages[-1].ended is None
+    if answered and open_:
+        return (*outages[:-1], EngineOutage(outages[-1].began, at))
+    if not answered and not open_:
+        return (*outages, EngineOutage(at))[-OUTAGES_KEPT:]
+    return outages
+
+
+def may_be_stopped_by_engine(c: ContainerInfo) -> bool:
+    """Whether ``c`` ended the way a container the engine stops on its way down does:
+    finished by SIGKILL/SIGTERM (137/143), not by the OOM killer, not cancelled by this task,
+    its finish time known."""
+    return (
+        exit_code(c) in SIGNAL_EXITS
+        and not c.oom_killed
+        and not c.error
+        and not c.cancelled
+        and c.finished is not None
+    )
+
+
+def stopped_by_engine(c: ContainerInfo, outages: Iterable[EngineOutage]) -> bool:
+    """Whether ``c`` was stopped by the engine going down: it ended as such a container does
+    (:func:`may_be_stopped_by_engine`) and finished within one of ``outages`` (give or take
+    :data:`ENGINE_STOP_MARGIN`). Without an outage seen, a 137/143 stays unexplained."""
+    if not may_be_stopped_by_engine(c) or c.finished is None:
+        return False
+    return any(o.covers(c.finished) for o in outages)
+
+
 def replica_state(c: ContainerInfo) -> ReplicaState:
     """The replica's state, from :data:`CONTAINER_STATE` plus the exit code and cancel mark."""
     state = CONTAINER_STATE.get(c.status, ReplicaState.UNKNOWN)
@@ -241,9 +331,10 @@ def exit_code(c: ContainerInfo) -> int | None:
     return None
 
 
-def container_reason(c: ContainerInfo) -> str:
+def container_reason(c: ContainerInfo, outages: Iterable[EngineOutage] = ()) -> str:
     """How a finished container ended, as a key of :data:`CONTAINER_FAILURE` (``""``: it
-    exited 0, or has not ended)."""
+    exited 0, or has not ended). ``outages``: the engine's outages the provider saw
+    (:func:`stopped_by_engine`)."""
     if c.error:
         return "ContainerCannotRun"
     if c.oom_killed:
@@ -251,6 +342,8 @@ def container_reason(c: ContainerInfo) -> str:
     code = exit_code(c)
     if code is None or code == 0:
         return ""
+    if stopped_by_engine(c, outages):
+        return "EngineStopped"
     if code == 137:
         return "Killed"
     if code == 143:
@@ -308,22 +401,29 @@ def missing_replica(
     )
 
 
-def _failure_msg(role: str, c: ContainerInfo) -> str:
+def _failure_msg(role: str, c: ContainerInfo, reason: str) -> str:
     if c.error:
         return f"{role}/{c.replica_id} failed to start: {c.error}"
     msg = f"{role}/{c.replica_id} exited with code {c.exit_code}"
     if c.oom_killed:
         msg += " (killed for exceeding its memory limit: raise resource.memMB)"
+    elif reason == "EngineStopped":
+        msg += f" ({ENGINE_STOPPED})"
     return msg
 
 
-def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAppResponse | None:
+def describe_app(
+    app_id: str, containers: Iterable[ContainerInfo], outages: Iterable[EngineOutage] = ()
+) -> DescribeAppResponse | None:
     """The app made of ``containers`` (all of one app id), or ``None`` when there are none.
 
     Roles come from the role JSON each container carries. A replica the role declares but
     whose container is gone is :func:`missing_replica`: FAILED, named in the message (an
-    app is never called SUCCEEDED on partial evidence, and never waits for it).
+    app is never called SUCCEEDED on partial evidence, and never waits for it). ``outages``:
+    the engine's outages the provider saw, which tell a replica the engine stopped on its
+    way down (:func:`container_reason`).
     """
+    outages = tuple(outages)
     containers = list(containers)
     removing = any(c.removing for c in containers)
     by_role: dict[str, list[ContainerInfo]] = {}
@@ -348,7 +448,7 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
             state = replica_state(c)
             seen.add(c.replica_id)
             restarts = max(restarts, c.restart_count or 0)
-            reason = container_reason(c) if state == ReplicaState.FAILED else ""
+            reason = container_reason(c, outages) if state == ReplicaState.FAILED else ""
             kind = CONTAINER_FAILURE.get(reason)
             replicas.append(
                 ReplicaStatus(
@@ -356,7 +456,8 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
                     state=state,
                     role=name,
                     hostname=c.hostname or replica_name(app_id, name, c.replica_id),
-                    structured_error_msg=c.error or NONE,
+                    structured_error_msg=c.error
+                    or (ENGINE_STOPPED if reason == "EngineStopped" else NONE),
                     exit_code=exit_code(c),
                     num_restarts=c.restart_count,
                     reason=reason,
@@ -365,7 +466,7 @@ def describe_app(app_id: str, containers: Iterable[ContainerInfo]) -> DescribeAp
                 )
             )
             if state == ReplicaState.FAILED:
-                failures.append(_failure_msg(name, c))
+                failures.append(_failure_msg(name, c, reason))
         for missing in sorted(set(range(role.num_replicas)) - seen):
             gone = missing_replica(app_id, name, missing, removing=removing)
             replicas.append(gone)
