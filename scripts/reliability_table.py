@@ -76,6 +76,7 @@ ORDER = [
     "policy-user-code",
     "policy-image-missing",
     "policy-infrastructure",
+    "policy-evicted",
 ]
 COLUMNS = (
     "Fault",

@@ -8,6 +8,9 @@ SQLite) running deferrable TorchX tasks on the real Docker engine:
 * a deferred task's trigger row holds the connection id, not the connection's secret (read
   from the deployment's metadata database), and the triggerer resolves the connection itself;
 * a deferred task whose ``follow_timeout`` passes fails and its job is cancelled;
+* the shipped retry policy, evaluated by Airflow after a deferral: a user's error fails at
+  once, a platform's failure is retried (Docker; and a Kubernetes replica evicted through
+  the Eviction API, on the local test cluster when there is one);
 * the triggerer never reports a blocked event loop.
 """
 
@@ -21,13 +24,14 @@ import signal
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
+import torchx_kube_cluster
 from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
 from torchx_deployment import Deployment, wait_for
 
@@ -40,6 +44,12 @@ FROZEN_LINES = 240
 USER_ACTION_SECONDS = 5.0
 #: the registry password of the deployment's Docker connection
 SECRET = "registry-password-do-not-store-0f9e8d7c"
+#: the deployment's connection to the local test cluster (set only when there is one)
+KUBE_CONN_ID = "torchx_kube_deploy"
+#: kwok keeps the evicted task's first try running until its pod is evicted; later tries
+#: run for a second and succeed
+KEEP_RUNNING = torchx_kube_cluster.pod_behaviour(keep_running=True)
+RUN_BRIEFLY = torchx_kube_cluster.pod_behaviour(run_seconds=1)
 DAGS = (
     DEPLOYMENT_DAG_HEAD
     + f'''
@@ -157,6 +167,47 @@ for case, script, image in POLICY_CASES:
             retry_policy=RETRY_INFRASTRUCTURE_ONLY,
         )
 
+from torchx_provider.operators import TorchXKubernetesOperator
+
+
+def kube_app(name, annotations):
+    return {{
+        "name": name,
+        "roles": [{{
+            "name": "trainer",
+            "image": "registry.invalid/train:1",
+            "entrypoint": "python",
+            "args": ["-m", "train"],
+            "num_replicas": 1,
+            "resource": {{"cpu": 0.5, "gpu": 0, "memMB": 256}},
+            "metadata": {{"kubernetes": {{"metadata": {{"annotations": annotations}}}}}},
+        }}],
+    }}
+
+
+class EvictedOnFirstTry(TorchXKubernetesOperator):
+    """kwok keeps the first try's replica running (until its pod is evicted); a later try's
+    runs for a second and succeeds."""
+
+    def execute(self, context):
+        if context["ti"].try_number > 1:
+            self.app = kube_app("policyevicted", {RUN_BRIEFLY!r})
+        return super().execute(context)
+
+
+# Volcano (the default); its connection is set only when the local test cluster runs
+with DAG("torchx_deploy_policy_evicted", **ARGS):
+    EvictedOnFirstTry(
+        task_id="train",
+        app=kube_app("policyevicted", {KEEP_RUNNING!r}),
+        conn_id="{KUBE_CONN_ID}",
+        deferrable=True,
+        poll_interval=1,
+        retries=3,
+        retry_delay=datetime.timedelta(seconds=1),
+        retry_policy=RETRY_INFRASTRUCTURE_ONLY,
+    )
+
 with DAG("torchx_deploy_restart", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("restart", COUNT), deferrable=True, poll_interval=1
@@ -171,13 +222,42 @@ with DAG("torchx_deploy_sigkill", **ARGS):
 
 
 @pytest.fixture(scope="module")
-def deployment(docker_engine: Any) -> Iterator[Deployment]:
+def deployment_cluster() -> tuple[Any, str | None]:
+    """``(KubeCluster, None)`` for the local test cluster, or ``(None, why there is none)``:
+    the deployment starts either way, and only the tests that need the cluster skip (fail
+    in CI, see :func:`deployed_kube`)."""
+    try:
+        import kubernetes_asyncio  # noqa: F401  (the triggerer follows with it)
+    except ImportError as e:
+        return None, f"kubernetes_asyncio is not installed: {e}"
+    try:
+        return torchx_kube_cluster.running_cluster()
+    except Exception as e:
+        return None, f"the local cluster could not be found: {e}"
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    docker_engine: Any, deployment_cluster: tuple[Any, str | None]
+) -> Iterator[Deployment]:
     home = Path(tempfile.mkdtemp(prefix="torchx-deployment-"))
     dep = Deployment(home, airflow_bin())
-    # the same connection for every component (workers and the triggerer), as required
+    # the same connections for every component (workers and the triggerer), as required
     dep.env["AIRFLOW_CONN_DOCKER_WITH_SECRET"] = json.dumps(
         {"conn_type": "torchx_docker", "login": "robot", "password": SECRET}
     )
+    cluster, _ = deployment_cluster
+    if cluster is not None:
+        dep.env[f"AIRFLOW_CONN_{KUBE_CONN_ID.upper()}"] = json.dumps(
+            {
+                "conn_type": "torchx_kubernetes",
+                "extra": {
+                    "kube_config_path": cluster.restricted_kubeconfig,
+                    "namespace": cluster.namespace,
+                    "queue": "default",
+                },
+            }
+        )
     (home / "dags" / "torchx_deploy.py").write_text(DAGS)
     try:
         dep.start_all()
@@ -189,6 +269,17 @@ def deployment(docker_engine: Any) -> Iterator[Deployment]:
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
     assert not blocked, "the triggerer reported a blocked event loop"
+
+
+@pytest.fixture
+def deployed_kube(
+    deployment_cluster: tuple[Any, str | None], skip_or_fail: Callable[[str], NoReturn]
+) -> Any:
+    """The local test cluster the deployment has a connection to; else skip (fail in CI)."""
+    cluster, reason = deployment_cluster
+    if cluster is None:
+        skip_or_fail(f"Kubernetes cluster unavailable: {reason}")
+    return cluster
 
 
 def containers(client: Any, app_id: str) -> list[Any]:
@@ -452,10 +543,7 @@ def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_plat
         return deployment.ti(f"torchx_deploy_policy_{case}", runs[case], "train")
 
     def attempt_log(case: str, attempt: int) -> str:
-        folder = deployment.home / "logs" / f"dag_id=torchx_deploy_policy_{case}"
-        return "".join(
-            p.read_text(errors="replace") for p in folder.rglob(f"attempt={attempt}.log*")
-        )
+        return attempt_text(deployment, f"torchx_deploy_policy_{case}", attempt)
 
     for case, error in (("usercode", "UserCodeError"), ("noimage", "RejectedConfigurationError")):
         wait_for(f"the {case} task to fail", lambda c=case: ti(c)["state"] == "failed", 180, 1)
@@ -507,6 +595,79 @@ def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_plat
     for case in runs:
         for c in labelled(docker_engine, f"torchx_deploy_policy_{case}"):
             c.remove(force=True)
+
+
+@pytest.mark.kubernetes
+def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
+    deployment: Deployment, deployed_kube: Any
+) -> None:
+    """RETRY_INFRASTRUCTURE_ONLY on Volcano, evaluated by Airflow after a deferral: try 1's
+    only replica, kept running by kwok, is evicted through the Eviction API (as a node drain
+    does) while the task is deferred; the try fails with InfrastructureError and the task
+    (``retries=3``) is retried, and the retry's job runs to its end."""
+    kube = deployed_kube
+    started = time.monotonic()
+    dag_id = "torchx_deploy_policy_evicted"
+    torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)  # left by an earlier run
+    run_id = deployment.trigger(dag_id)
+    first = deferred_app(deployment, dag_id, run_id)
+    name = first.rsplit(":", 1)[-1]
+    jobs = {first}
+    (pod, *_) = wait_for(
+        f"app {first}'s pod to run",
+        lambda: torchx_kube_cluster.running_pods(kube, dag_id, prefix=f"{name}-"),
+        120,
+    )
+    assert deployment.ti(dag_id, run_id, "train")["state"] == "deferred"
+    torchx_kube_cluster.evict(kube, pod)
+
+    def ended() -> bool:
+        # every job of the task, seen while it exists (a succeeded one is deleted)
+        jobs.update(
+            f"{j['metadata']['namespace']}:{j['metadata']['name']}"
+            for j in torchx_kube_cluster.volcano_jobs(kube, dag_id)
+        )
+        return deployment.ti(dag_id, run_id, "train")["state"] in ("success", "failed")
+
+    try:
+        wait_for("the retried task to end", ended, 300, interval=1)
+    except TimeoutError as e:
+        raise AssertionError(timeline(deployment, dag_id, run_id)) from e
+    ti = deployment.ti(dag_id, run_id, "train")
+    assert ti["state"] == "success" and ti["try_number"] >= 2, (
+        ti,
+        timeline(deployment, dag_id, run_id),
+    )
+    text = attempt_text(deployment, dag_id, 1)
+    assert "InfrastructureError" in text, text[-3000:]
+    assert "EvictionByEvictionAPI" in text, text[-3000:]
+    last = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
+    assert last != first and last in jobs, (first, last, jobs)
+    orphans = torchx_kube_cluster.running_pods(kube, dag_id)
+    from reliability_results import outcome_row, record_row
+
+    record_row(
+        outcome_row(
+            "policy-evicted",
+            "a deferred task, retries=3, retry_policy=RETRY_INFRASTRUCTURE_ONLY: on Volcano, "
+            "its replica's pod evicted through the Eviction API (as a node drain does) while "
+            "it runs",
+            "InfrastructureError; retried onto a new job",
+            f"InfrastructureError on try 1; task success on try {ti['try_number']}",
+            lines=False,
+            orphans=len(orphans),
+            duplicates=max(0, len(jobs) - ti["try_number"]),
+            seconds=time.monotonic() - started,
+            evicted_pod=pod,
+        )
+    )
+    torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)
+
+
+def attempt_text(dep: Deployment, dag_id: str, attempt: int) -> str:
+    """Everything the task logs of ``dag_id``'s ``attempt`` hold (worker and trigger parts)."""
+    folder = dep.home / "logs" / f"dag_id={dag_id}"
+    return "".join(p.read_text(errors="replace") for p in folder.rglob(f"attempt={attempt}.log*"))
 
 
 def replica_ticks(events: list[str]) -> dict[int, list[int]]:

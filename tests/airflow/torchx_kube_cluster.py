@@ -1,5 +1,6 @@
-"""The local test cluster (tests/cluster/cluster.sh), for ``dag.test()`` runs: found through
-the helpers of tests/integration/kubernetes/conftest.py, loaded under a name of its own."""
+"""The local test cluster (tests/cluster/cluster.sh), for ``dag.test()`` runs and the real
+deployment's Kubernetes task: found through the helpers of
+tests/integration/kubernetes/conftest.py, loaded under a name of its own."""
 
 from __future__ import annotations
 
@@ -42,6 +43,70 @@ def running_cluster() -> tuple[Any, str | None]:
     except Exception as e:
         return None, f"the local cluster does not answer (bash tests/cluster/cluster.sh up): {e}"
     return cluster, None
+
+
+def pod_behaviour(**kwargs: Any) -> dict[str, str]:
+    """The annotations that make kwok run a pod this way (``KubeCluster.pod_behaviour``)."""
+    return dict(_helpers().KubeCluster.pod_behaviour(**kwargs))
+
+
+#: Volcano's Job resource: group, version, namespaced plural
+VOLCANO_JOBS = ("batch.volcano.sh", "v1alpha1", "jobs")
+
+
+def volcano_jobs(cluster: Any, dag_id: str) -> list[dict[str, Any]]:
+    """Every Volcano Job any try of ``dag_id``'s tasks created (by their labels)."""
+    from kubernetes import client
+
+    group, version, plural = VOLCANO_JOBS
+    found = client.CustomObjectsApi(cluster.api_client()).list_namespaced_custom_object(
+        group,
+        version,
+        cluster.namespace,
+        plural,
+        label_selector=f"airflow.apache.org/dag-id={dag_id}",
+    )
+    return list(found["items"])
+
+
+def delete_volcano_jobs(cluster: Any, dag_id: str) -> None:
+    """Delete every Volcano Job of ``dag_id``'s tasks (with their pods)."""
+    from kubernetes import client
+
+    group, version, plural = VOLCANO_JOBS
+    client.CustomObjectsApi(cluster.api_client()).delete_collection_namespaced_custom_object(
+        group,
+        version,
+        cluster.namespace,
+        plural,
+        label_selector=f"airflow.apache.org/dag-id={dag_id}",
+    )
+
+
+def running_pods(cluster: Any, dag_id: str, prefix: str = "") -> list[str]:
+    """The pods of ``dag_id``'s jobs in phase Running (names starting with ``prefix``)."""
+    from kubernetes import client
+
+    pods = client.CoreV1Api(cluster.api_client()).list_namespaced_pod(
+        cluster.namespace, label_selector=f"airflow.apache.org/dag-id={dag_id}"
+    )
+    return [
+        p.metadata.name
+        for p in pods.items
+        if p.status.phase == "Running"
+        and p.metadata.deletion_timestamp is None
+        and p.metadata.name.startswith(prefix)
+    ]
+
+
+def evict(cluster: Any, pod: str) -> None:
+    """Evict ``pod`` (``POST pods/<name>/eviction``), as a node drain does."""
+    from kubernetes import client
+
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=cluster.namespace))
+    client.CoreV1Api(cluster.api_client()).create_namespaced_pod_eviction(
+        pod, cluster.namespace, body
+    )
 
 
 def pod_names(request: Any) -> dict[tuple[str, int], str]:

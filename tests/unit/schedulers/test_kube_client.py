@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,20 @@ async def test_async_client_gets_the_same_configuration() -> None:
         assert api.rest_client.pool_manager.connector.limit >= 512 + 100
     finally:
         await api.close()
+
+
+def test_making_the_async_client_imports_its_library_off_the_event_loop() -> None:
+    """The triggerer makes the client in a thread: the library (about a second to import)
+    is imported there, not by the first API call on the event loop."""
+    code = (
+        "import sys; from torchx_provider.schedulers.kube.volcano import create_async_client; "
+        "assert 'kubernetes_asyncio' not in sys.modules; "
+        "create_async_client(namespace='ns'); "
+        "print(' '.join(sorted(m for m in sys.modules if m in "
+        "('kubernetes_asyncio.client', 'kubernetes_asyncio.config'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["kubernetes_asyncio.client", "kubernetes_asyncio.config"]
 
 
 def test_an_unknown_context_is_bad_input_naming_the_known_ones() -> None:

@@ -8,7 +8,8 @@ The kwargs are the plain client parameters of
 ``disable_verify_ssl``, ``namespace``); the scheduler also takes a ready ``api_client``,
 which the async client drops. ``kube`` replaces the API calls (an
 :class:`~.io.SyncKubeIO` or :class:`~.io.AsyncKubeIO`). Nothing is imported until a factory
-is called.
+is called; the async one imports ``kubernetes_asyncio`` itself (it is called off the
+triggerer's event loop).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def backend_factories(
 
         client_kwargs.pop("api_client", None)
         config = KubeClientConfig.from_kwargs(**client_kwargs)
+        if kube is None:
+            # The client library is imported here, where the triggerer makes the client
+            # (off its event loop), and not by the first API call, on the loop: importing
+            # it takes about a second, which would block every other trigger.
+            from torchx_provider.optional import require
+
+            require("kubernetes_asyncio.client")
+            require("kubernetes_asyncio.config")
         return KubeAsyncClient(translation(), config, kube=kube)
 
     return create_scheduler, create_async_client
