@@ -172,6 +172,39 @@ def split_timestamp(raw: str) -> TimestampedLine:
     return TimestampedLine(None, text, key)
 
 
+def split_timestamps(raws: list[str]) -> list[TimestampedLine]:
+    """:func:`split_timestamp` of each of ``raws`` (whole lines, each ending with ``\\n``).
+
+    Docker stamps every line with nine fractional digits (``2024-05-01T10:00:00.123456789Z``):
+    such a line, without a ``\\r``, is split here without a call per line (the text after
+    the stamp, the key its first 26 characters); any other goes through
+    :func:`split_timestamp`, with the same result.
+
+    >>> [(line.key, line.text) for line in split_timestamps(
+    ...     ["2024-05-01T10:00:00.123456789Z a\\n", "2024-05-01T10:00:01Z b\\n", "c\\n"])]
+    [('2024-05-01T10:00:00.123456', 'a\\n'), ('2024-05-01T10:00:01.000000', 'b\\n'), (None, 'c\\n')]
+    """
+    out: list[TimestampedLine] = []
+    append = out.append
+    line = TimestampedLine
+    split = split_timestamp
+    for raw in raws:
+        if (
+            raw[30:31] == " "
+            and raw[29] == "Z"
+            and raw[19] == "."
+            and raw[10] == "T"
+            and raw[4] == raw[7] == "-"
+            and raw[13] == raw[16] == ":"
+            and raw[-1] == "\n"
+            and "\r" not in raw
+        ):
+            append(line(None, raw[31:], raw[:26]))
+        else:
+            append(split(raw))
+    return out
+
+
 def last_state(text: str) -> str:
     """What a terminal shows of a line redrawn with carriage returns: the text after the
     last ``\\r`` that is followed by anything (tqdm ends its bars with ``\\r`` too).

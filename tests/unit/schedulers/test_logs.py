@@ -21,6 +21,7 @@ from torchx_provider.schedulers.logs import (
     parse_timestamp,
     require_aware,
     split_timestamp,
+    split_timestamps,
     timestamped_lines,
     within,
 )
@@ -80,6 +81,45 @@ def test_split_timestamp() -> None:
     assert split_timestamp("no timestamp") == TimestampedLine(None, "no timestamp\n")
     assert split_timestamp("2024-05-01T10:00:00Z") == TimestampedLine(BASE, "\n")
     assert split_timestamp("2024-05-01T10:00:00Z  indented").text == " indented\n"
+
+
+STAMPS = st.one_of(
+    st.just("2024-05-01T10:00:00.123456789Z "),  # Docker's: nine digits
+    st.just("2024-05-01T10:00:00.1234Z "),  # the kubelet's: trailing zeros cut
+    st.just("2024-05-01T10:00:00Z "),
+    st.just("2024-05-01T12:00:00.123456789+02:00 "),
+    st.just("2024-05-01X10:00:00.123456789Z "),  # not a stamp
+    st.just(""),
+    st.text(max_size=40),
+)
+
+
+@PROPS
+@given(st.lists(st.tuples(STAMPS, st.text(max_size=30)), max_size=8))
+def test_split_timestamps_splits_each_line_as_split_timestamp_does(
+    parts: list[tuple[str, str]],
+) -> None:
+    """The batch form is only faster: same keys, same texts, for any line."""
+    raws = [(stamp + text).replace("\n", " ") + "\n" for stamp, text in parts]
+    got = split_timestamps(raws)
+    assert [(g.key, g.text) for g in got] == [
+        (w.key, w.text) for w in (split_timestamp(r) for r in raws)
+    ]
+
+
+def test_split_timestamps_of_docker_lines() -> None:
+    got = split_timestamps(
+        [
+            "2024-05-01T10:00:00.000000001Z hello\n",
+            "2024-05-01T10:00:00.500000000Z 50%\r100%\n",  # a redrawn line: its last state
+            "2024-05-01T10:00:01.000000000Z \n",
+        ]
+    )
+    assert [(g.timestamp, g.text) for g in got] == [
+        (BASE, "hello\n"),
+        (BASE + timedelta(milliseconds=500), "100%\n"),
+        (BASE + timedelta(seconds=1), "\n"),
+    ]
 
 
 # -- line decoding -----------------------------------------------------------------------------

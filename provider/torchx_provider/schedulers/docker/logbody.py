@@ -18,6 +18,7 @@ from torchx_provider.schedulers.logs import (
     LineDecoder,
     TimestampedLine,
     split_timestamp,
+    split_timestamps,
 )
 
 #: Bytes read from the engine at once.
@@ -58,7 +59,7 @@ class FrameLines:
     def feed(self, data: bytes) -> list[TimestampedLine]:
         """The lines ``data`` completes, in order."""
         if not self.multiplexed:
-            return [split_timestamp(r) for r in self._decoder.decode(data)]
+            return split_timestamps(self._decoder.decode(data))
         buf = self._pending + data if self._pending else data
         size_of = len(buf)
         out: list[TimestampedLine] = []
@@ -99,7 +100,7 @@ class FrameLines:
         return _in_time_order(out)
 
     def _whole(self, payloads: list[bytes]) -> list[TimestampedLine]:
-        return [split_timestamp(r) for r in self._decoder.decode(b"".join(payloads))]
+        return split_timestamps(self._decoder.decode(b"".join(payloads)))
 
     def _piece(self, stream: int, payload: bytes, out: list[TimestampedLine]) -> None:
         """One entry while a line is open somewhere (or one that opens a line)."""
