@@ -301,6 +301,30 @@ ROWS = (
 )
 
 
+def stop_process(pid: int, grace: float) -> None:
+    """SIGTERM to ``pid``, SIGKILL if it still runs ``grace`` seconds later; returns once it
+    is gone (a process of the local cluster: not a child of this one)."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+
+
+def cluster_up(*, check: bool) -> None:
+    """``cluster.sh up`` without building: starts what of the local cluster is not running."""
+    subprocess.run(
+        ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
+        env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
+        capture_output=True,
+        timeout=300,
+        check=check,
+    )
+
+
 def _admin_api(admin_kubeconfig: str) -> Any:
     """A sync API client for the local cluster's admin (a context manager)."""
     from kubernetes import client, config
@@ -367,22 +391,8 @@ def kwok_serves_new_logs(kube_cluster: Any, limit: float = 30.0) -> str:
     while time.monotonic() - began < limit:
         if _kwok_serves(kube_cluster, run, port):
             return f"yes, after {time.monotonic() - began:.1f} s"
-    pid = int((run / "pids" / "kwok.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if Path(f"/proc/{pid}").exists():
-        os.kill(pid, signal.SIGKILL)
-    while Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
-    subprocess.run(
-        ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
-        env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
-        capture_output=True,
-        timeout=300,
-        check=True,
-    )
+    stop_process(int((run / "pids" / "kwok.pid").read_text()), grace=10)
+    cluster_up(check=True)
     if not _kwok_serves(kube_cluster, run, port):
         raise AssertionError("kwok serves no new Logs object even after its restart")
     return f"only after kwok's restart ({limit:.0f} s stale)"
@@ -440,12 +450,7 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
     stopped = time.monotonic()
     times: dict[str, float] = {}
     try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if Path(f"/proc/{pid}").exists():
-            os.kill(pid, signal.SIGKILL)
+        stop_process(pid, grace=30)
         times["exit_seconds"] = round(time.monotonic() - stopped, 1)
         time.sleep(down)
         with (run / "logs" / "kube-apiserver.log").open("ab") as out:
@@ -460,13 +465,7 @@ def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
         return times
     finally:
         if not _apiserver_ready(admin_kubeconfig):
-            subprocess.run(
-                ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
-                env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
-                capture_output=True,
-                timeout=300,
-                check=False,
-            )
+            cluster_up(check=False)
 
 
 def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable[None]]:
