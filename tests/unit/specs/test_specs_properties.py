@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs import (
+    MISSING,
     AppDef,
     BindMount,
     DeviceMount,
@@ -110,7 +111,8 @@ def roles(draw: st.DrawFn, name: str) -> Role:
     return Role(
         name=name,
         image=draw(images),
-        entrypoint=draw(_no_dollar.filter(lambda s: s.strip() != "")),
+        # any text but TorchX's "not set" (MISSING), which validation refuses
+        entrypoint=draw(_no_dollar.filter(lambda s: s.strip() != "" and s != MISSING)),
         args=draw(st.lists(macro_text, max_size=3)),
         env=draw(st.dictionaries(env_name, macro_text, max_size=2)),
         num_replicas=num_replicas,
