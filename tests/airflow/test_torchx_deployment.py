@@ -643,6 +643,8 @@ def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
     assert "EvictionByEvictionAPI" in text, text[-3000:]
     last = str(deployment.xcom(dag_id, run_id, "train", "app_id"))
     assert last != first and last in jobs, (first, last, jobs)
+    if ti["try_number"] > 2:  # try 2 is expected to succeed: say why it did not
+        print(f"try 2 did not succeed; its log:\n{attempt_text(deployment, dag_id, 2)[-6000:]}")
     orphans = torchx_kube_cluster.running_pods(kube, dag_id)
     from reliability_results import outcome_row, record_row
 
@@ -653,12 +655,14 @@ def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
             "its replica's pod evicted through the Eviction API (as a node drain does) while "
             "it runs",
             "InfrastructureError; retried onto a new job",
-            f"InfrastructureError on try 1; task success on try {ti['try_number']}",
+            # (the try that succeeded is in the results: 2, once 3 for a cause not seen yet)
+            "InfrastructureError on try 1; task success on a later try",
             lines=False,
             orphans=len(orphans),
             duplicates=max(0, len(jobs) - ti["try_number"]),
             seconds=time.monotonic() - started,
             evicted_pod=pod,
+            succeeded_on_try=ti["try_number"],
         )
     )
     torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)
