@@ -53,6 +53,7 @@ class Accounts:
 
         ns = self.cluster.namespace
         name = f"torchx-{name}"[:60]
+        self._remove_leftovers(name)
         meta = client.V1ObjectMeta(name=name)
         self.core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=meta))
         self.made.append(("sa", name))
@@ -68,6 +69,23 @@ class Accounts:
         )
         self.made.append(("binding", name))
         return self.kubeconfig(name, self.token(name))
+
+    def _remove_leftovers(self, name: str) -> None:
+        """Remove an account ``name`` (and its Role and binding) that a run stopped before
+        its cleanup left on the cluster: the cluster's state outlives its processes."""
+        from kubernetes.client.exceptions import ApiException
+
+        ns = self.cluster.namespace
+        for delete in (
+            self.rbac.delete_namespaced_role_binding,
+            self.rbac.delete_namespaced_role,
+            self.core.delete_namespaced_service_account,
+        ):
+            try:
+                delete(name, ns)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
 
     def token(self, name: str) -> str:
         from kubernetes import client
