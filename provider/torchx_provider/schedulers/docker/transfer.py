@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Seconds between two summary lines of a transfer that lasts longer than that.
-TRANSFER_INTERVAL = 5.0
+from torchx_provider.schedulers.docker.creation import PROGRESS_INTERVAL
+
+#: Seconds between two summary lines of a transfer that lasts longer than that: the pace
+#: of every progress line the Docker backend writes.
+TRANSFER_INTERVAL = PROGRESS_INTERVAL
 
 #: A layer's last step when it is done: moved now, or nothing to move.
 LAYER_DONE = frozenset({"Pull complete", "Pushed"})
@@ -111,7 +114,7 @@ class Transfer:
             moving = [i for i, s in self.steps.items() if s not in LAYER_PRESENT]
             if all(i in self.sizes for i in moving):
                 total = sum(t for _, t in self.sizes.values())
-                text += f", {megabytes(current)[:-3]} of {megabytes(total)}"
+                text += f", {current / 1e6:.1f} of {megabytes(total)}"
             else:
                 text += f", {megabytes(current)} so far"
         return text
