@@ -144,24 +144,49 @@ def engine() -> Iterator[Engine]:
             skip_or_fail(f"cannot build the test image: {built.stderr[-500:]}")
         yield eng
     finally:
+        networks: list[str] = []
         if eng.proc is not None and eng.proc.poll() is None:
-            remove_containers(eng)
+            networks = remove_containers_and_networks(eng)
             eng.stop()
+        remove_bridges(networks)
         for mounted in ("exec", "data"):  # the engine mounts both over themselves
             subprocess.run(["umount", "-R", str(root / mounted)], capture_output=True, check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 
-def remove_containers(eng: Engine) -> None:
+def remove_containers_and_networks(eng: Engine) -> list[str]:
+    """Remove every container, then every network the engine made; their ids.
+
+    A stopped engine leaves each network's bridge in the kernel, and with the data root gone
+    nothing owns it: left there, it keeps its subnet routed and the engine under test finds
+    no free address pool once some thirty have gathered.
+    """
     import docker
 
+    ids: list[str] = []
     try:
         client = docker.DockerClient(base_url=eng.url, timeout=30)
-        for c in client.containers.list(all=True):
-            c.remove(force=True)
-        client.close()
+        try:
+            for c in client.containers.list(all=True):
+                c.remove(force=True)
+            for net in client.networks.list():
+                if net.name in ("bridge", "host", "none"):
+                    continue
+                ids.append(net.id)
+                net.remove()
+        finally:
+            client.close()
     except Exception:  # best effort: the engine and its data root go next
         pass
+    return ids
+
+
+def remove_bridges(network_ids: list[str]) -> None:
+    """Delete the kernel bridge of each network, if the engine left it."""
+    for net_id in network_ids:
+        bridge = f"br-{net_id[:12]}"
+        if Path("/sys/class/net", bridge).exists():
+            subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False)
 
 
 @dataclass

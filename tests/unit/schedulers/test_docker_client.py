@@ -108,6 +108,18 @@ def test_gpu_runtime_missing_has_a_hint() -> None:
     assert isinstance(err, SubmissionError) and "NVIDIA container toolkit" in str(err)
 
 
+def test_no_free_address_pool_for_a_network_has_a_hint() -> None:
+    message = (
+        "could not find an available, non-overlapping IPv4 address pool among the defaults "
+        "to assign to the network"
+    )
+    err = translate_error(
+        api_error(404, message, docker.errors.NotFound), "creating Docker network 'torchx'"
+    )
+    assert isinstance(err, SubmissionError) and err.status == 404
+    assert "docker network prune" in str(err) and "run option network" in str(err)
+
+
 def test_not_found_with_an_app_id_is_unknown_app() -> None:
     err = translate_error(
         api_error(404, "No such container: x", docker.errors.NotFound), "x", "a-1"

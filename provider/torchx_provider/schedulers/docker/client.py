@@ -373,6 +373,9 @@ _HINTS: Mapping[str, str] = {
     "error gathering device information": "the device in resource.devices or a device mount "
     "does not exist on the Docker host",
     "not found in the image": "fix the role's entrypoint: it is not in the image",
+    "non-overlapping ipv4 address pool": "every subnet the engine may give a new network is "
+    "taken: remove unused networks (docker network prune), or set the run option network to "
+    "an existing one",
 }
 
 
