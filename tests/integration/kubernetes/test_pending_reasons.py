@@ -2,12 +2,14 @@
 schedulers, followed from the triggerer's shared watches: a replica too large for any node
 (the AppWrapper controller makes its pod; kube-scheduler cannot place it), and a Volcano job
 over its queue's quota (no pod at all: Volcano says why in Events on the job's PodGroup),
-an MCAD AppWrapper too large to dispatch (MCAD says why in its conditions)."""
+a Volcano job whose pods a namespace's ResourceQuota refuses (Volcano says why in Events on
+the job), an MCAD AppWrapper too large to dispatch (MCAD says why in its conditions)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -136,6 +138,47 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
     assert "PodGroup" in said and "insufficient cpu" in said, said
     assert not [ln for ln in lines if "add the rule" in ln], lines
     print(f"queue reason in the task log {took:.1f} s after submission")
+
+
+@pytest.fixture
+def no_pods_namespace(kube_cluster: Any) -> Iterator[str]:
+    """A namespace of its own whose ResourceQuota allows no pod (deleted after)."""
+    from kubernetes import client as k8s
+
+    name = f"torchx-test-nopods-{secrets.token_hex(3)}"
+    with kube_cluster.api_client() as api:
+        core = k8s.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": name}})
+        try:
+            core.create_namespaced_resource_quota(
+                name, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+            )
+            yield name
+        finally:
+            core.delete_namespace(name)
+
+
+async def test_pods_a_volcano_job_cannot_create_are_said_once_within_seconds(
+    kube_cluster: Any, no_pods_namespace: str
+) -> None:
+    if not kube_cluster.local:
+        pytest.skip("makes a namespace of its own on the local cluster")
+    with tracked(
+        volcano.create_scheduler(
+            "it", kubeconfig=kube_cluster.kubeconfig, namespace=no_pods_namespace
+        )
+    ) as scheduler:
+        app = one_replica_app(kube_cluster, "nopods", exit_code=0, run_seconds=1)
+        app_id = scheduler.schedule(scheduler.submit_dryrun(app, {"queue": "default"}))
+        scheduler.created.append(app_id)
+        client = volcano.create_async_client(
+            kubeconfig=kube_cluster.kubeconfig, namespace=no_pods_namespace
+        )
+        # Volcano retries the pods and writes the Event again each time
+        said, took, _ = await said_once_by_both(scheduler, client, app_id, "FailedCreate")
+    assert said.startswith(f"Job {app_id.split(':')[1]} waits: FailedCreate: "), said
+    assert "exceeded quota: no-pods" in said, said
+    print(f"pods refused, in the task log {took:.1f} s after submission")
 
 
 @pytest.fixture

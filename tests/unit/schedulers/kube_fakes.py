@@ -277,3 +277,22 @@ def podgroup_event(
         "count": count,
         "lastTimestamp": f"2024-05-01T10:00:{count:02d}Z",
     }
+
+
+def job_event(job: Mapping[str, Any], reason: str, message: str, at: int = 1) -> dict[str, Any]:
+    """An Event Volcano's job controller writes on ``job`` itself."""
+    meta = job["metadata"]
+    return {
+        "metadata": {"name": f"{meta['name']}.{reason}.{at}", "resourceVersion": str(at)},
+        "involvedObject": {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if reason == "FailedCreate" else "Normal",
+        "count": 1,
+        "lastTimestamp": f"2024-05-01T10:01:{at:02d}Z",
+    }

@@ -10,7 +10,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, podgroup_event, set_phase
+from kube_fakes import (
+    FakeAsyncKube,
+    FakeKube,
+    add_pod,
+    app,
+    job_event,
+    podgroup_event,
+    set_phase,
+)
 
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
@@ -18,6 +26,7 @@ from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
 from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY, WatchError
 from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB,
+    VOLCANO_JOB_EVENTS,
     VOLCANO_PODGROUP_EVENTS,
     CustomResource,
     EventsAbout,
@@ -110,14 +119,12 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
     await first.describe("ns:a")
     await second.describe("ns:b")
     await first.describe("other:c")
-    assert len(kube.sources) == 6  # (jobs, pods, PodGroup Events) x (ns, other), each once
+    # (jobs, pods, PodGroup Events, job Events) x (ns, other), each once
+    assert len(kube.sources) == 8
     assert {k[1:] for k in hub.informers} == {
-        ("ns", VOLCANO_JOB),
-        ("ns", None),
-        ("ns", VOLCANO_PODGROUP_EVENTS),
-        ("other", VOLCANO_JOB),
-        ("other", None),
-        ("other", VOLCANO_PODGROUP_EVENTS),
+        (namespace, subject)
+        for namespace in ("ns", "other")
+        for subject in (VOLCANO_JOB, None, VOLCANO_PODGROUP_EVENTS, VOLCANO_JOB_EVENTS)
     }
     await first.close()
     await settle()
@@ -127,13 +134,14 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
         ("ns", VOLCANO_JOB),
         ("ns", None),
         ("ns", VOLCANO_PODGROUP_EVENTS),
+        ("ns", VOLCANO_JOB_EVENTS),
     }
     # Back within the linger: the same informer, no new list.
     await second.close()
     third = client_for(hub, kube)
     await third.describe("ns:a")
     await asyncio.sleep(0.1)
-    assert len(kube.sources) == 6
+    assert len(kube.sources) == 8
     assert kube.sources[(VOLCANO_JOB, "ns")].lists == 1
     await third.close()
     await asyncio.sleep(0.1)
@@ -388,6 +396,34 @@ async def test_podgroup_events_are_watched_once_per_namespace_kept_for_followed_
     await first.close()
     assert set(shared.informer.groups) == {other.split(":")[1]}
     await second.close()
+
+
+async def test_pods_a_volcano_job_cannot_create_are_said_from_the_namespace_s_job_events(
+    hub: InformerHub,
+) -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, mine, "Pending")
+    name = job["metadata"]["name"]
+    refused = "Error creating pods: [pods is forbidden: exceeded quota: q, limited: pods=0]"
+    fake.event_list = [job_event(job, "CommandIssued", "Start", 1)]
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    await client.describe(mine)
+    assert client.take_notices() == []  # a routine step says nothing
+    fake.calls.clear()
+    events = kube.sources[(VOLCANO_JOB_EVENTS, "ns")]
+    await events.events.put({"type": "ADDED", "object": job_event(job, "FailedCreate", refused, 2)})
+    # a PodGroup's Event that names the job is not the job's
+    odd = podgroup_event(job, "odd")
+    odd["involvedObject"]["name"] = name
+    await kube.sources[(VOLCANO_PODGROUP_EVENTS, "ns")].events.put({"type": "ADDED", "object": odd})
+    await settle()
+    await client.describe(mine)
+    assert fake.calls == []  # from the caches
+    assert [n.text for n in client.take_notices()] == [f"Job {name} waits: FailedCreate: {refused}"]
+    await client.close()
 
 
 async def test_events_refused_say_so_once_per_namespace_and_keep_describes_on_the_cache(

@@ -6,10 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube_fakes import FakeAsyncKube, FakeKube, add_pod, app, podgroup_event, set_phase
+from kube_fakes import (
+    FakeAsyncKube,
+    FakeKube,
+    add_pod,
+    app,
+    job_event,
+    podgroup_event,
+    set_phase,
+)
 
 from torchx_provider.schedulers.kube import core as core_module
-from torchx_provider.schedulers.kube.pending import MESSAGE_CHARS, pod_waits, podgroup_waits
+from torchx_provider.schedulers.kube.pending import MESSAGE_CHARS, event_waits, pod_waits
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState
 
@@ -148,16 +156,16 @@ def test_podgroup_events_say_each_reason_once_whatever_their_count_oldest_first(
         podgroup_event(job, QUOTA, count=9),
         podgroup_event(job, "", reason=""),
     ]
-    waits = podgroup_waits(events)
+    waits = event_waits(events)
     assert [w.text for w in waits] == [
         f"PodGroup big-1-u1 waits: Unschedulable: {QUOTA}",
         f"PodGroup big-1-u1 waits: Unschedulable: {GANG}",
     ]
-    again = podgroup_waits([podgroup_event(job, QUOTA, count=40)])
+    again = event_waits([podgroup_event(job, QUOTA, count=40)])
     assert again[0].key == waits[0].key  # a higher count is the same reason
-    other = podgroup_waits([podgroup_event({"metadata": {"name": "b", "uid": "u2"}}, QUOTA)])
+    other = event_waits([podgroup_event({"metadata": {"name": "b", "uid": "u2"}}, QUOTA)])
     assert other[0].key != waits[0].key  # another PodGroup's is its own
-    assert podgroup_waits([]) == []
+    assert event_waits([]) == []
 
 
 def over_quota(fake: FakeKube) -> tuple[str, dict[str, Any]]:
@@ -184,10 +192,15 @@ def test_the_worker_lists_podgroup_events_only_while_the_job_is_pending() -> Non
                 "events",
                 "involvedObject.kind=PodGroup,involvedObject.apiVersion=scheduling.volcano.sh/v1beta1,"
                 f"involvedObject.name={podgroup}",
-            )
+            ),
+            (
+                "events",
+                "involvedObject.kind=Job,involvedObject.apiVersion=batch.volcano.sh/v1alpha1,"
+                f"involvedObject.name={job['metadata']['name']}",
+            ),
         ]
         * 3
-    )  # one list per describe, filtered to the job's PodGroup
+    )  # two lists per describe, filtered to the job's PodGroup and to the job
     assert [n.text for n in volcano.core.take_notices()] == [
         f"PodGroup {podgroup} waits: Unschedulable: {QUOTA}"
     ]
@@ -278,3 +291,32 @@ def test_mcad_preemption_conditions_are_said() -> None:
     )
     (bare,) = holding_waits(_appwrapper("", ("PreemptCandidate", "", "")))
     assert bare.text == "MCAD: AppWrapper aw to be preempted"
+
+
+QUOTA_REFUSED = (
+    'Error creating pods: [failed to create pod pod1, err: pods "j-w-0" is forbidden: '
+    "exceeded quota: no-pods, requested: pods=1, used: pods=0, limited: pods=0]"
+)
+
+
+def test_pods_volcano_cannot_create_are_said_from_the_job_s_events_and_routine_steps_not() -> None:
+    fake = FakeKube()
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    job = set_phase(fake, app_id, "Pending")
+    stranger = {"metadata": {"name": "not-mine", "uid": "u9"}}
+    fake.event_list = [
+        job_event(job, "CommandIssued", "Start job", 1),
+        job_event(job, "PodGroupPending", "PodGroup ns:j unschedulable, reason: ...", 2),
+        job_event(job, "FailedCreate", QUOTA_REFUSED, 3),
+        job_event(job, "FailedCreate", QUOTA_REFUSED, 4),  # the controller retries: said once
+        job_event(stranger, "FailedCreate", "another job's", 3),
+    ]
+    for _ in range(2):
+        volcano.describe(app_id)
+    assert [n.text for n in volcano.core.take_notices()] == [
+        f"Job {job['metadata']['name']} waits: FailedCreate: {QUOTA_REFUSED}"
+    ]
+    set_phase(fake, app_id, "Running")
+    volcano.describe(app_id)
+    assert volcano.core.take_notices() == []

@@ -10,7 +10,7 @@ Following reads the event loop's shared caches (:class:`~.hub.InformerHub`): the
 choice of pod and :meth:`~KubeAsyncClient.last_seen` make no request, and
 :meth:`~KubeAsyncClient.wait_changed` sleeps until the app's object or pods change. The
 client falls back to the API calls -- one GET of the object, one LIST of its pods (and, for
-a Volcano job that waits, of its PodGroup's Events), exactly what
+a Volcano job that waits, of its PodGroup's Events and its own), exactly what
 :meth:`.core.KubeCore.describe` does -- whenever the cache cannot answer: before the
 first list, while an informer is failing (its cache may be stale), and for an object the
 informer has never seen (not labelled as this provider's, or created after the last event

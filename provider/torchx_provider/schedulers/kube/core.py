@@ -31,7 +31,7 @@ from torchx_provider.schedulers.api import (
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
 from torchx_provider.schedulers.kube.kueue import evictions, workload_waits
-from torchx_provider.schedulers.kube.pending import pod_waits, podgroup_waits
+from torchx_provider.schedulers.kube.pending import event_waits, pod_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
     replica_selector,
@@ -213,16 +213,15 @@ class KubeCore:
         :meth:`KubeTranslation.event_subjects`, only while it waits); none where the account
         may not list Events (said once per namespace)."""
         events: builtins.list[dict[str, Any]] = []
-        for about in self.translation.event_kinds:
-            for subject in self.translation.event_subjects(obj):
-                try:
-                    events.extend(await self.io.events(namespace, about.field_selector(subject)))
-                except BackendConfigurationError as e:
-                    if e.status != 403:
-                        raise
-                    permission = e.permission or Permission.from_message(str(e))
-                    self.events_refused(namespace, permission)
-                    return events
+        for about, subject in self.translation.event_subjects(obj):
+            try:
+                events.extend(await self.io.events(namespace, about.field_selector(subject)))
+            except BackendConfigurationError as e:
+                if e.status != 403:
+                    raise
+                permission = e.permission or Permission.from_message(str(e))
+                self.events_refused(namespace, permission)
+                return events
         return events
 
     def events_refused(self, namespace: str, permission: Permission | None) -> None:
@@ -252,7 +251,7 @@ class KubeCore:
         time (:meth:`KubeTranslation.stalled`) or holds it, as ``obj`` says
         (:meth:`KubeTranslation.holding_waits`); a pod is not scheduled or a container
         cannot start (:func:`~.pending.pod_waits`); the controller's Events on the object
-        that gates it (:func:`~.pending.podgroup_waits`, of ``events`` those about
+        that gates it (:func:`~.pending.event_waits`, of ``events`` those about
         :meth:`KubeTranslation.event_subjects`); what the objects it ``owned`` say (Kueue's
         Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``), each
         reason once."""
@@ -260,10 +259,10 @@ class KubeCore:
             self.notice(wait.text, key=wait.key)
         for wait in pod_waits(pods):
             self.notice(wait.text, key=wait.key)
-        subjects = set(self.translation.event_subjects(obj)) if events else set()
-        mine = [e for e in events if (e.get("involvedObject") or {}).get("name") in subjects]
-        for wait in podgroup_waits(mine):
-            self.notice(wait.text, key=wait.key)
+        for about, subject in self.translation.event_subjects(obj) if events else ():
+            mine = [e for e in events if about.involves(e, subject)]
+            for wait in event_waits(mine, about.routine):
+                self.notice(wait.text, key=wait.key)
         for workload in owned:
             for wait in workload_waits(workload, app_of):
                 self.notice(wait.text, key=wait.key)

@@ -8,14 +8,15 @@ already has (the shared watches' cache): no request of its own. The replica's ow
 is left out: its waiting reason is the replica's (the follow says it from the replica rows,
 :func:`~torchx_provider.triggers.summary.waiting_notes`); init containers and sidecars are
 said here. A Volcano job gated at its queue has no pod at all: its scheduler says why in
-Events on the job's PodGroup, which :func:`podgroup_waits` reads (from the namespace's shared
+Events on the job's PodGroup, and pods it cannot create in Events on the job, which
+:func:`event_waits` reads (from the namespace's shared
 Events watch, or one list per describe on the worker). Each reason comes with a key
 that changes when the reason does, so that the task log says each one once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,9 +117,12 @@ def _when(event: Mapping[str, Any]) -> str:
     )
 
 
-def podgroup_waits(events: Iterable[Mapping[str, Any]]) -> list[Wait]:
-    """Why a job waits, from the Events its controller wrote on the object that gates it (a
-    Volcano PodGroup: queue quota, gang not ready), oldest first.
+def event_waits(
+    events: Iterable[Mapping[str, Any]], routine: Collection[str] = frozenset()
+) -> list[Wait]:
+    """Why a job waits, from the Events its controllers wrote on the objects that gate it (a
+    Volcano PodGroup: queue quota, gang not ready; a Volcano job: pods it cannot create),
+    oldest first; Events of a ``routine`` reason say nothing.
 
     Each distinct ``(reason, message)`` of an object is one reason, whatever its count: a
     scheduler repeats the same Event every cycle, and the task log says it once.
@@ -126,15 +130,17 @@ def podgroup_waits(events: Iterable[Mapping[str, Any]]) -> list[Wait]:
     >>> event = {"involvedObject": {"kind": "PodGroup", "name": "job-1-u1", "uid": "pg1"},
     ...     "reason": "Unschedulable", "count": 7,
     ...     "message": "queue resource quota insufficient: insufficient cpu"}
-    >>> [w.text for w in podgroup_waits([event])]
+    >>> [w.text for w in event_waits([event])]
     ['PodGroup job-1-u1 waits: Unschedulable: queue resource quota insufficient: insufficient cpu']
+    >>> event_waits([{**event, "reason": "Scheduled"}], routine={"Scheduled"})
+    []
     """
     waits: dict[str, Wait] = {}
     for event in sorted(events, key=_when):
         involved = event.get("involvedObject") or {}
         reason = str(event.get("reason") or "")
         message = short(event.get("message") or event.get("note"))
-        if not reason and not message:
+        if (not reason and not message) or reason in routine:
             continue
         kind = str(involved.get("kind") or "object")
         name = str(involved.get("name") or "?")

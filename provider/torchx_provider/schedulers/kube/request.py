@@ -221,8 +221,8 @@ class KubeTranslation(abc.ABC):
         without the shared watch lists), ``None``: there are none to read."""
         return None
 
-    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
-        """The names of the objects (of :attr:`event_kinds`) whose Events say why app
+    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[tuple[EventsAbout, str]]:
+        """The objects (a kind of :attr:`event_kinds`, a name) whose Events say why app
         ``obj`` waits, while it waits; ``()`` once it runs or ended, or when there are none."""
         return ()
 

@@ -13,7 +13,9 @@ clients refer to these descriptors and never spell an API group as a string lite
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 
@@ -53,6 +55,22 @@ class EventsAbout:
 
     kind: str
     api_version: str
+    #: Reasons of these Events that are routine steps, never why the app waits.
+    routine: frozenset[str] = frozenset()
+
+    def involves(self, event: Mapping[str, Any], name: str) -> bool:
+        """Whether ``event`` is one of these Events, about the object ``name``.
+
+        >>> VOLCANO_PODGROUP_EVENTS.involves({"involvedObject": {"kind": "PodGroup",
+        ...     "apiVersion": "scheduling.volcano.sh/v1beta1", "name": "j-1"}}, "j-1")
+        True
+        """
+        involved = event.get("involvedObject") or {}
+        return (
+            involved.get("kind") == self.kind
+            and involved.get("name") == name
+            and involved.get("apiVersion", self.api_version) == self.api_version
+        )
 
     def field_selector(self, name: str | None = None) -> str:
         """The field selector of these Events (of the object ``name`` only, if given).
@@ -71,7 +89,17 @@ class EventsAbout:
 
 #: The Events Volcano's scheduler writes on a job's PodGroup (why it waits: queue quota,
 #: gang not ready); the PodGroup is named ``<job name>-<job uid>``.
-VOLCANO_PODGROUP_EVENTS = EventsAbout("PodGroup", "scheduling.volcano.sh/v1beta1")
+VOLCANO_PODGROUP_EVENTS = EventsAbout(
+    "PodGroup", "scheduling.volcano.sh/v1beta1", routine=frozenset({"Scheduled"})
+)
+#: The Events Volcano's job controller writes on the job itself: pods it cannot create (a
+#: namespace's ResourceQuota, an admission policy), a PodGroup or volume it cannot make.
+#: ``PodGroupPending`` repeats what the PodGroup's own Events say.
+VOLCANO_JOB_EVENTS = EventsAbout(
+    "Job",
+    "batch.volcano.sh/v1alpha1",
+    routine=frozenset({"CommandIssued", "ExecuteAction", "PodGroupPending"}),
+)
 
 
 @dataclass(frozen=True)

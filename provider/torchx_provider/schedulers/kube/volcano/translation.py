@@ -49,6 +49,7 @@ from torchx_provider.schedulers.kube.request import KubeTranslation
 from torchx_provider.schedulers.kube.resources import (
     VOLCANO_COMMAND,
     VOLCANO_JOB,
+    VOLCANO_JOB_EVENTS,
     VOLCANO_PODGROUP_EVENTS,
     VOLCANO_QUEUE,
     CustomResource,
@@ -239,13 +240,15 @@ class VolcanoTranslation(KubeTranslation):
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:
         return phase(obj) is None
 
-    event_kinds: Sequence[EventsAbout] = (VOLCANO_PODGROUP_EVENTS,)
+    event_kinds: Sequence[EventsAbout] = (VOLCANO_PODGROUP_EVENTS, VOLCANO_JOB_EVENTS)
 
-    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[str]:
-        # A job gated at its queue has no pod: Volcano says why only on its PodGroup.
+    def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[tuple[EventsAbout, str]]:
+        # A job gated at its queue has no pod: Volcano says why only on its PodGroup; pods
+        # it cannot create, only on the job.
         if self.app_state(obj) is not AppState.PENDING:
             return ()
-        return (podgroup_name(obj),)
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        return ((VOLCANO_PODGROUP_EVENTS, podgroup_name(obj)), (VOLCANO_JOB_EVENTS, name))
 
     def stalled(self, obj: Mapping[str, Any], age: float) -> str | None:
         if age < STATUS_WAIT:
