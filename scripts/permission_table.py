@@ -39,13 +39,20 @@ NOTES = {
     "core/pods/log:get": "without it the replicas' logs are not forwarded",
     "core/events:get": "not used: Events are listed and watched",
     "core/events:list": "without it why a Volcano job waits at its queue (its PodGroup's "
-    "Events) is not said; the task log says so once per namespace",
+    "Events), or which of its pods Volcano cannot create (the job's Events), is not said; the "
+    "task log says so once per namespace",
     "core/events:watch": "as events list (one watch per namespace, in the triggerer)",
     "kueue.x-k8s.io/workloads:get": "not used: Workloads are listed and watched",
     "kueue.x-k8s.io/workloads:list": "without it why an AppWrapper waits for Kueue's "
     "admission, and that Kueue preempted it, is not said (quietly: reasons from pods still "
     "are)",
     "kueue.x-k8s.io/workloads:watch": "as workloads list (one watch per namespace, in the "
+    "triggerer)",
+    "kueue.x-k8s.io/localqueues:get": "without it a worker that does not defer does not say "
+    "how much waits in the LocalQueue (quietly)",
+    "kueue.x-k8s.io/localqueues:list": "without it the triggerer does not say how much waits "
+    "in the LocalQueue of a job Kueue has not admitted (quietly: Kueue's reason still is)",
+    "kueue.x-k8s.io/localqueues:watch": "as localqueues list (one watch per namespace, in the "
     "triggerer)",
 }
 

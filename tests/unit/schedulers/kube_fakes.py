@@ -19,7 +19,12 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.kube.informer import WatchError
 from torchx_provider.schedulers.kube.io import Immediate
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    CustomResource,
+    EventsAbout,
+    OwnedBy,
+    QueuedIn,
+)
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import format_timestamp
 
@@ -53,6 +58,8 @@ class FakeKube:
         self.event_list: list[dict[str, Any]] = []
         #: listing Events is forbidden (403)
         self.events_forbidden = False
+        #: resource plurals whose objects may not be listed (403)
+        self.forbidden_plurals: set[str] = set()
         #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
         self._n = 0
@@ -101,7 +108,7 @@ class FakeKube:
         self, res: CustomResource, namespace: str, selector: str
     ) -> list[dict[str, Any]]:
         self._check(res)
-        if namespace in self.forbidden:
+        if namespace in self.forbidden or res.plural in self.forbidden_plurals:
             raise BackendUnavailableError("forbidden", status=403)
         self.calls.append(("list", res.plural, selector))
         return [
@@ -176,6 +183,9 @@ class FakeAsyncKube(Immediate):
     def owned_watch(self, owned: OwnedBy, namespace: str) -> FakeListWatch:
         return FakeListWatch(self.sync, owned, namespace)
 
+    def queue_watch(self, queued: QueuedIn, namespace: str) -> FakeListWatch:
+        return FakeListWatch(self.sync, queued, namespace)
+
     async def close(self) -> None:
         pass
 
@@ -186,7 +196,7 @@ class FakeListWatch:
     def __init__(
         self,
         sync: FakeKube,
-        resource: CustomResource | EventsAbout | OwnedBy | None,
+        resource: CustomResource | EventsAbout | OwnedBy | QueuedIn | None,
         namespace: str,
     ) -> None:
         self.sync, self.resource, self.namespace = sync, resource, namespace
@@ -197,7 +207,7 @@ class FakeListWatch:
                 return self.sync.events(self.namespace, self.resource.field_selector()), "1"
             except BackendConfigurationError as e:
                 raise WatchError(403, str(e)) from e
-        if isinstance(self.resource, OwnedBy):
+        if isinstance(self.resource, OwnedBy | QueuedIn):
             try:
                 return self.sync.list_objects(self.resource.resource, self.namespace, ""), "1"
             except BackendUnavailableError as e:

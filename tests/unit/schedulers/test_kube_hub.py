@@ -31,6 +31,7 @@ from torchx_provider.schedulers.kube.resources import (
     CustomResource,
     EventsAbout,
     OwnedBy,
+    QueuedIn,
     appwrapper,
 )
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -45,7 +46,7 @@ class PushSource:
     def __init__(
         self,
         fake: FakeKube,
-        resource: CustomResource | EventsAbout | OwnedBy | None,
+        resource: CustomResource | EventsAbout | OwnedBy | QueuedIn | None,
         namespace: str,
     ):
         self.fake, self.resource, self.namespace = fake, resource, namespace
@@ -65,7 +66,7 @@ class PushSource:
                     f' in the namespace "{self.namespace}"',
                 )
             return self.fake.events(self.namespace, self.resource.field_selector()), "1"
-        if isinstance(self.resource, OwnedBy):
+        if isinstance(self.resource, OwnedBy | QueuedIn):
             return self.fake.list_objects(self.resource.resource, self.namespace, ""), "1"
         if self.resource is None:
             return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
@@ -91,6 +92,10 @@ class PushKube(FakeAsyncKube):
 
     def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:  # type: ignore[override]
         source = self.sources[(owned, namespace)] = PushSource(self.sync, owned, namespace)
+        return source
+
+    def queue_watch(self, queued: QueuedIn, namespace: str) -> PushSource:  # type: ignore[override]
+        source = self.sources[(queued, namespace)] = PushSource(self.sync, queued, namespace)
         return source
 
 

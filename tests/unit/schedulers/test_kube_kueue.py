@@ -19,9 +19,15 @@ from torchx_provider.schedulers.kube.kueue import (
     never_admissible,
     owner_name,
     preemptor_uid,
+    waits_for_admission,
     workload_waits,
 )
-from torchx_provider.schedulers.kube.resources import KUEUE_WORKLOAD, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    KUEUE_LOCAL_QUEUE,
+    KUEUE_WORKLOAD,
+    OwnedBy,
+    QueuedIn,
+)
 from torchx_provider.specs.api import AppState
 
 PENDING = (
@@ -285,3 +291,89 @@ def test_a_jobset_of_a_local_queue_reads_its_workload_the_same_way() -> None:
     js.describe(app_id)
     [text] = [n.text for n in js.core.take_notices()]
     assert text.startswith(f"Kueue workload jobset-{name}-1 can never be admitted")
+
+
+# ------------------------------------------------------------------ the LocalQueue's counts
+def local_queue(pending: int, admitted: int, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_LOCAL_QUEUE.api_version,
+        "kind": "LocalQueue",
+        "metadata": {"name": "lq", "namespace": "ns"},
+        "spec": {"clusterQueue": "cq"},
+        "status": {"pendingWorkloads": pending, "admittedWorkloads": admitted, **status},
+    }
+
+
+def test_a_workload_waiting_for_quota_says_what_waits_in_its_local_queue_when_said() -> None:
+    wl = workload(cond("QuotaReserved", "False", "Pending", PENDING))
+    [wait] = workload_waits(wl, queue=local_queue(3, 1))
+    assert wait.text == (
+        f"Kueue workload appwrapper-a-1 waits for quota: Pending: {PENDING}; "
+        "LocalQueue lq holds 3 pending workloads, 1 admitted"
+    )
+    # the counts move with other people's work: the same reason, not said again
+    assert workload_waits(wl, queue=local_queue(7, 0))[0].key == wait.key
+    assert workload_waits(wl)[0].key == wait.key
+    inactive = local_queue(
+        0,
+        0,
+        conditions=[cond("Active", "False", "ClusterQueueDoesNotExist", "Can't submit")],
+    )
+    inadmissible = workload(
+        cond("QuotaReserved", "False", "Inadmissible", "ClusterQueue cq is inactive")
+    )
+    assert texts(inadmissible, queue=inactive) == [
+        "Kueue workload appwrapper-a-1 cannot be admitted: Inadmissible: ClusterQueue cq is "
+        "inactive; LocalQueue lq is inactive: ClusterQueueDoesNotExist: Can't submit"
+    ]
+    # admitted, evicted or never admissible: the queue's counts are not said
+    admitted = workload(cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved"))
+    assert "LocalQueue" not in texts(admitted, queue=local_queue(3, 1))[0]
+    assert not waits_for_admission(admitted) and waits_for_admission(wl)
+    too_big = workload(cond("QuotaReserved", "False", "Pending", TOO_BIG))
+    assert "LocalQueue" not in texts(too_big, queue=local_queue(3, 1))[0]
+
+
+def test_the_worker_reads_the_local_queue_only_while_its_workload_waits() -> None:
+    fake = FakeKube()
+    aws = create_scheduler("s", namespace="ns", kube=fake)
+    app_id, wl = queued(fake)
+    fake.objects[("localqueues", "ns", "lq")] = local_queue(2, 5)
+    for _ in range(2):
+        aws.describe(app_id)
+    assert [c for c in fake.calls if c[:2] == ("get", "kueue.x-k8s.io")] == [
+        ("get", "kueue.x-k8s.io", "lq")
+    ] * 2
+    assert [n.text for n in aws.core.take_notices()] == [
+        f"Kueue workload {wl['metadata']['name']} waits for quota: Pending: {PENDING}; "
+        "LocalQueue lq holds 2 pending workloads, 5 admitted"
+    ]
+    wl["status"]["conditions"] = [cond("QuotaReserved", "True", "QuotaReserved", "ok", "t2")]
+    fake.calls.clear()
+    aws.describe(app_id)
+    assert not [c for c in fake.calls if c[:2] == ("get", "kueue.x-k8s.io")]
+
+
+async def test_the_triggerer_reads_local_queues_from_one_watch_quiet_when_refused() -> None:
+    for refused in (False, True):
+        fake = FakeKube()
+        app_id, wl = queued(fake)
+        fake.objects[("localqueues", "ns", "lq")] = local_queue(1, 0)
+        if refused:
+            fake.forbidden_plurals = {"localqueues"}
+        hub = InformerHub.current()
+        client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
+        try:
+            for _ in range(2):
+                await client.describe(app_id)
+            said = [n.text for n in client.take_notices()]
+            shared = [s for k, s in hub.informers.items() if isinstance(k[2], QueuedIn)]
+            assert len(shared) == 1
+        finally:
+            await client.close()
+            await hub.close()
+        assert not [c for c in fake.calls if c[:2] == ("get", "kueue.x-k8s.io")]
+        summary = "" if refused else "; LocalQueue lq holds 1 pending workload, 0 admitted"
+        assert said == [
+            f"Kueue workload {wl['metadata']['name']} waits for quota: Pending: {PENDING}{summary}"
+        ]

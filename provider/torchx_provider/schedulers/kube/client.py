@@ -39,6 +39,7 @@ from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io import AsyncKubeIO
 from torchx_provider.schedulers.kube.io_async import AsyncKube
+from torchx_provider.schedulers.kube.kueue import waits_for_admission
 from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
 from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, started_replica_pod
 from torchx_provider.schedulers.kube.request import KubeTranslation, parse_app_id
@@ -98,6 +99,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 self.kube.event_watch if self.translation.event_kinds else None,
                 self.translation.owned,
                 self.kube.owned_watch if self.translation.owned else None,
+                self.translation.queues,
+                self.kube.queue_watch if self.translation.queues else None,
             )
             self._watches[app_id] = found
             await found.wait_synced(SYNC_WAIT)
@@ -121,7 +124,8 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 pods = watch.pods()
                 owned = watch.owned()
                 events = self._events(app_id, obj, watch)
-                self.core.observe(obj, pods, events, owned, watch.app_of_uid)
+                queue = watch.queue(obj) if any(map(waits_for_admission, owned)) else None
+                self.core.observe(obj, pods, events, owned, watch.app_of_uid, queue)
                 return with_failures(with_owned(self._describe(app_id, obj, pods), owned), watch)
             if watch.last_seen is not None:
                 return None

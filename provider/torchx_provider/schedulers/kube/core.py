@@ -30,7 +30,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
-from torchx_provider.schedulers.kube.kueue import evictions, workload_waits
+from torchx_provider.schedulers.kube.kueue import evictions, waits_for_admission, workload_waits
 from torchx_provider.schedulers.kube.pending import event_waits, pod_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
@@ -187,8 +187,27 @@ class KubeCore:
                     key=refusal_key(e),
                 )
         owned = await self._owned(namespace, obj)
-        self.observe(obj, pods, await self._events(namespace, obj), owned)
+        events = await self._events(namespace, obj)
+        self.observe(obj, pods, events, owned, queue=await self._queue(namespace, obj, owned))
         return with_owned(self.translation.describe(app_id, obj, pods), owned)
+
+    async def _queue(
+        self, namespace: str, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The queue app ``obj`` names (Kueue's LocalQueue: one GET), only while an object
+        it ``owned`` is not admitted; ``None`` where it cannot be read."""
+        if not owned or not any(waits_for_admission(o) for o in owned):
+            return None
+        for queued in self.translation.queues:
+            name = queued.name(obj)
+            if name is None:
+                continue
+            try:
+                return await self.io.get(queued.resource, namespace, name)
+            except BackendUnavailableError as e:
+                if e.status not in (403, 404):
+                    raise
+        return None
 
     async def _owned(self, namespace: str, obj: Mapping[str, Any]) -> builtins.list[dict[str, Any]]:
         """The objects the app owns that say why it waits (Kueue's Workload: one list by
@@ -246,6 +265,7 @@ class KubeCore:
         events: Sequence[Mapping[str, Any]] = (),
         owned: Sequence[Mapping[str, Any]] = (),
         app_of: Callable[[str], str | None] = lambda uid: None,
+        queue: Mapping[str, Any] | None = None,
     ) -> None:
         """Keep notices of why the app waits: the controller has not taken up ``obj`` in
         time (:meth:`KubeTranslation.stalled`) or holds it, as ``obj`` says
@@ -253,8 +273,8 @@ class KubeCore:
         cannot start (:func:`~.pending.pod_waits`); the controller's Events on the object
         that gates it (:func:`~.pending.event_waits`, of ``events`` those about
         :meth:`KubeTranslation.event_subjects`); what the objects it ``owned`` say (Kueue's
-        Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``), each
-        reason once."""
+        Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``, with
+        what its ``queue`` holds), each reason once."""
         for wait in self.translation.holding_waits(obj):
             self.notice(wait.text, key=wait.key)
         for wait in pod_waits(pods):
@@ -264,7 +284,7 @@ class KubeCore:
             for wait in event_waits(mine, about.routine):
                 self.notice(wait.text, key=wait.key)
         for workload in owned:
-            for wait in workload_waits(workload, app_of):
+            for wait in workload_waits(workload, app_of, queue):
                 self.notice(wait.text, key=wait.key)
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         if not created or not self.translation.unclaimed(obj):

@@ -26,6 +26,12 @@ toward :attr:`AppWatch.healthy`: an account that may not read Events (403) only 
 reasons (:meth:`AppWatch.events_refused`), and the informer asks again every
 :data:`~.informer.UNSERVED_RETRY` seconds.
 
+A backend whose app names a queue object by label (Kueue's LocalQueue,
+:attr:`~.request.KubeTranslation.queues`) adds one more informer per namespace and kind: a
+watch of every such object of the namespace, kept by name (metadata and status only). It
+wakes no follower (its counts change with other people's work; a describe reads it), does
+not count toward :attr:`AppWatch.healthy`, and refused (403), only loses what it says.
+
 A backend whose app is admitted through an object another controller makes and owns by it
 (Kueue's Workload of an AppWrapper, :attr:`~.request.KubeTranslation.owned`) adds one more
 informer per namespace and kind: a watch of every such object of the namespace (they carry
@@ -61,7 +67,12 @@ from torchx_provider.schedulers.kube.informer import (
     object_name,
 )
 from torchx_provider.schedulers.kube.kueue import owner_name
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    CustomResource,
+    EventsAbout,
+    OwnedBy,
+    QueuedIn,
+)
 from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of, telling
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
 
@@ -76,9 +87,12 @@ EventSourceFactory = Callable[[EventsAbout, str], WatchSource]
 #: Builds an owned objects' informer's source: ``(what they are, namespace)``.
 OwnedSourceFactory = Callable[[OwnedBy, str], WatchSource]
 
-#: What an informer is of, in its namespace: a resource type, pods (``None``), Events, or
-#: objects owned by apps.
-Subject = CustomResource | EventsAbout | OwnedBy | None
+#: Builds a queue objects' informer's source: ``(what they are, namespace)``.
+QueueSourceFactory = Callable[[QueuedIn, str], WatchSource]
+
+#: What an informer is of, in its namespace: a resource type, pods (``None``), Events,
+#: objects owned by apps, or queue objects apps name.
+Subject = CustomResource | EventsAbout | OwnedBy | QueuedIn | None
 
 #: A ``-<uid>`` at the end of an object's name (Volcano's PodGroup: ``<job>-<job uid>``).
 _UID_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -150,6 +164,7 @@ class AppWatch:
         pods: _Shared,
         events: list[_Shared] | None = None,
         owned: list[_Shared] | None = None,
+        queues: list[tuple[QueuedIn, _Shared]] | None = None,
     ):
         self.hub = hub
         self.name = name
@@ -159,6 +174,8 @@ class AppWatch:
         self._events = events or []
         #: the owned objects' informers (never part of :attr:`healthy`)
         self._owned = owned or []
+        #: the queue objects' informers, by what they keep (never part of :attr:`healthy`)
+        self._queues = queues or []
         self.changed = asyncio.Event()
         self._listeners: set[asyncio.Event] = set()
         #: ``(role, replica)`` -> how its last failed pod ended (exit code, reason), kept
@@ -195,6 +212,16 @@ class AppWatch:
     def owned(self) -> list[dict[str, Any]]:
         """The objects kept that the app owns (Kueue's Workload; none where unreadable)."""
         return [o for shared in self._owned for o in shared.informer.get(self.name)]
+
+    def queue(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The queue object app ``obj`` names, as kept (``None``: it names none, or it is
+        not kept: unreadable, or not listed yet)."""
+        for queued, shared in self._queues:
+            name = queued.name(obj)
+            found = shared.informer.get(name) if name else []
+            if found:
+                return found[0]
+        return None
 
     def app_of_uid(self, uid: str) -> str | None:
         """The name of the followed app of UID ``uid`` among those this app's informers
@@ -261,6 +288,7 @@ class AppWatch:
             (self._pods, label_value(self.name)),
             *((s, self.name) for s in self._events),
             *((s, self.name) for s in self._owned),
+            *((s, self.name) for _, s in self._queues),
         ]
 
 
@@ -313,13 +341,16 @@ class InformerHub:
         event_source: EventSourceFactory | None = None,
         owned: Sequence[OwnedBy] = (),
         owned_source: OwnedSourceFactory | None = None,
+        queues: Sequence[QueuedIn] = (),
+        queue_source: QueueSourceFactory | None = None,
     ) -> AppWatch:
         """Follow object ``name`` in ``namespace``, stored as one of ``resources``: its
         informers (and the namespace's pods informer) start if they are not running, over
         the sources ``source`` makes (which select
         :data:`~torchx_provider.schedulers.labels.MANAGED_SELECTOR`); one informer of
         the namespace's Events about each kind of ``events``, over ``event_source``; and
-        one of the objects of each kind of ``owned``, over ``owned_source``."""
+        one of the objects of each kind of ``owned``, over ``owned_source``; and one of the
+        queue objects of each kind of ``queues``, over ``queue_source``."""
         objects = [
             self._use(config, namespace, r, object_name, partial(source, r, namespace))
             for r in resources
@@ -355,7 +386,25 @@ class InformerHub:
                 for what in owned
             ]
         )
-        watch = AppWatch(self, name, objects, pods, told, kept)
+        queued = (
+            []
+            if queue_source is None
+            else [
+                (
+                    what,
+                    self._use(
+                        config,
+                        namespace,
+                        what,
+                        object_name,
+                        partial(queue_source, what, namespace),
+                        kept=True,
+                    ),
+                )
+                for what in queues
+            ]
+        )
+        watch = AppWatch(self, name, objects, pods, told, kept, queued)
         for shared, key in watch.entries():
             shared.subscribers.setdefault(key, set()).add(watch)
         return watch
@@ -383,10 +432,12 @@ class InformerHub:
         *,
         followed_only: bool = False,
         owned: bool = False,
+        kept: bool = False,
     ) -> _Shared:
         """The running informer of ``subject`` in ``namespace`` (started over ``source()``
         if there is none), one user more. ``followed_only``: an Events informer;
-        ``owned``: an owned objects' informer (see the module docstring)."""
+        ``owned``: an owned objects' informer; ``kept``: a queue objects' informer (see the
+        module docstring)."""
         key = (cache_key(config), namespace, subject)
         shared = self.informers.get(key)
         if shared is None:
@@ -394,12 +445,13 @@ class InformerHub:
                 informer = Informer(source(), index, forbidden_wait=UNSERVED_RETRY)
                 shared = self.informers[key] = _Shared(informer, followed_only=True)
                 informer.index = partial(_followed, shared, index)
-            elif owned:
+            elif owned or kept:
                 informer = Informer(
                     source(), index, forbidden_wait=UNSERVED_RETRY, shape=metadata_and_status
                 )
                 shared = self.informers[key] = _Shared(informer)
-                informer.listener = partial(self._woken, shared)
+                if owned:
+                    informer.listener = partial(self._woken, shared)
             else:
                 informer = Informer(source(), index)
                 shared = self.informers[key] = _Shared(informer)

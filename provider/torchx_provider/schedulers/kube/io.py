@@ -14,7 +14,12 @@ from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 from torchx_provider.schedulers.kube.informer import WatchSource
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    CustomResource,
+    EventsAbout,
+    OwnedBy,
+    QueuedIn,
+)
 
 _T = TypeVar("_T")
 
@@ -65,6 +70,8 @@ class AsyncKubeIO(ObjectIO, Protocol):
     def event_watch(self, about: EventsAbout, namespace: str) -> WatchSource: ...
 
     def owned_watch(self, owned: OwnedBy, namespace: str) -> WatchSource: ...
+
+    def queue_watch(self, queued: QueuedIn, namespace: str) -> WatchSource: ...
 
     async def close(self) -> None: ...
 

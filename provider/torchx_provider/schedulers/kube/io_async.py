@@ -25,7 +25,12 @@ from torchx_provider.schedulers.kube.io_sync import (
     log_what,
     what,
 )
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    CustomResource,
+    EventsAbout,
+    OwnedBy,
+    QueuedIn,
+)
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
 
@@ -220,14 +225,19 @@ class AsyncKube:
         """The informer source of every object of ``owned.resource`` in ``namespace`` (they
         carry none of this provider's labels: the informer keeps those of followed apps),
         over the cluster's shared client."""
+        return self._every(owned.resource, namespace)
+
+    def queue_watch(self, queued: QueuedIn, namespace: str) -> ListWatch:
+        """The informer source of every queue object of ``queued.resource`` in
+        ``namespace``, over the cluster's shared client."""
+        return self._every(queued.resource, namespace)
+
+    def _every(self, resource: CustomResource, namespace: str) -> ListWatch:
         from torchx_provider.schedulers.kube.hub import InformerHub
 
         hub = InformerHub.current()
         return ListWatch(
-            lambda: hub.acquire_client(self.config, count=False),
-            owned.resource,
-            namespace,
-            "",
+            lambda: hub.acquire_client(self.config, count=False), resource, namespace, ""
         )
 
     async def close(self) -> None:

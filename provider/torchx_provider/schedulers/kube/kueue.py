@@ -30,6 +30,10 @@ condition           status    reason                           what the task log
                                                                ``ClusterQueueStopped``, ...)
 ==================  ========  ===============================  ==================================
 
+A line about a Workload not admitted adds what its LocalQueue's status says
+(:func:`queue_summary`: the pending and admitted counts, or that it is inactive) as they are
+when the line is said; the counts are not part of its key.
+
 An eviction is not the end of the job: Kueue suspends it (its pods are removed), requeues
 the Workload and admits it again when quota allows. Each reason is keyed by the condition's
 status, reason, message and last transition, so that the task log says it once, and again
@@ -43,9 +47,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchx_provider.schedulers.kube.pending import Wait, short
+from torchx_provider.schedulers.kube.resources import KUEUE_LOCAL_QUEUES
 
 #: The label that puts a job in a Kueue LocalQueue.
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = KUEUE_LOCAL_QUEUES.label
 
 #: The label Kueue puts on a Workload: the UID of the job it was made for.
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -108,6 +113,20 @@ def preemptor_uid(message: str) -> str | None:
     return found.group(1) if found else None
 
 
+def waits_for_admission(workload: Mapping[str, Any]) -> bool:
+    """Whether the Workload has no quota reserved (it waits, or was evicted) and is not
+    finished.
+
+    >>> waits_for_admission({"status": {"conditions": [
+    ...     {"type": "QuotaReserved", "status": "False", "reason": "Pending"}]}})
+    True
+    """
+    conds = _conditions(workload)
+    if (conds.get("Finished") or {}).get("status") == "True":
+        return False
+    return (conds.get("QuotaReserved") or {}).get("status") != "True"
+
+
 def never_admissible(workload: Mapping[str, Any]) -> bool:
     """Whether Kueue says the Workload asks for more than its queue can ever hold."""
     cond = _conditions(workload).get("QuotaReserved") or {}
@@ -136,12 +155,46 @@ def evictions(workload: Mapping[str, Any]) -> int:
     return total
 
 
+def queue_summary(queue: Mapping[str, Any] | None) -> str:
+    """What a LocalQueue's status says of the work waiting in it, as a clause of a waiting
+    line (``""``: it says nothing, or it could not be read).
+
+    >>> queue_summary({"metadata": {"name": "lq"}, "status": {"pendingWorkloads": 3,
+    ...     "admittedWorkloads": 1}})
+    '; LocalQueue lq holds 3 pending workloads, 1 admitted'
+    >>> queue_summary({"metadata": {"name": "lq"}, "status": {"conditions": [{"type": "Active",
+    ...     "status": "False", "reason": "ClusterQueueIsInactive", "message": "Can't submit"}]}})
+    "; LocalQueue lq is inactive: ClusterQueueIsInactive: Can't submit"
+    """
+    if not queue:
+        return ""
+    name = str((queue.get("metadata") or {}).get("name") or "?")
+    status = queue.get("status") or {}
+    active = _conditions(queue).get("Active") or {}
+    if active.get("status") == "False":
+        reason = str(active.get("reason") or "")
+        message = short(active.get("message"))
+        return (
+            f"; LocalQueue {name} is inactive: {reason}: {message}"
+            if message
+            else (f"; LocalQueue {name} is inactive: {reason}")
+        )
+    pending = status.get("pendingWorkloads")
+    if not isinstance(pending, int):
+        return ""
+    admitted = status.get("admittedWorkloads")
+    more = f", {admitted} admitted" if isinstance(admitted, int) else ""
+    noun = "workload" if pending == 1 else "workloads"
+    return f"; LocalQueue {name} holds {pending} pending {noun}{more}"
+
+
 def _line(
     workload_name: str,
     kind: str,
     cond: Mapping[str, Any],
     conds: Mapping[str, Any],
     app_of: Callable[[str], str | None],
+    queue: Mapping[str, Any] | None,
 ) -> str | None:
     """The task log's line for one condition, or ``None``: nothing to say."""
     status, reason = cond.get("status"), str(cond.get("reason") or "")
@@ -158,10 +211,10 @@ def _line(
                 f"ever hold ({said}); change the request or the queue"
             )
         if reason == "Pending":
-            return f"{what} waits for quota: {said}"
+            return f"{what} waits for quota: {said}{queue_summary(queue)}"
         if reason == "Inadmissible":
-            return f"{what} cannot be admitted: {said}"
-        return f"{what} is not admitted: {said}"
+            return f"{what} cannot be admitted: {said}{queue_summary(queue)}"
+        return f"{what} is not admitted: {said}{queue_summary(queue)}"
     if kind == "QuotaReserved" and status == "True":
         return f"{what} admitted: {said}"
     if kind == "Evicted" and status == "True":
@@ -181,10 +234,14 @@ def _line(
 
 
 def workload_waits(
-    workload: Mapping[str, Any], app_of: Callable[[str], str | None] = lambda uid: None
+    workload: Mapping[str, Any],
+    app_of: Callable[[str], str | None] = lambda uid: None,
+    queue: Mapping[str, Any] | None = None,
 ) -> list[Wait]:
     """What the Workload says about admission (see the module docstring), oldest change
-    first; ``app_of`` names the app of a job UID, where it is one followed here.
+    first; ``app_of`` names the app of a job UID, where it is one followed here; a line of
+    a Workload not admitted adds what its LocalQueue ``queue`` says (:func:`queue_summary`:
+    how much waits there, as it was when the line was said).
 
     >>> wl = {"metadata": {"name": "appwrapper-a-1", "uid": "w1"}, "status": {"conditions": [
     ...     {"type": "QuotaReserved", "status": "False", "reason": "Inadmissible",
@@ -203,7 +260,7 @@ def workload_waits(
         cond = conds.get(kind)
         if not cond:
             continue
-        text = _line(name, kind, cond, conds, app_of)
+        text = _line(name, kind, cond, conds, app_of, queue)
         if text is None:
             continue
         when = str(cond.get("lastTransitionTime") or "")

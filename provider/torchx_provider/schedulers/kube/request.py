@@ -23,7 +23,12 @@ from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
 from torchx_provider.schedulers.kube.pending import Wait
-from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
+from torchx_provider.schedulers.kube.resources import (
+    CustomResource,
+    EventsAbout,
+    OwnedBy,
+    QueuedIn,
+)
 from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
@@ -215,6 +220,10 @@ class KubeTranslation(abc.ABC):
     #: why it waits or was evicted (Kueue's Workload of an AppWrapper): read from one shared
     #: watch per namespace and kind; none by default.
     owned: Sequence[OwnedBy] = ()
+
+    #: The queue objects an app names by label whose status says how much waits there
+    #: (Kueue's LocalQueue): read from one shared watch per namespace; none by default.
+    queues: Sequence[QueuedIn] = ()
 
     def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
         """The label selector of app ``obj``'s objects of :attr:`owned` (what a describe

@@ -121,6 +121,31 @@ KUEUE_WORKLOAD = CustomResource("kueue.x-k8s.io", "v1beta2", "workloads", "Workl
 APPWRAPPER_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "AppWrapper")
 JOBSET_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "JobSet")
 
+
+@dataclass(frozen=True)
+class QueuedIn:
+    """The queue object an app names in its label ``label`` (same namespace), whose status
+    counts the work waiting there: what a shared watch of a namespace's ``resource`` keeps."""
+
+    resource: CustomResource
+    label: str
+
+    def name(self, obj: Mapping[str, Any]) -> str | None:
+        """The queue app ``obj`` names, if any.
+
+        >>> KUEUE_LOCAL_QUEUES.name({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
+        'lq'
+        """
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        found = labels.get(self.label)
+        return str(found) if found else None
+
+
+#: Kueue's LocalQueue: a job names it in label ``kueue.x-k8s.io/queue-name``; its status
+#: counts the Workloads pending and admitted there.
+KUEUE_LOCAL_QUEUE = CustomResource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+KUEUE_LOCAL_QUEUES = QueuedIn(KUEUE_LOCAL_QUEUE, "kueue.x-k8s.io/queue-name")
+
 #: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
 APPWRAPPER_GROUP = "workload.codeflare.dev"
 APPWRAPPER_LEGACY_GROUP = "mcad.ibm.com"
