@@ -9,7 +9,9 @@ kubeconfig.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +23,7 @@ from kueue_objects import condition, cpu_quota
 from kube_apps import tracked
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
+from torchx_provider.schedulers.kube.hub import InformerHub
 from torchx_provider.schedulers.kube.resources import APPWRAPPER_V1BETA2
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.labels import LABEL_APP_ID, TaskInstanceKey
@@ -283,6 +286,12 @@ def test_over_quota_waits_until_the_quota_frees(
     )
     assert stored(kube_cluster, second)["spec"]["suspend"] is True
     assert pods(kube_cluster, second) == []
+    # The triggerer's follow says Kueue's reason with what waits in the LocalQueue (from
+    # the shared LocalQueue watch).
+    said = asyncio.run(notices_of(kube_cluster, second))
+    waits = [t for t in said if "waits for quota" in t]
+    assert len(waits) == 1 and "insufficient unused quota" in waits[0], said
+    assert re.search(rf"; LocalQueue {kueue.local_queue} holds \d+ pending", waits[0]), waits
     # The first ends; Kueue admits the second, which runs to the end.
     done = wait_state(scheduler, first, lambda r: is_terminal(r.state), timeout=60)
     assert done.state is AppState.SUCCEEDED
@@ -290,6 +299,19 @@ def test_over_quota_waits_until_the_quota_frees(
     assert resp.state is AppState.SUCCEEDED, resp
     admitted = condition(workload(kube_cluster, second), "QuotaReserved")
     assert admitted["status"] == "True", admitted
+
+
+async def notices_of(kube_cluster: Any, app_id: str) -> list[str]:
+    """What a triggerer's describe of ``app_id`` says about why it waits."""
+    client = create_async_client(
+        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    )
+    try:
+        await client.describe(app_id)
+        return [n.text for n in client.take_notices()]
+    finally:
+        await client.close()
+        await InformerHub.current().close()
 
 
 async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:

@@ -8,6 +8,7 @@ uses the restricted kubeconfig.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -504,6 +505,10 @@ def test_a_jobset_over_quota_waits_until_the_quota_frees(
     assert held.msg == (
         f"Suspended: queued in Kueue local queue {kueue.local_queue!r}, waiting for admission"
     )
+    # The worker says Kueue's reason with what waits in the LocalQueue (one GET of it).
+    waits = [n.text for n in scheduler.core.take_notices() if "waits for quota" in n.text]
+    assert len(waits) == 1 and "insufficient unused quota" in waits[0], waits
+    assert re.search(rf"; LocalQueue {kueue.local_queue} holds \d+ pending", waits[0]), waits
     assert pods(kube_cluster, second) == []
     assert wait_state(scheduler, first, lambda r: is_terminal(r.state)).state is (
         AppState.SUCCEEDED

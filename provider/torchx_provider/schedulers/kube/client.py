@@ -124,7 +124,11 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 pods = watch.pods()
                 owned = watch.owned()
                 events = self._events(app_id, obj, watch)
-                queue = watch.queue(obj) if any(map(waits_for_admission, owned)) else None
+                queue = None
+                if any(map(waits_for_admission, owned)):
+                    # said with what its queue holds: once the queue was read (or refused)
+                    await watch.queues_settled(SYNC_WAIT)
+                    queue = watch.queue(obj)
                 self.core.observe(obj, pods, events, owned, watch.app_of_uid, queue)
                 return with_failures(with_owned(self._describe(app_id, obj, pods), owned), watch)
             if watch.last_seen is not None:

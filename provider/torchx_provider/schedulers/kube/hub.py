@@ -48,6 +48,7 @@ await async APIs (nothing here calls Airflow).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -222,6 +223,14 @@ class AppWatch:
             if found:
                 return found[0]
         return None
+
+    async def queues_settled(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for each queue objects' informer to have listed
+        once or failed (before that, :meth:`queue` cannot tell "none" from "not read yet")."""
+        waits = [s.informer.settled.wait() for _, s in self._queues]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout)
 
     def app_of_uid(self, uid: str) -> str | None:
         """The name of the followed app of UID ``uid`` among those this app's informers

@@ -124,6 +124,8 @@ class Informer:
         #: Set once the first list succeeded; the cache is then a true picture, unless
         #: :attr:`error` says it may be stale.
         self.synced = asyncio.Event()
+        #: set by the first list or the first failure, whichever comes first
+        self.settled = asyncio.Event()
         self.lists = 0
         self.watches = 0
 
@@ -193,6 +195,7 @@ class Informer:
                 level = logging.DEBUG  # optional: its users say what it costs, once
             log.log(level, "list/watch failed (%s); the API answers until it recovers", error)
         self.error = error
+        self.settled.set()
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -245,6 +248,7 @@ class Informer:
         # after good lists (e.g. a role without ``watch``) waits longer and longer.
         was = self.healthy
         self.synced.set()
+        self.settled.set()
         self.error = None
         self.failing_since = None
         if not was:
