@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from torchx_provider.errors import InvalidOptionError
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL, queued_job_selector
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
 from torchx_provider.schedulers.kube.resources import CustomResource
-from torchx_provider.specs.api import is_terminal
+from torchx_provider.specs.api import AppDef, is_terminal
 
 #: Kueue's labels: the LocalQueue a job is submitted to (:data:`.kueue.QUEUE_LABEL`), and
 #: its WorkloadPriorityClass.
@@ -51,6 +51,17 @@ def check_cancel_by(value: str | None) -> None:
         raise InvalidOptionError(
             f"run option cancel_by={value!r}; use one of {list(CANCEL_ACTIONS)}",
             option="cancel_by",
+        )
+
+
+def check_podsets(app: AppDef, holder: str) -> None:
+    """Refuse an app of more roles (one pod set each) than Kueue admits in one workload;
+    ``holder`` names what would hold them in the error."""
+    if len(app.roles) > MAX_PODSETS:
+        raise InvalidAppError(
+            f"{holder} holds at most {MAX_PODSETS} roles (Kueue's pod set limit); "
+            f"this app has {len(app.roles)}",
+            "roles",
         )
 
 
@@ -132,6 +143,15 @@ class QueuedOpts(KubeOpts):
         """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
         admit a suspended object again)."""
         return cancel_action(self.cancel_by, self.local_queue)
+
+    def kueue_labels(self) -> dict[str, str]:
+        """Kueue's labels of the object: its LocalQueue and its WorkloadPriorityClass, where set."""
+        labels: dict[str, str] = {}
+        if self.local_queue:
+            labels[QUEUE_LABEL] = self.local_queue
+        if self.priority_class:
+            labels[PRIORITY_LABEL] = self.priority_class
+        return labels
 
     def pod_settings(self) -> PodSettings:
         return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

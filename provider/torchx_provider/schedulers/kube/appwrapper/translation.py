@@ -56,7 +56,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.appwrapper.options import DURATION_OPTIONS, AppWrapperOpts
 from torchx_provider.schedulers.kube.appwrapper.state import (
@@ -92,6 +91,7 @@ from torchx_provider.schedulers.kube.suspension import (
     PRIORITY_LABEL,
     QUEUE_LABEL,
     QueuedTranslation,
+    check_podsets,
     suspend_patch,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
@@ -191,10 +191,7 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
     components.append({"template": headless_service(app, meta)})
 
     meta["annotations"].update(aw_annotations(app, opts))
-    if opts.local_queue:
-        meta["labels"][QUEUE_LABEL] = opts.local_queue
-    if opts.priority_class:
-        meta["labels"][PRIORITY_LABEL] = opts.priority_class
+    meta["labels"].update(opts.kueue_labels())
     spec: dict[str, Any] = {"components": components}
     if opts.local_queue:
         spec["suspend"] = True
@@ -221,12 +218,7 @@ class AppWrapperTranslation(QueuedTranslation):
 
     def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         super().validate(app, cfg)
-        if len(app.roles) > MAX_PODSETS:
-            raise InvalidAppError(
-                f"an AppWrapper holds at most {MAX_PODSETS} roles (Kueue's podSet limit); "
-                f"this app has {len(app.roles)}",
-                "roles",
-            )
+        check_podsets(app, "an AppWrapper")
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (APPWRAPPER_V1BETA2,)

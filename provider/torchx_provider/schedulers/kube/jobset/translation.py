@@ -55,7 +55,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube.indexed import REPLICA_ID_VALUE, indexed_job_spec
 from torchx_provider.schedulers.kube.jobset.options import (
     START_IN_ORDER,
@@ -84,10 +83,8 @@ from torchx_provider.schedulers.kube.resources import (
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.kube.suspension import (
     ANNOTATION_CANCEL_BY,
-    MAX_PODSETS,
-    PRIORITY_LABEL,
-    QUEUE_LABEL,
     QueuedTranslation,
+    check_podsets,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState, macros
@@ -192,10 +189,7 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
         replicated.append(rjob)
 
     meta["annotations"][ANNOTATION_CANCEL_BY] = opts.cancel_action()
-    if opts.local_queue:
-        meta["labels"][QUEUE_LABEL] = opts.local_queue
-    if opts.priority_class:
-        meta["labels"][PRIORITY_LABEL] = opts.priority_class
+    meta["labels"].update(opts.kueue_labels())
     success: dict[str, Any] = {"operator": "All"}
     if opts.success_policy == SUCCESS_FIRST_ROLE:
         success["targetReplicatedJobs"] = [slugs[0]]
@@ -236,13 +230,8 @@ class JobSetTranslation(QueuedTranslation):
 
     def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         super().validate(app, cfg)
-        opts = self.options.from_cfg(cfg)
-        if opts.local_queue and len(app.roles) > MAX_PODSETS:
-            raise InvalidAppError(
-                f"a JobSet admitted by Kueue (local_queue) holds at most {MAX_PODSETS} roles "
-                f"(Kueue's pod set limit); this app has {len(app.roles)}",
-                "roles",
-            )
+        if self.options.from_cfg(cfg).local_queue:
+            check_podsets(app, "a JobSet admitted by Kueue (local_queue)")
 
     def read_resources(self) -> Sequence[CustomResource]:
         return (JOBSET,)
