@@ -14,6 +14,7 @@ clients refer to these descriptors and never spell an API group as a string lite
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
 
@@ -36,6 +37,15 @@ class CustomResource:
     def crd_name(self) -> str:
         """The CustomResourceDefinition's name, ``plural.group`` (as in error messages)."""
         return f"{self.plural}.{self.group}"
+
+    def manifest(self, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """An object of this type with ``metadata`` and ``spec``."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": metadata,
+            "spec": spec,
+        }
 
 
 #: Volcano's Job (``vcjob``): https://volcano.sh/en/docs/vcjob/

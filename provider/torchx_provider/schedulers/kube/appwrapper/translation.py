@@ -195,12 +195,7 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
     spec: dict[str, Any] = {"components": components}
     if opts.local_queue:
         spec["suspend"] = True
-    return {
-        "apiVersion": APPWRAPPER_V1BETA2.api_version,
-        "kind": APPWRAPPER_V1BETA2.kind,
-        "metadata": meta,
-        "spec": spec,
-    }
+    return APPWRAPPER_V1BETA2.manifest(meta, spec)
 
 
 class AppWrapperTranslation(QueuedTranslation):

@@ -206,12 +206,7 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
     }
     if opts.ttl_seconds_after_finished is not None:
         spec_out["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
-    return {
-        "apiVersion": JOBSET.api_version,
-        "kind": JOBSET.kind,
-        "metadata": meta,
-        "spec": spec_out,
-    }
+    return JOBSET.manifest(meta, spec_out)
 
 
 class JobSetTranslation(QueuedTranslation):

@@ -138,14 +138,8 @@ def app_to_volcano_job(app: AppDef, opts: VolcanoOpts, at: Placement) -> dict[st
         spec["priorityClassName"] = opts.priority_class
     if opts.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
-    return {
-        "apiVersion": VOLCANO_JOB.api_version,
-        "kind": VOLCANO_JOB.kind,
-        "metadata": object_metadata(
-            job, namespace, app.name, ti_key, opts.labels, opts.annotations
-        ),
-        "spec": spec,
-    }
+    meta = object_metadata(job, namespace, app.name, ti_key, opts.labels, opts.annotations)
+    return VOLCANO_JOB.manifest(meta, spec)
 
 
 def abort_command(job: Mapping[str, Any]) -> dict[str, Any]:
