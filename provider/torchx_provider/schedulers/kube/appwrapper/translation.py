@@ -79,7 +79,6 @@ from torchx_provider.schedulers.kube.pod import (
 from torchx_provider.schedulers.kube.resources import (
     APPWRAPPER_V1BETA2,
     APPWRAPPER_WORKLOADS,
-    CustomResource,
     OwnedBy,
 )
 from torchx_provider.schedulers.kube.service import headless_service
@@ -204,9 +203,7 @@ class AppWrapperTranslation(QueuedTranslation):
     backend = BACKEND
     options = AppWrapperOpts
     replica_label = JOB_INDEX_LABEL
-
-    def resource(self, opts: AppWrapperOpts) -> CustomResource:
-        return APPWRAPPER_V1BETA2
+    resource_type = APPWRAPPER_V1BETA2
 
     manifest = staticmethod(app_to_appwrapper)
     describe = staticmethod(describe_appwrapper)
@@ -214,9 +211,6 @@ class AppWrapperTranslation(QueuedTranslation):
     def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         super().validate(app, cfg)
         check_podsets(app, "an AppWrapper")
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (APPWRAPPER_V1BETA2,)
 
     #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)

@@ -77,7 +77,6 @@ from torchx_provider.schedulers.kube.pod import (
 from torchx_provider.schedulers.kube.resources import (
     JOBSET,
     JOBSET_WORKLOADS,
-    CustomResource,
     OwnedBy,
 )
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
@@ -216,9 +215,7 @@ class JobSetTranslation(QueuedTranslation):
     options = JobSetOpts
     name_overhead = NAME_OVERHEAD
     replica_label = JOB_INDEX_LABEL
-
-    def resource(self, opts: JobSetOpts) -> CustomResource:
-        return JOBSET
+    resource_type = JOBSET
 
     manifest = staticmethod(app_to_jobset)
     describe = staticmethod(describe_jobset)
@@ -227,9 +224,6 @@ class JobSetTranslation(QueuedTranslation):
         super().validate(app, cfg)
         if self.options.from_cfg(cfg).local_queue:
             check_podsets(app, "a JobSet admitted by Kueue (local_queue)")
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (JOBSET,)
 
     #: Kueue's Workload of a queued JobSet: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (JOBSET_WORKLOADS,)

@@ -220,15 +220,10 @@ class VolcanoTranslation(KubeTranslation):
     backend = BACKEND
     options = VolcanoOpts
     name_overhead = NAME_OVERHEAD
-
-    def resource(self, opts: VolcanoOpts) -> CustomResource:
-        return VOLCANO_JOB
+    resource_type = VOLCANO_JOB
 
     manifest = staticmethod(app_to_volcano_job)
     describe = staticmethod(describe_job)
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (VOLCANO_JOB,)
 
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:
         return phase(obj) is None
