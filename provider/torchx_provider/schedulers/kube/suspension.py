@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL, queued_job_selector
@@ -112,22 +112,18 @@ class QueuedOpts(KubeOpts):
     """The run options of a backend whose object Kueue may admit and whose cancel may
     suspend it (AppWrapper ``v1beta2``, JobSet); a backend adds its own after these."""
 
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "local_queue": "labelled",
-        "priority_class": "labelled",
-        "pod_priority_class": "subdomain",
-    }
-
     local_queue: str | None = option(
         str,
         "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the {kind} is "
         "created suspended and runs once Kueue admits it",
+        name="labelled",
     )
     priority_class: str | None = option(
-        str, "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)"
+        str,
+        "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)",
+        name="labelled",
     )
-    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
+    pod_priority_class: str | None = option(str, "PriorityClass of the pods", name="subdomain")
     cancel_by: str | None = option(
         str,
         "what cancel does: 'suspend' keeps the {kind} (status, conditions) and removes its "
