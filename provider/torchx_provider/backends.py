@@ -129,59 +129,56 @@ class Backend:
 
 
 _KUBE_HOOK = "torchx_provider.hooks.kubernetes:TorchXKubernetesHook"
-_OPERATORS = "torchx_provider.operators.per_backend"
+
+
+def _builtin(
+    name: str,
+    title: str,
+    package: str,
+    options: str,
+    operator: str,
+    *,
+    hook: str = _KUBE_HOOK,
+    connection_type: str = "torchx_kubernetes",
+    operator_run_options: Mapping[str, Any] | None = None,
+) -> Backend:
+    """A row of this package: ``torchx_provider.schedulers.<package>`` exports
+    ``create_scheduler``, ``create_async_client`` and the options class ``options``;
+    ``operator`` is a class of ``torchx_provider.operators.per_backend``."""
+    module = f"torchx_provider.schedulers.{package}"
+    return Backend(
+        name=name,
+        title=title,
+        scheduler_factory=f"{module}:create_scheduler",
+        async_client_factory=f"{module}:create_async_client",
+        options=f"{module}:{options}",
+        hook=hook,
+        connection_type=connection_type,
+        operator=f"torchx_provider.operators.per_backend:{operator}",
+        operator_run_options=operator_run_options or {},
+    )
+
 
 #: the backends this package ships, in the order they are documented
 BUILTIN_BACKENDS: tuple[Backend, ...] = (
-    Backend(
-        name="kubernetes",
-        title="Volcano",
-        scheduler_factory="torchx_provider.schedulers.kube.volcano:create_scheduler",
-        async_client_factory="torchx_provider.schedulers.kube.volcano:create_async_client",
-        options="torchx_provider.schedulers.kube.volcano:VolcanoOpts",
-        hook=_KUBE_HOOK,
-        connection_type="torchx_kubernetes",
-        operator=f"{_OPERATORS}:TorchXKubernetesOperator",
+    _builtin("kubernetes", "Volcano", "kube.volcano", "VolcanoOpts", "TorchXKubernetesOperator"),
+    _builtin("kubernetes_mcad", "MCAD AppWrapper", "kube.mcad", "McadOpts", "TorchXMCADOperator"),
+    _builtin(
+        "kubernetes_appwrapper",
+        "AppWrapper (Kueue)",
+        "kube.appwrapper",
+        "AppWrapperOpts",
+        "TorchXAppWrapperOperator",
     ),
-    Backend(
-        name="kubernetes_mcad",
-        title="MCAD AppWrapper",
-        scheduler_factory="torchx_provider.schedulers.kube.mcad:create_scheduler",
-        async_client_factory="torchx_provider.schedulers.kube.mcad:create_async_client",
-        options="torchx_provider.schedulers.kube.mcad:McadOpts",
-        hook=_KUBE_HOOK,
-        connection_type="torchx_kubernetes",
-        operator=f"{_OPERATORS}:TorchXMCADOperator",
-    ),
-    Backend(
-        name="kubernetes_appwrapper",
-        title="AppWrapper (Kueue)",
-        scheduler_factory="torchx_provider.schedulers.kube.appwrapper:create_scheduler",
-        async_client_factory="torchx_provider.schedulers.kube.appwrapper:create_async_client",
-        options="torchx_provider.schedulers.kube.appwrapper:AppWrapperOpts",
-        hook=_KUBE_HOOK,
-        connection_type="torchx_kubernetes",
-        operator=f"{_OPERATORS}:TorchXAppWrapperOperator",
-    ),
-    Backend(
-        name="kubernetes_jobset",
-        title="JobSet",
-        scheduler_factory="torchx_provider.schedulers.kube.jobset:create_scheduler",
-        async_client_factory="torchx_provider.schedulers.kube.jobset:create_async_client",
-        options="torchx_provider.schedulers.kube.jobset:JobSetOpts",
-        hook=_KUBE_HOOK,
-        connection_type="torchx_kubernetes",
-        operator=f"{_OPERATORS}:TorchXJobSetOperator",
-    ),
-    Backend(
-        name="local_docker",
-        title="Docker",
-        scheduler_factory="torchx_provider.schedulers.docker:create_scheduler",
-        async_client_factory="torchx_provider.schedulers.docker:create_async_client",
-        options="torchx_provider.schedulers.docker:DockerOpts",
+    _builtin("kubernetes_jobset", "JobSet", "kube.jobset", "JobSetOpts", "TorchXJobSetOperator"),
+    _builtin(
+        "local_docker",
+        "Docker",
+        "docker",
+        "DockerOpts",
+        "TorchXDockerOperator",
         hook="torchx_provider.hooks.docker:TorchXDockerHook",
         connection_type="torchx_docker",
-        operator=f"{_OPERATORS}:TorchXDockerOperator",
         # Docker would remove containers once their logs were read, pre-empting
         # on_finish_action.
         operator_run_options={"remove": False},

@@ -40,15 +40,28 @@ from torchx_provider.specs.runopts import CfgVal, runopts
 _Opts = TypeVar("_Opts", bound="KubeOpts")
 
 
-def option(type_: Any, help: str, default: Any = None) -> Any:
-    """A run-option field: its default, and its type and help (``{kind}`` is filled in by
-    :meth:`KubeOpts.run_opts`) in the field's metadata."""
-    return field(default=default, metadata={"type": type_, "help": help})
+def option(
+    type_: Any,
+    help: str,
+    default: Any = None,
+    *,
+    name: str | None = None,
+    minimum: int | None = None,
+) -> Any:
+    """A run-option field: its default, and in the field's metadata its type, its help
+    (``{kind}`` is filled in by :meth:`KubeOpts.run_opts`) and what :meth:`KubeOpts.check`
+    holds it to: ``name``, the rule of the Kubernetes name it holds (see :data:`NAME_RULES`);
+    ``minimum``, the least value of an ``int``."""
+    return field(default=default, metadata=_metadata(type_, help, name, minimum))
 
 
-def required_option(type_: Any, help: str) -> Any:
+def required_option(type_: Any, help: str, *, name: str | None = None) -> Any:
     """A run-option field without default: the option is required."""
-    return field(metadata={"type": type_, "help": help})
+    return field(metadata=_metadata(type_, help, name, None))
+
+
+def _metadata(type_: Any, help: str, name: str | None, minimum: int | None) -> dict[str, Any]:
+    return {"type": type_, "help": help, "name_rule": name, "minimum": minimum}
 
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -98,26 +111,22 @@ class KubeOpts:
 
     #: The object the backend creates (``"job"``, ``"AppWrapper"``), as help texts name it.
     KIND: ClassVar[str] = "object"
-    #: Options that name Kubernetes objects, and the rule their names follow (see
-    #: :data:`NAME_RULES`); a backend adds its own.
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        "namespace": "label",
-        "service_account": "subdomain",
-        "image_secret": "subdomain",
-    }
 
     namespace: str | None = option(
         str,
         "Kubernetes namespace of the {kind} (default: the connection's, else the kube "
         "context's, else 'default')",
+        name="label",
     )
-    service_account: str | None = option(str, "service account of the pods")
+    service_account: str | None = option(str, "service account of the pods", name="subdomain")
     image_repo: str | None = option(
         str,
         "registry repository to push workspace images to (e.g. registry.example.com/me/app); "
         "needed by roles with a workspace",
     )
-    image_secret: str | None = option(str, "image pull secret of the pods (private registries)")
+    image_secret: str | None = option(
+        str, "image pull secret of the pods (private registries)", name="subdomain"
+    )
     quiet: bool = option(
         bool, "log the progress of workspace image builds at debug level only", default=False
     )
@@ -125,11 +134,13 @@ class KubeOpts:
         int,
         "CPU (millicores) kept back from each replica's request for the node's own use",
         default=RESERVED_MILLICPU,
+        minimum=0,
     )
     reserved_memmb: int = option(
         int,
         "memory (MiB) kept back from each replica's request for the node's own use",
         default=RESERVED_MEMMB,
+        minimum=0,
     )
     validate_spec: bool = option(
         bool,
@@ -169,15 +180,18 @@ class KubeOpts:
         return cls(**known)  # type: ignore[arg-type]
 
     def check(self) -> None:
-        """Reject values the API server would reject later, or silently misapply; a backend
-        extends it with its own options' rules."""
-        for key, rule in self.NAME_OPTIONS.items():
-            check_object_name(getattr(self, key), key, rule)
-        for key in ("reserved_millicpu", "reserved_memmb"):
-            value = getattr(self, key)
-            if value < 0:
-                msg = f"run option {key} must be >= 0, got {value}"
-                raise InvalidOptionError(msg, option=key)
+        """Reject values the API server would reject later, or silently misapply: the names
+        and least values the fields declare (see :func:`option`), and the labels; a backend
+        extends it with its own options' other rules."""
+        fields = dataclasses.fields(self)
+        for f in fields:
+            if f.metadata["name_rule"] is not None:
+                check_object_name(getattr(self, f.name), f.name, f.metadata["name_rule"])
+        for f in fields:
+            value, minimum = getattr(self, f.name), f.metadata["minimum"]
+            if minimum is not None and value is not None and value < minimum:
+                msg = f"run option {f.name} must be >= {minimum}, got {value}"
+                raise InvalidOptionError(msg, option=f.name)
         check_labels(self.labels or {}, "labels")
 
     def pod_settings(self) -> PodSettings:

@@ -200,17 +200,22 @@ class KubeTranslation(abc.ABC):
             quiet=opts.quiet,
         )
 
-    @abc.abstractmethod
+    #: The resource type every app of the backend is created and stored as; a backend whose
+    #: type depends on its options (MCAD's API group) overrides :meth:`resource` and
+    #: :meth:`read_resources` instead.
+    resource_type: CustomResource
+
     def resource(self, opts: Any) -> CustomResource:
         """The resource type the app is created as (``opts``: :attr:`options`)."""
+        return self.resource_type
 
     #: The object of an app, ``manifest(app, opts, at)`` with ``at`` a :class:`Placement` (pure:
     #: same input, same manifest); a backend sets its module function as a ``staticmethod``.
     manifest: Callable[..., dict[str, Any]]
 
-    @abc.abstractmethod
     def read_resources(self) -> Sequence[CustomResource]:
         """The resource types an app may be stored as, most likely first."""
+        return (self.resource_type,)
 
     #: The Events this backend's controllers say why an app waits in (read from one shared,
     #: filtered watch per namespace); none by default.

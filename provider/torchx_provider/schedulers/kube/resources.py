@@ -39,6 +39,15 @@ class CustomResource:
         """The CustomResourceDefinition's name, ``plural.group`` (as in error messages)."""
         return f"{self.plural}.{self.group}"
 
+    def manifest(self, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """An object of this type with ``metadata`` and ``spec``."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": metadata,
+            "spec": spec,
+        }
+
 
 #: Volcano's Job (``vcjob``): https://volcano.sh/en/docs/vcjob/
 VOLCANO_JOB = CustomResource("batch.volcano.sh", "v1alpha1", "jobs", "Job")

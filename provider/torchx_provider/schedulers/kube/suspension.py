@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
-from torchx_provider.errors import InvalidOptionError
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL, queued_job_selector
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
 from torchx_provider.schedulers.kube.resources import CustomResource
-from torchx_provider.specs.api import is_terminal
+from torchx_provider.specs.api import AppDef, is_terminal
 
 #: Kueue's labels: the LocalQueue a job is submitted to (:data:`.kueue.QUEUE_LABEL`), and
 #: its WorkloadPriorityClass.
@@ -51,6 +51,17 @@ def check_cancel_by(value: str | None) -> None:
         raise InvalidOptionError(
             f"run option cancel_by={value!r}; use one of {list(CANCEL_ACTIONS)}",
             option="cancel_by",
+        )
+
+
+def check_podsets(app: AppDef, holder: str) -> None:
+    """Refuse an app of more roles (one pod set each) than Kueue admits in one workload;
+    ``holder`` names what would hold them in the error."""
+    if len(app.roles) > MAX_PODSETS:
+        raise InvalidAppError(
+            f"{holder} holds at most {MAX_PODSETS} roles (Kueue's pod set limit); "
+            f"this app has {len(app.roles)}",
+            "roles",
         )
 
 
@@ -101,22 +112,18 @@ class QueuedOpts(KubeOpts):
     """The run options of a backend whose object Kueue may admit and whose cancel may
     suspend it (AppWrapper ``v1beta2``, JobSet); a backend adds its own after these."""
 
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "local_queue": "labelled",
-        "priority_class": "labelled",
-        "pod_priority_class": "subdomain",
-    }
-
     local_queue: str | None = option(
         str,
         "Kueue LocalQueue to submit to (label kueue.x-k8s.io/queue-name); the {kind} is "
         "created suspended and runs once Kueue admits it",
+        name="labelled",
     )
     priority_class: str | None = option(
-        str, "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)"
+        str,
+        "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)",
+        name="labelled",
     )
-    pod_priority_class: str | None = option(str, "PriorityClass of the pods")
+    pod_priority_class: str | None = option(str, "PriorityClass of the pods", name="subdomain")
     cancel_by: str | None = option(
         str,
         "what cancel does: 'suspend' keeps the {kind} (status, conditions) and removes its "
@@ -132,6 +139,15 @@ class QueuedOpts(KubeOpts):
         """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
         admit a suspended object again)."""
         return cancel_action(self.cancel_by, self.local_queue)
+
+    def kueue_labels(self) -> dict[str, str]:
+        """Kueue's labels of the object: its LocalQueue and its WorkloadPriorityClass, where set."""
+        labels: dict[str, str] = {}
+        if self.local_queue:
+            labels[QUEUE_LABEL] = self.local_queue
+        if self.priority_class:
+            labels[PRIORITY_LABEL] = self.priority_class
+        return labels
 
     def pod_settings(self) -> PodSettings:
         return replace(super().pod_settings(), priority_class_name=self.pod_priority_class)

@@ -56,7 +56,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.appwrapper.options import DURATION_OPTIONS, AppWrapperOpts
 from torchx_provider.schedulers.kube.appwrapper.state import (
@@ -81,7 +80,6 @@ from torchx_provider.schedulers.kube.resources import (
     APPWRAPPER_V1BETA2,
     APPWRAPPER_WORKLOADS,
     KUEUE_LOCAL_QUEUES,
-    CustomResource,
     OwnedBy,
     QueuedIn,
 )
@@ -94,6 +92,7 @@ from torchx_provider.schedulers.kube.suspension import (
     PRIORITY_LABEL,
     QUEUE_LABEL,
     QueuedTranslation,
+    check_podsets,
     suspend_patch,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
@@ -193,19 +192,11 @@ def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[
     components.append({"template": headless_service(app, meta)})
 
     meta["annotations"].update(aw_annotations(app, opts))
-    if opts.local_queue:
-        meta["labels"][QUEUE_LABEL] = opts.local_queue
-    if opts.priority_class:
-        meta["labels"][PRIORITY_LABEL] = opts.priority_class
+    meta["labels"].update(opts.kueue_labels())
     spec: dict[str, Any] = {"components": components}
     if opts.local_queue:
         spec["suspend"] = True
-    return {
-        "apiVersion": APPWRAPPER_V1BETA2.api_version,
-        "kind": APPWRAPPER_V1BETA2.kind,
-        "metadata": meta,
-        "spec": spec,
-    }
+    return APPWRAPPER_V1BETA2.manifest(meta, spec)
 
 
 class AppWrapperTranslation(QueuedTranslation):
@@ -214,24 +205,14 @@ class AppWrapperTranslation(QueuedTranslation):
     backend = BACKEND
     options = AppWrapperOpts
     replica_label = JOB_INDEX_LABEL
-
-    def resource(self, opts: AppWrapperOpts) -> CustomResource:
-        return APPWRAPPER_V1BETA2
+    resource_type = APPWRAPPER_V1BETA2
 
     manifest = staticmethod(app_to_appwrapper)
     describe = staticmethod(describe_appwrapper)
 
     def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         super().validate(app, cfg)
-        if len(app.roles) > MAX_PODSETS:
-            raise InvalidAppError(
-                f"an AppWrapper holds at most {MAX_PODSETS} roles (Kueue's podSet limit); "
-                f"this app has {len(app.roles)}",
-                "roles",
-            )
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (APPWRAPPER_V1BETA2,)
+        check_podsets(app, "an AppWrapper")
 
     #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)

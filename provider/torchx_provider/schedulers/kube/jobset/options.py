@@ -53,7 +53,9 @@ class JobSetOpts(QueuedOpts):
         "(e.g. 2 for a bad command line)",
     )
     ttl_seconds_after_finished: int | None = option(
-        int, "delete the JobSet this many seconds after it finished (default: keep it)"
+        int,
+        "delete the JobSet this many seconds after it finished (default: keep it)",
+        minimum=0,
     )
 
     def check(self) -> None:
@@ -81,12 +83,6 @@ class JobSetOpts(QueuedOpts):
                     f"{MAX_EXIT_CODE} (0 is success)",
                     option="fail_on_exit_codes",
                 )
-        ttl = self.ttl_seconds_after_finished
-        if ttl is not None and ttl < 0:
-            raise InvalidOptionError(
-                f"run option ttl_seconds_after_finished must be >= 0, got {ttl}",
-                option="ttl_seconds_after_finished",
-            )
 
     def exit_codes(self) -> list[int]:
         """``fail_on_exit_codes`` as sorted, distinct numbers."""

@@ -55,7 +55,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube.indexed import REPLICA_ID_VALUE, indexed_job_spec
 from torchx_provider.schedulers.kube.jobset.options import (
     START_IN_ORDER,
@@ -79,17 +78,14 @@ from torchx_provider.schedulers.kube.resources import (
     JOBSET,
     JOBSET_WORKLOADS,
     KUEUE_LOCAL_QUEUES,
-    CustomResource,
     OwnedBy,
     QueuedIn,
 )
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.kube.suspension import (
     ANNOTATION_CANCEL_BY,
-    MAX_PODSETS,
-    PRIORITY_LABEL,
-    QUEUE_LABEL,
     QueuedTranslation,
+    check_podsets,
 )
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState, macros
@@ -194,10 +190,7 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
         replicated.append(rjob)
 
     meta["annotations"][ANNOTATION_CANCEL_BY] = opts.cancel_action()
-    if opts.local_queue:
-        meta["labels"][QUEUE_LABEL] = opts.local_queue
-    if opts.priority_class:
-        meta["labels"][PRIORITY_LABEL] = opts.priority_class
+    meta["labels"].update(opts.kueue_labels())
     success: dict[str, Any] = {"operator": "All"}
     if opts.success_policy == SUCCESS_FIRST_ROLE:
         success["targetReplicatedJobs"] = [slugs[0]]
@@ -214,12 +207,7 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
     }
     if opts.ttl_seconds_after_finished is not None:
         spec_out["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
-    return {
-        "apiVersion": JOBSET.api_version,
-        "kind": JOBSET.kind,
-        "metadata": meta,
-        "spec": spec_out,
-    }
+    return JOBSET.manifest(meta, spec_out)
 
 
 class JobSetTranslation(QueuedTranslation):
@@ -229,25 +217,15 @@ class JobSetTranslation(QueuedTranslation):
     options = JobSetOpts
     name_overhead = NAME_OVERHEAD
     replica_label = JOB_INDEX_LABEL
-
-    def resource(self, opts: JobSetOpts) -> CustomResource:
-        return JOBSET
+    resource_type = JOBSET
 
     manifest = staticmethod(app_to_jobset)
     describe = staticmethod(describe_jobset)
 
     def validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         super().validate(app, cfg)
-        opts = self.options.from_cfg(cfg)
-        if opts.local_queue and len(app.roles) > MAX_PODSETS:
-            raise InvalidAppError(
-                f"a JobSet admitted by Kueue (local_queue) holds at most {MAX_PODSETS} roles "
-                f"(Kueue's pod set limit); this app has {len(app.roles)}",
-                "roles",
-            )
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (JOBSET,)
+        if self.options.from_cfg(cfg).local_queue:
+            check_podsets(app, "a JobSet admitted by Kueue (local_queue)")
 
     #: Kueue's Workload of a queued JobSet: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (JOBSET_WORKLOADS,)

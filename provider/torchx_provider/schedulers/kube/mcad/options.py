@@ -3,7 +3,6 @@ its own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -24,18 +23,14 @@ class McadOpts(KubeOpts):
     """The resolved run options; the shared ones come from :class:`KubeOpts`."""
 
     KIND: ClassVar[str] = "AppWrapper"
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "priority_class_name": "subdomain",
-        "coscheduler_name": "subdomain",
-    }
 
     priority: int | None = option(int, "AppWrapper priority in MCAD's queue (higher runs first)")
-    priority_class_name: str | None = option(str, "PriorityClass of the pods")
+    priority_class_name: str | None = option(str, "PriorityClass of the pods", name="subdomain")
     coscheduler_name: str | None = option(
         str,
         "secondary scheduler (scheduler-plugins coscheduling) to gang-schedule each role; "
         "a PodGroup per role is created",
+        name="subdomain",
     )
     network: str | None = option(str, "extra pod network (Multus NetworkAttachmentDefinition name)")
     api_group: str = option(

@@ -86,12 +86,10 @@ def app_to_appwrapper(app: AppDef, opts: McadOpts, at: Placement) -> dict[str, A
             items.append(
                 {
                     "replicas": 1,
-                    "generictemplate": {
-                        "apiVersion": pg_resource.api_version,
-                        "kind": pg_resource.kind,
-                        "metadata": {**clone(meta), "name": group_name},
-                        "spec": {"minMember": role.min_replicas or role.num_replicas},
-                    },
+                    "generictemplate": pg_resource.manifest(
+                        {**clone(meta), "name": group_name},
+                        {"minMember": role.min_replicas or role.num_replicas},
+                    ),
                 }
             )
         builder = RolePodBuilder(role, slug, role_settings, where=f"roles[{role_index}]")
@@ -134,13 +132,7 @@ def app_to_appwrapper(app: AppDef, opts: McadOpts, at: Placement) -> dict[str, A
                 "maxNumRequeuings": retries,
             },
         }
-    resource = appwrapper(opts.api_group)
-    return {
-        "apiVersion": resource.api_version,
-        "kind": resource.kind,
-        "metadata": meta,
-        "spec": spec,
-    }
+    return appwrapper(opts.api_group).manifest(meta, spec)
 
 
 class McadTranslation(KubeTranslation):

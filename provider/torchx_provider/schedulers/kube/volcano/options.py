@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -16,26 +15,17 @@ class VolcanoOpts(KubeOpts):
     """The resolved run options; the shared ones come from :class:`KubeOpts`."""
 
     KIND: ClassVar[str] = "job"
-    NAME_OPTIONS: ClassVar[Mapping[str, str]] = {
-        **KubeOpts.NAME_OPTIONS,
-        "queue": "subdomain",
-        "priority_class": "subdomain",
-    }
 
-    queue: str = required_option(str, "Volcano queue to schedule the job in")
-    priority_class: str | None = option(str, "PriorityClass of the job (and its pods)")
+    queue: str = required_option(str, "Volcano queue to schedule the job in", name="subdomain")
+    priority_class: str | None = option(
+        str, "PriorityClass of the job (and its pods)", name="subdomain"
+    )
     ttl_seconds_after_finished: int | None = option(
-        int, "delete the job this many seconds after it finished (default: keep it)"
+        int, "delete the job this many seconds after it finished (default: keep it)", minimum=0
     )
 
     def check(self) -> None:
         super().check()
-        ttl = self.ttl_seconds_after_finished
-        if ttl is not None and ttl < 0:
-            raise InvalidOptionError(
-                f"run option ttl_seconds_after_finished must be >= 0, got {ttl}",
-                option="ttl_seconds_after_finished",
-            )
         if not self.queue.strip():
             raise InvalidOptionError("run option queue is empty; name a Volcano queue", "queue")
 

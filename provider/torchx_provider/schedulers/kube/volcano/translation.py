@@ -139,14 +139,8 @@ def app_to_volcano_job(app: AppDef, opts: VolcanoOpts, at: Placement) -> dict[st
         spec["priorityClassName"] = opts.priority_class
     if opts.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
-    return {
-        "apiVersion": VOLCANO_JOB.api_version,
-        "kind": VOLCANO_JOB.kind,
-        "metadata": object_metadata(
-            job, namespace, app.name, ti_key, opts.labels, opts.annotations
-        ),
-        "spec": spec,
-    }
+    meta = object_metadata(job, namespace, app.name, ti_key, opts.labels, opts.annotations)
+    return VOLCANO_JOB.manifest(meta, spec)
 
 
 def abort_command(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,15 +221,10 @@ class VolcanoTranslation(KubeTranslation):
     backend = BACKEND
     options = VolcanoOpts
     name_overhead = NAME_OVERHEAD
-
-    def resource(self, opts: VolcanoOpts) -> CustomResource:
-        return VOLCANO_JOB
+    resource_type = VOLCANO_JOB
 
     manifest = staticmethod(app_to_volcano_job)
     describe = staticmethod(describe_job)
-
-    def read_resources(self) -> Sequence[CustomResource]:
-        return (VOLCANO_JOB,)
 
     def unclaimed(self, obj: Mapping[str, Any]) -> bool:
         return phase(obj) is None
