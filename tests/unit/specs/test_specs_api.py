@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from torchx_provider import specs
@@ -9,10 +11,10 @@ from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import DEFAULT_CPU, DEFAULT_GPU, DEFAULT_MEM_MB
 
 
-def _role(**kw: object) -> specs.Role:
-    base: dict[str, object] = {"name": "trainer", "image": "busybox", "entrypoint": "echo"}
+def _role(**kw: Any) -> specs.Role:
+    base: dict[str, Any] = {"name": "trainer", "image": "busybox", "entrypoint": "echo"}
     base.update(kw)
-    return specs.Role(**base)  # type: ignore[arg-type]
+    return specs.Role(**base)
 
 
 # -- resources ---------------------------------------------------------------------------------
