@@ -17,7 +17,7 @@ from torchx_provider.errors import (
     BackendUnavailableError,
     SubmissionError,
 )
-from torchx_provider.schedulers.kube.informer import WatchError
+from torchx_provider.schedulers.kube.informer import WatchError, WatchSource
 from torchx_provider.schedulers.kube.io import Immediate
 from torchx_provider.schedulers.kube.resources import CustomResource, EventsAbout, OwnedBy
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
@@ -167,13 +167,13 @@ class FakeAsyncKube(Immediate):
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
         return b"".join(self.sync.log_chunks(kwargs))
 
-    def list_watch(self, resource: CustomResource | None, namespace: str) -> FakeListWatch:
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, resource, namespace)
 
-    def event_watch(self, about: EventsAbout, namespace: str) -> FakeListWatch:
+    def event_watch(self, about: EventsAbout, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, about, namespace)
 
-    def owned_watch(self, owned: OwnedBy, namespace: str) -> FakeListWatch:
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, owned, namespace)
 
     async def close(self) -> None:

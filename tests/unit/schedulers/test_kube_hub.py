@@ -72,15 +72,15 @@ class PushKube(FakeAsyncKube):
         super().__init__(sync)
         self.sources: dict[tuple[Any, str], PushSource] = {}
 
-    def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:  # type: ignore[override]
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:
         source = self.sources[(resource, namespace)] = PushSource(self.sync, resource, namespace)
         return source
 
-    def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:  # type: ignore[override]
+    def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:
         source = self.sources[(about, namespace)] = PushSource(self.sync, about, namespace)
         return source
 
-    def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:  # type: ignore[override]
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:
         source = self.sources[(owned, namespace)] = PushSource(self.sync, owned, namespace)
         return source
 
