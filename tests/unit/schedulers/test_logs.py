@@ -488,7 +488,9 @@ def test_resumed_streams_lose_and_repeat_nothing(
     out = first.feed(lines[:stop])
     cursor = first.cursor
     floor = cursor.since.replace(microsecond=0) if cursor.since else None
-    again = [ln for ln in lines if floor is None or ln.timestamp >= floor]  # type: ignore[operator]
+    again = [
+        ln for ln in lines if floor is None or (ln.timestamp is not None and ln.timestamp >= floor)
+    ]
     out += Resumed(cursor).feed(again)
     assert out == lines
 
