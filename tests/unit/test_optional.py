@@ -120,7 +120,9 @@ def test_the_airflow_base_is_whichever_module_airflow_has_loaded(
         pass
 
     sdk = types.ModuleType("airflow.sdk.exceptions")
-    sdk.AirflowOptionalProviderFeatureException = FeatureMissing  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        sdk, "AirflowOptionalProviderFeatureException", FeatureMissing, raising=False
+    )
     monkeypatch.setitem(sys.modules, "airflow.sdk.exceptions", sdk)
     e = missing_extra("docker")
     assert isinstance(e, FeatureMissing)

@@ -55,6 +55,8 @@ class FakeKube:
         self.events_forbidden = False
         #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
+        #: plural -> the error every list of that resource raises
+        self.list_errors: dict[str, Exception] = {}
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
@@ -100,6 +102,9 @@ class FakeKube:
     def list_objects(
         self, res: CustomResource, namespace: str, selector: str
     ) -> list[dict[str, Any]]:
+        refused = self.list_errors.get(res.plural)
+        if refused is not None:
+            raise refused
         self._check(res)
         if namespace in self.forbidden:
             raise BackendUnavailableError("forbidden", status=403)
