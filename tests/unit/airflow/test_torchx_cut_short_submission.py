@@ -47,10 +47,10 @@ class PlannedScheduler(torchx_fakes.FakeScheduler):
         self.during(app_id)
         key = dryrun_info.request["ti_key"]
         cluster = torchx_fakes.CLUSTER
-        assert dryrun_info._app is not None
+        assert dryrun_info.app is not None
         cluster.apps[app_id] = torchx_fakes.FakeApp(
             app_id,
-            dryrun_info._app,
+            dryrun_info.app,
             {},
             None if key is None else TaskInstanceKey.from_dict(key),
             created=datetime.now(timezone.utc),

@@ -252,14 +252,14 @@ class FakeScheduler(Scheduler[dict]):
         return AppDryRunInfo(request, lambda r: json.dumps(r, default=str))
 
     def schedule(self, dryrun_info: AppDryRunInfo[dict]) -> str:
-        app = dryrun_info._app
+        app = dryrun_info.app
         assert app is not None
         app_id = make_unique(app.name)
         with CLUSTER.lock:
             CLUSTER.apps[app_id] = FakeApp(
                 app_id,
                 app,
-                dict(dryrun_info._cfg or {}),
+                dict(dryrun_info.cfg or {}),
                 None
                 if dryrun_info.request["ti_key"] is None
                 else TaskInstanceKey.from_dict(dryrun_info.request["ti_key"]),

@@ -253,7 +253,7 @@ def test_app_dry_run_info_formats_its_request() -> None:
     info = specs.AppDryRunInfo({"kind": "Job"}, lambda r: f"kind={r['kind']}")
     assert info.request == {"kind": "Job"}
     assert str(info) == repr(info) == "kind=Job"
-    assert info._app is None and info._cfg is None and info._scheduler is None
+    assert info.app is None and info.cfg is None and info.scheduler is None
 
 
 def test_mount_is_the_union_of_the_mount_types() -> None:
