@@ -485,7 +485,7 @@ async def test_a_workload_change_wakes_its_apps_follower_and_names_a_followed_pr
             "lastTransitionTime": "t2",
         }
         how = {**evicted, "type": "Preempted", "reason": "InClusterQueue"}
-        watches = [c._watches[a] for c, a in zip(clients, (low, high), strict=True)]
+        watches = [await c.watch(a) for c, a in zip(clients, (low, high), strict=True)]
         for w in watches:
             w.changed.clear()
         source = kube.sources[(APPWRAPPER_WORKLOADS, "ns")]
