@@ -152,7 +152,7 @@ def test_raising_it_never_imports_airflow() -> None:
 
 
 def test_every_extra_has_a_message() -> None:
-    assert set(EXTRAS.values()) == set(optional._NEEDED_BY)
+    assert set(EXTRAS.values()) == set(optional.NEEDED_BY)
 
 
 def test_doctests() -> None:
