@@ -313,13 +313,26 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
 ) -> None:
     fake = FakeKube()
     volcano = create_scheduler("s", namespace="ns", kube=fake)
-    client = client_for(hub, PushKube(fake))
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
     assert informer.failing_for() == 0.0
+    relist = asyncio.Event()
+
+    async def backoff(seconds: float) -> None:  # until the test lets it list again
+        await relist.wait()
+
+    informer.sleep = backoff
     # The watch broke 42 s ago (its relists failing since); now the API refuses the GET too.
-    informer._set_error(ConnectionError("reset"))
+    broken = {"type": "ERROR", "object": {"code": 500, "message": "connection reset"}}
+    await kube.sources[(VOLCANO_JOB, "ns")].events.put(broken)
+    for _ in range(100):
+        if informer.error is not None:
+            break
+        await settle()
+    assert informer.failing_since is not None
     informer.failing_since = time.monotonic() - 42.0
 
     async def refused(app_id: str) -> Any:
@@ -330,7 +343,11 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
         await client.describe(app_id)
     assert 42.0 <= caught.value.unreachable_for < 60.0
     # A successful list ends the run of failures.
-    informer._listed()
+    relist.set()
+    for _ in range(100):
+        if informer.failing_since is None:
+            break
+        await settle()
     assert informer.failing_since is None and informer.failing_for() == 0.0
     await client.close()
 
