@@ -39,8 +39,8 @@ EXTRAS: dict[str, str] = {
     "docker": "docker",
 }
 
-#: Who needs each extra, as the error message says it.
-_NEEDED_BY: dict[str, str] = {
+#: Each extra -> who needs it, as :class:`MissingExtraError` says it.
+NEEDED_BY: dict[str, str] = {
     "kubernetes": "the Kubernetes backends (kubernetes, kubernetes_mcad) need",
     "docker": "the local_docker backend needs",
 }
@@ -67,7 +67,7 @@ class MissingExtraError(TorchXProviderError, ModuleNotFoundError):
         self.package = package
         self.extra = EXTRAS[package]
         super().__init__(
-            f"{_NEEDED_BY[self.extra]} the Python package {package!r}, which is not "
+            f"{NEEDED_BY[self.extra]} the Python package {package!r}, which is not "
             f"installed: {install_command(self.extra)}",
             name=package,
         )

@@ -70,7 +70,7 @@ def split_image(image: str) -> tuple[str, str]:
     return image, "latest"
 
 
-def _progress(events: Iterable[Mapping[str, Any]], quiet: bool, what: str) -> str | None:
+def engine_progress(events: Iterable[Mapping[str, Any]], quiet: bool, what: str) -> str | None:
     """Log build/pull/push progress; raise on an error event; return a built image id.
 
     A build's output is said line by line; layers moving are said as a
@@ -98,7 +98,7 @@ def _progress(events: Iterable[Mapping[str, Any]], quiet: bool, what: str) -> st
 
 
 def _reason(e: SubmissionError) -> str:
-    """The engine's own words from an error raised by :func:`_progress` or the choke point."""
+    """The engine's own words from an error raised by :func:`engine_progress` or the choke point."""
     body = e.body
     if isinstance(body, Mapping):
         body = body.get("error") or (body.get("errorDetail") or {}).get("message")
@@ -135,7 +135,7 @@ def ensure_image(
     log.log(logging.DEBUG if quiet else logging.INFO, "pulling image %s%s", image, whose)
     try:
         with docker_call(f"pulling image {image!r}{whose}"):
-            _progress(
+            engine_progress(
                 client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth_config),
                 quiet,
                 f"pulling {image}",
@@ -179,7 +179,7 @@ def push_image(
             events = client.api.push(
                 repo, tag=tag, stream=True, decode=True, auth_config=auth_config
             )
-            _progress(events, quiet, what)
+            engine_progress(events, quiet, what)
     except SubmissionError as e:
         raise SubmissionError(
             f"{e}; check image_repo={image_repo!r} (a registry this engine can reach) and "
@@ -255,7 +255,7 @@ def build_workspace_image(
                 labels=build_labels,
                 decode=True,
             )
-            image_id = _progress(events, quiet, what)
+            image_id = engine_progress(events, quiet, what)
     if not image_id:
         raise SubmissionError(f"{what}: the engine reported no image id")
     if image_repo:

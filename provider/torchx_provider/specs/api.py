@@ -411,6 +411,23 @@ class AppDryRunInfo(Generic[T]):
         self._cfg: dict[str, Any] | None = None
         self._scheduler: str | None = None
 
+    @property
+    def app(self) -> AppDef | None:
+        """The app the dry run was made from (``None`` until :meth:`Scheduler.submit_dryrun
+        <torchx_provider.schedulers.api.Scheduler.submit_dryrun>` returns it): what a
+        backend's ``schedule`` may read besides :attr:`request`."""
+        return self._app
+
+    @property
+    def cfg(self) -> dict[str, Any] | None:
+        """The resolved run options it was made with (``None`` until then, as :attr:`app`)."""
+        return self._cfg
+
+    @property
+    def scheduler(self) -> str | None:
+        """The backend that made it (``None`` until then, as :attr:`app`)."""
+        return self._scheduler
+
     def __repr__(self) -> str:
         return self._fmt(self.request)
 

@@ -4,6 +4,7 @@ storing the newest progress old enough when its turn comes."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,7 +55,7 @@ async def test_writes_go_one_at_a_time_in_order_with_a_pause_after_each() -> Non
     supervisor = Supervisor(0.01)
     pacer = CheckpointPacer(min_gap=0.02, share_factor=3.0)
     await asyncio.gather(
-        *(pacer.write(lambda who=f"w{i}": supervisor.serve(who)) for i in range(5))  # type: ignore[misc]
+        *(pacer.write(functools.partial(supervisor.serve, f"w{i}")) for i in range(5))
     )
     assert [who for who, _, _ in supervisor.spans] == [f"w{i}" for i in range(5)]
     assert supervisor.most_in_flight == 1

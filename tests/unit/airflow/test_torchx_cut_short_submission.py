@@ -47,10 +47,10 @@ class PlannedScheduler(torchx_fakes.FakeScheduler):
         self.during(app_id)
         key = dryrun_info.request["ti_key"]
         cluster = torchx_fakes.CLUSTER
-        assert dryrun_info._app is not None
+        assert dryrun_info.app is not None
         cluster.apps[app_id] = torchx_fakes.FakeApp(
             app_id,
-            dryrun_info._app,
+            dryrun_info.app,
             {},
             None if key is None else TaskInstanceKey.from_dict(key),
             created=datetime.now(timezone.utc),
@@ -83,7 +83,7 @@ class Recorded(TorchXOperator):
     recorder = Recorder()
 
     @property
-    def log(self) -> Any:  # type: ignore[override]
+    def log(self) -> Any:
         return self.recorder
 
 
@@ -133,7 +133,9 @@ def test_a_retry_removes_an_app_whose_submission_was_cut_short_and_submits_anew(
         {old: "120 of its 300 containers exist"},
     )
     op = operator()
-    app_id, reattached = op.submit_or_reattach(retry, {"ti": TI(), "task_state_store": store})
+    app_id, reattached = op.submit_or_reattach(
+        retry, torchx_fakes.task_context(TI(), task_state_store=store)
+    )
     assert not reattached and app_id != old
     assert fake_cluster.deleted == [old] and fake_cluster.submitted == [old, app_id]
     assert op.recorder.lines[0] == (
@@ -158,7 +160,7 @@ def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_mad
         op.on_kill()  # Airflow's SIGTERM handler, in the thread that is submitting
 
     scheduler.during = killed_while_creating
-    app_id, _ = op.submit_or_reattach(plan, {"ti": TI(), "task_state_store": store})
+    app_id, _ = op.submit_or_reattach(plan, torchx_fakes.task_context(TI(), task_state_store=store))
     handle = scheduler.app_handle(app_id)
     assert seen == [([f"submitted app {handle}; creating it"], handle)]
     # Cancelled though on_kill_action is keep: half made, it could never run as submitted
@@ -183,7 +185,7 @@ def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
 
     scheduler.during = too_large
     with pytest.raises(fail_exception(), match=r"holds 253 .*nothing was submitted"):
-        operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
+        operator().submit_or_reattach(plan_for(scheduler, 1), torchx_fakes.task_context(TI()))
 
 
 def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: Any) -> None:
@@ -199,5 +201,5 @@ def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: An
 
     scheduler.during = no_queue
     with pytest.raises(fail_exception(), match=r"'nope' does not exist .*nothing was submitted"):
-        operator().submit_or_reattach(plan_for(scheduler, 1), {"ti": TI()})
+        operator().submit_or_reattach(plan_for(scheduler, 1), torchx_fakes.task_context(TI()))
     assert torchx_fakes.CLUSTER.submitted == []

@@ -89,7 +89,7 @@ async def test_a_401_asks_for_fresh_credentials_then_reads_on() -> None:
 
 async def test_finish_gives_up_on_a_source_that_keeps_failing_after_the_end() -> None:
     class Broken(Flaky):
-        async def follow_logs(self, *a: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        async def follow_logs(self, *a: Any) -> AsyncIterator[Any]:
             raise BackendUnavailableError("gone")
             yield
 
@@ -107,7 +107,7 @@ async def test_the_tries_of_an_outage_before_the_end_do_not_use_up_the_final_one
     class DownThenBack(Flaky):
         errors_after_end: list[int]
 
-        async def follow_logs(  # type: ignore[override]
+        async def follow_logs(
             self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
         ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
             if not ended.is_set():

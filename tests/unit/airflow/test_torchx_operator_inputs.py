@@ -30,6 +30,12 @@ from torchx_provider.operators.app_source import resolve_app
 from torchx_provider.provider_info import get_provider_info
 from torchx_provider.specs.serialization import to_dict
 
+
+def wrong(value: object) -> Any:
+    """``value``, given on purpose where its type is not the one declared."""
+    return value
+
+
 APP = {
     "name": "hello",
     "roles": [{"name": "echo", "image": "busybox", "entrypoint": "echo", "args": ["hi"]}],
@@ -217,7 +223,7 @@ def test_the_rows_operator_run_options_fill_what_nobody_set(fake_cluster: Any) -
     conn = BackendTarget("fake", cfg_defaults={"priority": 2})
     assert merge_cfg(None, opts, conn, row) == {"priority": 2}  # so does the connection's
     with pytest.raises(InvalidOptionError, match="cfg must be a dict"):
-        merge_cfg(3, opts, none, row)  # type: ignore[arg-type]
+        merge_cfg(wrong(3), opts, none, row)
 
 
 def test_airflows_deferral_timeout_cancels_the_job_before_failing(fake_cluster: Any) -> None:
@@ -240,16 +246,18 @@ def test_airflows_deferral_timeout_cancels_the_job_before_failing(fake_cluster: 
     timeout = ("__fail__", {"error": "Trigger timeout"})
     kept = TorchXOperator(task_id="t", app=APP, scheduler="fake", on_kill_action="keep")
     with pytest.raises(AppTimeoutError) as e:
-        kept.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
+        kept.resume_execution(*timeout, torchx_fakes.task_context(TI()))
     assert isinstance(e.value.__cause__, TaskDeferralTimeout) and e.value.app_id == app_id
     assert fake_cluster.cancelled == []
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
     with pytest.raises(AppTimeoutError):
-        op.resume_execution(*timeout, {"ti": TI()})  # type: ignore[arg-type]
+        op.resume_execution(*timeout, torchx_fakes.task_context(TI()))
     assert fake_cluster.cancelled == [app_id]
     # the trigger failed: the app may still run, a retry reattaches
     with pytest.raises(AppLostError, match="Trigger failure") as lost:
-        op.resume_execution("__fail__", {"error": "Trigger failure"}, {"ti": TI()})  # type: ignore[arg-type]
+        op.resume_execution(
+            "__fail__", {"error": "Trigger failure"}, torchx_fakes.task_context(TI())
+        )
     assert lost.value.app_id == app_id and not isinstance(lost.value, AppFailedError)
     assert fake_cluster.cancelled == [app_id]  # not cancelled again
 
@@ -331,7 +339,7 @@ def test_an_event_about_another_app_is_set_aside_and_the_try_defers_again(
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
     with pytest.raises(TaskDeferred) as deferred:
         op.execute_complete(
-            {"ti": TI()},  # type: ignore[arg-type]
+            torchx_fakes.task_context(TI()),
             event("earlier-try-app", AppState.CANCELLED),
             app_id="this-try-app",
         )
@@ -341,14 +349,14 @@ def test_an_event_about_another_app_is_set_aside_and_the_try_defers_again(
     assert again.trigger.serialize()[1]["app_id"] == "this-try-app"
     assert pushed == {}  # nothing of the earlier app's outcome recorded
     result = op.execute_complete(
-        {"ti": TI()},  # type: ignore[arg-type]
+        torchx_fakes.task_context(TI()),
         event("this-try-app", AppState.SUCCEEDED),
         app_id="this-try-app",
     )
     assert result["state"] == "SUCCEEDED" and pushed["final_state"] == "SUCCEEDED"
     # an event from before the app id rode along (a deferral of an older version) is kept
     op.execute_complete(
-        {"ti": TI()},  # type: ignore[arg-type]
+        torchx_fakes.task_context(TI()),
         event("any-app", AppState.SUCCEEDED),
     )
 
@@ -374,11 +382,11 @@ def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
         EventKind.ERROR, "a", AppState.RUNNING, "jobs is forbidden", error=ErrorKind.CONFIGURATION
     )
     with pytest.raises(AppConfigurationError, match="as configured: jobs is forbidden") as e:
-        op.execute_complete({"ti": TI()}, refused.to_payload(), app_id="a")  # type: ignore[arg-type]
+        op.execute_complete(torchx_fakes.task_context(TI()), refused.to_payload(), app_id="a")
     assert e.value.app_id == "a"
     lost = JobEvent(EventKind.ERROR, "a", AppState.RUNNING, "backend unreachable for 600s")
     with pytest.raises(AppLostError, match="lost track") as e2:
-        op.execute_complete({"ti": TI()}, lost.to_payload(), app_id="a")  # type: ignore[arg-type]
+        op.execute_complete(torchx_fakes.task_context(TI()), lost.to_payload(), app_id="a")
     assert (e2.value.app_id, e2.value.state) == ("a", "RUNNING")
 
 
@@ -436,7 +444,7 @@ def test_bad_task_inputs_fail_at_once_naming_the_field(
 
     op = TorchXOperator(task_id="t", scheduler="fake", **{"app": APP, **kwargs})
     with pytest.raises(fail_exception()) as info:
-        op.prepare({"ti": _TI()})  # type: ignore[arg-type]
+        op.prepare(torchx_fakes.task_context(_TI()))
     message = str(info.value)
     assert message.startswith(f"{field}: ") and message.endswith("(nothing was submitted)")
     assert "s3cr" not in message  # an env value is never shown

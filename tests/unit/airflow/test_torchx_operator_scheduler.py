@@ -4,6 +4,8 @@ field and the fix."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from torchx_provider.backends import BUILTIN_BACKENDS
@@ -30,10 +32,10 @@ FIXED = [
 
 @pytest.mark.parametrize("given", [{}, {"scheduler": None}, {"scheduler": ""}])
 def test_the_generic_operator_without_a_scheduler_names_the_field_and_the_backends(
-    given: dict[str, object],
+    given: dict[str, Any],
 ) -> None:
     with pytest.raises(InvalidOptionError) as e:
-        TorchXOperator(task_id="t", app=APP, **given)  # type: ignore[arg-type]
+        TorchXOperator(task_id="t", app=APP, **given)
     message = str(e.value)
     assert e.value.option == "scheduler"
     assert message.startswith("TorchXOperator needs scheduler=, the backend to run the app on")
@@ -45,7 +47,8 @@ def test_the_generic_operator_without_a_scheduler_names_the_field_and_the_backen
 
 def test_the_generic_operator_refuses_a_scheduler_that_is_no_string() -> None:
     with pytest.raises(InvalidOptionError, match="scheduler must be a backend name") as e:
-        TorchXOperator(task_id="t", app=APP, scheduler=["kubernetes"])  # type: ignore[arg-type]
+        not_a_name: Any = ["kubernetes"]
+        TorchXOperator(task_id="t", app=APP, scheduler=not_a_name)
     assert e.value.option == "scheduler"
 
 

@@ -49,7 +49,7 @@ def test_serialize_is_the_args_and_rebuilds_the_same_trigger() -> None:
 
 
 async def test_an_older_trigger_row_still_loads_and_follows_with_its_client_kwargs(
-    fake_cluster: Any,
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows written by the previous version carry the resolved client kwargs, no conn_id."""
     app_id = submit()
@@ -69,17 +69,13 @@ async def test_an_older_trigger_row_still_loads_and_follows_with_its_client_kwar
     _, kwargs = trigger.serialize()
     assert "s3cr3t" not in json.dumps(kwargs) and "s3cr3t" not in repr(trigger)
     made: list[dict[str, Any]] = []
-    real = torchx_fakes.FakeAsyncClient.__init__
 
-    def spy(self: Any, **client_kwargs: Any) -> None:
+    def spy(**client_kwargs: Any) -> torchx_fakes.FakeAsyncClient:
         made.append(client_kwargs)
-        real(self, **client_kwargs)
+        return torchx_fakes.FakeAsyncClient(**client_kwargs)
 
-    torchx_fakes.FakeAsyncClient.__init__ = spy  # type: ignore[method-assign]
-    try:
-        [event] = [e async for e in trigger.run()]
-    finally:
-        torchx_fakes.FakeAsyncClient.__init__ = real  # type: ignore[method-assign]
+    monkeypatch.setattr(torchx_fakes, "create_async_client", spy)
+    [event] = [e async for e in trigger.run()]
     assert JobEvent.from_payload(event.payload).succeeded
     assert made == [{"token": "s3cr3t", "base_url": "tcp://x:2376"}]
 

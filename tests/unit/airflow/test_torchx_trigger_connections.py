@@ -178,7 +178,13 @@ async def test_a_rotated_token_file_is_picked_up_after_a_401(
                 raise BackendUnavailableError("Unauthorized", status=401)
             return await super().describe(app_id)
 
-    monkeypatch.setattr(torchx_fakes, "create_async_client", lambda **kw: TokenChecking(**kw))
+    made: list[TokenChecking] = []
+
+    def create_async_client(**kw: Any) -> TokenChecking:
+        made.append(TokenChecking(**kw))
+        return made[-1]
+
+    monkeypatch.setattr(torchx_fakes, "create_async_client", create_async_client)
     app_id = submit(ticks=1_000_000)
     app = fake_cluster.apps[app_id]
     trigger = TorchXJobTrigger.from_args(trigger_args(app_id, conn_id="rotating"))
@@ -206,8 +212,7 @@ async def test_a_rotated_token_file_is_picked_up_after_a_401(
     await asyncio.wait_for(task, 10)
     event = JobEvent.from_payload(events[0].payload)
     assert event.kind.value == "finished" and event.state.name == "CANCELLED"
-    assert trigger._target is not None
-    assert trigger._target.client_kwargs["token"] == "token-B-9876543210"
+    assert made[-1].client_kwargs["token"] == "token-B-9876543210"  # the last resolved
 
 
 # -- on_kill -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from torchx_provider.backends import Backend, register_backend, unregister_backend
 from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
@@ -42,6 +42,9 @@ from torchx_provider.specs.api import (
 from torchx_provider.specs.names import make_unique
 from torchx_provider.specs.runopts import CfgVal, runopts
 from torchx_provider.specs.serialization import to_dict
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
@@ -249,14 +252,14 @@ class FakeScheduler(Scheduler[dict]):
         return AppDryRunInfo(request, lambda r: json.dumps(r, default=str))
 
     def schedule(self, dryrun_info: AppDryRunInfo[dict]) -> str:
-        app = dryrun_info._app
+        app = dryrun_info.app
         assert app is not None
         app_id = make_unique(app.name)
         with CLUSTER.lock:
             CLUSTER.apps[app_id] = FakeApp(
                 app_id,
                 app,
-                dict(dryrun_info._cfg or {}),
+                dict(dryrun_info.cfg or {}),
                 None
                 if dryrun_info.request["ti_key"] is None
                 else TaskInstanceKey.from_dict(dryrun_info.request["ti_key"]),
@@ -397,3 +400,9 @@ def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:
         ],
         metadata={f"fake.{k}": str(v) for k, v in meta.items()},
     )
+
+
+def task_context(ti: object, **more: Any) -> Context:
+    """An Airflow task context around ``ti``, a stand-in task instance with only what the
+    code under test reads of one (Airflow's own has far more)."""
+    return cast("Context", {"ti": ti, **more})

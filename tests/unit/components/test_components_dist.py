@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import shlex
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -123,9 +124,9 @@ def test_ddp_script_args_with_spaces_and_macros_are_quoted() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"script": "a.py", "m": "b"}])
-def test_ddp_needs_exactly_one_of_script_or_m(kwargs: dict[str, str]) -> None:
+def test_ddp_needs_exactly_one_of_script_or_m(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidAppError, match="exactly one of") as info:
-        dist.ddp(**kwargs)  # type: ignore[arg-type]
+        dist.ddp(**kwargs)
     assert info.value.field == "app_args"
 
 

@@ -6,6 +6,7 @@ surface (compared with TorchX itself in ``tests/unit/torchx070``), checked on th
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
@@ -89,7 +90,11 @@ def test_named_resources_registered_for_torchx_are_found(monkeypatch: pytest.Mon
         _EntryPoint("company.gpu", lambda: lambda: _TheirResource(4, 2, 1000, {"a": 1}, {})),
         _EntryPoint("company.broken", broken),
     ]
-    monkeypatch.setattr(nr, "registered", lambda: {p.name: nr._registered(p) for p in points})
+
+    def entry_points(*, group: str) -> list[_EntryPoint]:
+        return points if group == nr.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(nr, "NAMED_RESOURCES", dict(nr.NAMED_RESOURCES))
     nr._named.cache_clear()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import pytest
 
@@ -120,8 +121,8 @@ def test_sh_bad_mount() -> None:
         ({"script": "train.py"}, ["train.py"]),
     ],
 )
-def test_python_modes(kwargs: dict[str, str], head: list[str]) -> None:
-    app = utils.python("--x", "1", **kwargs).validate()  # type: ignore[arg-type]
+def test_python_modes(kwargs: dict[str, Any], head: list[str]) -> None:
+    app = utils.python("--x", "1", **kwargs).validate()
     role = app.roles[0]
     assert role.entrypoint == "python"
     assert role.args == [*head, "--x", "1"]
@@ -132,9 +133,9 @@ def test_python_modes(kwargs: dict[str, str], head: list[str]) -> None:
 @pytest.mark.parametrize(
     "kwargs", [{}, {"m": "a", "c": "b"}, {"m": "a", "script": "s"}, {"c": "", "script": "s"}]
 )
-def test_python_needs_exactly_one_program(kwargs: dict[str, str]) -> None:
+def test_python_needs_exactly_one_program(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidAppError, match="exactly one of") as info:
-        utils.python(**kwargs)  # type: ignore[arg-type]
+        utils.python(**kwargs)
     assert info.value.field == "app_args"
 
 

@@ -17,7 +17,7 @@ from torchx_provider.errors import (
     BackendUnavailableError,
     SubmissionError,
 )
-from torchx_provider.schedulers.kube.informer import WatchError
+from torchx_provider.schedulers.kube.informer import WatchError, WatchSource
 from torchx_provider.schedulers.kube.io import Immediate
 from torchx_provider.schedulers.kube.resources import (
     CustomResource,
@@ -62,6 +62,8 @@ class FakeKube:
         self.forbidden_plurals: set[str] = set()
         #: cluster-scoped objects by (plural, name); ``None``: reading them is forbidden
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
+        #: plural -> the error every list of that resource raises
+        self.list_errors: dict[str, Exception] = {}
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
@@ -107,6 +109,9 @@ class FakeKube:
     def list_objects(
         self, res: CustomResource, namespace: str, selector: str
     ) -> list[dict[str, Any]]:
+        refused = self.list_errors.get(res.plural)
+        if refused is not None:
+            raise refused
         self._check(res)
         if namespace in self.forbidden or res.plural in self.forbidden_plurals:
             raise BackendUnavailableError("forbidden", status=403)
@@ -174,13 +179,13 @@ class FakeAsyncKube(Immediate):
     async def log_bytes(self, kwargs: Mapping[str, Any]) -> bytes:
         return b"".join(self.sync.log_chunks(kwargs))
 
-    def list_watch(self, resource: CustomResource | None, namespace: str) -> FakeListWatch:
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, resource, namespace)
 
-    def event_watch(self, about: EventsAbout, namespace: str) -> FakeListWatch:
+    def event_watch(self, about: EventsAbout, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, about, namespace)
 
-    def owned_watch(self, owned: OwnedBy, namespace: str) -> FakeListWatch:
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> WatchSource:
         return FakeListWatch(self.sync, owned, namespace)
 
     def queue_watch(self, queued: QueuedIn, namespace: str) -> FakeListWatch:

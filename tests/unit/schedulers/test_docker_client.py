@@ -76,18 +76,37 @@ def test_an_engine_that_does_not_answer_is_backend_unavailable(tmp_path: Any) ->
     assert err.value.__cause__ is not None
 
 
-def test_pem_text_is_written_to_private_files(tmp_path: Any) -> None:
-    from torchx_provider.schedulers.docker.client import _pem_file
-
-    path = _pem_file("-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n", "ca")
-    assert path is not None
-    with open(path) as f:
-        assert f.read().startswith("-----BEGIN")
+def test_pem_text_is_written_to_private_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TLS settings given as PEM text reach the docker SDK as paths of private files; paths
+    are passed on as they are."""
     import os
     import stat
 
+    import docker
+
+    made: list[dict[str, Any]] = []
+
+    def tls_config(**kwargs: Any) -> dict[str, Any]:
+        made.append(kwargs)
+        return kwargs
+
+    monkeypatch.setattr(docker.tls, "TLSConfig", tls_config)
+    monkeypatch.setattr(docker, "DockerClient", lambda **kwargs: kwargs)
+    pem = "-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n"
+    config = DockerClientConfig(
+        base_url="tcp://engine:2376",
+        tls_ca_cert=pem,
+        tls_client_cert="/etc/cert.pem",
+        tls_client_key="/etc/key.pem",
+    )
+    client = make_client(config)
+    [tls] = made
+    assert client["tls"] is tls
+    path = tls["ca_cert"]
+    with open(path) as f:
+        assert f.read() == pem
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert _pem_file("/etc/ca.pem", "ca") == "/etc/ca.pem"
+    assert tls["client_cert"] == ("/etc/cert.pem", "/etc/key.pem")
 
 
 # ---------------------------------------------------------------------------- the choke point

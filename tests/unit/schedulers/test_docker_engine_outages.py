@@ -80,10 +80,15 @@ class Probed(DockerEngine):
     """An engine whose probe gives ``answers`` (recorded as a real probe's is)."""
 
     def __init__(self, api: Api, answers: bool) -> None:
-        super().__init__(client=Client(api))
-        self._own_client = True  # as if it had made its client: probed
+        super().__init__()  # no caller's client: it makes its own, so it is probed
+        self.made = Client(api)
         self.answers = answers
         self.probes = 0
+
+    @property
+    def client(self) -> Any:
+        """The client it made (this one, not one from the config)."""
+        return self.made
 
     def probe(self) -> bool:
         self.probes += 1

@@ -4,6 +4,7 @@ so that a describe meanwhile never takes the others for replicas removed from ou
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 import docker.errors
@@ -18,7 +19,7 @@ REPLICAS = [("trainer", 0), ("trainer", 1), ("ps", 0)]
 class Api:
     """The engine's API as removal uses it: containers, renamed and removed, in a log."""
 
-    def __init__(self, gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(self, gone: Iterable[str] = ()) -> None:
         self.lock = threading.Lock()
         self.calls: list[tuple[str, str]] = []
         self.names = {f"id-{r}-{k}": f"{APP_ID}-{r}-{k}" for r, k in REPLICAS}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from torchx_provider.schedulers.docker.transfer import TRANSFER_INTERVAL, Transfer
-from torchx_provider.schedulers.workspace import _progress
+from torchx_provider.schedulers.workspace import engine_progress
 
 MB = 1_000_000
 
@@ -119,7 +119,7 @@ def test_the_workspace_progress_logs_a_pull_in_a_few_lines(
 ) -> None:
     events = pull_events()
     with caplog.at_level(logging.INFO, logger="torchx_provider.schedulers.workspace"):
-        assert _progress(iter(events), quiet=False, what="pulling reg.io/team/app:1") is None
+        assert engine_progress(iter(events), quiet=False, what="pulling reg.io/team/app:1") is None
     lines = [r.getMessage() for r in caplog.records]
     # all in one go (no time passes): the engine's lines and the end
     assert len(lines) == 4, lines

@@ -9,8 +9,8 @@ import pytest
 
 from torchx_provider.errors import InvalidAppError, SubmissionError
 from torchx_provider.schedulers.workspace import (
-    _progress,
     build_workspace_image,
+    engine_progress,
     pushed_image_name,
     split_image,
 )
@@ -38,20 +38,20 @@ def test_pushed_image_name_uses_the_image_hash() -> None:
 def test_progress_returns_the_built_image_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     events = [{"stream": "Step 1/3 : FROM x\n"}, {"aux": {"ID": "sha256:abc"}}, {"stream": "\n"}]
     with caplog.at_level(logging.INFO):
-        assert _progress(events, quiet=False, what="building") == "sha256:abc"
+        assert engine_progress(events, quiet=False, what="building") == "sha256:abc"
     assert "Step 1/3" in caplog.text
 
 
 def test_progress_quiet_logs_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
-        _progress([{"status": "Pushing"}], quiet=True, what="pushing")
+        engine_progress([{"status": "Pushing"}], quiet=True, what="pushing")
     assert "Pushing" not in caplog.text
 
 
 def test_progress_raises_on_an_error_event() -> None:
     events = [{"status": "Preparing"}, {"errorDetail": {"message": "denied"}, "error": "denied"}]
     with pytest.raises(SubmissionError, match="pushing x: denied"):
-        _progress(events, quiet=True, what="pushing x")
+        engine_progress(events, quiet=True, what="pushing x")
 
 
 def test_a_workspace_must_be_a_directory(tmp_path: Path) -> None:

@@ -164,12 +164,12 @@ def api_exception(status: int, body: dict[str, Any], asyncio: bool = False) -> E
     if asyncio:
         from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-        e: Exception = AsyncApiException(status=status, reason="r")
+        e: Any = AsyncApiException(status=status, reason="r")  # body set as text below
     else:
         from kubernetes.client.exceptions import ApiException
 
         e = ApiException(status=status, reason="r")
-    e.body = json.dumps(body)  # type: ignore[attr-defined]
+    e.body = json.dumps(body)
     return e
 
 
@@ -202,7 +202,8 @@ def test_api_exceptions_map(
     assert raised.value.__cause__ is e
     assert body["message"] in str(raised.value)
     if expected is not UnknownAppError:
-        assert raised.value.status == status  # type: ignore[attr-defined]
+        assert isinstance(raised.value, BackendUnavailableError | SubmissionError)
+        assert raised.value.status == status
 
 
 def test_client_subclasses_of_api_exception_map() -> None:
@@ -220,7 +221,8 @@ def test_client_subclasses_of_api_exception_map() -> None:
 def test_connection_errors_and_others() -> None:
     import urllib3.exceptions
 
-    err = translate(urllib3.exceptions.NewConnectionError(None, "refused"), "list", "jobs")  # type: ignore[arg-type]
+    no_connection: Any = None  # the error's connection, which nothing reads
+    err = translate(urllib3.exceptions.NewConnectionError(no_connection, "refused"), "list", "jobs")
     assert isinstance(err, BackendUnavailableError)
     assert "cannot be reached" in str(err)
     assert translate(ConnectionRefusedError(), "list", "jobs") is not None
@@ -296,8 +298,9 @@ def test_an_untrusted_certificate_says_the_fix_with_either_client() -> None:
         "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed "
         "certificate in certificate chain (_ssl.c:1000)",
     )
+    no_pool: Any = None  # the error's connection pool, which nothing reads
     sync_error = urllib3.exceptions.MaxRetryError(
-        None,  # type: ignore[arg-type]
+        no_pool,
         "/api/v1/namespaces/ml/pods",
         urllib3.exceptions.SSLError(cause),
     )

@@ -4,8 +4,9 @@ the replica that failed first still names its cause."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from types import SimpleNamespace
+from typing import Any
 
 from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.api import DescribeAppResponse
@@ -14,6 +15,13 @@ from torchx_provider.schedulers.kube.status import PodDetails
 from torchx_provider.specs.api import AppState, ReplicaStatus, RoleStatus
 
 ENDED = datetime(2026, 11, 27, 16, 0, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class Watched:
+    """What an app's watch saw of its failed pods' ends."""
+
+    failures: dict[tuple[str, int], PodDetails]
 
 
 def response(replica: ReplicaStatus) -> DescribeAppResponse:
@@ -33,8 +41,8 @@ def test_a_gone_pod_keeps_how_it_ended() -> None:
         failure=FailureKind.USER,
         finished_at=ENDED,
     )
-    watch = SimpleNamespace(failures={("w", 0): seen})
-    resp = with_failures(response(ReplicaStatus(0, AppState.FAILED, "w", "h")), watch)  # type: ignore[arg-type]
+    watch = Watched(failures={("w", 0): seen})
+    resp = with_failures(response(ReplicaStatus(0, AppState.FAILED, "w", "h")), watch)
     [replica] = resp.roles_statuses[0].replicas
     assert (replica.exit_code, replica.structured_error_msg) == (137, "OOMKilled: boom")
     assert (replica.reason, replica.failure, replica.finished_at) == ("OOMKilled", "user", ENDED)
@@ -42,14 +50,14 @@ def test_a_gone_pod_keeps_how_it_ended() -> None:
 
 def test_what_the_pod_still_says_wins() -> None:
     seen = PodDetails(AppState.FAILED, 1, "h", "Error", 0, reason="Error", failure=FailureKind.USER)
-    watch = SimpleNamespace(failures={("w", 0): seen})
+    watch = Watched(failures={("w", 0): seen})
     told = ReplicaStatus(0, AppState.FAILED, "w", "h", exit_code=3, reason="Evicted")
     told.failure = "infrastructure"
-    [replica] = with_failures(response(told), watch).roles_statuses[0].replicas  # type: ignore[arg-type]
+    [replica] = with_failures(response(told), watch).roles_statuses[0].replicas
     assert (replica.exit_code, replica.reason, replica.failure) == (3, "Evicted", "infrastructure")
 
 
-def evicted_pod(phase: str = "Running") -> dict[str, object]:
+def evicted_pod(phase: str = "Running") -> dict[str, Any]:
     """A pod the Eviction API marked, as the API server leaves it before deleting it (seen
     on the local cluster: the container still running, the condition set)."""
     return {
@@ -79,9 +87,9 @@ def test_a_pod_the_platform_marked_and_deleted_names_its_replicas_end() -> None:
 
     seen = pod_details(evicted_pod())
     assert telling(seen)
-    watch = SimpleNamespace(failures={("w", 0): seen})
+    watch = Watched(failures={("w", 0): seen})
     told = ReplicaStatus(0, AppState.FAILED, "w", "a-w-0")
-    [replica] = with_failures(response(told), watch).roles_statuses[0].replicas  # type: ignore[arg-type]
+    [replica] = with_failures(response(told), watch).roles_statuses[0].replicas
     assert (replica.reason, replica.failure, replica.finished_at) == (
         "EvictionByEvictionAPI",
         "infrastructure",
@@ -95,7 +103,7 @@ def test_only_failed_or_disrupted_pods_are_kept() -> None:
     from torchx_provider.schedulers.kube.status import pod_details, telling
 
     running = evicted_pod()
-    running["status"]["conditions"] = []  # type: ignore[index]
+    running["status"]["conditions"] = []
     assert not telling(pod_details(running))
     assert telling(
         PodDetails(AppState.FAILED, 1, "h", "Error", 0, reason="Error", failure=FailureKind.USER)

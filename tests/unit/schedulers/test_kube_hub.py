@@ -82,15 +82,15 @@ class PushKube(FakeAsyncKube):
         super().__init__(sync)
         self.sources: dict[tuple[Any, str], PushSource] = {}
 
-    def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:  # type: ignore[override]
+    def list_watch(self, resource: CustomResource | None, namespace: str) -> PushSource:
         source = self.sources[(resource, namespace)] = PushSource(self.sync, resource, namespace)
         return source
 
-    def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:  # type: ignore[override]
+    def event_watch(self, about: EventsAbout, namespace: str) -> PushSource:
         source = self.sources[(about, namespace)] = PushSource(self.sync, about, namespace)
         return source
 
-    def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:  # type: ignore[override]
+    def owned_watch(self, owned: OwnedBy, namespace: str) -> PushSource:
         source = self.sources[(owned, namespace)] = PushSource(self.sync, owned, namespace)
         return source
 
@@ -326,13 +326,26 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
 ) -> None:
     fake = FakeKube()
     volcano = create_scheduler("s", namespace="ns", kube=fake)
-    client = client_for(hub, PushKube(fake))
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
     assert informer.failing_for() == 0.0
+    relist = asyncio.Event()
+
+    async def backoff(seconds: float) -> None:  # until the test lets it list again
+        await relist.wait()
+
+    informer.sleep = backoff
     # The watch broke 42 s ago (its relists failing since); now the API refuses the GET too.
-    informer._set_error(ConnectionError("reset"))
+    broken = {"type": "ERROR", "object": {"code": 500, "message": "connection reset"}}
+    await kube.sources[(VOLCANO_JOB, "ns")].events.put(broken)
+    for _ in range(100):
+        if informer.error is not None:
+            break
+        await settle()
+    assert informer.failing_since is not None
     informer.failing_since = time.monotonic() - 42.0
 
     async def refused(app_id: str) -> Any:
@@ -343,7 +356,11 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
         await client.describe(app_id)
     assert 42.0 <= caught.value.unreachable_for < 60.0
     # A successful list ends the run of failures.
-    informer._listed()
+    relist.set()
+    for _ in range(100):
+        if informer.failing_since is None:
+            break
+        await settle()
     assert informer.failing_since is None and informer.failing_for() == 0.0
     await client.close()
 
@@ -526,7 +543,7 @@ async def test_a_workload_change_wakes_its_apps_follower_and_names_a_followed_pr
             "lastTransitionTime": "t2",
         }
         how = {**evicted, "type": "Preempted", "reason": "InClusterQueue"}
-        watches = [c._watches[a] for c, a in zip(clients, (low, high), strict=True)]
+        watches = [await c.watch(a) for c, a in zip(clients, (low, high), strict=True)]
         for w in watches:
             w.changed.clear()
         source = kube.sources[(APPWRAPPER_WORKLOADS, "ns")]

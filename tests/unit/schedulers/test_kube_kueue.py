@@ -229,14 +229,7 @@ async def test_the_triggerer_reads_workloads_from_one_shared_watch() -> None:
 
 def refusing(fake: FakeKube, error: Exception) -> None:
     """``fake`` answers every list of Workloads with ``error``."""
-    real_list = fake.list_objects
-
-    def list_objects(res: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
-        if res.plural == "workloads":
-            raise error
-        return real_list(res, namespace, selector)
-
-    fake.list_objects = list_objects  # type: ignore[method-assign]
+    fake.list_errors["workloads"] = error
 
 
 async def test_a_refused_workload_watch_is_quiet() -> None:

@@ -8,6 +8,8 @@ end is exercised without a cluster; the local cluster tests run the same code fo
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -108,28 +110,28 @@ class Content:
     """A response body: the chunks given, then (like kwok) open until closed."""
 
     def __init__(self, chunks: list[bytes], *, ends: bool, breaks: bool = False) -> None:
-        self.queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
-        for c in chunks:
-            self.queue.put_nowait(c)
+        self.items: deque[bytes | BaseException] = deque(chunks)
         if breaks:
             import aiohttp
 
-            self.queue.put_nowait(aiohttp.ClientPayloadError("connection reset"))
+            self.items.append(aiohttp.ClientPayloadError("connection reset"))
         elif ends:
-            self.queue.put_nowait(b"")
+            self.items.append(b"")
 
     async def read(self, n: int) -> bytes:
-        item = await self.queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
+        if not self.items:
+            await asyncio.Event().wait()  # open, and nothing more comes
+        return self.take_next()
 
     def read_nowait(self, n: int) -> bytes:
         """As aiohttp's: the bytes already received (``b""``: none, or the end), or the
         stream's error."""
-        if self.queue.empty() or self.queue._queue[0] == b"":  # type: ignore[attr-defined]
+        if not self.items or self.items[0] == b"":
             return b""
-        item = self.queue.get_nowait()
+        return self.take_next()
+
+    def take_next(self) -> bytes:
+        item = self.items.popleft()
         if isinstance(item, BaseException):
             raise item
         return item
@@ -174,10 +176,11 @@ class Connection:
 
 
 class Response:
-    def __init__(self, content: Content) -> None:
+    def __init__(self, content: Content, connection: Connection | None) -> None:
         self.content = content
         self.released = False
-        self.connection = Connection()
+        #: ``None`` once aiohttp has given the connection back to its pool
+        self.connection = connection
 
     def release(self) -> None:
         self.released = True
@@ -217,6 +220,8 @@ class LogServingKube:
         self.eof_always: set[str] = set()  # a server that ends every stream (an empty log)
         self.silent_follow: set[str] = set()  # a server that answers a follow only with data
         self.responses: list[Response] = []
+        #: the connection each answer is read from (a new one per answer)
+        self.connect: Callable[[], Connection | None] = Connection
 
     async def open_log(self, namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
         live = [p for p in self.watch.pods() if p["metadata"]["name"] == name]
@@ -234,22 +239,39 @@ class LogServingKube:
         breaks = uid in self.break_first
         self.break_first.discard(uid)
         if breaks:
-            return Response(Content(lines[:2], ends=False, breaks=True))
+            return Response(Content(lines[:2], ends=False, breaks=True), self.connect())
         ended = q.get("follow") != "true" or uid in self.eof_always
-        self.responses.append(Response(Content(lines, ends=ended)))
+        self.responses.append(Response(Content(lines, ends=ended), self.connect()))
         return self.responses[-1]
 
 
+OpenLog = Callable[[str, str, list[tuple[str, str]]], Awaitable[Any]]
+
+
 class FakeClient:
+    """A :class:`FollowedApp` whose pods are always cached (so never asked for)."""
+
     def __init__(self, watch: FakeWatch) -> None:
-        self._watch = watch
+        self.pod_cache = watch
         self.kube = LogServingKube(watch)
+        #: what answers ``open_log`` (a test may wrap the fake server's)
+        self.serve: OpenLog = self.kube.open_log
 
     async def watch(self, app_id: str) -> FakeWatch:
-        return self._watch
+        return self.pod_cache
+
+    async def replica_pods(
+        self, app_id: str, role_name: str, replica_id: int
+    ) -> list[dict[str, Any]]:
+        raise AssertionError("the pod cache is always healthy here")
 
     async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
-        return await self.kube.open_log(namespace, pod, query)
+        return await self.serve(namespace, pod, query)
+
+
+def follower_of(client: FakeClient, ended: asyncio.Event, replica: int = 0) -> ReplicaLogFollower:
+    """A follower of replica ``trainer/<replica>`` of app ``ns:job``."""
+    return ReplicaLogFollower(client, "ns:job", LogSource("trainer", replica), ended)
 
 
 async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[str], LogCursor]:
@@ -267,7 +289,7 @@ async def follow_until_pod_a_succeeds(
     """Follow replica trainer/0 from the start; 0.1 s in, its pod ``a`` succeeds and the
     app ends. What the follow read, and its cursor."""
     ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.1)
     watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
@@ -292,7 +314,7 @@ async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement() -> None:
     client.kube.logs["a"] = [cri(0, "start a"), cri(1, "Traceback (most recent call last):")]
     client.kube.logs["b"] = [cri(2, "start b"), cri(3, "done")]
     ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.05)
     watch.set_pods([pod("a", phase="Failed", state="terminated")])
@@ -335,7 +357,7 @@ async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its
             client.kube.logs["a"].append(cri(1.7, "l3"))
         return resp
 
-    client.kube.open_log = open_log  # type: ignore[method-assign]
+    client.serve = open_log
     lines, cursor = await follow_until_pod_a_succeeds(client, watch)
     assert lines == ["l0", "l1", "l2", "l3"]
     assert cursor.is_done("a/trainer/0")
@@ -365,10 +387,10 @@ async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
     async def open_log(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
         if not client.kube.opened:  # the backlog, answered while the line was written
             client.kube.opened.append(("a", dict(query)))
-            return Response(Content([cri(0, "l0"), backlog_end], ends=ends))
+            return Response(Content([cri(0, "l0"), backlog_end], ends=ends), Connection())
         return await opened(namespace, name, query)
 
-    client.kube.open_log = open_log  # type: ignore[method-assign]
+    client.serve = open_log
     lines, cursor = await follow_until_pod_a_succeeds(client, watch)
     assert lines == ["l0", "hello world", "l2"]
     assert cursor.is_done("a/trainer/0")
@@ -385,10 +407,7 @@ async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
     client.kube.logs["a"] = [cri(0, "a0"), cri(1, "a1")]
     client.kube.logs["b"] = [cri(0, "b0"), cri(1, "b1")]
     ended = asyncio.Event()
-    followers = [
-        ReplicaLogFollower(client, "ns:job", LogSource("trainer", r), ended)  # type: ignore[arg-type]
-        for r in (0, 1)
-    ]
+    followers = [follower_of(client, ended, r) for r in (0, 1)]
     first = asyncio.ensure_future(collect(followers[0], LogCursor()))
     await asyncio.sleep(0.01)
     second = asyncio.ensure_future(collect(followers[1], LogCursor()))
@@ -415,7 +434,7 @@ async def test_an_instance_ended_before_it_is_read_is_read_once_without_followin
     client.kube.logs["a"] = [cri(0, "l0"), cri(1, "l1")]
     ended = asyncio.Event()
     ended.set()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     lines, cursor = await asyncio.wait_for(collect(follower, LogCursor()), 5)
     assert lines == ["l0", "l1"] and cursor.is_done("a/trainer/0")
     assert [q.get("follow") for _, q in client.kube.opened] == [None]
@@ -436,7 +455,7 @@ async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current
     ended = asyncio.Event()
     ended.set()
     cursor = LogCursor(BASE + timedelta(seconds=2), 1, "b/trainer/0", ("a/trainer/0",))
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
     assert lines == ["b1", "b2"]
     assert [uid for uid, _ in client.kube.opened] == ["b"]
@@ -451,7 +470,7 @@ async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost() -> Non
     ended = asyncio.Event()
     ended.set()
     cursor = LogCursor(BASE, 1, "a/trainer/0")  # a was being read when the follow stopped
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
     assert lines == ["b0"]
     assert follower.warn == ["a/trainer/0"]
@@ -463,7 +482,7 @@ async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> 
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "last words")]
     ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.05)
     ended.set()
@@ -481,7 +500,7 @@ async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended() -> 
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "a0")]
     ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.1)
     watch.set_pods([])  # deleted, and no replacement comes
@@ -503,7 +522,7 @@ async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     client.kube.logs["a"] = [cri(0, "only line")]
     client.kube.eof_always.add("a")
     ended = asyncio.Event()
-    follower = ReplicaLogFollower(client, "ns:job", LogSource("trainer", 0), ended)  # type: ignore[arg-type]
+    follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
     await asyncio.sleep(0.3)
     # its backlog, then a follow the server ended: waiting for a change, not reopening
@@ -642,22 +661,42 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     client.kube.logs["a"] = [*small, big]
     lines, _ = await follow_until_pod_a_succeeds(client, watch)
     assert lines == [f"l{i}" for i in range(3)] + [f"b{i}" for i in range(20)]
-    transport = client.kube.responses[0].connection.protocol.transport
+    connection = client.kube.responses[0].connection
+    assert connection is not None
+    transport = connection.protocol.transport
     assert (transport.pauses, transport.paused) == (3, False)
 
 
-async def test_a_closing_or_client_paused_connection_is_not_paused_again() -> None:
+@pytest.mark.parametrize(
+    ("state", "pauses"),
+    [("open", 3), ("closing", 0), ("client-paused", 0), ("released", None)],
+)
+async def test_a_closing_or_client_paused_connection_is_not_paused_again(
+    monkeypatch: pytest.MonkeyPatch, state: str, pauses: int | None
+) -> None:
     """A connection the server closed, or one the HTTP client paused for its own flow
-    control, is only waited on: pausing it would fail, or resume what the client paused."""
-    from torchx_provider.schedulers.kube.logfollow import _gather
+    control, is only waited on: pausing it would fail, or resume what the client paused.
+    A response whose connection was already released is waited on too. (An open one, for
+    comparison, is paused after each small read.)"""
+    from torchx_provider.schedulers.kube import logfollow
 
-    closing = Response(Content([], ends=True))
-    closing.connection.protocol.transport.closing = True
-    client_paused = Response(Content([], ends=True))
-    client_paused.connection.protocol._reading_paused = True
-    gone = Response(Content([], ends=True))
-    gone.connection = None  # type: ignore[assignment]
-    for resp in (closing, client_paused, gone):
-        await _gather(resp)
-    for resp in (closing, client_paused):
-        assert resp.connection.protocol.transport.pauses == 0
+    monkeypatch.setattr(logfollow, "GATHER_BELOW", 100)
+    watch = FakeWatch([pod("a")])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(i, f"l{i}") for i in range(3)]  # each read under GATHER_BELOW
+    made: list[Connection] = []
+
+    def connect() -> Connection | None:
+        if state == "released":
+            return None
+        made.append(Connection())
+        made[-1].protocol.transport.closing = state == "closing"
+        made[-1].protocol._reading_paused = state == "client-paused"
+        return made[-1]
+
+    client.kube.connect = connect
+    lines, _ = await follow_until_pod_a_succeeds(client, watch)
+    assert lines == ["l0", "l1", "l2"]
+    assert [c.protocol.transport.pauses for c in made[:1]] == ([] if pauses is None else [pauses])
+    if pauses == 0:
+        assert all(c.protocol.transport.pauses == 0 for c in made)

@@ -373,9 +373,8 @@ def manifest(backend: str, name: str, **cfg_overrides: Any) -> dict[str, Any]:
     scheduler = create_scheduler(backend, "test", namespace=NAMESPACE)
     app = representative_apps()[name]
     cfg = {**representative_cfgs(backend)[name], **cfg_overrides}
+    scheduler.submit_dryrun(app, cfg)  # the checks of a submission (its name suffix is random)
     resolved = scheduler.run_opts().resolve(cfg)
-    app.validate()
-    scheduler._validate(app, resolved)
     request = scheduler.translation.request(
         app, resolved, namespace=NAMESPACE, suffix=SUFFIX, ti_key=_ti_key(name)
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+from typing import Any
 
 import pytest
 
@@ -62,5 +63,6 @@ def test_pod_settings_add_each_backends_own_fields() -> None:
 @pytest.mark.parametrize("key", ["reserved_millicpu", "reserved_memmb"])
 def test_check_names_the_option_and_its_value(key: str) -> None:
     with pytest.raises(InvalidOptionError, match="got -1") as e:
-        McadOpts(**{key: -1}).check()  # type: ignore[arg-type]
+        negative: dict[str, Any] = {key: -1}
+        McadOpts(**negative).check()
     assert e.value.option == key

@@ -488,7 +488,9 @@ def test_resumed_streams_lose_and_repeat_nothing(
     out = first.feed(lines[:stop])
     cursor = first.cursor
     floor = cursor.since.replace(microsecond=0) if cursor.since else None
-    again = [ln for ln in lines if floor is None or ln.timestamp >= floor]  # type: ignore[operator]
+    again = [
+        ln for ln in lines if floor is None or (ln.timestamp is not None and ln.timestamp >= floor)
+    ]
     out += Resumed(cursor).feed(again)
     assert out == lines
 
@@ -561,14 +563,19 @@ def test_the_common_timestamp_form_splits_as_the_general_rule_does(
 ) -> None:
     """split_timestamp reads "...Z text" without its regex: the same key and text as the
     regex reading, for every fraction length, and other forms still go through the regex."""
-    from torchx_provider.schedulers import logs
+    from torchx_provider.schedulers.logs import time_key
 
     frac = f"{when.microsecond:06d}{when.microsecond % 997:03d}"[:digits]
-    raw = when.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + (f".{frac}" if digits else "")
-    raw += zone + rest
-    m = logs._TS.match(raw)
-    expected_key = None if m is None else logs._key_of(m)
-    expected_text = raw if m is None else raw[m.end() :]
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + (f".{frac}" if digits else "")
+    stamp += zone
+    raw = stamp + rest
+    if zone == "z":  # the general rule reads an upper-case Z or an offset only
+        with pytest.raises(ValueError):
+            parse_timestamp(stamp)
+        expected_key, expected_text = None, raw
+    else:  # the general rule's reading, and the text after the stamp and one space
+        expected_key = time_key(parse_timestamp(stamp))
+        expected_text = rest.removeprefix(" ")
     line = split_timestamp(raw)
     assert line.key == expected_key
     if "\r" not in expected_text:

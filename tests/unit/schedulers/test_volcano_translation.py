@@ -356,7 +356,9 @@ def test_list_item_and_abort_command() -> None:
         "My App",
     )
     assert item.created is not None and item.created.tzinfo is not None
-    resource, command = VolcanoTranslation().cancel_plan(job)  # type: ignore[misc]
+    plan = VolcanoTranslation().cancel_plan(job)
+    assert isinstance(plan, tuple)  # a command to create, not a patch
+    resource, command = plan
     assert resource.plural == "commands"
     assert command["action"] == "AbortJob"
     assert command["target"]["uid"] == "u-1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from torchx_provider import specs
@@ -9,10 +11,10 @@ from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import DEFAULT_CPU, DEFAULT_GPU, DEFAULT_MEM_MB
 
 
-def _role(**kw: object) -> specs.Role:
-    base: dict[str, object] = {"name": "trainer", "image": "busybox", "entrypoint": "echo"}
+def _role(**kw: Any) -> specs.Role:
+    base: dict[str, Any] = {"name": "trainer", "image": "busybox", "entrypoint": "echo"}
     base.update(kw)
-    return specs.Role(**base)  # type: ignore[arg-type]
+    return specs.Role(**base)
 
 
 # -- resources ---------------------------------------------------------------------------------
@@ -251,7 +253,7 @@ def test_app_dry_run_info_formats_its_request() -> None:
     info = specs.AppDryRunInfo({"kind": "Job"}, lambda r: f"kind={r['kind']}")
     assert info.request == {"kind": "Job"}
     assert str(info) == repr(info) == "kind=Job"
-    assert info._app is None and info._cfg is None and info._scheduler is None
+    assert info.app is None and info.cfg is None and info.scheduler is None
 
 
 def test_mount_is_the_union_of_the_mount_types() -> None:

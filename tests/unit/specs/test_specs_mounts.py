@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from torchx_provider.errors import InvalidAppError
@@ -77,7 +79,8 @@ def test_every_syntax_error_shows_the_syntax() -> None:
 
 def test_non_string_items_are_rejected() -> None:
     with pytest.raises(InvalidAppError) as info:
-        parse_mounts(["type=bind,src=/a,dst=/b", 3])  # type: ignore[list-item]
+        not_a_string: Any = 3
+        parse_mounts(["type=bind,src=/a,dst=/b", not_a_string])
     assert info.value.field == "mounts[1]"
     assert "must be strings" in str(info.value)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -218,9 +219,9 @@ def test_parse_app_handle_edge_forms() -> None:
         3,
     ],
 )
-def test_parse_app_handle_rejects_malformed(handle: object) -> None:
+def test_parse_app_handle_rejects_malformed(handle: Any) -> None:
     with pytest.raises(InvalidAppError) as info:
-        parse_app_handle(handle)  # type: ignore[arg-type]
+        parse_app_handle(handle)
     assert info.value.field == "app_handle"
     assert str(info.value) == (
         f"{handle} is not of the form: <scheduler_backend>://<session_name>/<app_id>"

@@ -53,7 +53,8 @@ def test_runopt_type_names() -> None:
     assert names["labels"] == "dict[str, str]"
     legacy = runopts()
     legacy.add("l", typing.List[str], "typing.List works too")  # noqa: UP006
-    assert legacy.get("l") is not None and legacy.get("l").type_name == "list[str]"  # type: ignore[union-attr]
+    opt = legacy.get("l")
+    assert opt is not None and opt.type_name == "list[str]"
 
 
 def test_required_option_cannot_have_a_default() -> None:
@@ -198,7 +199,9 @@ def test_ill_typed_options(cfg: dict[str, CfgVal], option: str, fragment: str) -
         _opts().resolve({"queue": "q", **cfg})
     assert info.value.option == option
     assert fragment in str(info.value)
-    help_text = _opts().get(option).help  # type: ignore[union-attr]
+    opt = _opts().get(option)
+    assert opt is not None
+    help_text = opt.help
     assert help_text in str(info.value)  # the error repeats what the option is for
 
 

@@ -91,9 +91,9 @@ def test_a_role_with_the_default_entrypoint_round_trips_as_a_dict() -> None:
     "handle",
     ["", "echo-x", "volcano:/s/a", "volcano://s", "volcano://s/", "://s/a", "k8s:///", 3, None],
 )
-def test_a_malformed_handle_raises_torchx_s_exception(handle: object) -> None:
+def test_a_malformed_handle_raises_torchx_s_exception(handle: Any) -> None:
     with pytest.raises(specs.MalformedAppHandleException) as info:
-        specs.parse_app_handle(handle)  # type: ignore[arg-type]
+        specs.parse_app_handle(handle)
     e = info.value
     # what callers of this package and of TorchX catch alike
     assert isinstance(e, InvalidAppError | ValueError | TorchXProviderError | Exception)
@@ -137,12 +137,14 @@ def test_a_retry_reattaches_through_a_stored_handle_with_an_empty_session() -> N
         def find_apps(self, *args: Any) -> list[Any]:
             return []
 
+    scheduler: Any = Scheduler()  # only what finding a stored handle's app asks
+    unread: Any = None  # the parts of the plan finding it must not read
     plan = SubmissionPlan(
         target=BackendTarget(backend="local_docker"),
-        scheduler=Scheduler(),  # type: ignore[arg-type]
-        app=None,  # type: ignore[arg-type]
+        scheduler=scheduler,
+        app=unread,
         cfg={},
-        dryrun=None,  # type: ignore[arg-type]
+        dryrun=unread,
         ti_key=TaskInstanceKey("d", "t", "r", -1, 2),
     )
     assert live_apps(plan, Store(), None).resumable == ["echo-abc123"]

@@ -21,6 +21,11 @@ from torchx_provider.specs import (
 )
 
 
+def wrong(value: object) -> Any:
+    """``value``, given on purpose where its type is not the one declared."""
+    return value
+
+
 def _role(**kw: Any) -> Role:
     base: dict[str, Any] = {"name": "trainer", "image": "busybox", "entrypoint": "echo"}
     base.update(kw)
@@ -45,7 +50,7 @@ def test_a_full_valid_app_passes() -> None:
         min_replicas=2,
         max_retries=3,
         retry_policy=specs.RetryPolicy.REPLICA,
-        resource=Resource(cpu=0.5, gpu=1, memMB=1024.5, devices={"efa": 2}),  # type: ignore[arg-type]
+        resource=Resource(cpu=0.5, gpu=1, memMB=wrong(1024.5), devices={"efa": 2}),
         port_map={"c10d": 29500, "tb": 1},
         metadata={"kubernetes": {"annotations": {"x": "${app_id}"}}, "n": [1, "${img_root}"]},
         mounts=[
@@ -64,11 +69,11 @@ def test_a_full_valid_app_passes() -> None:
     [
         (AppDef("", roles=[_role()]), "name", "give the AppDef a name"),
         (AppDef("  ", roles=[_role()]), "name", "give the AppDef a name"),
-        (AppDef(None, roles=[_role()]), "name", "give the AppDef a name"),  # type: ignore[arg-type]
+        (AppDef(wrong(None), roles=[_role()]), "name", "give the AppDef a name"),
         (AppDef("app"), "roles", "add at least one Role"),
-        (AppDef("app", roles=(_role(),)), "roles", "add at least one Role"),  # type: ignore[arg-type]
-        (AppDef("app", roles=[_role()], metadata=[]), "metadata", "mapping"),  # type: ignore[arg-type]
-        (AppDef("app", roles=["trainer"]), "roles[0]", "is not a Role"),  # type: ignore[list-item]
+        (AppDef("app", roles=wrong((_role(),))), "roles", "add at least one Role"),
+        (AppDef("app", roles=[_role()], metadata=wrong([])), "metadata", "mapping"),
+        (AppDef("app", roles=[wrong("trainer")]), "roles[0]", "is not a Role"),
     ],
 )
 def test_app_level_errors(app: AppDef, field: str, fix: str) -> None:
@@ -79,7 +84,7 @@ def test_app_level_errors(app: AppDef, field: str, fix: str) -> None:
 
 def test_non_appdef() -> None:
     with pytest.raises(InvalidAppError) as info:
-        validate_app("app")  # type: ignore[arg-type]
+        validate_app(wrong("app"))
     assert info.value.field == "app"
 
 
@@ -125,7 +130,7 @@ R = "roles[0]"
         ({"resource": Resource(cpu=-2, gpu=0, memMB=1)}, f"{R}.resource.cpu", ">= 0"),
         ({"resource": Resource(cpu=1, gpu=-3, memMB=1)}, f"{R}.resource.gpu", ">= 0"),
         ({"resource": Resource(cpu=1, gpu=0, memMB=-5)}, f"{R}.resource.memMB", ">= 0"),
-        ({"resource": Resource(cpu="1", gpu=0, memMB=1)}, f"{R}.resource.cpu", "number"),  # type: ignore[arg-type]
+        ({"resource": Resource(cpu=wrong("1"), gpu=0, memMB=1)}, f"{R}.resource.cpu", "number"),
         ({"resource": Resource(cpu=True, gpu=0, memMB=1)}, f"{R}.resource.cpu", "number"),
         (
             {"resource": Resource(cpu=float("nan"), gpu=0, memMB=1)},
@@ -137,19 +142,23 @@ R = "roles[0]"
             f"{R}.resource.cpu",
             ">= 0",
         ),
-        ({"resource": Resource(cpu=1, gpu=0.5, memMB=1)}, f"{R}.resource.gpu", "whole number"),  # type: ignore[arg-type]
+        (
+            {"resource": Resource(cpu=1, gpu=wrong(0.5), memMB=1)},
+            f"{R}.resource.gpu",
+            "whole number",
+        ),
         (
             {"resource": Resource(cpu=1, gpu=0, memMB=1, devices={"efa": -1})},
             f"{R}.resource.devices.efa",
             ">= 0",
         ),
         (
-            {"resource": Resource(cpu=1, gpu=0, memMB=1, devices=[])},  # type: ignore[arg-type]
+            {"resource": Resource(cpu=1, gpu=0, memMB=1, devices=wrong([]))},
             f"{R}.resource.devices",
             "mapping",
         ),
         (
-            {"resource": Resource(cpu=1, gpu=0, memMB=1, capabilities=None)},  # type: ignore[arg-type]
+            {"resource": Resource(cpu=1, gpu=0, memMB=1, capabilities=wrong(None))},
             f"{R}.resource.capabilities",
             "mapping",
         ),
@@ -170,7 +179,7 @@ R = "roles[0]"
         ({"mounts": ["type=bind,src=/a,dst=/b"]}, f"{R}.mounts[0]", "is not a mount"),
         ({"mounts": [BindMount("", "/b")]}, f"{R}.mounts[0]", "src_path"),
         ({"mounts": [BindMount("/a", "b")]}, f"{R}.mounts[0]", "absolute"),
-        ({"mounts": [BindMount("/a", "/b", "yes")]}, f"{R}.mounts[0]", "true or false"),  # type: ignore[arg-type]
+        ({"mounts": [BindMount("/a", "/b", wrong("yes"))]}, f"{R}.mounts[0]", "true or false"),
         ({"mounts": [VolumeMount("", "/b")]}, f"{R}.mounts[0]", "volume or claim name"),
         ({"mounts": [VolumeMount("v", "")]}, f"{R}.mounts[0]", "absolute"),
         ({"mounts": [DeviceMount("fuse", "/dev/fuse")]}, f"{R}.mounts[0]", "/dev/fuse"),
@@ -224,7 +233,7 @@ def test_validate_role_uses_the_given_prefix() -> None:
         validate_role(_role(image=""), where="x")
     assert info.value.field == "x.image"
     with pytest.raises(InvalidAppError) as info:
-        validate_role("trainer")  # type: ignore[arg-type]
+        validate_role(wrong("trainer"))
     assert info.value.field == "role"
 
 

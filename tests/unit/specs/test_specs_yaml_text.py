@@ -16,7 +16,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torchx_provider.specs import yaml_text as module
 from torchx_provider.specs.yaml_text import yaml_text
 
 GOLDEN = Path(__file__).parents[1] / "schedulers" / "golden"
@@ -57,6 +56,20 @@ _data = st.recursive(
 )
 
 
+def dumps_of(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What ``yaml.dump`` is asked to dump from now on (the pieces of the short path, or the
+    whole document when it goes to PyYAML)."""
+    dumped: list[Any] = []
+    real = yaml.dump
+
+    def dump(data: Any, *args: Any, **kwargs: Any) -> Any:
+        dumped.append(data)
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(yaml, "dump", dump)
+    return dumped
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.dictionaries(_strings, _data, max_size=5), st.lists(_data, max_size=5)))
 def test_same_text_as_pyyaml(obj: Any) -> None:
@@ -65,11 +78,10 @@ def test_same_text_as_pyyaml(obj: Any) -> None:
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)
 def test_golden_manifests_take_the_short_path(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(obj: Any) -> str:
-        raise AssertionError("the whole document went through PyYAML")
-
-    monkeypatch.setattr(module, "_whole", refuse)
-    assert yaml_text(yaml.safe_load(path.read_text())) == path.read_text()
+    doc = yaml.safe_load(path.read_text())
+    dumped = dumps_of(monkeypatch)
+    assert yaml_text(doc) == path.read_text()
+    assert not any(d is doc for d in dumped), "the whole document went through PyYAML"
 
 
 @pytest.mark.parametrize(
@@ -87,8 +99,9 @@ def test_folded_multi_line_and_odd_scalars_read_as_pyyaml_writes_them(
     obj: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = pyyaml(obj)
-    monkeypatch.setattr(module, "_whole", lambda obj: "went through PyYAML whole")
+    dumped = dumps_of(monkeypatch)
     assert yaml_text(obj) == expected
+    assert not any(d is obj for d in dumped), "the whole document went through PyYAML"
 
 
 @pytest.mark.parametrize("obj", [{"": 1}, {"k" * 130: 1}, {"a\nb": 1}, {"t": (1, 2)}, {}, []])

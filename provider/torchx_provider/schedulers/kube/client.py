@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError
 from torchx_provider.schedulers.api import (
@@ -54,6 +54,9 @@ from torchx_provider.schedulers.logs import (
 from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.api import NONE, AppState
 from torchx_provider.specs.names import make_app_handle
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.kube.status import PodDetails
 
 #: Seconds the first describe of an app waits for the shared caches' first list.
 SYNC_WAIT = 10.0
@@ -253,7 +256,15 @@ class KubeAsyncClient(AsyncSchedulerClient):
         await self.kube.close()
 
 
-def with_failures(resp: DescribeAppResponse, watch: AppWatch) -> DescribeAppResponse:
+class EndsSeen(Protocol):
+    """What :func:`with_failures` reads of an app's watch (:class:`~.hub.AppWatch`)."""
+
+    @property
+    def failures(self) -> Mapping[tuple[str, int], PodDetails]:
+        """``(role, replica)`` -> how its last failed pod ended."""
+
+
+def with_failures(resp: DescribeAppResponse, watch: EndsSeen) -> DescribeAppResponse:
     """``resp`` with the exit code, error, reason, failure kind and end time of each failed
     replica whose pod is gone filled in from how the watch saw it end
     (:attr:`.hub.AppWatch.failures`): Volcano deletes the other pods of a job that failed,

@@ -43,7 +43,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
-from torchx_provider.schedulers.kube.hub import AppWatch
 from torchx_provider.schedulers.kube.podlogs import (
     ContainerInstance,
     no_log_yet,
@@ -86,10 +85,27 @@ GATHER = 0.005
 BREAKS_TOLERATED = 2
 
 
+class WatchedPods(Protocol):
+    """What a follower reads of an app's subscription (:class:`~.hub.AppWatch`)."""
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the pods cache is listed and current."""
+
+    def pods(self) -> list[dict[str, Any]]:
+        """The app's pods in the cache."""
+
+    def listen(self) -> asyncio.Event:
+        """An event set on every change of the app or its pods."""
+
+    def unlisten(self, event: asyncio.Event) -> None:
+        """Stop setting ``event``."""
+
+
 class FollowedApp(Protocol):
     """What a follower reads (the triggerer's :class:`~.client.KubeAsyncClient`)."""
 
-    async def watch(self, app_id: str) -> AppWatch:
+    async def watch(self, app_id: str) -> WatchedPods:
         """The app's subscription to the shared caches."""
 
     async def replica_pods(
@@ -172,7 +188,7 @@ class ReplicaLogFollower:
         finally:
             watch.unlisten(changed)
 
-    async def _instances(self, watch: AppWatch) -> list[ContainerInstance]:
+    async def _instances(self, watch: WatchedPods) -> list[ContainerInstance]:
         s = self.source
         if watch.healthy:
             pods = watch.pods()
@@ -197,7 +213,7 @@ class ReplicaLogFollower:
         self,
         instance: ContainerInstance,
         cursor: LogCursor,
-        watch: AppWatch,
+        watch: WatchedPods,
         changed: asyncio.Event,
     ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor, bool]]:
         """``instance`` read in one turn of a stream slot: ``(lines, cursor, finished)``
@@ -217,7 +233,7 @@ class ReplicaLogFollower:
         self,
         instance: ContainerInstance,
         cursor: LogCursor,
-        watch: AppWatch,
+        watch: WatchedPods,
         changed: asyncio.Event,
         slot: Slot,
     ) -> AsyncGenerator[tuple[list[TimestampedLine], LogCursor, bool], None]:
@@ -346,7 +362,7 @@ class ReplicaLogFollower:
         self,
         instance: ContainerInstance,
         cursor: LogCursor,
-        watch: AppWatch,
+        watch: WatchedPods,
         changed: asyncio.Event,
         *,
         follow: bool,
@@ -394,20 +410,20 @@ class ReplicaLogFollower:
                 if late is not None and not isinstance(late, BaseException):
                     late.release()  # answered just as it was given up
 
-    def _cached(self, instance: ContainerInstance, watch: AppWatch) -> ContainerInstance | None:
+    def _cached(self, instance: ContainerInstance, watch: WatchedPods) -> ContainerInstance | None:
         """``instance`` as the cache shows it now: ``None`` if the cache holds no such
         instance (restarted or gone)."""
         s = self.source
         now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
         return next((i for i in now if i.key == instance.key), None)
 
-    def _fresh(self, instance: ContainerInstance, watch: AppWatch) -> ContainerInstance:
+    def _fresh(self, instance: ContainerInstance, watch: WatchedPods) -> ContainerInstance:
         """``instance`` as the cache shows it now (as it was if the cache cannot tell)."""
         if not watch.healthy:
             return instance
         return self._cached(instance, watch) or instance
 
-    def _has_ended(self, instance: ContainerInstance, watch: AppWatch) -> bool:
+    def _has_ended(self, instance: ContainerInstance, watch: WatchedPods) -> bool:
         """Whether the cache shows ``instance`` ended, restarted or gone."""
         if not watch.healthy:
             return False
