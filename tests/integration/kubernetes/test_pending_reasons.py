@@ -153,6 +153,17 @@ def no_pods_namespace(kube_cluster: Any) -> Iterator[str]:
             core.create_namespaced_resource_quota(
                 name, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
             )
+            # The local cluster runs no quota controller: admission enforces a quota by the
+            # status that controller would write, so write it here.
+            core.replace_namespaced_resource_quota_status(
+                "no-pods",
+                name,
+                {
+                    "metadata": {"name": "no-pods"},
+                    "spec": {"hard": {"pods": "0"}},
+                    "status": {"hard": {"pods": "0"}, "used": {"pods": "0"}},
+                },
+            )
             yield name
         finally:
             core.delete_namespace(name)

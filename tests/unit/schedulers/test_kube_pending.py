@@ -17,7 +17,7 @@ from kube_fakes import (
 )
 
 from torchx_provider.schedulers.kube import core as core_module
-from torchx_provider.schedulers.kube.pending import MESSAGE_CHARS, event_waits, pod_waits
+from torchx_provider.schedulers.kube.pending import COMBINED, MESSAGE_CHARS, event_waits, pod_waits
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState
 
@@ -294,9 +294,21 @@ def test_mcad_preemption_conditions_are_said() -> None:
 
 
 QUOTA_REFUSED = (
-    'Error creating pods: [failed to create pod pod1, err: pods "j-w-0" is forbidden: '
+    'Error creating pods: [failed to create pod j-w-0, err: pods "j-w-0" is forbidden: '
     "exceeded quota: no-pods, requested: pods=1, used: pods=0, limited: pods=0]"
 )
+
+
+def go_printed(pointer: str) -> str:
+    """The same refusal as Volcano's controller prints it: the API error's whole struct,
+    with a pointer that differs at every retry."""
+    return (
+        "Error creating pods: [failed to create pod j-w-0, err: &errors.StatusError{ErrStatus:"
+        'v1.Status{TypeMeta:v1.TypeMeta{Kind:"", APIVersion:""}, Status:"Failure", '
+        'Message:"pods \\"j-w-0\\" is forbidden: exceeded quota: no-pods, requested: pods=1, '
+        'used: pods=0, limited: pods=0", Reason:"Forbidden", '
+        f"Details:(*v1.StatusDetails)({pointer}), Code:403}}}}]"
+    )
 
 
 def test_pods_volcano_cannot_create_are_said_from_the_job_s_events_and_routine_steps_not() -> None:
@@ -308,8 +320,11 @@ def test_pods_volcano_cannot_create_are_said_from_the_job_s_events_and_routine_s
     fake.event_list = [
         job_event(job, "CommandIssued", "Start job", 1),
         job_event(job, "PodGroupPending", "PodGroup ns:j unschedulable, reason: ...", 2),
-        job_event(job, "FailedCreate", QUOTA_REFUSED, 3),
-        job_event(job, "FailedCreate", QUOTA_REFUSED, 4),  # the controller retries: said once
+        job_event(job, "FailedCreate", go_printed("0xc000a1b2c0"), 3),
+        # the controller retries, another pointer in the same words: said once
+        job_event(job, "FailedCreate", go_printed("0x1b9f23aca180"), 4),
+        # seen often, client-go marks it as combined: the same words
+        job_event(job, "FailedCreate", COMBINED + go_printed("0xc0001"), 5),
         job_event(stranger, "FailedCreate", "another job's", 3),
     ]
     for _ in range(2):

@@ -16,6 +16,7 @@ that changes when the reason does, so that the task log says each one once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,32 @@ def _when(event: Mapping[str, Any]) -> str:
     )
 
 
+#: A Kubernetes API error as a Go controller prints it (``%+v`` of a ``StatusError``): the
+#: words are its ``Message``; the rest, with a pointer that changes every time, is noise.
+_GO_STATUS_ERROR = re.compile(
+    r'&errors\.StatusError\{ErrStatus:v1\.Status\{.*?Message:"((?:[^"\\]|\\.)*)".*?\}\}'
+)
+#: A Go pointer printed in a message (``(0xc000a1b2c0)``): different at every retry.
+_GO_POINTER = re.compile(r"\(?0x[0-9a-f]{6,}\)?")
+#: What client-go's event correlator puts before a message it has seen often.
+COMBINED = "(combined from similar events): "
+
+
+def readable(message: str) -> str:
+    r"""``message`` without what a Go controller's printing of an API error adds to its
+    words: the error's own ``Message``, unquoted, stands for it; pointers go, and the mark
+    client-go puts on an Event it repeats often (:data:`COMBINED`).
+
+    >>> readable('Error creating pods: [failed to create pod p, err: &errors.StatusError{'
+    ...     'ErrStatus:v1.Status{Status:"Failure", Message:"pods \\"p\\" is forbidden: '
+    ...     'exceeded quota: q", Reason:"Forbidden", Details:(*v1.StatusDetails)(0xc000a1b2c0), '
+    ...     'Code:403}}]')
+    'Error creating pods: [failed to create pod p, err: pods "p" is forbidden: exceeded quota: q]'
+    """
+    text = _GO_STATUS_ERROR.sub(lambda m: m.group(1).replace('\\"', '"'), message)
+    return _GO_POINTER.sub("", text.removeprefix(COMBINED))
+
+
 def event_waits(
     events: Iterable[Mapping[str, Any]], routine: Collection[str] = frozenset()
 ) -> list[Wait]:
@@ -139,7 +166,7 @@ def event_waits(
     for event in sorted(events, key=_when):
         involved = event.get("involvedObject") or {}
         reason = str(event.get("reason") or "")
-        message = short(event.get("message") or event.get("note"))
+        message = short(readable(str(event.get("message") or event.get("note") or "")))
         if (not reason and not message) or reason in routine:
             continue
         kind = str(involved.get("kind") or "object")
