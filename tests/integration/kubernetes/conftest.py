@@ -75,6 +75,7 @@ Giving a pod log lines (local cluster)
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
@@ -94,6 +95,8 @@ import pytest
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from registry_fixture import local_registry  # noqa: F401
+
+from kube_apps import kube_scheduler
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
@@ -585,3 +588,17 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix[:32].rstrip('-')}-{secrets.token_hex(3)}"
 
     return make
+
+
+@pytest.fixture
+def tracked_scheduler(kube_cluster: KubeCluster) -> Iterator[Callable[..., Any]]:
+    """``tracked_scheduler(create_scheduler, session="it", mcad=False)``: a scheduler of the
+    restricted account made by a backend's ``create_scheduler`` (see
+    :func:`kube_apps.kube_scheduler`); what it was told it submitted is deleted, and it is
+    closed, after the test."""
+    with contextlib.ExitStack() as stack:
+
+        def make(create_scheduler: Callable[..., Any], **kw: Any) -> Any:
+            return stack.enter_context(kube_scheduler(create_scheduler, kube_cluster, **kw))
+
+        yield make

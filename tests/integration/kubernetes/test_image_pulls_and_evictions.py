@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import (
@@ -54,18 +54,14 @@ def kubeconfig_of(name: str, kube_cluster: Any) -> str:
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, kube_cluster: Any) -> Iterator[tuple[str, Any]]:
+def backend(
+    request: pytest.FixtureRequest, kube_cluster: Any, tracked_scheduler: Any
+) -> tuple[str, Any]:
     """``(name, scheduler)`` of each Kubernetes backend; what it submits is deleted after
     the test."""
-    module = BACKENDS[request.param]
-    with tracked(
-        module.create_scheduler(
-            "it",
-            kubeconfig=kubeconfig_of(request.param, kube_cluster),
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield request.param, s
+    name = request.param
+    kubeconfig_of(name, kube_cluster)  # skips without MCAD's controller
+    return name, tracked_scheduler(BACKENDS[name].create_scheduler, mcad=name == "mcad")
 
 
 def pulling_app(kube_cluster: Any, marker: str) -> specs.AppDef:
@@ -196,13 +192,8 @@ async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_th
 
 
 @pytest.fixture
-def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
-    with tracked(
-        volcano.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def volcano_scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(volcano.create_scheduler)
 
 
 def running_pod(kube_cluster: Any, app_id: str) -> str | None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kube_apps import tracked
+from kube_apps import kube_role
 from task_log import SequenceLog, TaskLog, rss_mb
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -33,28 +33,14 @@ QUEUE = "default"
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local:
         pytest.skip("pod outcomes and logs are driven by the local cluster's kwok")
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(create_scheduler)
 
 
 def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> specs.Role:
-    return specs.Role(
-        name,
-        image="registry.invalid/train:1",
-        entrypoint="python",
-        args=["-m", "train"],
-        num_replicas=replicas,
-        resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
-        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-        **kw,
-    )
+    return kube_role(name, behaviour, replicas=replicas, args=["-m", "train"], **kw)
 
 
 def pod_names(info: Any) -> dict[str, str]:

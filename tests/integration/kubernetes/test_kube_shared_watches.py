@@ -14,13 +14,12 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 
-from kube_apps import tracked
+from kube_apps import kube_role, kube_scheduler
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
@@ -49,15 +48,10 @@ def open_watches(admin_kubeconfig: str) -> Counter[tuple[str, str]]:
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local:
         pytest.skip("pods are run by the local cluster's kwok nodes")
-    with tracked(
-        create_scheduler(
-            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(create_scheduler, session="hub")
 
 
 class RequestLog:
@@ -89,17 +83,7 @@ def request_log(monkeypatch: pytest.MonkeyPatch) -> RequestLog:
 def two_replica_app(kube_cluster: Any, i: int) -> specs.AppDef:
     behaviour = kube_cluster.pod_behaviour(run_seconds=4, start_seconds=1)
     return specs.AppDef(
-        f"fanin-{i}",
-        [
-            specs.Role(
-                "worker",
-                image="registry.invalid/train:1",
-                entrypoint="python",
-                num_replicas=2,
-                resource=specs.Resource(cpu=0.1, gpu=0, memMB=64),
-                metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-            )
-        ],
+        f"fanin-{i}", [kube_role("worker", behaviour, replicas=2, cpu=0.1, mem_mb=64)]
     )
 
 
@@ -195,24 +179,11 @@ async def test_kueue_workloads_of_many_appwrappers_come_from_one_watch(
         pytest.skip("pods are run by the local cluster's kwok nodes")
     kueue = kube_cluster.require_kueue()
     behaviour = kube_cluster.pod_behaviour(run_seconds=2, start_seconds=0.5)
-    with tracked(
-        appwrapper.create_scheduler(
-            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as aws:
+    with kube_scheduler(appwrapper.create_scheduler, kube_cluster, session="hub") as aws:
         app_ids = []
         for i in range(KUEUE_JOBS):
             app = specs.AppDef(
-                f"kq-fanin-{i}",
-                [
-                    specs.Role(
-                        "worker",
-                        image="registry.invalid/train:1",
-                        entrypoint="python",
-                        resource=specs.Resource(cpu=0.2, gpu=0, memMB=64),
-                        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-                    )
-                ],
+                f"kq-fanin-{i}", [kube_role("worker", behaviour, cpu=0.2, mem_mb=64)]
             )
             app_id = aws.schedule(aws.submit_dryrun(app, {"local_queue": kueue.local_queue}))
             aws.created.append(app_id)

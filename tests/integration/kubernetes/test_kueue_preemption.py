@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app
 from reliability_results import lines_lost_and_repeated, outcome_row, recorded
 from task_log import TaskLog
 from torchx_provider import specs
@@ -38,15 +37,10 @@ def backend(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, backend: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, backend: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local:
         pytest.skip("needs the local cluster's Kueue queues")
-    with tracked(
-        backend.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(backend.create_scheduler)
 
 
 def quota_filler(kube_cluster: Any, name: str, run_seconds: float) -> specs.AppDef:

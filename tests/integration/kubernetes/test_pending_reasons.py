@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import mcad, volcano
@@ -25,15 +25,10 @@ pytestmark = pytest.mark.kubernetes
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local:
         pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(create_scheduler)
 
 
 def too_large(kube_cluster: Any) -> specs.AppDef:
@@ -105,15 +100,10 @@ async def test_an_unschedulable_replica_is_said_once_within_seconds(
 
 
 @pytest.fixture
-def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
+def volcano_scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local:
         pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    with tracked(
-        volcano.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(volcano.create_scheduler)
 
 
 QUOTA = "queue resource quota insufficient"
@@ -182,19 +172,12 @@ async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
 
 
 @pytest.fixture
-def mcad_scheduler(kube_cluster: Any) -> Iterator[Any]:
+def mcad_scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local or kube_cluster.mcad_restricted_kubeconfig is None:
         pytest.skip("needs the local cluster's MCAD API server")
     if not kube_cluster.mcad_controller:
         pytest.skip("this cluster does not run MCAD's controller")
-    with tracked(
-        mcad.create_scheduler(
-            "it",
-            kubeconfig=kube_cluster.mcad_restricted_kubeconfig,
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(mcad.create_scheduler, mcad=True)
 
 
 MCAD_HOLDS = "not dispatched: AppWrapperNotRunnable"
