@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from torchx_provider import specs
+from torchx_provider.specs.api import AppState
 
 #: an image no node pulls: kwok "runs" the pods
 IMAGE = "registry.invalid/train:1"
@@ -138,6 +139,11 @@ def wait_gone(scheduler: Any, app_id: str, timeout: float = 30, message: str = "
 def replicas(resp: Any) -> list[Any]:
     """Every replica status of a description, role by role."""
     return [r for rs in resp.roles_statuses for r in rs.replicas]
+
+
+def all_running(resp: Any) -> bool:
+    """Whether every replica of a description is running."""
+    return {x.state for x in replicas(resp)} == {AppState.RUNNING}
 
 
 def app_pods(kube_cluster: Any, app_id: str) -> list[Any]:

@@ -1,5 +1,6 @@
-"""What the tests of the ``kubernetes_appwrapper`` and ``kubernetes_jobset`` backends check
-alike: each test names its backend's app and scheduler and calls one of these."""
+"""What the tests of the ``kubernetes_appwrapper`` and ``kubernetes_jobset`` backends (and,
+for the async client, ``kubernetes_mcad``) check alike: each test names its backend's app and
+scheduler and calls one of these."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from kueue_objects import condition
+from kueue_objects import condition, cpu_quota
 
-from kube_apps import app_pods, submit, wait_gone, wait_state
+from kube_apps import all_running, app_pods, replicas, submit, wait_gone, wait_state
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -21,6 +22,27 @@ RUN_ID = "scheduled__2024-05-01T00:00:00+00:00"
 LOGS_START = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
 AppOf = Callable[..., specs.AppDef]
+
+
+def every_replica_succeeded(resp: Any) -> None:
+    """The description of a trainer-and-ps app names both roles, and each of the 3
+    replicas succeeded with exit code 0."""
+    assert [r.name for r in resp.roles] == ["trainer", "ps"]
+    assert [(r.role, r.id, r.state, r.exit_code) for r in replicas(resp)] == [
+        ("trainer", 0, AppState.SUCCEEDED, 0),
+        ("trainer", 1, AppState.SUCCEEDED, 0),
+        ("ps", 0, AppState.SUCCEEDED, 0),
+    ]
+
+
+def cancelled_while_running(scheduler: Any, app: specs.AppDef) -> str:
+    """Submit ``app``, cancel it once every replica runs, and see it cancelled: its app id."""
+    app_id, _ = submit(scheduler, app)
+    wait_state(scheduler, app_id, all_running)
+    scheduler.cancel(app_id)
+    resp = scheduler.describe(app_id)
+    assert resp is not None and resp.state is AppState.CANCELLED
+    return app_id
 
 
 def cancelled_is_left_alone_then_deleted(scheduler: Any, app_id: str) -> None:
@@ -79,21 +101,49 @@ def logs_of_every_replica(
 
 
 async def async_client_describes_and_cancels(
-    kube_cluster: Any, scheduler: Any, create_async_client: Callable[..., Any], app_id: str
+    kube_cluster: Any,
+    scheduler: Any,
+    create_async_client: Callable[..., Any],
+    app_id: str,
+    *,
+    mcad: bool = False,
 ) -> None:
-    """The async client describes the running app as the scheduler does, and cancels it."""
+    """The async client (of the MCAD API server with ``mcad``) describes the running app as
+    the scheduler does, and cancels it: the app is then cancelled (with ``mcad``, gone: MCAD
+    has no abort, the AppWrapper is deleted)."""
     client = create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+        kubeconfig=kube_cluster.mcad_restricted_kubeconfig
+        if mcad
+        else kube_cluster.restricted_kubeconfig,
+        namespace=kube_cluster.namespace,
     )
     try:
         resp = await client.describe(app_id)
         assert resp is not None and resp.state is AppState.RUNNING
         assert resp == scheduler.describe(app_id)
         await client.cancel(app_id)
-        resp = await client.describe(app_id)
-        assert resp is not None and resp.state is AppState.CANCELLED
+        if mcad:
+            assert await client.describe(app_id) is None
+        else:
+            resp = await client.describe(app_id)
+            assert resp is not None and resp.state is AppState.CANCELLED
     finally:
         await client.close()
+
+
+def queued(kueue: Any, priority_class: str | None = None) -> dict[str, str]:
+    """The run options that submit to the Kueue queues' LocalQueue (at ``priority_class``)."""
+    cfg = {"local_queue": kueue.local_queue}
+    if priority_class is not None:
+        cfg["priority_class"] = priority_class
+    return cfg
+
+
+def submit_at_low_priority(kube_cluster: Any, scheduler: Any, app: specs.AppDef) -> tuple[str, Any]:
+    """Submit ``app`` to Kueue's LocalQueue at the low priority: its app id, and the queues."""
+    kueue = kube_cluster.require_kueue()
+    app_id, _ = submit(scheduler, app, **queued(kueue, kueue.low_priority))
+    return app_id, kueue
 
 
 def one_running_one_queued(
@@ -106,13 +156,13 @@ def one_running_one_queued(
     first, _ = submit(
         scheduler,
         app(f"{prefix}-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
-        local_queue=kueue.local_queue,
+        **queued(kueue),
     )
     wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
     second, _ = submit(
         scheduler,
         app(f"{prefix}-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
-        local_queue=kueue.local_queue,
+        **queued(kueue),
     )
     return first, second
 
@@ -133,27 +183,25 @@ def high_preempts_low(
     scheduler: Any,
     app: AppOf,
     prefix: str,
-    cpu: float,
     low_behaviour: dict[str, str],
-    low_running: Callable[[Any], bool],
     workload: Callable[[Any, str], dict[str, Any] | None],
     wait_until: Any,
 ) -> tuple[str, str]:
     """``{prefix}-low`` (``low_behaviour``) of low priority runs; ``{prefix}-high`` (2 s) of
-    high priority, which does not fit beside it, makes Kueue evict it. Their app ids."""
+    high priority, which does not fit beside it (each replica of both asks for a quarter of
+    the ClusterQueue's CPU), makes Kueue evict it. Their app ids."""
     kueue = kube_cluster.require_kueue()
+    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
     low, _ = submit(
         scheduler,
         app(f"{prefix}-low", low_behaviour, cpu=cpu),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.low_priority,
+        **queued(kueue, kueue.low_priority),
     )
-    wait_state(scheduler, low, low_running)
+    wait_state(scheduler, low, all_running)
     high, _ = submit(
         scheduler,
         app(f"{prefix}-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.high_priority,
+        **queued(kueue, kueue.high_priority),
     )
     evicted = wait_until(
         lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60

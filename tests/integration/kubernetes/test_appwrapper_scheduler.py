@@ -19,8 +19,8 @@ import kueue_objects
 import pytest
 from kueue_objects import condition, cpu_quota
 
+from kube_apps import all_running, replicas, stored_object, submit, trainer_and_ps, wait_state
 from kube_apps import app_pods as pods
-from kube_apps import replicas, stored_object, submit, trainer_and_ps, wait_state
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.schedulers.kube.resources import APPWRAPPER_V1BETA2
 from torchx_provider.specs.api import AppState, is_terminal
@@ -28,19 +28,17 @@ from torchx_provider.specs.api import AppState, is_terminal
 pytestmark = pytest.mark.kubernetes
 
 
-@pytest.fixture
-def scheduler(tracked_scheduler: Any) -> Any:
-    return tracked_scheduler(create_scheduler)
-
-
 #: role ``trainer`` of 2 replicas and ``ps`` of one, ``app(name, behaviour, max_retries=0,
 #: cpu=0.5)``
 app = trainer_and_ps
 stored = partial(stored_object, resource=APPWRAPPER_V1BETA2)
+#: ``workload(kube_cluster, app_id)``: the Kueue Workload of an AppWrapper, if Kueue made one
+workload = partial(kueue_objects.workload, owner_kind="AppWrapper")
 
 
-def all_running(resp: Any) -> bool:
-    return {x.state for x in replicas(resp)} == {AppState.RUNNING}
+@pytest.fixture
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(create_scheduler)
 
 
 def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
@@ -50,12 +48,7 @@ def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
     assert body["spec"]["components"] == info.request.body["spec"]["components"]
     resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
     assert resp.state is AppState.SUCCEEDED, resp
-    assert [r.name for r in resp.roles] == ["trainer", "ps"]
-    assert [(r.role, r.id, r.state, r.exit_code) for r in replicas(resp)] == [
-        ("trainer", 0, AppState.SUCCEEDED, 0),
-        ("trainer", 1, AppState.SUCCEEDED, 0),
-        ("ps", 0, AppState.SUCCEEDED, 0),
-    ]
+    backend_checks.every_replica_succeeded(resp)
     name = app_id.split(":")[1]
     assert replicas(resp)[1].hostname == f"{name}-trainer-1.{name}"
     assert resp.num_restarts == 0
@@ -82,13 +75,9 @@ def test_a_failed_replica_is_retried_then_fails(kube_cluster: Any, scheduler: An
 
 
 def test_cancel_suspends_and_keeps_the_appwrapper(kube_cluster: Any, scheduler: Any) -> None:
-    app_id, _ = submit(
+    app_id = backend_checks.cancelled_while_running(
         scheduler, app("it-aw-cancel", kube_cluster.pod_behaviour(keep_running=True))
     )
-    wait_state(scheduler, app_id, all_running)
-    scheduler.cancel(app_id)
-    resp = scheduler.describe(app_id)
-    assert resp is not None and resp.state is AppState.CANCELLED
     deadline = time.monotonic() + 60
     while stored(kube_cluster, app_id).get("status", {}).get("phase") != "Suspended" or pods(
         kube_cluster, app_id
@@ -125,21 +114,11 @@ def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: An
     ]
 
 
-def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
-    """The Kueue Workload of a AppWrapper, if Kueue made one."""
-    return kueue_objects.workload(kube_cluster, app_id, "AppWrapper")
-
-
 def test_kueue_admits_an_app_of_its_local_queue(
     kube_cluster: Any, scheduler: Any, wait_until: Any
 ) -> None:
-    kueue = kube_cluster.require_kueue()
-    app_id, _info = submit(
-        scheduler,
-        app("it-aw-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.low_priority,
-    )
+    submitted = app("it-aw-kueue", kube_cluster.pod_behaviour(run_seconds=2))
+    app_id, kueue = backend_checks.submit_at_low_priority(kube_cluster, scheduler, submitted)
     labels = stored(kube_cluster, app_id)["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == kueue.local_queue
     assert labels["kueue.x-k8s.io/priority-class"] == kueue.low_priority
@@ -226,18 +205,9 @@ def test_higher_priority_preempts_within_the_cluster_queue(
     """The ClusterQueue preempts lower-priority work of its own: a high-priority app that
     does not fit beside a running low-priority one evicts it; the low one goes back to the
     queue (suspended, its pods removed), and is admitted again once the high one has ended."""
-    kueue = kube_cluster.require_kueue()
-    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low_behaviour = kube_cluster.pod_behaviour(keep_running=True)
     low, high = backend_checks.high_preempts_low(
-        kube_cluster,
-        scheduler,
-        app,
-        "it-aw",
-        cpu,
-        kube_cluster.pod_behaviour(keep_running=True),
-        all_running,
-        workload,
-        wait_until,
+        kube_cluster, scheduler, app, "it-aw", low_behaviour, workload, wait_until
     )
     resp = wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120)
     assert resp.state is AppState.SUCCEEDED, resp

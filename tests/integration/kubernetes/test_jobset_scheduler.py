@@ -19,6 +19,7 @@ from kueue_objects import condition, cpu_quota
 
 from kube_apps import (
     TRAIN_ARGS,
+    all_running,
     kube_role,
     replicas,
     stored_object,
@@ -50,10 +51,6 @@ app = trainer_and_ps
 stored = partial(stored_object, resource=JOBSET)
 
 
-def all_running(resp: Any) -> bool:
-    return {x.state for x in replicas(resp)} == {AppState.RUNNING}
-
-
 def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
     app_id, info = submit(scheduler, app("it-js-ok", kube_cluster.pod_behaviour(run_seconds=2)))
     body = stored(kube_cluster, app_id)
@@ -69,12 +66,7 @@ def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
     resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
     assert resp.state is AppState.SUCCEEDED, resp
     assert resp.msg == "Completed: jobset completed successfully"
-    assert [r.name for r in resp.roles] == ["trainer", "ps"]
-    assert [(r.role, r.id, r.state, r.exit_code) for r in replicas(resp)] == [
-        ("trainer", 0, AppState.SUCCEEDED, 0),
-        ("trainer", 1, AppState.SUCCEEDED, 0),
-        ("ps", 0, AppState.SUCCEEDED, 0),
-    ]
+    backend_checks.every_replica_succeeded(resp)
     name = app_id.split(":")[1]
     assert replicas(resp)[1].hostname == f"{name}-trainer-0-1.{name}"
     # the hostnames the provider reports are those the Job controller gave the pods, in the
@@ -126,13 +118,9 @@ def test_an_exit_code_that_fails_at_once_is_not_restarted(
 
 
 def test_cancel_suspends_and_keeps_the_jobset(kube_cluster: Any, scheduler: Any) -> None:
-    app_id, _ = submit(
+    app_id = backend_checks.cancelled_while_running(
         scheduler, app("it-js-cancel", kube_cluster.pod_behaviour(keep_running=True))
     )
-    wait_state(scheduler, app_id, all_running)
-    scheduler.cancel(app_id)
-    resp = scheduler.describe(app_id)
-    assert resp is not None and resp.state is AppState.CANCELLED
     deadline = time.monotonic() + 60
     while pods(kube_cluster, app_id):
         assert time.monotonic() < deadline, [p.metadata.name for p in pods(kube_cluster, app_id)]
@@ -352,20 +340,15 @@ async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
 
 
 # -- Kueue ---------------------------------------------------------------------------------------
-def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
-    """The Kueue Workload of a JobSet, if Kueue made one."""
-    return kueue_objects.workload(kube_cluster, app_id, "JobSet")
+#: ``workload(kube_cluster, app_id)``: the Kueue Workload of a JobSet, if Kueue made one
+workload = partial(kueue_objects.workload, owner_kind="JobSet")
 
 
 def test_kueue_admits_a_jobset_of_its_local_queue(
     kube_cluster: Any, scheduler: Any, wait_until: Any
 ) -> None:
-    kueue = kube_cluster.require_kueue()
-    app_id, _ = submit(
-        scheduler,
-        app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.low_priority,
+    app_id, kueue = backend_checks.submit_at_low_priority(
+        kube_cluster, scheduler, app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2))
     )
     body = stored(kube_cluster, app_id)
     assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.local_queue
@@ -422,18 +405,9 @@ def test_a_preempted_jobset_is_queued_again_and_runs_to_the_end(
     """A high-priority JobSet that does not fit beside a running low-priority one makes Kueue
     evict it: the low one is suspended (its pods removed), not failed, and admitted again
     once the high one has ended."""
-    kueue = kube_cluster.require_kueue()
-    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
+    low_behaviour = kube_cluster.pod_behaviour(run_seconds=6)
     low, high = backend_checks.high_preempts_low(
-        kube_cluster,
-        scheduler,
-        app,
-        "it-js",
-        cpu,
-        kube_cluster.pod_behaviour(run_seconds=6),
-        all_running,
-        workload,
-        wait_until,
+        kube_cluster, scheduler, app, "it-js", low_behaviour, workload, wait_until
     )
     assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
     assert wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120).state is (

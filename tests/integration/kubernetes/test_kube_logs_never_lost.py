@@ -120,6 +120,22 @@ async def follow(kube_cluster: Any, app_id: str, **kw: Any) -> tuple[Any, TaskLo
     return event, log
 
 
+async def schedule_and_follow(
+    kube_cluster: Any, scheduler: Any, info: Any, kubelet: Kubelet
+) -> tuple[str, Any, TaskLog]:
+    """Submit the dry-run ``info`` and follow the app while ``kubelet`` gives its pods their
+    lines; the app id, the follow's final event and the task log."""
+    kubelet.start()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
+        return app_id, event, log
+    finally:
+        kubelet.stop.set()
+        kubelet.join()
+
+
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -153,14 +169,7 @@ async def test_a_replica_crashing_three_times_has_every_line_of_every_incarnatio
         return [(base + dt.timedelta(milliseconds=10 * i), t) for i, t in enumerate(texts)]
 
     kubelet = Kubelet(kube_cluster, [pod], lines)
-    kubelet.start()
-    try:
-        app_id = scheduler.schedule(info)
-        scheduler.created.append(app_id)
-        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
-    finally:
-        kubelet.stop.set()
-        kubelet.join()
+    _, event, log = await schedule_and_follow(kube_cluster, scheduler, info, kubelet)
     assert kubelet.error is None, kubelet.error
     assert event.state is AppState.FAILED, event
     ran = [n for n, uid in enumerate(kubelet.seen[pod]) if uid in kubelet.ran]
@@ -203,14 +212,7 @@ async def test_a_one_second_ttl_loses_no_line_and_progress_lines_come_once(
         return [(base + dt.timedelta(milliseconds=5 * i), t) for i, t in enumerate(texts)]
 
     kubelet = Kubelet(kube_cluster, list(pods.values()), lines)
-    kubelet.start()
-    try:
-        app_id = scheduler.schedule(info)
-        scheduler.created.append(app_id)
-        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
-    finally:
-        kubelet.stop.set()
-        kubelet.join()
+    app_id, event, log = await schedule_and_follow(kube_cluster, scheduler, info, kubelet)
     assert kubelet.error is None, kubelet.error
     assert event.state is AppState.SUCCEEDED, event
     for key, name in pods.items():

@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+import backend_checks
 import pytest
 
 import kube_apps
@@ -121,17 +122,9 @@ async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
         )
     else:
         drive(kube_cluster, app_id, "Running", running=3)
-    client = create_async_client(
-        kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
+    await backend_checks.async_client_describes_and_cancels(
+        kube_cluster, scheduler, create_async_client, app_id, mcad=True
     )
-    try:
-        resp = await client.describe(app_id)
-        assert resp is not None and resp.state is AppState.RUNNING
-        assert resp == scheduler.describe(app_id)
-        await client.cancel(app_id)
-        assert await client.describe(app_id) is None
-    finally:
-        await client.close()
 
 
 def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any) -> None:
