@@ -87,7 +87,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
 
@@ -137,6 +137,25 @@ class KueueQueues:
     cluster_queue: str
     high_priority: str
     low_priority: str
+
+
+class PodLogOptions(TypedDict, total=False):
+    """Where the lines of :meth:`KubeCluster.set_pod_logs` go, and how they are stamped."""
+
+    #: the pod's namespace (default: the cluster's)
+    namespace: str | None
+    #: the one container they are of (default: every container of the pod)
+    container: str | None
+    #: the timestamp of the first plain line (default: now)
+    start: dt.datetime | None
+    #: the time between two plain lines (default: 1 ms)
+    interval: dt.timedelta
+    #: ``stdout`` (the default) or ``stderr``
+    stream: str
+    #: the pod is on the MCAD API server
+    mcad: bool
+    #: the lines' own file (see :meth:`KubeCluster.set_pod_logs`)
+    file_tag: str | None
 
 
 @dataclass
@@ -218,61 +237,36 @@ class KubeCluster:
 
     # -- pod logs ----------------------------------------------------------------
     def set_pod_logs(
-        self,
-        pod: str,
-        lines: Iterable[LineSpec],
-        *,
-        namespace: str | None = None,
-        container: str | None = None,
-        start: dt.datetime | None = None,
-        interval: dt.timedelta = dt.timedelta(milliseconds=1),
-        stream: str = "stdout",
-        mcad: bool = False,
-        file_tag: str | None = None,
+        self, pod: str, lines: Iterable[LineSpec], **options: Unpack[PodLogOptions]
     ) -> Path:
         """Give ``pod`` (one ``container`` of it, or all) these log lines.
 
         A plain string gets the timestamp ``start + i * interval`` (``start``
         defaults to now); a ``(datetime, text)`` pair keeps its own. Returns the
-        CRI log file, which :meth:`append_pod_logs` extends.
+        CRI log file, which :meth:`append_pod_logs` extends. The options are those of
+        :class:`PodLogOptions`.
 
         ``file_tag`` gives the lines a file of their own: a pod replaced by one
         with the same name (Volcano's restarts) gets new lines for its new
         instance while streams opened on the old one go on reading the old file,
         as with a kubelet, which keeps one log per container instance.
         """
-        path = self._log_file(pod, namespace, container, mcad, file_tag)
+        path = self._log_file(pod, options)
         path.write_text("")
-        self.append_pod_logs(
-            pod,
-            lines,
-            namespace=namespace,
-            container=container,
-            start=start,
-            interval=interval,
-            stream=stream,
-            mcad=mcad,
-            file_tag=file_tag,
-        )
-        self._put_logs_object(pod, namespace or self.namespace, container, path, mcad)
+        self.append_pod_logs(pod, lines, **options)
+        namespace = options.get("namespace") or self.namespace
+        container, mcad = options.get("container"), options.get("mcad", False)
+        self._put_logs_object(pod, namespace, container, path, mcad)
         return path
 
     def append_pod_logs(
-        self,
-        pod: str,
-        lines: Iterable[LineSpec],
-        *,
-        namespace: str | None = None,
-        container: str | None = None,
-        start: dt.datetime | None = None,
-        interval: dt.timedelta = dt.timedelta(milliseconds=1),
-        stream: str = "stdout",
-        mcad: bool = False,
-        file_tag: str | None = None,
+        self, pod: str, lines: Iterable[LineSpec], **options: Unpack[PodLogOptions]
     ) -> Path:
         """Append lines to the log set with :meth:`set_pod_logs` (same arguments)."""
-        path = self._log_file(pod, namespace, container, mcad, file_tag)
-        base = start or dt.datetime.now(dt.timezone.utc)
+        path = self._log_file(pod, options)
+        base = options.get("start") or dt.datetime.now(dt.timezone.utc)
+        interval = options.get("interval", dt.timedelta(milliseconds=1))
+        stream = options.get("stream", "stdout")
         with path.open("a", encoding="utf-8") as f:
             for i, spec in enumerate(lines):
                 when, text = spec if isinstance(spec, tuple) else (base + i * interval, spec)
@@ -281,23 +275,17 @@ class KubeCluster:
                 f.write(f"{_cri_timestamp(when)} {stream} F {text}\n")
         return path
 
-    def _log_file(
-        self,
-        pod: str,
-        namespace: str | None,
-        container: str | None,
-        mcad: bool,
-        file_tag: str | None = None,
-    ) -> Path:
+    def _log_file(self, pod: str, options: PodLogOptions) -> Path:
         if not self.local or self.pod_logs_dir is None:
             pytest.skip(
                 "pod logs can only be set on the local cluster (kwok serves them from files)"
             )
-        ns = namespace or self.namespace
-        directory = self.pod_logs_dir / ("mcad" if mcad else "main") / ns
+        ns = options.get("namespace") or self.namespace
+        directory = self.pod_logs_dir / ("mcad" if options.get("mcad") else "main") / ns
         directory.mkdir(parents=True, exist_ok=True)
+        file_tag = options.get("file_tag")
         tag = f".{file_tag}" if file_tag else ""
-        path = directory / f"{pod}.{container or '_all'}{tag}.log"
+        path = directory / f"{pod}.{options.get('container') or '_all'}{tag}.log"
         self._log_files.add(path)
         return path
 
