@@ -100,6 +100,18 @@ def kube_scheduler(
         yield s
 
 
+def restricted_async_client(
+    create_async_client: Callable[..., Any], kube_cluster: Any, *, mcad: bool = False
+) -> Any:
+    """An async client of the restricted account (of the MCAD API server with ``mcad``) in
+    the cluster's namespace, made by a backend's ``create_async_client``; the caller
+    closes it."""
+    kubeconfig = (
+        kube_cluster.mcad_restricted_kubeconfig if mcad else kube_cluster.restricted_kubeconfig
+    )
+    return create_async_client(kubeconfig=kubeconfig, namespace=kube_cluster.namespace)
+
+
 def submit(scheduler: Any, app: specs.AppDef, ti_key: Any = None, **cfg: Any) -> tuple[str, Any]:
     """Submit ``app`` with the run options ``cfg`` to a :func:`tracked` scheduler: its app id
     and dry-run info."""

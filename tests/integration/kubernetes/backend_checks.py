@@ -8,9 +8,17 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from kueue_objects import condition, cpu_quota
+from kueue_objects import condition, cpu_quota, queue_options
 
-from kube_apps import all_running, app_pods, replicas, submit, wait_gone, wait_state
+from kube_apps import (
+    all_running,
+    app_pods,
+    replicas,
+    restricted_async_client,
+    submit,
+    wait_gone,
+    wait_state,
+)
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -111,12 +119,7 @@ async def async_client_describes_and_cancels(
     """The async client (of the MCAD API server with ``mcad``) describes the running app as
     the scheduler does, and cancels it: the app is then cancelled (with ``mcad``, gone: MCAD
     has no abort, the AppWrapper is deleted)."""
-    client = create_async_client(
-        kubeconfig=kube_cluster.mcad_restricted_kubeconfig
-        if mcad
-        else kube_cluster.restricted_kubeconfig,
-        namespace=kube_cluster.namespace,
-    )
+    client = restricted_async_client(create_async_client, kube_cluster, mcad=mcad)
     try:
         resp = await client.describe(app_id)
         assert resp is not None and resp.state is AppState.RUNNING
@@ -131,18 +134,10 @@ async def async_client_describes_and_cancels(
         await client.close()
 
 
-def queued(kueue: Any, priority_class: str | None = None) -> dict[str, str]:
-    """The run options that submit to the Kueue queues' LocalQueue (at ``priority_class``)."""
-    cfg = {"local_queue": kueue.local_queue}
-    if priority_class is not None:
-        cfg["priority_class"] = priority_class
-    return cfg
-
-
 def submit_at_low_priority(kube_cluster: Any, scheduler: Any, app: specs.AppDef) -> tuple[str, Any]:
     """Submit ``app`` to Kueue's LocalQueue at the low priority: its app id, and the queues."""
     kueue = kube_cluster.require_kueue()
-    app_id, _ = submit(scheduler, app, **queued(kueue, kueue.low_priority))
+    app_id, _ = submit(scheduler, app, **queue_options(kueue, kueue.low_priority))
     return app_id, kueue
 
 
@@ -156,13 +151,13 @@ def one_running_one_queued(
     first, _ = submit(
         scheduler,
         app(f"{prefix}-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
-        **queued(kueue),
+        **queue_options(kueue),
     )
     wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
     second, _ = submit(
         scheduler,
         app(f"{prefix}-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
-        **queued(kueue),
+        **queue_options(kueue),
     )
     return first, second
 
@@ -195,13 +190,13 @@ def high_preempts_low(
     low, _ = submit(
         scheduler,
         app(f"{prefix}-low", low_behaviour, cpu=cpu),
-        **queued(kueue, kueue.low_priority),
+        **queue_options(kueue, kueue.low_priority),
     )
     wait_state(scheduler, low, all_running)
     high, _ = submit(
         scheduler,
         app(f"{prefix}-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
-        **queued(kueue, kueue.high_priority),
+        **queue_options(kueue, kueue.high_priority),
     )
     evicted = wait_until(
         lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60

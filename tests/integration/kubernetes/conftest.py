@@ -580,13 +580,18 @@ def unique_name() -> Callable[[str], str]:
 
 @pytest.fixture
 def tracked_scheduler(kube_cluster: KubeCluster) -> Iterator[Callable[..., Any]]:
-    """``tracked_scheduler(create_scheduler, session="it", mcad=False)``: a scheduler of the
-    restricted account made by a backend's ``create_scheduler`` (see
+    """``tracked_scheduler(create_scheduler, session="it", mcad=False, local_only=None)``: a
+    scheduler of the restricted account made by a backend's ``create_scheduler`` (see
     :func:`kube_apps.kube_scheduler`); what it was told it submitted is deleted, and it is
-    closed, after the test."""
+    closed, after the test. With ``local_only`` (the reason), the test is skipped on a
+    cluster other than the local one."""
     with contextlib.ExitStack() as stack:
 
-        def make(create_scheduler: Callable[..., Any], **kw: Any) -> Any:
+        def make(
+            create_scheduler: Callable[..., Any], *, local_only: str | None = None, **kw: Any
+        ) -> Any:
+            if local_only is not None and not kube_cluster.local:
+                pytest.skip(local_only)
             return stack.enter_context(kube_scheduler(create_scheduler, kube_cluster, **kw))
 
         yield make

@@ -64,6 +64,17 @@ def backend(
     return name, tracked_scheduler(BACKENDS[name].create_scheduler, mcad=name == "mcad")
 
 
+def start_failure(event: JobEvent, log: TaskLog) -> Exception | None:
+    """The error the operator raises for ``event``, which must be the failure of ``worker/0``
+    to start."""
+    assert (event.kind, event.error, event.root_cause) == (
+        EventKind.ERROR,
+        ErrorKind.START,
+        "worker/0",
+    ), log.lines
+    return failure_error(event)
+
+
 def pulling_app(kube_cluster: Any, marker: str) -> specs.AppDef:
     app = one_replica_app(kube_cluster, marker, exit_code=0, run_seconds=1)
     app.roles[0].image = f"{REGISTRY}/{marker}/train:1"
@@ -105,12 +116,7 @@ async def test_an_image_that_can_never_be_pulled_fails_at_once(
     log = TaskLog()
     event = await asyncio.wait_for(follow(name, kube_cluster, app_id, log), 60)
     took = time.monotonic() - started
-    assert (event.kind, event.error, event.root_cause) == (
-        EventKind.ERROR,
-        ErrorKind.START,
-        "worker/0",
-    ), log.lines
-    error = failure_error(event)
+    error = start_failure(event, log)
     assert type(error) is AppConfigurationError, error
     text = str(error)
     assert "could not start as configured: worker/0 cannot start" in text, text
@@ -177,12 +183,7 @@ async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_th
     # the kubelet alternates ErrImagePull and ImagePullBackOff: each said once, not per turn
     assert len(waits) <= 2, waits
     assert took >= grace, (took, log.lines)
-    assert (event.kind, event.error, event.root_cause) == (
-        EventKind.ERROR,
-        ErrorKind.START,
-        "worker/0",
-    ), log.lines
-    error = failure_error(event)
+    error = start_failure(event, log)
     assert type(error) is InfrastructureError, error
     assert "worker/0 waited" in str(error) and "429 Too Many Requests" in str(error), error
     print(f"{name} rate limit: said {waits[0][:60]!r}..., InfrastructureError after {took:.1f} s")

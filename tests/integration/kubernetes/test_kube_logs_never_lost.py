@@ -29,14 +29,15 @@ from torchx_provider.triggers.follow import JobFollower
 
 pytestmark = pytest.mark.kubernetes
 
-QUEUE = "default"
-
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes and logs are driven by the local cluster's kwok")
-    return tracked_scheduler(create_scheduler)
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="pod outcomes and logs are driven by the local cluster's kwok"
+    )
+
+
+QUEUE = "default"
 
 
 def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> specs.Role:

@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from kueue_objects import queue_options
 
-from kube_apps import kube_role, kube_scheduler
+from kube_apps import kube_role, kube_scheduler, restricted_async_client, submit
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
@@ -48,10 +49,10 @@ def open_watches(admin_kubeconfig: str) -> Counter[tuple[str, str]]:
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("pods are run by the local cluster's kwok nodes")
-    return tracked_scheduler(create_scheduler, session="hub")
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, session="hub", local_only="pods are run by the local cluster's kwok nodes"
+    )
 
 
 class RequestLog:
@@ -93,18 +94,10 @@ async def test_fifty_jobs_one_watch_per_namespace_and_type(
     before = open_watches(kube_cluster.kubeconfig)
     app_ids = []
     for i in range(JOBS):
-        app_id = scheduler.schedule(
-            scheduler.submit_dryrun(two_replica_app(kube_cluster, i), {"queue": "default"})
-        )
-        scheduler.created.append(app_id)
+        app_id, _ = submit(scheduler, two_replica_app(kube_cluster, i), queue="default")
         app_ids.append(app_id)
 
-    clients = [
-        create_async_client(
-            kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-        for _ in app_ids
-    ]
+    clients = [restricted_async_client(create_async_client, kube_cluster) for _ in app_ids]
     during: list[Counter[tuple[str, str]]] = []
     synced_at: list[int] = []
 
@@ -185,14 +178,10 @@ async def test_kueue_workloads_of_many_appwrappers_come_from_one_watch(
             app = specs.AppDef(
                 f"kq-fanin-{i}", [kube_role("worker", behaviour, cpu=0.2, mem_mb=64)]
             )
-            app_id = aws.schedule(aws.submit_dryrun(app, {"local_queue": kueue.local_queue}))
-            aws.created.append(app_id)
+            app_id, _ = submit(aws, app, **queue_options(kueue))
             app_ids.append(app_id)
         clients = [
-            appwrapper.create_async_client(
-                kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-            )
-            for _ in app_ids
+            restricted_async_client(appwrapper.create_async_client, kube_cluster) for _ in app_ids
         ]
         said: list[str] = []
 

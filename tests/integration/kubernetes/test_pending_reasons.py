@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app
+from kube_apps import one_replica_app, restricted_async_client, submit
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import mcad, volcano
@@ -25,10 +25,10 @@ pytestmark = pytest.mark.kubernetes
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    return tracked_scheduler(create_scheduler)
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="needs the local cluster's nodes (32 CPUs each)"
+    )
 
 
 def too_large(kube_cluster: Any) -> specs.AppDef:
@@ -86,11 +86,8 @@ async def said_once_by_both(
 async def test_an_unschedulable_replica_is_said_once_within_seconds(
     kube_cluster: Any, scheduler: Any
 ) -> None:
-    app_id = scheduler.schedule(scheduler.submit_dryrun(too_large(kube_cluster), {}))
-    scheduler.created.append(app_id)
-    client = create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(scheduler, too_large(kube_cluster))
+    client = restricted_async_client(create_async_client, kube_cluster)
     async with followed(client, app_id) as log:
         said, took = await first_said(log, "is not scheduled", 60)
         assert "Insufficient cpu" in said[0], said
@@ -100,10 +97,10 @@ async def test_an_unschedulable_replica_is_said_once_within_seconds(
 
 
 @pytest.fixture
-def volcano_scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    return tracked_scheduler(volcano.create_scheduler)
+def volcano_scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        volcano.create_scheduler, local_only="needs the local cluster's nodes (32 CPUs each)"
+    )
 
 
 QUOTA = "queue resource quota insufficient"
@@ -114,12 +111,8 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
 ) -> None:
     app = too_large(kube_cluster)
     app.roles[0].num_replicas = 2
-    info = volcano_scheduler.submit_dryrun(app, {"queue": "default"})
-    app_id = volcano_scheduler.schedule(info)
-    volcano_scheduler.created.append(app_id)
-    client = volcano.create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(volcano_scheduler, app, queue="default")
+    client = restricted_async_client(volcano.create_async_client, kube_cluster)
     # Volcano repeats the Event every cycle; the worker's describe lists the PodGroup's
     # Events while the job is pending
     said, took, lines = await said_once_by_both(volcano_scheduler, client, app_id, QUOTA)
@@ -146,15 +139,9 @@ async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
     lost = one_replica_app(kube_cluster, "kq-lost", run_seconds=1)
     apps = []
     for app, queue in ((big, kueue.local_queue), (lost, "no-such-queue")):
-        app_id = scheduler.schedule(scheduler.submit_dryrun(app, {"local_queue": queue}))
-        scheduler.created.append(app_id)
+        app_id, _ = submit(scheduler, app, local_queue=queue)
         apps.append(app_id)
-    clients = [
-        create_async_client(
-            kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-        for _ in apps
-    ]
+    clients = [restricted_async_client(create_async_client, kube_cluster) for _ in apps]
     async with followed(clients[0], apps[0]) as log_big, followed(clients[1], apps[1]) as log_lost:
         never, took_big = await first_said(log_big, "can never be admitted", 30)
         assert "maximum capacity" in never[0] and "cpu" in never[0], never
@@ -190,11 +177,8 @@ async def test_mcad_says_why_it_does_not_dispatch_an_appwrapper_once_within_seco
     AppWrapper's conditions (``Backoff``): the follow says it once, in MCAD's words."""
     app = too_large(kube_cluster)
     app.roles[0].num_replicas = 2
-    app_id = mcad_scheduler.schedule(mcad_scheduler.submit_dryrun(app, {}))
-    mcad_scheduler.created.append(app_id)
-    client = mcad.create_async_client(
-        kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(mcad_scheduler, app)
+    client = restricted_async_client(mcad.create_async_client, kube_cluster, mcad=True)
     # MCAD backs off and tries again; the worker's describe reads the same conditions
     said, took, _ = await said_once_by_both(mcad_scheduler, client, app_id, MCAD_HOLDS)
     assert "Insufficient resources to dispatch AppWrapper" in said, said

@@ -29,10 +29,10 @@ QUEUE = "default"
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
-    return tracked_scheduler(create_scheduler)
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="pod outcomes are driven by the local cluster's kwok stages"
+    )
 
 
 def role(
