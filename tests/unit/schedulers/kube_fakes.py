@@ -213,6 +213,15 @@ class FakeListWatch:
         yield {}
 
 
+#: the name suffix the translation tests place their apps with
+SUFFIX = "abcd1234"
+
+
+def role(name: str = "worker", **kw: Any) -> specs.Role:
+    """A role of image ``img`` running ``run``; other fields in ``kw``."""
+    return specs.Role(name, image="img", entrypoint="run", **kw)
+
+
 def app(replicas: int = 2) -> specs.AppDef:
     return specs.AppDef(
         "echo", [specs.Role("my-role", image="i", entrypoint="e", num_replicas=replicas)]
