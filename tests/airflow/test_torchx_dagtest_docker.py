@@ -8,7 +8,14 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, rendered_fields, task_instances, xcoms
+from torchx_airflow_helpers import (
+    BUSYBOX,
+    assert_two_replicas_succeeded,
+    crash_after_submit,
+    rendered_fields,
+    task_instances,
+    xcoms,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
 
@@ -80,10 +87,7 @@ with DAG("{dag_id}", **ARGS) as dag:
     assert got["final_state"] == "SUCCEEDED"
     # the deferral's progress XCom is gone with the deferral (pushed before deferring)
     assert "torchx_log_cursors" not in got
-    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
-        (0, "SUCCEEDED", 0),
-        (1, "SUCCEEDED", 0),
-    ]
+    assert_two_replicas_succeeded(got)
     lines = replica_lines(text)
     for rid in (0, 1):
         assert lines[f"worker/{rid}"] == [f"replica {rid} says {i}" for i in range(5)]
@@ -137,19 +141,16 @@ def test_retry_reattaches_on_docker(
     dag_run = dag_runner.run(
         dag_id,
         HEADER
-        + f"""
-class CrashAfterSubmit(TorchXDockerOperator):
+        + crash_after_submit(
+            "TorchXDockerOperator",
+            f"""
     def execute(self, context):
         if {hide_store}:
             context["task_state_store"] = None
         return super().execute(context)
-
-    def submit_or_reattach(self, plan, context):
-        app_id, reattached = super().submit_or_reattach(plan, context)
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated worker crash after submission")
-        return app_id, reattached
-
+""",
+        )
+        + f"""
 
 with DAG("{dag_id}", **ARGS) as dag:
     CrashAfterSubmit(
