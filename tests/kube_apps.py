@@ -182,6 +182,20 @@ def stored_object(kube_cluster: Any, app_id: str, resource: Any) -> dict[str, An
     )
 
 
+def volcano_pod_names(request: Any) -> dict[tuple[str, int], str]:
+    """``(role, replica)`` -> the pod Volcano names for it (``{job}-{task}-0``), from the
+    request of a Volcano Job (a dry run's ``request``)."""
+    job = request.body
+    return {
+        (
+            meta["annotations"]["torchx.pytorch.org/role-name"],
+            int(meta["labels"]["torchx.pytorch.org/replica-id"]),
+        ): f"{job['metadata']['name']}-{task['name']}-0"
+        for task in job["spec"]["tasks"]
+        for meta in [task["template"]["metadata"]]
+    }
+
+
 def is_subset(sent: Any, stored: Any) -> bool:
     """Whether everything in ``sent`` is in ``stored`` as it was (lists item by item)."""
     if isinstance(sent, dict):

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kube_apps import kube_role
+from kube_apps import kube_role, volcano_pod_names
 from task_log import SequenceLog, TaskLog, rss_mb
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -46,16 +46,9 @@ def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> spec
 
 def pod_names(info: Any) -> dict[str, str]:
     """``role/replica`` -> the pod Volcano names for it (``{job}-{task}-0``)."""
-    job = info.request.body
-    out = {}
-    for task in job["spec"]["tasks"]:
-        meta = task["template"]["metadata"]
-        key = (
-            f"{meta['annotations']['torchx.pytorch.org/role-name']}/"
-            f"{meta['labels']['torchx.pytorch.org/replica-id']}"
-        )
-        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
-    return out
+    return {
+        f"{role}/{replica}": pod for (role, replica), pod in volcano_pod_names(info.request).items()
+    }
 
 
 class Kubelet(threading.Thread):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import kube_apps
-from kube_apps import TRAIN_ARGS, is_subset, kube_role, wait_gone
+from kube_apps import TRAIN_ARGS, is_subset, kube_role, volcano_pod_names, wait_gone
 from torchx_provider import specs
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -74,17 +74,8 @@ def replicas(resp: Any) -> dict[tuple[str, int], Any]:
 
 
 def pod_names(info: Any) -> dict[tuple[str, int], str]:
-    """The pod of each replica, as Volcano will name it: ``{job}-{task}-0``."""
-    job = info.request.body
-    out = {}
-    for task in job["spec"]["tasks"]:
-        ann = task["template"]["metadata"]
-        key = (
-            ann["annotations"]["torchx.pytorch.org/role-name"],
-            int(ann["labels"]["torchx.pytorch.org/replica-id"]),
-        )
-        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
-    return out
+    """The pod of each replica of the dry run, as Volcano will name it."""
+    return volcano_pod_names(info.request)
 
 
 # ---------------------------------------------------------------------------------------------
