@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -220,6 +220,22 @@ SUFFIX = "abcd1234"
 def role(name: str = "worker", **kw: Any) -> specs.Role:
     """A role of image ``img`` running ``run``; other fields in ``kw``."""
     return specs.Role(name, image="img", entrypoint="run", **kw)
+
+
+def found_under(obj: Any, wanted: Callable[[str, Any], bool]) -> list[Any]:
+    """The value of every mapping entry anywhere in ``obj`` (through mappings and lists)
+    for which ``wanted(key, value)``; the other entries' values are searched in turn."""
+    found: list[Any] = []
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if wanted(key, value):
+                found.append(value)
+            else:
+                found.extend(found_under(value, wanted))
+    elif isinstance(obj, list):
+        for item in obj:
+            found.extend(found_under(item, wanted))
+    return found
 
 
 def app(replicas: int = 2) -> specs.AppDef:

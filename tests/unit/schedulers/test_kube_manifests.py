@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kube_fakes import found_under
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -487,17 +488,10 @@ def test_crds_dir_can_be_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 def _containers(obj: Any) -> list[Mapping[str, Any]]:
     """Every container of every pod template or pod anywhere in ``obj``."""
-    found: list[Mapping[str, Any]] = []
-    if isinstance(obj, Mapping):
-        for key, value in obj.items():
-            if key in ("containers", "initContainers") and isinstance(value, list):
-                found.extend(value)
-            else:
-                found.extend(_containers(value))
-    elif isinstance(obj, list):
-        for item in obj:
-            found.extend(_containers(item))
-    return found
+    found = found_under(
+        obj, lambda key, value: key in ("containers", "initContainers") and isinstance(value, list)
+    )
+    return [container for containers in found for container in containers]
 
 
 @pytest.mark.parametrize("backend", ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper"])
