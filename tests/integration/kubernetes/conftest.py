@@ -177,6 +177,11 @@ class KubeCluster:
     _log_objects: set[tuple[str, str, bool]] = field(default_factory=set, repr=False)
     _log_files: set[Path] = field(default_factory=set, repr=False)
 
+    def skip_unless_local(self, reason: str) -> None:
+        """Skip the test (in CI too) with ``reason`` on a cluster other than the local one."""
+        if not self.local:
+            pytest.skip(reason)
+
     def require_kueue(self) -> KueueQueues:
         """The cluster's Kueue queues; skips (fails in CI) on a cluster without them."""
         if self.kueue is None:
@@ -590,8 +595,8 @@ def tracked_scheduler(kube_cluster: KubeCluster) -> Iterator[Callable[..., Any]]
         def make(
             create_scheduler: Callable[..., Any], *, local_only: str | None = None, **kw: Any
         ) -> Any:
-            if local_only is not None and not kube_cluster.local:
-                pytest.skip(local_only)
+            if local_only is not None:
+                kube_cluster.skip_unless_local(local_only)
             return stack.enter_context(kube_scheduler(create_scheduler, kube_cluster, **kw))
 
         yield make

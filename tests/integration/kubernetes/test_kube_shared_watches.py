@@ -168,8 +168,7 @@ async def test_kueue_workloads_of_many_appwrappers_come_from_one_watch(
     namespace's Workloads, never one request per app."""
     from torchx_provider.schedulers.kube import appwrapper
 
-    if not kube_cluster.local:
-        pytest.skip("pods are run by the local cluster's kwok nodes")
+    kube_cluster.skip_unless_local("pods are run by the local cluster's kwok nodes")
     kueue = kube_cluster.require_kueue()
     behaviour = kube_cluster.pod_behaviour(run_seconds=2, start_seconds=0.5)
     with kube_scheduler(appwrapper.create_scheduler, kube_cluster, session="hub") as aws:

@@ -40,8 +40,7 @@ def app(kube_cluster: Any, name: str = "misconf") -> specs.AppDef:
 
 @pytest.fixture
 def accounts(kube_cluster: Any, tmp_path: Path) -> Iterator[Accounts]:
-    if not kube_cluster.local:
-        pytest.skip("makes ServiceAccounts and Roles on the local cluster")
+    kube_cluster.skip_unless_local("makes ServiceAccounts and Roles on the local cluster")
     made = Accounts(kube_cluster, tmp_path)
     yield made
     made.delete()

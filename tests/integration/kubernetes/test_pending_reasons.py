@@ -123,8 +123,7 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
 
 @pytest.fixture
 def kueue(kube_cluster: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's Kueue queues")
+    kube_cluster.skip_unless_local("needs the local cluster's Kueue queues")
     return kube_cluster.require_kueue()
 
 

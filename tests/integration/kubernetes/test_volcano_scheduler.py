@@ -274,8 +274,7 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
 
 
 def test_restricted_credentials_cannot_reach_other_namespaces(kube_cluster: Any) -> None:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's RBAC")
+    kube_cluster.skip_unless_local("needs the local cluster's RBAC")
     s = create_scheduler(
         "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace="kube-system"
     )
