@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -18,15 +17,13 @@ from typing import NoReturn
 import pytest
 from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
 
-if not os.environ.get("TORCHX_TEST_AIRFLOW_HOME"):
-    _home = tempfile.mkdtemp(prefix="torchx-airflow-home-")
-    os.environ["TORCHX_TEST_AIRFLOW_HOME"] = _home
-    os.environ["AIRFLOW_HOME"] = _home
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(_home) / "dags"))
+# the fake backend and the AIRFLOW_HOME helper of the Airflow unit tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "airflow"))
 
-FAKES_DIR = Path(__file__).resolve().parent.parent / "unit" / "airflow"
-sys.path.insert(0, str(FAKES_DIR))
+import airflow_home
+
+if not airflow_home.chosen():
+    airflow_home.choose_throwaway_home()
 
 
 @pytest.fixture(scope="session")

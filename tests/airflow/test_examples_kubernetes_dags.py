@@ -91,42 +91,64 @@ def watch_pods(kube: Any, mcad: bool) -> Iterator[Callable[[str], list[str]]]:
     thread.join(timeout=10)
 
 
+def run_kube_example(
+    kube: Any,
+    dag_id: str,
+    conn_env: str,
+    tmp_path: Path,
+    conf: dict[str, Any],
+    *,
+    mcad: bool = False,
+) -> str:
+    """Run the example DAG ``dag_id`` with ``conf``, its connection (the environment variable
+    ``conn_env``) naming the restricted kubeconfig (of the MCAD API server with ``mcad``):
+    the output of ``airflow dags test``."""
+    kubeconfig = kube.mcad_restricted_kubeconfig if mcad else kube.restricted_kubeconfig
+    conn = {"conn_type": "torchx_kubernetes", "extra": {"kube_config_path": kubeconfig}}
+    return run_example(dag_id, tmp_path / "home", extra_env={conn_env: json.dumps(conn)}, conf=conf)
+
+
+def assert_every_replica_logged(
+    output: str, pods: list[str], replicas: list[tuple[str, str]]
+) -> None:
+    """The app had one pod per ``(role, replica)``, and each one's line is in the output."""
+    assert len(pods) == len(replicas), pods
+    for role, replica in replicas:
+        assert f"[{role}/{replica}] {replica_line(role, replica)}" in output
+
+
+def kueue_conf(kube: Any, skip_or_fail: Callable[[str], NoReturn], example: str) -> dict[str, Any]:
+    """The DAG's conf that submits to the local cluster's Kueue LocalQueue, at low priority
+    (skips, or fails in CI, on a cluster without the queues)."""
+    if kube.kueue is None:
+        skip_or_fail(f"the {example} example needs the local cluster's Kueue queues")
+    return {
+        "namespace": kube.namespace,
+        "local_queue": kube.kueue.local_queue,
+        "priority_class": kube.kueue.low_priority,
+    }
+
+
 def test_ddp_on_volcano_runs_end_to_end(
     kube: Any, pod_logs: Callable[[str], list[str]], tmp_path: Path
 ) -> None:
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.restricted_kubeconfig},
-    }
-    output = run_example(
-        "torchx_ddp_volcano",
-        tmp_path / "home",
-        extra_env={"AIRFLOW_CONN_TORCHX_KUBERNETES_DEFAULT": json.dumps(conn)},
-        conf={"namespace": kube.namespace, "queue": "default"},
+    conf = {"namespace": kube.namespace, "queue": "default"}
+    output = run_kube_example(
+        kube, "torchx_ddp_volcano", "AIRFLOW_CONN_TORCHX_KUBERNETES_DEFAULT", tmp_path, conf
     )
-    assert len(pod_logs("ddp")) == 2, pod_logs("ddp")
-    for replica in ("0", "1"):
-        assert f"[ddp/{replica}] {replica_line('ddp', replica)}" in output
+    assert_every_replica_logged(output, pod_logs("ddp"), [("ddp", "0"), ("ddp", "1")])
 
 
 def test_mcad_example_runs_end_to_end(
     kube: Any, mcad_pod_logs: Callable[[str], list[str]], tmp_path: Path
 ) -> None:
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.mcad_restricted_kubeconfig},
-    }
     # The local cluster has no scheduler-plugins coscheduler: the default scheduler places
     # the pods (the PodGroups are still created and checked by the API server).
-    output = run_example(
-        "torchx_mcad",
-        tmp_path / "home",
-        extra_env={"AIRFLOW_CONN_TORCHX_MCAD_DEFAULT": json.dumps(conn)},
-        conf={"namespace": kube.namespace, "coscheduler_name": "default-scheduler"},
+    conf = {"namespace": kube.namespace, "coscheduler_name": "default-scheduler"}
+    output = run_kube_example(
+        kube, "torchx_mcad", "AIRFLOW_CONN_TORCHX_MCAD_DEFAULT", tmp_path, conf, mcad=True
     )
-    assert len(mcad_pod_logs("infer")) == 2, mcad_pod_logs("infer")
-    for replica in ("0", "1"):
-        assert f"[infer/{replica}] {replica_line('infer', replica)}" in output
+    assert_every_replica_logged(output, mcad_pod_logs("infer"), [("infer", "0"), ("infer", "1")])
 
 
 @pytest.fixture
@@ -157,62 +179,44 @@ def kueue_admitted(kube: Any) -> Iterator[set[str]]:
     thread.join(timeout=10)
 
 
+@pytest.fixture
+def run_queued_example(
+    kube: Any, tmp_path: Path, skip_or_fail: Callable[[str], NoReturn]
+) -> Callable[[str, str, str], str]:
+    """``run(example, dag_id, conn_env)``: :func:`run_kube_example` of the restricted
+    kubeconfig with :func:`kueue_conf`; the output."""
+
+    def run(example: str, dag_id: str, conn_env: str) -> str:
+        conf = kueue_conf(kube, skip_or_fail, example)
+        return run_kube_example(kube, dag_id, conn_env, tmp_path, conf)
+
+    return run
+
+
 def test_appwrapper_example_runs_end_to_end(
-    kube: Any,
     pod_logs: Callable[[str], list[str]],
     kueue_admitted: set[str],
-    tmp_path: Path,
-    skip_or_fail: Callable[[str], NoReturn],
+    run_queued_example: Callable[[str, str, str], str],
 ) -> None:
-    if kube.kueue is None:
-        skip_or_fail("the AppWrapper example needs the local cluster's Kueue queues")
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.restricted_kubeconfig},
-    }
-    output = run_example(
-        "torchx_appwrapper",
-        tmp_path / "home",
-        extra_env={"AIRFLOW_CONN_TORCHX_APPWRAPPER_DEFAULT": json.dumps(conn)},
-        conf={
-            "namespace": kube.namespace,
-            "local_queue": kube.kueue.local_queue,
-            "priority_class": kube.kueue.low_priority,
-        },
+    output = run_queued_example(
+        "AppWrapper", "torchx_appwrapper", "AIRFLOW_CONN_TORCHX_APPWRAPPER_DEFAULT"
     )
     # Kueue admitted it: the one AppWrapper of the run
     assert len([n for n in kueue_admitted if n.startswith("infer-aw-")]) == 1, kueue_admitted
-    assert len(pod_logs("infer-aw")) == 2, pod_logs("infer-aw")
-    for replica in ("0", "1"):
-        assert f"[infer-aw/{replica}] {replica_line('infer-aw', replica)}" in output
+    assert_every_replica_logged(
+        output, pod_logs("infer-aw"), [("infer-aw", "0"), ("infer-aw", "1")]
+    )
 
 
 def test_jobset_example_runs_end_to_end(
-    kube: Any,
     pod_logs: Callable[[str], list[str]],
     kueue_admitted: set[str],
-    tmp_path: Path,
-    skip_or_fail: Callable[[str], NoReturn],
+    run_queued_example: Callable[[str, str, str], str],
 ) -> None:
-    if kube.kueue is None:
-        skip_or_fail("the JobSet example needs the local cluster's Kueue queues")
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.restricted_kubeconfig},
-    }
-    output = run_example(
-        "torchx_jobset",
-        tmp_path / "home",
-        extra_env={"AIRFLOW_CONN_TORCHX_JOBSET_DEFAULT": json.dumps(conn)},
-        conf={
-            "namespace": kube.namespace,
-            "local_queue": kube.kueue.local_queue,
-            "priority_class": kube.kueue.low_priority,
-        },
-    )
+    output = run_queued_example("JobSet", "torchx_jobset", "AIRFLOW_CONN_TORCHX_JOBSET_DEFAULT")
     # Kueue admitted it: the one JobSet of the run; both roles ran, each replica's line is in
     # the task log
     assert len([n for n in kueue_admitted if n.startswith("ddp-js-")]) == 1, kueue_admitted
-    assert len(pod_logs("ddp-js")) == 3, pod_logs("ddp-js")
-    for role, replica in (("trainer", "0"), ("trainer", "1"), ("evaluator", "0")):
-        assert f"[{role}/{replica}] {replica_line(role, replica)}" in output
+    assert_every_replica_logged(
+        output, pod_logs("ddp-js"), [("trainer", "0"), ("trainer", "1"), ("evaluator", "0")]
+    )

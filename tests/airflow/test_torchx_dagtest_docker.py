@@ -8,7 +8,14 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, rendered_fields, task_instances, xcoms
+from torchx_airflow_helpers import (
+    BUSYBOX,
+    assert_two_replicas_succeeded,
+    crash_after_submit,
+    rendered_fields,
+    task_instances,
+    xcoms,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
 
@@ -39,6 +46,21 @@ def app(name, script, replicas=2):
 COUNT = "for i in 0 1 2 3 4; do echo replica $TORCHX_REPLICA_IDX says $i; sleep 0.1; done"
 
 
+def docker_dag(
+    dag_id: str, args: str, operator: str = "TorchXDockerOperator", before: str = ""
+) -> str:
+    """The source of DAG ``dag_id`` of one task ``train``: ``operator`` with the arguments
+    ``args`` (source); ``before`` (source) comes between :data:`HEADER` and the DAG."""
+    return (
+        HEADER
+        + before
+        + f"""
+with DAG("{dag_id}", **ARGS) as dag:
+    {operator}(task_id="train", {args})
+"""
+    )
+
+
 def replica_lines(text: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for who, line in re.findall(r"\[(worker/\d+)\] (replica \d+ says \d+)", text):
@@ -57,20 +79,11 @@ def test_success_on_docker(
     dag_runner: Any, docker_engine: Any, capfd: Any, deferrable: bool
 ) -> None:
     dag_id = f"docker_success_{deferrable}"
-    dag_run = dag_runner.run(
-        dag_id,
-        HEADER
-        + f"""
-with DAG("{dag_id}", **ARGS) as dag:
-    TorchXDockerOperator(
-        task_id="train",
-        app=app("count-{{{{ params.tag }}}}", {COUNT!r}),
-        params={{"tag": "t1"}},
-        deferrable={deferrable},
-        poll_interval=0.5,
+    args = (
+        f'app=app("count-{{{{ params.tag }}}}", {COUNT!r}), params={{"tag": "t1"}}, '
+        f"deferrable={deferrable}, poll_interval=0.5"
     )
-""",
-    )
+    dag_run = dag_runner.run(dag_id, docker_dag(dag_id, args))
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "success"
     got = xcoms(dag_run, "train")
@@ -80,10 +93,7 @@ with DAG("{dag_id}", **ARGS) as dag:
     assert got["final_state"] == "SUCCEEDED"
     # the deferral's progress XCom is gone with the deferral (pushed before deferring)
     assert "torchx_log_cursors" not in got
-    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
-        (0, "SUCCEEDED", 0),
-        (1, "SUCCEEDED", 0),
-    ]
+    assert_two_replicas_succeeded(got)
     lines = replica_lines(text)
     for rid in (0, 1):
         assert lines[f"worker/{rid}"] == [f"replica {rid} says {i}" for i in range(5)]
@@ -93,16 +103,8 @@ with DAG("{dag_id}", **ARGS) as dag:
 
 def test_failure_on_docker(dag_runner: Any, docker_engine: Any, capfd: Any) -> None:
     script = 'echo before; if [ "$TORCHX_REPLICA_IDX" = 1 ]; then exit 3; fi; echo fine'
-    dag_run = dag_runner.run(
-        "docker_failure",
-        HEADER
-        + f"""
-with DAG("docker_failure", **ARGS) as dag:
-    TorchXDockerOperator(
-        task_id="train", app=app("fails", {script!r}), deferrable=True, poll_interval=0.5
-    )
-""",
-    )
+    args = f'app=app("fails", {script!r}), deferrable=True, poll_interval=0.5'
+    dag_run = dag_runner.run("docker_failure", docker_dag("docker_failure", args))
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "failed"
     got = xcoms(dag_run, "train")
@@ -134,34 +136,21 @@ def test_retry_reattaches_on_docker(
     """Try 1 dies right after submitting; try 2 follows the same job. With ``hide_store`` the
     task_state_store is hidden from both tries, so only the job's labels can find it."""
     dag_id = f"docker_reattach_{deferrable}"
-    dag_run = dag_runner.run(
-        dag_id,
-        HEADER
-        + f"""
-class CrashAfterSubmit(TorchXDockerOperator):
+    crashing = crash_after_submit(
+        "TorchXDockerOperator",
+        f"""
     def execute(self, context):
         if {hide_store}:
             context["task_state_store"] = None
         return super().execute(context)
-
-    def submit_or_reattach(self, plan, context):
-        app_id, reattached = super().submit_or_reattach(plan, context)
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated worker crash after submission")
-        return app_id, reattached
-
-
-with DAG("{dag_id}", **ARGS) as dag:
-    CrashAfterSubmit(
-        task_id="train",
-        app=app("slow", "sleep 3; " + {COUNT!r}),
-        deferrable={deferrable},
-        retries=1,
-        retry_delay=timedelta(seconds=0),
-        poll_interval=0.5,
-    )
 """,
     )
+    args = (
+        f'app=app("slow", "sleep 3; " + {COUNT!r}), deferrable={deferrable}, retries=1, '
+        "retry_delay=timedelta(seconds=0), poll_interval=0.5"
+    )
+    source = docker_dag(dag_id, args, operator="CrashAfterSubmit", before=crashing)
+    dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
     ti = task_instances(dag_run)["train"]
     assert ti.state == "success" and ti.try_number == 2
@@ -179,16 +168,8 @@ def test_a_large_submission_logs_its_handle_then_its_progress(
     """The task log names the app before its first container is made, then the creation (the
     engine's lines come through Python logging, which pytest reads apart from stdout)."""
     with caplog.at_level(logging.INFO, "torchx_provider.schedulers.docker.engine"):
-        dag_run = dag_runner.run(
-            "docker_large",
-            HEADER
-            + """
-with DAG("docker_large", **ARGS) as dag:
-    TorchXDockerOperator(
-        task_id="train", app=app("large", "true", replicas=40), wait_for_completion=False
-    )
-""",
-        )
+        args = 'app=app("large", "true", replicas=40), wait_for_completion=False'
+        dag_run = dag_runner.run("docker_large", docker_dag("docker_large", args))
     text = "".join(capfd.readouterr())
     app_id = xcoms(dag_run, "train")["app_id"]
     try:

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import rendered_fields, task_instances, xcoms
+from torchx_airflow_helpers import crash_after_submit, rendered_fields, task_instances, xcoms
 
 pytestmark = pytest.mark.airflow
 
@@ -21,6 +21,28 @@ ARGS = {"schedule": None, "start_date": datetime.datetime(2024, 1, 1)}
 """
 
 
+def fake_dag(dag_id: str, app: str, deferrable: bool, extra: str = "") -> str:
+    """The source of DAG ``dag_id``: one ``TorchXOperator`` ``train`` of the ``fake`` backend
+    running ``app`` (Python source), polling every 0.05 s; ``extra`` adds operator arguments
+    (``timedelta`` is imported)."""
+    return (
+        HEADER
+        + f"""
+from datetime import timedelta
+
+with DAG("{dag_id}", **ARGS) as dag:
+    TorchXOperator(
+        task_id="train",
+        app={app},
+        scheduler="fake",
+        deferrable={deferrable},
+        poll_interval=0.05,
+        {extra}
+    )
+"""
+    )
+
+
 def replica_lines(output: str) -> list[str]:
     return re.findall(r"\[(worker/\d+)\] (worker \d+ line \d+)", output)
 
@@ -29,20 +51,9 @@ def replica_lines(output: str) -> list[str]:
 def test_success_logs_xcoms_and_cleanup(
     dag_runner: Any, fake_cluster: Any, capfd: Any, deferrable: bool
 ) -> None:
-    dag_run = dag_runner.run(
-        f"fake_success_{deferrable}",
-        HEADER
-        + f"""
-with DAG("fake_success_{deferrable}", **ARGS) as dag:
-    TorchXOperator(
-        task_id="train",
-        app=torchx_fakes.make_app(replicas=3, lines=4),
-        scheduler="fake",
-        deferrable={deferrable},
-        poll_interval=0.05,
-    )
-""",
-    )
+    dag_id = f"fake_success_{deferrable}"
+    app = "torchx_fakes.make_app(replicas=3, lines=4)"
+    dag_run = dag_runner.run(dag_id, fake_dag(dag_id, app, deferrable))
     out = capfd.readouterr()
     assert task_instances(dag_run)["train"].state == "success"
     lines = replica_lines(out.out + out.err)
@@ -77,20 +88,8 @@ with DAG("fake_success_{deferrable}", **ARGS) as dag:
 def test_failure_raises_with_the_replica_table(
     dag_runner: Any, fake_cluster: Any, capfd: Any
 ) -> None:
-    dag_run = dag_runner.run(
-        "fake_failure",
-        HEADER
-        + """
-with DAG("fake_failure", **ARGS) as dag:
-    TorchXOperator(
-        task_id="train",
-        app=torchx_fakes.make_app(outcome="FAILED", fail_replicas="worker/1"),
-        scheduler="fake",
-        deferrable=True,
-        poll_interval=0.05,
-    )
-""",
-    )
+    app = 'torchx_fakes.make_app(outcome="FAILED", fail_replicas="worker/1")'
+    dag_run = dag_runner.run("fake_failure", fake_dag("fake_failure", app, deferrable=True))
     out = capfd.readouterr()
     text = out.out + out.err
     assert task_instances(dag_run)["train"].state == "failed"
@@ -178,20 +177,8 @@ def test_a_backend_added_through_the_table_only_runs(
     cluster = torchx_fakes.reset()
     register_backend(torchx_fakes.FAKE_BACKEND)
     try:
-        dag_run = dag_runner.run(
-            f"fake_table_{deferrable}",
-            HEADER
-            + f"""
-with DAG("fake_table_{deferrable}", **ARGS) as dag:
-    TorchXOperator(
-        task_id="train",
-        app=torchx_fakes.make_app(),
-        scheduler="fake",
-        deferrable={deferrable},
-        poll_interval=0.05,
-    )
-""",
-        )
+        dag_id = f"fake_table_{deferrable}"
+        dag_run = dag_runner.run(dag_id, fake_dag(dag_id, "torchx_fakes.make_app()", deferrable))
     finally:
         unregister_backend("fake")
         torchx_fakes.reset()
@@ -207,17 +194,9 @@ CRASHING = (
     HEADER
     + """
 from datetime import timedelta
-
-
-class CrashAfterSubmit(TorchXOperator):
-    \"\"\"Try 1 dies right after submitting (as a worker would), leaving the app running.\"\"\"
-
-    def submit_or_reattach(self, plan, context):
-        app_id, reattached = super().submit_or_reattach(plan, context)
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated worker crash after submission")
-        return app_id, reattached
-
+"""
+    + crash_after_submit("TorchXOperator")
+    + """
 
 with DAG("DAG_ID", **ARGS) as dag:
     CrashAfterSubmit(
@@ -330,23 +309,8 @@ def test_a_timeout_cancels_the_job_and_fails_the_task(
 ) -> None:
     """Airflow does not apply execution_timeout to a deferred task: the follow does."""
     dag_id = f"fake_timeout_{deferrable}_{timeout.split('=')[0]}"
-    dag_run = dag_runner.run(
-        dag_id,
-        HEADER
-        + f"""
-from datetime import timedelta
-
-with DAG("{dag_id}", **ARGS) as dag:
-    TorchXOperator(
-        task_id="train",
-        app=torchx_fakes.make_app(ticks=100_000),
-        scheduler="fake",
-        deferrable={deferrable},
-        poll_interval=0.05,
-        {timeout},
-    )
-""",
-    )
+    app = "torchx_fakes.make_app(ticks=100_000)"
+    dag_run = dag_runner.run(dag_id, fake_dag(dag_id, app, deferrable, extra=f"{timeout},"))
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "failed"
     [app_id] = fake_cluster.submitted

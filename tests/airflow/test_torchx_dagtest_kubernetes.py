@@ -5,6 +5,7 @@ which serves the log lines the test gives."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -14,7 +15,7 @@ from typing import Any, NoReturn
 
 import pytest
 import torchx_kube_cluster
-from torchx_airflow_helpers import task_instances, xcoms
+from torchx_airflow_helpers import assert_two_replicas_succeeded, task_instances, xcoms
 
 pytestmark = [pytest.mark.airflow, pytest.mark.kubernetes, pytest.mark.slow]
 
@@ -115,6 +116,12 @@ with DAG("{dag_id}", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as
 '''
 
 
+#: :func:`dag_source` of ``TorchXJobSetOperator`` through the JobSet connection
+jobset_dag_source = functools.partial(
+    dag_source, base="TorchXJobSetOperator", conn_id=JOBSET_CONN_ID
+)
+
+
 def replica_lines(text: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for who, line in re.findall(r"\[(trainer/\d+)\] (trainer \d+ line \d+)", text):
@@ -136,10 +143,7 @@ def test_success_on_volcano(dag_runner: Any, kube_conn: Any, capfd: Any, deferra
     result = got["return_value"]
     assert result["queued_seconds"] >= 0 and result["running_seconds"] > 0, result
     assert result["preemptions"] == 0, result
-    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
-        (0, "SUCCEEDED", 0),
-        (1, "SUCCEEDED", 0),
-    ]
+    assert_two_replicas_succeeded(got)
     lines = replica_lines(text)
     for rid in (0, 1):
         assert lines[f"trainer/{rid}"] == [f"trainer {rid} line {n}" for n in range(4)]
@@ -625,23 +629,14 @@ def test_success_on_jobset(dag_runner: Any, jobset_conn: Any, capfd: Any, deferr
     dag_id = f"jobset_success_{deferrable}"
     # pending for 2 s: the pods' log lines are given while they wait (the controller names them)
     behaviour = jobset_conn.pod_behaviour(run_seconds=3, start_seconds=2)
-    source = dag_source(
-        dag_id,
-        behaviour,
-        base="TorchXJobSetOperator",
-        conn_id=JOBSET_CONN_ID,
-        deferrable=deferrable,
-    )
+    source = jobset_dag_source(dag_id, behaviour, deferrable=deferrable)
     dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "success", text[-3000:]
     got = xcoms(dag_run, "train")
     assert got["app_handle"].startswith("kubernetes_jobset://")
     assert got["final_state"] == "SUCCEEDED"
-    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in got["replicas"]] == [
-        (0, "SUCCEEDED", 0),
-        (1, "SUCCEEDED", 0),
-    ]
+    assert_two_replicas_succeeded(got)
     lines = replica_lines(text)
     for rid in (0, 1):
         assert lines[f"trainer/{rid}"] == [f"trainer {rid} line {n}" for n in range(4)]
@@ -654,13 +649,7 @@ def test_success_on_jobset(dag_runner: Any, jobset_conn: Any, capfd: Any, deferr
 def test_failure_on_jobset_is_the_users_code(dag_runner: Any, jobset_conn: Any, capfd: Any) -> None:
     dag_id = "jobset_failure"
     behaviour = jobset_conn.pod_behaviour(exit_code=3, message="boom", run_seconds=2)
-    source = dag_source(
-        dag_id,
-        behaviour,
-        base="TorchXJobSetOperator",
-        conn_id=JOBSET_CONN_ID,
-        deferrable=True,
-    )
+    source = jobset_dag_source(dag_id, behaviour, deferrable=True)
     dag_run = dag_runner.run(dag_id, source)
     text = "".join(capfd.readouterr())
     assert task_instances(dag_run)["train"].state == "failed"
@@ -679,12 +668,10 @@ def test_a_jobset_held_by_kueue_past_queue_timeout_is_deleted_and_fails_the_task
     Kueue, cancel deletes), so nothing stays in the queue."""
     kueue = jobset_conn.require_kueue()
     dag_id = "jobset_queue_timeout"
-    source = dag_source(
+    source = jobset_dag_source(
         dag_id,
         {},
         cpu=3,
-        base="TorchXJobSetOperator",
-        conn_id=JOBSET_CONN_ID,
         deferrable=True,
         queue_timeout=6,
         cfg={"local_queue": kueue.local_queue},

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 BUSYBOX = "torchx-provider/busybox:latest"
 
@@ -36,6 +39,22 @@ def app(name, script, replicas=2):
 '''
 
 
+def crash_after_submit(base: str, methods: str = "") -> str:
+    """DAG source of ``class CrashAfterSubmit(base)``, an operator whose try 1 dies right
+    after submitting (as a worker would), leaving the app running; ``methods`` (source, at
+    the class body's indentation) adds methods."""
+    return f'''
+class CrashAfterSubmit({base}):
+    """Try 1 dies right after submitting (as a worker would), leaving the app running."""
+{methods}
+    def submit_or_reattach(self, plan, context):
+        app_id, reattached = super().submit_or_reattach(plan, context)
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated worker crash after submission")
+        return app_id, reattached
+'''
+
+
 def airflow_bin() -> str:
     """The ``airflow`` command of the interpreter running the tests."""
     candidate = Path(sys.executable).with_name("airflow")
@@ -62,6 +81,14 @@ class DagRunner:
         return dag.test(**test_kwargs)
 
 
+def assert_two_replicas_succeeded(xcom: dict[str, Any]) -> None:
+    """The ``replicas`` XCom (of :func:`xcoms`) says both replicas succeeded, exit code 0."""
+    assert [(r["replica_id"], r["state"], r["exit_code"]) for r in xcom["replicas"]] == [
+        (0, "SUCCEEDED", 0),
+        (1, "SUCCEEDED", 0),
+    ]
+
+
 def task_instances(dag_run: Any) -> dict[str, Any]:
     """task id -> TaskInstance (state, try_number) of a finished run."""
     from airflow.utils.session import create_session
@@ -71,34 +98,39 @@ def task_instances(dag_run: Any) -> dict[str, Any]:
         return {ti.task_id: ti for ti in tis}
 
 
-def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
-    """key -> value of the XComs a task pushed."""
-    from airflow.models.xcom import XComModel
+def _task_rows(model: Any, dag_run: Any, task_id: str, read: Callable[[Any], T]) -> list[T]:
+    """``read`` of each row of the table ``model`` about task ``task_id`` of the run, within
+    the session that loaded them."""
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
         rows = session.scalars(
-            select(XComModel).where(
-                XComModel.dag_id == dag_run.dag_id,
-                XComModel.run_id == dag_run.run_id,
-                XComModel.task_id == task_id,
+            select(model).where(
+                model.dag_id == dag_run.dag_id,
+                model.run_id == dag_run.run_id,
+                model.task_id == task_id,
             )
         ).all()
-        return {row.key: XComModel.deserialize_value(row) for row in rows}
+        return [read(row) for row in rows]
+
+
+def xcoms(dag_run: Any, task_id: str) -> dict[str, Any]:
+    """key -> value of the XComs a task pushed."""
+    from airflow.models.xcom import XComModel
+
+    return dict(
+        _task_rows(
+            XComModel, dag_run, task_id, lambda row: (row.key, XComModel.deserialize_value(row))
+        )
+    )
 
 
 def rendered_fields(dag_run: Any, task_id: str) -> dict[str, Any]:
+    """The task's rendered template fields."""
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
-    with create_session() as session:
-        row = session.scalars(
-            select(RenderedTaskInstanceFields).where(
-                RenderedTaskInstanceFields.dag_id == dag_run.dag_id,
-                RenderedTaskInstanceFields.run_id == dag_run.run_id,
-                RenderedTaskInstanceFields.task_id == task_id,
-            )
-        ).one()
-        return dict(row.rendered_fields)
+    (fields,) = _task_rows(
+        RenderedTaskInstanceFields, dag_run, task_id, lambda row: dict(row.rendered_fields)
+    )
+    return fields

@@ -58,8 +58,9 @@ def fault_proxies(kube_cluster: Any) -> Iterator[Callable[[], tuple[Any, str]]]:
     finally:
         sys.path.remove(str(HERE))
 
-    if not kube_cluster.local:
-        pytest.skip("the fault tier drives pods and logs through the local cluster's kwok")
+    kube_cluster.skip_unless_local(
+        "the fault tier drives pods and logs through the local cluster's kwok"
+    )
     admin = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
     server = admin["clusters"][0]["cluster"]["server"]
     host, _, port = server.removeprefix("https://").partition(":")

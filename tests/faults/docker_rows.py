@@ -83,6 +83,14 @@ def compare(task_log: list[str], printed: Printed) -> Compared:
     return Compared(lost, repeated, sample)
 
 
+def assert_none_lost_or_left(seen: Compared, printed: Printed, result: Any) -> None:
+    """Every printed line reached the task log once, and no container of the app still runs
+    (each failure shows the row's ``result``)."""
+    assert seen.lost == 0, result
+    assert seen.repeated == 0, result
+    assert printed.running == 0, result
+
+
 def row_result(
     *,
     row_id: str,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from docker_rows import compare, numbered_app, printed_by, row_result
+from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
@@ -135,9 +135,7 @@ async def test_docker_engine_fault_row(
             log.lines[-30:],
         )
         assert printed.total == 2 * LINES, result
-        assert seen.lost == 0, result
-        assert seen.repeated == 0, result
-        assert printed.running == 0, result
+        assert_none_lost_or_left(seen, printed, result)
         result["ok"] = True
     finally:
         reliability(result)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from docker_rows import compare, numbered_app, printed_by, row_result
+from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
 
 from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
@@ -114,9 +114,7 @@ async def test_docker_replica_removed_row(engine: Any, reliability: Any) -> None
         assert "worker/1" in event.message and "other than this task" in event.message, event
         assert ended - exited < ENDS_WITHIN, result
         assert list(printed.lines) == ["worker/0"] and printed.total == LINES, result
-        assert seen.lost == 0, result
-        assert seen.repeated == 0, result
-        assert printed.running == 0, result
+        assert_none_lost_or_left(seen, printed, result)
         result["ok"] = True
     finally:
         reliability(result)

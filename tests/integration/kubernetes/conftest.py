@@ -75,6 +75,7 @@ Giving a pod log lines (local cluster)
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
@@ -86,7 +87,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
 
@@ -94,6 +95,8 @@ import pytest
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from registry_fixture import local_registry  # noqa: F401
+
+from kube_apps import kube_scheduler
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
@@ -136,6 +139,25 @@ class KueueQueues:
     low_priority: str
 
 
+class PodLogOptions(TypedDict, total=False):
+    """Where the lines of :meth:`KubeCluster.set_pod_logs` go, and how they are stamped."""
+
+    #: the pod's namespace (default: the cluster's)
+    namespace: str | None
+    #: the one container they are of (default: every container of the pod)
+    container: str | None
+    #: the timestamp of the first plain line (default: now)
+    start: dt.datetime | None
+    #: the time between two plain lines (default: 1 ms)
+    interval: dt.timedelta
+    #: ``stdout`` (the default) or ``stderr``
+    stream: str
+    #: the pod is on the MCAD API server
+    mcad: bool
+    #: the lines' own file (see :meth:`KubeCluster.set_pod_logs`)
+    file_tag: str | None
+
+
 @dataclass
 class KubeCluster:
     """A cluster the tests may use; see the module docstring."""
@@ -154,6 +176,11 @@ class KubeCluster:
     #: :meth:`forget_pod_logs`
     _log_objects: set[tuple[str, str, bool]] = field(default_factory=set, repr=False)
     _log_files: set[Path] = field(default_factory=set, repr=False)
+
+    def skip_unless_local(self, reason: str) -> None:
+        """Skip the test (in CI too) with ``reason`` on a cluster other than the local one."""
+        if not self.local:
+            pytest.skip(reason)
 
     def require_kueue(self) -> KueueQueues:
         """The cluster's Kueue queues; skips (fails in CI) on a cluster without them."""
@@ -215,61 +242,36 @@ class KubeCluster:
 
     # -- pod logs ----------------------------------------------------------------
     def set_pod_logs(
-        self,
-        pod: str,
-        lines: Iterable[LineSpec],
-        *,
-        namespace: str | None = None,
-        container: str | None = None,
-        start: dt.datetime | None = None,
-        interval: dt.timedelta = dt.timedelta(milliseconds=1),
-        stream: str = "stdout",
-        mcad: bool = False,
-        file_tag: str | None = None,
+        self, pod: str, lines: Iterable[LineSpec], **options: Unpack[PodLogOptions]
     ) -> Path:
         """Give ``pod`` (one ``container`` of it, or all) these log lines.
 
         A plain string gets the timestamp ``start + i * interval`` (``start``
         defaults to now); a ``(datetime, text)`` pair keeps its own. Returns the
-        CRI log file, which :meth:`append_pod_logs` extends.
+        CRI log file, which :meth:`append_pod_logs` extends. The options are those of
+        :class:`PodLogOptions`.
 
         ``file_tag`` gives the lines a file of their own: a pod replaced by one
         with the same name (Volcano's restarts) gets new lines for its new
         instance while streams opened on the old one go on reading the old file,
         as with a kubelet, which keeps one log per container instance.
         """
-        path = self._log_file(pod, namespace, container, mcad, file_tag)
+        path = self._log_file(pod, options)
         path.write_text("")
-        self.append_pod_logs(
-            pod,
-            lines,
-            namespace=namespace,
-            container=container,
-            start=start,
-            interval=interval,
-            stream=stream,
-            mcad=mcad,
-            file_tag=file_tag,
-        )
-        self._put_logs_object(pod, namespace or self.namespace, container, path, mcad)
+        self.append_pod_logs(pod, lines, **options)
+        namespace = options.get("namespace") or self.namespace
+        container, mcad = options.get("container"), options.get("mcad", False)
+        self._put_logs_object(pod, namespace, container, path, mcad)
         return path
 
     def append_pod_logs(
-        self,
-        pod: str,
-        lines: Iterable[LineSpec],
-        *,
-        namespace: str | None = None,
-        container: str | None = None,
-        start: dt.datetime | None = None,
-        interval: dt.timedelta = dt.timedelta(milliseconds=1),
-        stream: str = "stdout",
-        mcad: bool = False,
-        file_tag: str | None = None,
+        self, pod: str, lines: Iterable[LineSpec], **options: Unpack[PodLogOptions]
     ) -> Path:
         """Append lines to the log set with :meth:`set_pod_logs` (same arguments)."""
-        path = self._log_file(pod, namespace, container, mcad, file_tag)
-        base = start or dt.datetime.now(dt.timezone.utc)
+        path = self._log_file(pod, options)
+        base = options.get("start") or dt.datetime.now(dt.timezone.utc)
+        interval = options.get("interval", dt.timedelta(milliseconds=1))
+        stream = options.get("stream", "stdout")
         with path.open("a", encoding="utf-8") as f:
             for i, spec in enumerate(lines):
                 when, text = spec if isinstance(spec, tuple) else (base + i * interval, spec)
@@ -278,23 +280,17 @@ class KubeCluster:
                 f.write(f"{_cri_timestamp(when)} {stream} F {text}\n")
         return path
 
-    def _log_file(
-        self,
-        pod: str,
-        namespace: str | None,
-        container: str | None,
-        mcad: bool,
-        file_tag: str | None = None,
-    ) -> Path:
+    def _log_file(self, pod: str, options: PodLogOptions) -> Path:
         if not self.local or self.pod_logs_dir is None:
             pytest.skip(
                 "pod logs can only be set on the local cluster (kwok serves them from files)"
             )
-        ns = namespace or self.namespace
-        directory = self.pod_logs_dir / ("mcad" if mcad else "main") / ns
+        ns = options.get("namespace") or self.namespace
+        directory = self.pod_logs_dir / ("mcad" if options.get("mcad") else "main") / ns
         directory.mkdir(parents=True, exist_ok=True)
+        file_tag = options.get("file_tag")
         tag = f".{file_tag}" if file_tag else ""
-        path = directory / f"{pod}.{container or '_all'}{tag}.log"
+        path = directory / f"{pod}.{options.get('container') or '_all'}{tag}.log"
         self._log_files.add(path)
         return path
 
@@ -585,3 +581,22 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix[:32].rstrip('-')}-{secrets.token_hex(3)}"
 
     return make
+
+
+@pytest.fixture
+def tracked_scheduler(kube_cluster: KubeCluster) -> Iterator[Callable[..., Any]]:
+    """``tracked_scheduler(create_scheduler, session="it", mcad=False, local_only=None)``: a
+    scheduler of the restricted account made by a backend's ``create_scheduler`` (see
+    :func:`kube_apps.kube_scheduler`); what it was told it submitted is deleted, and it is
+    closed, after the test. With ``local_only`` (the reason), the test is skipped on a
+    cluster other than the local one."""
+    with contextlib.ExitStack() as stack:
+
+        def make(
+            create_scheduler: Callable[..., Any], *, local_only: str | None = None, **kw: Any
+        ) -> Any:
+            if local_only is not None:
+                kube_cluster.skip_unless_local(local_only)
+            return stack.enter_context(kube_scheduler(create_scheduler, kube_cluster, **kw))
+
+        yield make

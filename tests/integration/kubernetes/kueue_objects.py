@@ -8,6 +8,15 @@ from typing import Any
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
+def queue_options(kueue: Any, priority_class: str | None = None) -> dict[str, str]:
+    """The run options that submit to the LocalQueue of the cluster's Kueue queues
+    (``KueueQueues``), at ``priority_class`` if given."""
+    cfg = {"local_queue": kueue.local_queue}
+    if priority_class is not None:
+        cfg["priority_class"] = priority_class
+    return cfg
+
+
 def workload(kube_cluster: Any, app_id: str, owner_kind: str) -> dict[str, Any] | None:
     """The Kueue Workload of app ``app_id`` (owned by its object, of ``owner_kind``), if
     Kueue made one."""

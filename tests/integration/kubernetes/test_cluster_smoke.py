@@ -185,8 +185,7 @@ def test_restricted_kubeconfig_is_least_privilege(kube_cluster: Any) -> None:
 def test_volcano_job_with_two_tasks(
     kube_cluster: Any, unique_name: Any, with_failure: bool
 ) -> None:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
+    kube_cluster.skip_unless_local("pod outcomes are driven by the local cluster's kwok stages")
     name = unique_name("vc")
     ok = kube_cluster.pod_behaviour(run_seconds=2)
     worker = kube_cluster.pod_behaviour(exit_code=3, run_seconds=2) if with_failure else ok
@@ -217,8 +216,7 @@ def test_volcano_job_with_two_tasks(
 
 
 def test_pod_logs_come_back_through_the_api_server(kube_cluster: Any, unique_name: Any) -> None:
-    if not kube_cluster.local:
-        pytest.skip("pod logs are served from files by the local cluster's kwok")
+    kube_cluster.skip_unless_local("pod logs are served from files by the local cluster's kwok")
     name = unique_name("logs")
     start = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
     lines = {i: [f"replica {i} line {n}" for n in range(3)] for i in range(2)}
@@ -264,8 +262,9 @@ def test_pod_logs_come_back_through_the_api_server(kube_cluster: Any, unique_nam
 def test_deleting_a_job_removes_its_pods(
     kube_cluster: Any, unique_name: Any, wait_until: Any
 ) -> None:
-    if not kube_cluster.local:
-        pytest.skip("keep-running pods are driven by the local cluster's kwok stages")
+    kube_cluster.skip_unless_local(
+        "keep-running pods are driven by the local cluster's kwok stages"
+    )
     name = unique_name("del")
     job = _volcano_job(
         name, kube_cluster.namespace, {"worker": (2, kube_cluster.pod_behaviour(keep_running=True))}
@@ -293,8 +292,7 @@ def test_deleting_a_job_removes_its_pods(
 
 
 def test_appwrapper_v1beta2_wrapping_a_pod_succeeds(kube_cluster: Any, unique_name: Any) -> None:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
+    kube_cluster.skip_unless_local("pod outcomes are driven by the local cluster's kwok stages")
     name = unique_name("aw")
     pod = {
         "apiVersion": "v1",

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import (
@@ -54,18 +54,25 @@ def kubeconfig_of(name: str, kube_cluster: Any) -> str:
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, kube_cluster: Any) -> Iterator[tuple[str, Any]]:
+def backend(
+    request: pytest.FixtureRequest, kube_cluster: Any, tracked_scheduler: Any
+) -> tuple[str, Any]:
     """``(name, scheduler)`` of each Kubernetes backend; what it submits is deleted after
     the test."""
-    module = BACKENDS[request.param]
-    with tracked(
-        module.create_scheduler(
-            "it",
-            kubeconfig=kubeconfig_of(request.param, kube_cluster),
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield request.param, s
+    name = request.param
+    kubeconfig_of(name, kube_cluster)  # skips without MCAD's controller
+    return name, tracked_scheduler(BACKENDS[name].create_scheduler, mcad=name == "mcad")
+
+
+def start_failure(event: JobEvent, log: TaskLog) -> Exception | None:
+    """The error the operator raises for ``event``, which must be the failure of ``worker/0``
+    to start."""
+    assert (event.kind, event.error, event.root_cause) == (
+        EventKind.ERROR,
+        ErrorKind.START,
+        "worker/0",
+    ), log.lines
+    return failure_error(event)
 
 
 def pulling_app(kube_cluster: Any, marker: str) -> specs.AppDef:
@@ -109,12 +116,7 @@ async def test_an_image_that_can_never_be_pulled_fails_at_once(
     log = TaskLog()
     event = await asyncio.wait_for(follow(name, kube_cluster, app_id, log), 60)
     took = time.monotonic() - started
-    assert (event.kind, event.error, event.root_cause) == (
-        EventKind.ERROR,
-        ErrorKind.START,
-        "worker/0",
-    ), log.lines
-    error = failure_error(event)
+    error = start_failure(event, log)
     assert type(error) is AppConfigurationError, error
     text = str(error)
     assert "could not start as configured: worker/0 cannot start" in text, text
@@ -181,12 +183,7 @@ async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_th
     # the kubelet alternates ErrImagePull and ImagePullBackOff: each said once, not per turn
     assert len(waits) <= 2, waits
     assert took >= grace, (took, log.lines)
-    assert (event.kind, event.error, event.root_cause) == (
-        EventKind.ERROR,
-        ErrorKind.START,
-        "worker/0",
-    ), log.lines
-    error = failure_error(event)
+    error = start_failure(event, log)
     assert type(error) is InfrastructureError, error
     assert "worker/0 waited" in str(error) and "429 Too Many Requests" in str(error), error
     print(f"{name} rate limit: said {waits[0][:60]!r}..., InfrastructureError after {took:.1f} s")
@@ -196,13 +193,8 @@ async def test_a_registry_limiting_pulls_is_said_and_waited_for_then_fails_as_th
 
 
 @pytest.fixture
-def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
-    with tracked(
-        volcano.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def volcano_scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(volcano.create_scheduler)
 
 
 def running_pod(kube_cluster: Any, app_id: str) -> str | None:

@@ -10,113 +10,46 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
+import backend_checks
 import kueue_objects
 import pytest
 from kueue_objects import condition, cpu_quota
 
-from kube_apps import tracked
+from kube_apps import (
+    TRAIN_ARGS,
+    all_running,
+    kube_role,
+    replicas,
+    stored_object,
+    submit,
+    trainer_and_ps,
+    wait_state,
+)
+from kube_apps import app_pods as pods
 from reliability_results import outcome_row, recorded
 from torchx_provider import specs
 from torchx_provider.errors import RejectedConfigurationError
 from torchx_provider.schedulers.kube.jobset import create_async_client, create_scheduler
 from torchx_provider.schedulers.kube.resources import JOBSET
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
-from torchx_provider.schedulers.labels import LABEL_APP_ID, TaskInstanceKey
+from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal
 
 pytestmark = pytest.mark.kubernetes
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(create_scheduler)
 
 
-def role(
-    name: str, replicas: int, behaviour: dict[str, str], max_retries: int = 0, cpu: float = 0.5
-) -> specs.Role:
-    return specs.Role(
-        name,
-        image="registry.invalid/train:1",
-        entrypoint="python",
-        args=["-m", "train", "--rank", "${replica_id}", "--master", "$${${rank0_env}}"],
-        num_replicas=replicas,
-        max_retries=max_retries,
-        resource=specs.Resource(cpu=cpu, gpu=0, memMB=256),
-        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-    )
-
-
-def app(
-    name: str,
-    behaviour: dict[str, str],
-    max_retries: int = 0,
-    cpu: float = 0.5,
-    ps: dict[str, str] | None = None,
-) -> specs.AppDef:
-    return specs.AppDef(
-        name,
-        [
-            role("trainer", 2, behaviour, max_retries, cpu),
-            role("ps", 1, behaviour if ps is None else ps, max_retries, cpu),
-        ],
-    )
-
-
-def submit(scheduler: Any, a: specs.AppDef, ti_key: Any = None, **cfg: Any) -> tuple[str, Any]:
-    info = scheduler.submit_dryrun(a, cfg, ti_key=ti_key)
-    app_id = scheduler.schedule(info)
-    scheduler.created.append(app_id)
-    return app_id, info
-
-
-def wait_state(
-    scheduler: Any, app_id: str, done: Callable[[Any], bool], timeout: float = 120
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        resp = scheduler.describe(app_id)
-        assert resp is not None
-        if done(resp):
-            return resp
-        if time.monotonic() > deadline:
-            pytest.fail(f"{app_id}: timed out; last {resp}")
-        time.sleep(0.3)
-
-
-def replicas(resp: Any) -> list[Any]:
-    return [r for rs in resp.roles_statuses for r in rs.replicas]
-
-
-def all_running(resp: Any) -> bool:
-    return {x.state for x in replicas(resp)} == {AppState.RUNNING}
-
-
-def stored(kube_cluster: Any, app_id: str) -> dict[str, Any]:
-    from kubernetes import client
-
-    namespace, name = app_id.split(":")
-    api = client.CustomObjectsApi(kube_cluster.api_client())
-    res = JOBSET
-    return dict(
-        api.get_namespaced_custom_object(res.group, res.version, namespace, res.plural, name)
-    )
-
-
-def pods(kube_cluster: Any, app_id: str) -> list[Any]:
-    from kubernetes import client
-
-    namespace, name = app_id.split(":")
-    core = client.CoreV1Api(kube_cluster.api_client())
-    return list(core.list_namespaced_pod(namespace, label_selector=f"{LABEL_APP_ID}={name}").items)
+#: role ``trainer`` of 2 replicas and ``ps`` of one, ``app(name, behaviour, max_retries=0,
+#: cpu=0.5, ps=None)``: ``ps`` the behaviour of the ps role if not ``behaviour``
+app = trainer_and_ps
+stored = partial(stored_object, resource=JOBSET)
 
 
 def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
@@ -134,12 +67,7 @@ def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
     resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
     assert resp.state is AppState.SUCCEEDED, resp
     assert resp.msg == "Completed: jobset completed successfully"
-    assert [r.name for r in resp.roles] == ["trainer", "ps"]
-    assert [(r.role, r.id, r.state, r.exit_code) for r in replicas(resp)] == [
-        ("trainer", 0, AppState.SUCCEEDED, 0),
-        ("trainer", 1, AppState.SUCCEEDED, 0),
-        ("ps", 0, AppState.SUCCEEDED, 0),
-    ]
+    backend_checks.every_replica_succeeded(resp)
     name = app_id.split(":")[1]
     assert replicas(resp)[1].hostname == f"{name}-trainer-0-1.{name}"
     # the hostnames the provider reports are those the Job controller gave the pods, in the
@@ -191,39 +119,21 @@ def test_an_exit_code_that_fails_at_once_is_not_restarted(
 
 
 def test_cancel_suspends_and_keeps_the_jobset(kube_cluster: Any, scheduler: Any) -> None:
-    app_id, _ = submit(
+    app_id = backend_checks.cancelled_while_running(
         scheduler, app("it-js-cancel", kube_cluster.pod_behaviour(keep_running=True))
     )
-    wait_state(scheduler, app_id, all_running)
-    scheduler.cancel(app_id)
-    resp = scheduler.describe(app_id)
-    assert resp is not None and resp.state is AppState.CANCELLED
     deadline = time.monotonic() + 60
     while pods(kube_cluster, app_id):
         assert time.monotonic() < deadline, [p.metadata.name for p in pods(kube_cluster, app_id)]
         time.sleep(0.3)
     assert stored(kube_cluster, app_id)["spec"]["suspend"] is True
-    assert scheduler.describe(app_id).state is AppState.CANCELLED
-    scheduler.cancel(app_id)  # an ended app is left alone
-    scheduler.delete(app_id)
-    deadline = time.monotonic() + 30
-    while scheduler.describe(app_id) is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+    backend_checks.cancelled_is_left_alone_then_deleted(scheduler, app_id)
 
 
 def test_cancel_by_delete(kube_cluster: Any, scheduler: Any) -> None:
-    app_id, _ = submit(
-        scheduler,
-        app("it-js-cancel-del", kube_cluster.pod_behaviour(keep_running=True)),
-        cancel_by="delete",
+    backend_checks.cancel_by_delete(
+        scheduler, app("it-js-cancel-del", kube_cluster.pod_behaviour(keep_running=True))
     )
-    wait_state(scheduler, app_id, lambda r: r.state is AppState.RUNNING)
-    scheduler.cancel(app_id)
-    deadline = time.monotonic() + 30
-    while scheduler.describe(app_id) is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
 
 
 def test_roles_start_in_order_and_the_first_roles_success_is_the_apps(
@@ -254,52 +164,27 @@ def test_roles_start_in_order_and_the_first_roles_success_is_the_apps(
 
 
 def test_reattach_finds_the_app_of_an_earlier_try(kube_cluster: Any, scheduler: Any) -> None:
-    first = TaskInstanceKey("it_dag", "js", "scheduled__2024-05-01T00:00:00+00:00", -1, 1)
-    app_id, _ = submit(
-        scheduler, app("it-js-reattach", kube_cluster.pod_behaviour(keep_running=True)), first
+    backend_checks.reattach(
+        scheduler, app("it-js-reattach", kube_cluster.pod_behaviour(keep_running=True)), "js"
     )
-    retry = TaskInstanceKey("it_dag", "js", "scheduled__2024-05-01T00:00:00+00:00", -1, 2)
-    assert [f.app_id for f in scheduler.find_apps(retry)] == [app_id]
-    assert app_id in {r.app_id for r in scheduler.list()}
-    other = TaskInstanceKey("it_dag", "other", "scheduled__2024-05-01T00:00:00+00:00", -1, 2)
-    assert scheduler.find_apps(other) == []
 
 
 def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any, wait_until: Any) -> None:
-    start = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
-    app_id, _ = submit(scheduler, app("it-js-logs", kube_cluster.pod_behaviour(run_seconds=4)))
-    found = wait_until(lambda: len(pods(kube_cluster, app_id)) == 3 and pods(kube_cluster, app_id))
-    expected = {}
-    for pod in found:
-        role_name = pod.metadata.annotations["torchx.pytorch.org/role-name"]
-        index = int(pod.metadata.labels[JOB_INDEX_LABEL])
-        lines = [f"{role_name}/{index} line {i}" for i in range(3)]
-        kube_cluster.set_pod_logs(
-            pod.metadata.name, lines, start=start, interval=dt.timedelta(seconds=1)
-        )
-        expected[(role_name, index)] = lines
-    assert set(expected) == {("trainer", 0), ("trainer", 1), ("ps", 0)}
-    wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
-    for (role_name, index), lines in expected.items():
-        assert list(scheduler.log_iter(app_id, role_name, index)) == [f"{x}\n" for x in lines]
+    backend_checks.logs_of_every_replica(
+        kube_cluster,
+        scheduler,
+        app("it-js-logs", kube_cluster.pod_behaviour(run_seconds=4)),
+        wait_until,
+    )
 
 
 async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
     app_id, _ = submit(scheduler, app("it-js-async", kube_cluster.pod_behaviour(keep_running=True)))
     # the JobSet counts a role ready a moment after its pods run
     wait_state(scheduler, app_id, lambda r: r.state is AppState.RUNNING and all_running(r))
-    client = create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
+    await backend_checks.async_client_describes_and_cancels(
+        kube_cluster, scheduler, create_async_client, app_id
     )
-    try:
-        resp = await client.describe(app_id)
-        assert resp is not None and resp.state is AppState.RUNNING
-        assert resp == scheduler.describe(app_id)
-        await client.cancel(app_id)
-        resp = await client.describe(app_id)
-        assert resp is not None and resp.state is AppState.CANCELLED
-    finally:
-        await client.close()
 
 
 def test_what_the_webhook_refuses_is_the_apps_configuration(
@@ -400,7 +285,10 @@ async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
     from torchx_provider.triggers.follow import JobFollower
 
     crash = kube_cluster.pod_behaviour(exit_code=1, run_seconds=2, start_seconds=1.5)
-    a = specs.AppDef("it-js-incarnations", [role("trainer", 2, crash, max_retries=1)])
+    a = specs.AppDef(
+        "it-js-incarnations",
+        [kube_role("trainer", crash, replicas=2, max_retries=1, args=list(TRAIN_ARGS))],
+    )
     info = scheduler.submit_dryrun(a, {})
     name = info.request.name
     core = client.CoreV1Api(kube_cluster.api_client())
@@ -453,20 +341,15 @@ async def test_every_incarnation_of_a_restarted_jobset_is_in_the_task_log(
 
 
 # -- Kueue ---------------------------------------------------------------------------------------
-def workload(kube_cluster: Any, app_id: str) -> dict[str, Any] | None:
-    """The Kueue Workload of a JobSet, if Kueue made one."""
-    return kueue_objects.workload(kube_cluster, app_id, "JobSet")
+#: ``workload(kube_cluster, app_id)``: the Kueue Workload of a JobSet, if Kueue made one
+workload = partial(kueue_objects.workload, owner_kind="JobSet")
 
 
 def test_kueue_admits_a_jobset_of_its_local_queue(
     kube_cluster: Any, scheduler: Any, wait_until: Any
 ) -> None:
-    kueue = kube_cluster.require_kueue()
-    app_id, _ = submit(
-        scheduler,
-        app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2)),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.low_priority,
+    app_id, kueue = backend_checks.submit_at_low_priority(
+        kube_cluster, scheduler, app("it-js-kueue", kube_cluster.pod_behaviour(run_seconds=2))
     )
     body = stored(kube_cluster, app_id)
     assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue.local_queue
@@ -485,31 +368,18 @@ def test_a_jobset_over_quota_waits_until_the_quota_frees(
     kueue = kube_cluster.require_kueue()
     started = time.monotonic()
     cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
-    first, _ = submit(
-        scheduler,
-        app("it-js-quota-a", kube_cluster.pod_behaviour(run_seconds=8), cpu=cpu),
-        local_queue=kueue.local_queue,
-    )
-    wait_state(scheduler, first, lambda r: r.state is AppState.RUNNING)
-    second, _ = submit(
-        scheduler,
-        app("it-js-quota-b", kube_cluster.pod_behaviour(run_seconds=1), cpu=cpu),
-        local_queue=kueue.local_queue,
+    first, second = backend_checks.one_running_one_queued(
+        kube_cluster, scheduler, app, "it-js", cpu
     )
     reserved = wait_until(
         lambda: condition(workload(kube_cluster, second), "QuotaReserved") or None
     )
     assert reserved["status"] == "False" and "insufficient" in reserved["message"], reserved
-    held = scheduler.describe(second)
-    assert held.state is AppState.PENDING
-    assert held.msg == (
-        f"Suspended: queued in Kueue local queue {kueue.local_queue!r}, waiting for admission"
-    )
+    backend_checks.held_in_the_queue(kube_cluster, scheduler, second)
     # The worker says Kueue's reason with what waits in the LocalQueue (one GET of it).
     waits = [n.text for n in scheduler.core.take_notices() if "waits for quota" in n.text]
     assert len(waits) == 1 and "insufficient unused quota" in waits[0], waits
     assert re.search(rf"; LocalQueue {kueue.local_queue} holds \d+ pending", waits[0]), waits
-    assert pods(kube_cluster, second) == []
     assert wait_state(scheduler, first, lambda r: is_terminal(r.state)).state is (
         AppState.SUCCEEDED
     )
@@ -540,25 +410,10 @@ def test_a_preempted_jobset_is_queued_again_and_runs_to_the_end(
     """A high-priority JobSet that does not fit beside a running low-priority one makes Kueue
     evict it: the low one is suspended (its pods removed), not failed, and admitted again
     once the high one has ended."""
-    kueue = kube_cluster.require_kueue()
-    cpu = cpu_quota(kube_cluster, kueue.cluster_queue) / 4
-    low, _ = submit(
-        scheduler,
-        app("it-js-low", kube_cluster.pod_behaviour(run_seconds=6), cpu=cpu),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.low_priority,
+    low_behaviour = kube_cluster.pod_behaviour(run_seconds=6)
+    low, high = backend_checks.high_preempts_low(
+        kube_cluster, scheduler, app, "it-js", low_behaviour, workload, wait_until
     )
-    wait_state(scheduler, low, all_running)
-    high, _ = submit(
-        scheduler,
-        app("it-js-high", kube_cluster.pod_behaviour(run_seconds=2), cpu=cpu),
-        local_queue=kueue.local_queue,
-        priority_class=kueue.high_priority,
-    )
-    evicted = wait_until(
-        lambda: condition(workload(kube_cluster, low), "Evicted") or None, timeout=60
-    )
-    assert evicted["reason"] == "Preempted", evicted
     assert scheduler.describe(low).state in (AppState.PENDING, AppState.RUNNING)
     assert wait_state(scheduler, high, lambda r: is_terminal(r.state), timeout=120).state is (
         AppState.SUCCEEDED

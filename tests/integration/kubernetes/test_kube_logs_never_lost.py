@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kube_apps import tracked
+from kube_apps import kube_role, volcano_pod_names
 from task_log import SequenceLog, TaskLog, rss_mb
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -29,46 +29,26 @@ from torchx_provider.triggers.follow import JobFollower
 
 pytestmark = pytest.mark.kubernetes
 
+
+@pytest.fixture
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="pod outcomes and logs are driven by the local cluster's kwok"
+    )
+
+
 QUEUE = "default"
 
 
-@pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes and logs are driven by the local cluster's kwok")
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
-
-
 def role(name: str, replicas: int, behaviour: dict[str, str], **kw: Any) -> specs.Role:
-    return specs.Role(
-        name,
-        image="registry.invalid/train:1",
-        entrypoint="python",
-        args=["-m", "train"],
-        num_replicas=replicas,
-        resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
-        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-        **kw,
-    )
+    return kube_role(name, behaviour, replicas=replicas, args=["-m", "train"], **kw)
 
 
 def pod_names(info: Any) -> dict[str, str]:
     """``role/replica`` -> the pod Volcano names for it (``{job}-{task}-0``)."""
-    job = info.request.body
-    out = {}
-    for task in job["spec"]["tasks"]:
-        meta = task["template"]["metadata"]
-        key = (
-            f"{meta['annotations']['torchx.pytorch.org/role-name']}/"
-            f"{meta['labels']['torchx.pytorch.org/replica-id']}"
-        )
-        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
-    return out
+    return {
+        f"{role}/{replica}": pod for (role, replica), pod in volcano_pod_names(info.request).items()
+    }
 
 
 class Kubelet(threading.Thread):
@@ -134,6 +114,22 @@ async def follow(kube_cluster: Any, app_id: str, **kw: Any) -> tuple[Any, TaskLo
     return event, log
 
 
+async def schedule_and_follow(
+    kube_cluster: Any, scheduler: Any, info: Any, kubelet: Kubelet
+) -> tuple[str, Any, TaskLog]:
+    """Submit the dry-run ``info`` and follow the app while ``kubelet`` gives its pods their
+    lines; the app id, the follow's final event and the task log."""
+    kubelet.start()
+    try:
+        app_id = scheduler.schedule(info)
+        scheduler.created.append(app_id)
+        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
+        return app_id, event, log
+    finally:
+        kubelet.stop.set()
+        kubelet.join()
+
+
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -167,14 +163,7 @@ async def test_a_replica_crashing_three_times_has_every_line_of_every_incarnatio
         return [(base + dt.timedelta(milliseconds=10 * i), t) for i, t in enumerate(texts)]
 
     kubelet = Kubelet(kube_cluster, [pod], lines)
-    kubelet.start()
-    try:
-        app_id = scheduler.schedule(info)
-        scheduler.created.append(app_id)
-        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
-    finally:
-        kubelet.stop.set()
-        kubelet.join()
+    _, event, log = await schedule_and_follow(kube_cluster, scheduler, info, kubelet)
     assert kubelet.error is None, kubelet.error
     assert event.state is AppState.FAILED, event
     ran = [n for n, uid in enumerate(kubelet.seen[pod]) if uid in kubelet.ran]
@@ -217,14 +206,7 @@ async def test_a_one_second_ttl_loses_no_line_and_progress_lines_come_once(
         return [(base + dt.timedelta(milliseconds=5 * i), t) for i, t in enumerate(texts)]
 
     kubelet = Kubelet(kube_cluster, list(pods.values()), lines)
-    kubelet.start()
-    try:
-        app_id = scheduler.schedule(info)
-        scheduler.created.append(app_id)
-        event, log = await follow(kube_cluster, app_id, poll_interval=10.0)
-    finally:
-        kubelet.stop.set()
-        kubelet.join()
+    app_id, event, log = await schedule_and_follow(kube_cluster, scheduler, info, kubelet)
     assert kubelet.error is None, kubelet.error
     assert event.state is AppState.SUCCEEDED, event
     for key, name in pods.items():

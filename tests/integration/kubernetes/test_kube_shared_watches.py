@@ -14,13 +14,13 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from kueue_objects import queue_options
 
-from kube_apps import tracked
+from kube_apps import kube_role, kube_scheduler, restricted_async_client, submit
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
@@ -49,15 +49,10 @@ def open_watches(admin_kubeconfig: str) -> Counter[tuple[str, str]]:
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("pods are run by the local cluster's kwok nodes")
-    with tracked(
-        create_scheduler(
-            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, session="hub", local_only="pods are run by the local cluster's kwok nodes"
+    )
 
 
 class RequestLog:
@@ -89,17 +84,7 @@ def request_log(monkeypatch: pytest.MonkeyPatch) -> RequestLog:
 def two_replica_app(kube_cluster: Any, i: int) -> specs.AppDef:
     behaviour = kube_cluster.pod_behaviour(run_seconds=4, start_seconds=1)
     return specs.AppDef(
-        f"fanin-{i}",
-        [
-            specs.Role(
-                "worker",
-                image="registry.invalid/train:1",
-                entrypoint="python",
-                num_replicas=2,
-                resource=specs.Resource(cpu=0.1, gpu=0, memMB=64),
-                metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-            )
-        ],
+        f"fanin-{i}", [kube_role("worker", behaviour, replicas=2, cpu=0.1, mem_mb=64)]
     )
 
 
@@ -109,18 +94,10 @@ async def test_fifty_jobs_one_watch_per_namespace_and_type(
     before = open_watches(kube_cluster.kubeconfig)
     app_ids = []
     for i in range(JOBS):
-        app_id = scheduler.schedule(
-            scheduler.submit_dryrun(two_replica_app(kube_cluster, i), {"queue": "default"})
-        )
-        scheduler.created.append(app_id)
+        app_id, _ = submit(scheduler, two_replica_app(kube_cluster, i), queue="default")
         app_ids.append(app_id)
 
-    clients = [
-        create_async_client(
-            kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-        for _ in app_ids
-    ]
+    clients = [restricted_async_client(create_async_client, kube_cluster) for _ in app_ids]
     during: list[Counter[tuple[str, str]]] = []
     synced_at: list[int] = []
 
@@ -191,37 +168,19 @@ async def test_kueue_workloads_of_many_appwrappers_come_from_one_watch(
     namespace's Workloads, never one request per app."""
     from torchx_provider.schedulers.kube import appwrapper
 
-    if not kube_cluster.local:
-        pytest.skip("pods are run by the local cluster's kwok nodes")
+    kube_cluster.skip_unless_local("pods are run by the local cluster's kwok nodes")
     kueue = kube_cluster.require_kueue()
     behaviour = kube_cluster.pod_behaviour(run_seconds=2, start_seconds=0.5)
-    with tracked(
-        appwrapper.create_scheduler(
-            "hub", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as aws:
+    with kube_scheduler(appwrapper.create_scheduler, kube_cluster, session="hub") as aws:
         app_ids = []
         for i in range(KUEUE_JOBS):
             app = specs.AppDef(
-                f"kq-fanin-{i}",
-                [
-                    specs.Role(
-                        "worker",
-                        image="registry.invalid/train:1",
-                        entrypoint="python",
-                        resource=specs.Resource(cpu=0.2, gpu=0, memMB=64),
-                        metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-                    )
-                ],
+                f"kq-fanin-{i}", [kube_role("worker", behaviour, cpu=0.2, mem_mb=64)]
             )
-            app_id = aws.schedule(aws.submit_dryrun(app, {"local_queue": kueue.local_queue}))
-            aws.created.append(app_id)
+            app_id, _ = submit(aws, app, **queue_options(kueue))
             app_ids.append(app_id)
         clients = [
-            appwrapper.create_async_client(
-                kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-            )
-            for _ in app_ids
+            restricted_async_client(appwrapper.create_async_client, kube_cluster) for _ in app_ids
         ]
         said: list[str] = []
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kueue_objects import queue_options
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app, restricted_async_client, submit
 from reliability_results import lines_lost_and_repeated, outcome_row, recorded
 from task_log import TaskLog
 from torchx_provider import specs
@@ -38,15 +38,10 @@ def backend(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any, backend: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's Kueue queues")
-    with tracked(
-        backend.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def scheduler(backend: Any, tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        backend.create_scheduler, local_only="needs the local cluster's Kueue queues"
+    )
 
 
 def quota_filler(kube_cluster: Any, name: str, run_seconds: float) -> specs.AppDef:
@@ -97,16 +92,12 @@ async def test_a_preempted_app_is_followed_through_readmission_to_success(
 ) -> None:
     kueue = kube_cluster.require_kueue()
     pod_names(kube_cluster, "torchx-test:none")  # the admin client made: new_pod is quick
-    low_id = scheduler.schedule(
-        scheduler.submit_dryrun(
-            quota_filler(kube_cluster, "kq-low", run_seconds=10),
-            {"local_queue": kueue.local_queue, "priority_class": kueue.low_priority},
-        )
+    low_id, _ = submit(
+        scheduler,
+        quota_filler(kube_cluster, "kq-low", run_seconds=10),
+        **queue_options(kueue, kueue.low_priority),
     )
-    scheduler.created.append(low_id)
-    client = backend.create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    client = restricted_async_client(backend.create_async_client, kube_cluster)
     low_log, high_log = TaskLog(), TaskLog()
     started = time.monotonic()
     low = asyncio.ensure_future(JobFollower(client, low_id, log=low_log, poll_interval=1.0).run())
@@ -117,13 +108,11 @@ async def test_a_preempted_app_is_followed_through_readmission_to_success(
         kube_cluster.set_pod_logs(first, run1, interval=dt.timedelta(milliseconds=10))
         await said(low_log, f"[worker/0] {run1[-1]}", 30)
 
-        high_id = scheduler.schedule(
-            scheduler.submit_dryrun(
-                quota_filler(kube_cluster, "kq-high", run_seconds=2),
-                {"local_queue": kueue.local_queue, "priority_class": kueue.high_priority},
-            )
+        high_id, _ = submit(
+            scheduler,
+            quota_filler(kube_cluster, "kq-high", run_seconds=2),
+            **queue_options(kueue, kueue.high_priority),
         )
-        scheduler.created.append(high_id)
         high = asyncio.ensure_future(
             JobFollower(client, high_id, log=high_log, poll_interval=1.0).run()
         )

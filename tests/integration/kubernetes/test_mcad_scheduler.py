@@ -9,13 +9,14 @@ provider makes of them. Either way the provider only uses the restricted kubecon
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+import backend_checks
 import pytest
 
-from kube_apps import tracked
+import kube_apps
+from kube_apps import is_subset, submit, trainer_and_ps, wait_gone
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.mcad import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -25,53 +26,15 @@ pytestmark = pytest.mark.kubernetes
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
+def scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if kube_cluster.mcad_restricted_kubeconfig is None:
         pytest.skip("this cluster has no MCAD API server")
-    with tracked(
-        create_scheduler(
-            "it",
-            kubeconfig=kube_cluster.mcad_restricted_kubeconfig,
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(create_scheduler, mcad=True)
 
 
 def app(name: str, behaviour: dict[str, str] | None = None) -> specs.AppDef:
-    def role(role_name: str, replicas: int) -> specs.Role:
-        return specs.Role(
-            role_name,
-            image="registry.invalid/train:1",
-            entrypoint="python",
-            args=["-m", "train", "--master", "$${${rank0_env}}"],
-            num_replicas=replicas,
-            resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
-            metadata={"kubernetes": {"metadata": {"annotations": behaviour or {}}}},
-        )
-
-    return specs.AppDef(name, [role("trainer", 2), role("ps", 1)])
-
-
-def is_subset(sent: Any, stored: Any) -> bool:
-    if isinstance(sent, dict):
-        return isinstance(stored, dict) and all(
-            k in stored and is_subset(v, stored[k]) for k, v in sent.items()
-        )
-    if isinstance(sent, list):
-        return (
-            isinstance(stored, list)
-            and len(sent) == len(stored)
-            and all(map(is_subset, sent, stored))
-        )
-    return sent == stored
-
-
-def submit(scheduler: Any, a: specs.AppDef, **cfg: Any) -> tuple[str, Any]:
-    info = scheduler.submit_dryrun(a, cfg)
-    app_id = scheduler.schedule(info)
-    scheduler.created.append(app_id)
-    return app_id, info
+    """Role ``trainer`` of 2 replicas and ``ps`` of one."""
+    return trainer_and_ps(name, behaviour, args=("-m", "train", "--master", "$${${rank0_env}}"))
 
 
 def drive(kube_cluster: Any, app_id: str, state: str, **status: Any) -> None:
@@ -79,18 +42,8 @@ def drive(kube_cluster: Any, app_id: str, state: str, **status: Any) -> None:
     kube_cluster.set_mcad_appwrapper_state(app_id.split(":")[1], state, **status)
 
 
-def wait_state(
-    scheduler: Any, app_id: str, done: Callable[[Any], bool], timeout: float = 120
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        resp = scheduler.describe(app_id)
-        assert resp is not None
-        if done(resp):
-            return resp
-        if time.monotonic() > deadline:
-            pytest.fail(f"{app_id}: timed out; last {resp}")
-        time.sleep(0.5)
+def wait_state(scheduler: Any, app_id: str, done: Callable[[Any], bool]) -> Any:
+    return kube_apps.wait_state(scheduler, app_id, done, interval=0.5)
 
 
 def test_the_api_server_keeps_everything_we_send(kube_cluster: Any, scheduler: Any) -> None:
@@ -150,10 +103,7 @@ def test_list_find_and_cancel(kube_cluster: Any, scheduler: Any) -> None:
     if not kube_cluster.mcad_controller:
         drive(kube_cluster, app_id, "Running", running=3)
     scheduler.cancel(app_id)  # MCAD has no abort: the AppWrapper is deleted
-    deadline = time.monotonic() + 30
-    while scheduler.describe(app_id) is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+    wait_gone(scheduler, app_id)
     scheduler.cancel(app_id)
     scheduler.delete(app_id)
 
@@ -172,17 +122,9 @@ async def test_async_client(kube_cluster: Any, scheduler: Any) -> None:
         )
     else:
         drive(kube_cluster, app_id, "Running", running=3)
-    client = create_async_client(
-        kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
+    await backend_checks.async_client_describes_and_cancels(
+        kube_cluster, scheduler, create_async_client, app_id, mcad=True
     )
-    try:
-        resp = await client.describe(app_id)
-        assert resp is not None and resp.state is AppState.RUNNING
-        assert resp == scheduler.describe(app_id)
-        await client.cancel(app_id)
-        assert await client.describe(app_id) is None
-    finally:
-        await client.close()
 
 
 def test_logs_of_every_replica(kube_cluster: Any, scheduler: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rbac_accounts import ROLE, Accounts
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.errors import (
@@ -40,21 +40,16 @@ def app(kube_cluster: Any, name: str = "misconf") -> specs.AppDef:
 
 @pytest.fixture
 def accounts(kube_cluster: Any, tmp_path: Path) -> Iterator[Accounts]:
-    if not kube_cluster.local:
-        pytest.skip("makes ServiceAccounts and Roles on the local cluster")
+    kube_cluster.skip_unless_local("makes ServiceAccounts and Roles on the local cluster")
     made = Accounts(kube_cluster, tmp_path)
     yield made
     made.delete()
 
 
 @pytest.fixture
-def admin(kube_cluster: Any) -> Iterator[Any]:
+def admin(tracked_scheduler: Any) -> Any:
     """A scheduler with the documented account, to set up and to clean up."""
-    ns = kube_cluster.namespace
-    with tracked(
-        create_scheduler("it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=ns)
-    ) as s:
-        yield s
+    return tracked_scheduler(create_scheduler)
 
 
 def submit(scheduler: Any, application: specs.AppDef, **cfg: Any) -> str:

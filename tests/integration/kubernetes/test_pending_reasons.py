@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kube_apps import one_replica_app, tracked
+from kube_apps import one_replica_app, restricted_async_client, submit, tracked
 from task_log import TaskLog
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import mcad, volcano
@@ -27,15 +27,10 @@ pytestmark = pytest.mark.kubernetes
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="needs the local cluster's nodes (32 CPUs each)"
+    )
 
 
 def too_large(kube_cluster: Any) -> specs.AppDef:
@@ -93,11 +88,8 @@ async def said_once_by_both(
 async def test_an_unschedulable_replica_is_said_once_within_seconds(
     kube_cluster: Any, scheduler: Any
 ) -> None:
-    app_id = scheduler.schedule(scheduler.submit_dryrun(too_large(kube_cluster), {}))
-    scheduler.created.append(app_id)
-    client = create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(scheduler, too_large(kube_cluster))
+    client = restricted_async_client(create_async_client, kube_cluster)
     async with followed(client, app_id) as log:
         said, took = await first_said(log, "is not scheduled", 60)
         assert "Insufficient cpu" in said[0], said
@@ -107,15 +99,10 @@ async def test_an_unschedulable_replica_is_said_once_within_seconds(
 
 
 @pytest.fixture
-def volcano_scheduler(kube_cluster: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's nodes (32 CPUs each)")
-    with tracked(
-        volcano.create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def volcano_scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        volcano.create_scheduler, local_only="needs the local cluster's nodes (32 CPUs each)"
+    )
 
 
 QUOTA = "queue resource quota insufficient"
@@ -126,12 +113,8 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
 ) -> None:
     app = too_large(kube_cluster)
     app.roles[0].num_replicas = 2
-    info = volcano_scheduler.submit_dryrun(app, {"queue": "default"})
-    app_id = volcano_scheduler.schedule(info)
-    volcano_scheduler.created.append(app_id)
-    client = volcano.create_async_client(
-        kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(volcano_scheduler, app, queue="default")
+    client = restricted_async_client(volcano.create_async_client, kube_cluster)
     # Volcano repeats the Event every cycle; the worker's describe lists the PodGroup's
     # Events while the job is pending
     said, took, lines = await said_once_by_both(volcano_scheduler, client, app_id, QUOTA)
@@ -194,8 +177,7 @@ async def test_pods_a_volcano_job_cannot_create_are_said_once_within_seconds(
 
 @pytest.fixture
 def kueue(kube_cluster: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's Kueue queues")
+    kube_cluster.skip_unless_local("needs the local cluster's Kueue queues")
     return kube_cluster.require_kueue()
 
 
@@ -210,15 +192,9 @@ async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
     lost = one_replica_app(kube_cluster, "kq-lost", run_seconds=1)
     apps = []
     for app, queue in ((big, kueue.local_queue), (lost, "no-such-queue")):
-        app_id = scheduler.schedule(scheduler.submit_dryrun(app, {"local_queue": queue}))
-        scheduler.created.append(app_id)
+        app_id, _ = submit(scheduler, app, local_queue=queue)
         apps.append(app_id)
-    clients = [
-        create_async_client(
-            kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-        for _ in apps
-    ]
+    clients = [restricted_async_client(create_async_client, kube_cluster) for _ in apps]
     async with followed(clients[0], apps[0]) as log_big, followed(clients[1], apps[1]) as log_lost:
         never, took_big = await first_said(log_big, "can never be admitted", 30)
         assert "maximum capacity" in never[0] and "cpu" in never[0], never
@@ -236,19 +212,12 @@ async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
 
 
 @pytest.fixture
-def mcad_scheduler(kube_cluster: Any) -> Iterator[Any]:
+def mcad_scheduler(kube_cluster: Any, tracked_scheduler: Any) -> Any:
     if not kube_cluster.local or kube_cluster.mcad_restricted_kubeconfig is None:
         pytest.skip("needs the local cluster's MCAD API server")
     if not kube_cluster.mcad_controller:
         pytest.skip("this cluster does not run MCAD's controller")
-    with tracked(
-        mcad.create_scheduler(
-            "it",
-            kubeconfig=kube_cluster.mcad_restricted_kubeconfig,
-            namespace=kube_cluster.namespace,
-        )
-    ) as s:
-        yield s
+    return tracked_scheduler(mcad.create_scheduler, mcad=True)
 
 
 MCAD_HOLDS = "not dispatched: AppWrapperNotRunnable"
@@ -261,11 +230,8 @@ async def test_mcad_says_why_it_does_not_dispatch_an_appwrapper_once_within_seco
     AppWrapper's conditions (``Backoff``): the follow says it once, in MCAD's words."""
     app = too_large(kube_cluster)
     app.roles[0].num_replicas = 2
-    app_id = mcad_scheduler.schedule(mcad_scheduler.submit_dryrun(app, {}))
-    mcad_scheduler.created.append(app_id)
-    client = mcad.create_async_client(
-        kubeconfig=kube_cluster.mcad_restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    app_id, _ = submit(mcad_scheduler, app)
+    client = restricted_async_client(mcad.create_async_client, kube_cluster, mcad=True)
     # MCAD backs off and tries again; the worker's describe reads the same conditions
     said, took, _ = await said_once_by_both(mcad_scheduler, client, app_id, MCAD_HOLDS)
     assert "Insufficient resources to dispatch AppWrapper" in said, said

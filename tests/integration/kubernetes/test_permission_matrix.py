@@ -187,8 +187,7 @@ class Task:
 
 @pytest.fixture(scope="module")
 def kube_local(kube_cluster: Any) -> Any:
-    if not kube_cluster.local:
-        pytest.skip("makes ServiceAccounts and Roles on the local cluster")
+    kube_cluster.skip_unless_local("makes ServiceAccounts and Roles on the local cluster")
     return kube_cluster
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kube_apps import tracked
+import kube_apps
+from kube_apps import TRAIN_ARGS, is_subset, kube_role, volcano_pod_names, wait_gone
 from torchx_provider import specs
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -28,38 +29,27 @@ QUEUE = "default"
 
 
 @pytest.fixture
-def scheduler(kube_cluster: Any) -> Iterator[Any]:
-    if not kube_cluster.local:
-        pytest.skip("pod outcomes are driven by the local cluster's kwok stages")
-    with tracked(
-        create_scheduler(
-            "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-        )
-    ) as s:
-        yield s
+def scheduler(tracked_scheduler: Any) -> Any:
+    return tracked_scheduler(
+        create_scheduler, local_only="pod outcomes are driven by the local cluster's kwok stages"
+    )
 
 
 def role(
     name: str, replicas: int = 1, behaviour: dict[str, str] | None = None, **kw: Any
 ) -> specs.Role:
-    return specs.Role(
+    return kube_role(
         name,
-        image="registry.invalid/train:1",
-        entrypoint="python",
-        args=["-m", "train", "--rank", "${replica_id}", "--master", "$${${rank0_env}}"],
-        num_replicas=replicas,
-        resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
+        behaviour,
+        replicas=replicas,
+        args=list(TRAIN_ARGS),
         port_map={"c10d": 29500},
-        metadata={"kubernetes": {"metadata": {"annotations": behaviour or {}}}},
         **kw,
     )
 
 
 def submit(scheduler: Any, app: specs.AppDef, **cfg: Any) -> tuple[str, Any]:
-    info = scheduler.submit_dryrun(app, {"queue": QUEUE, **cfg})
-    app_id = scheduler.schedule(info)
-    scheduler.created.append(app_id)
-    return app_id, info
+    return kube_apps.submit(scheduler, app, **{"queue": QUEUE, **cfg})
 
 
 def wait_state(
@@ -84,31 +74,8 @@ def replicas(resp: Any) -> dict[tuple[str, int], Any]:
 
 
 def pod_names(info: Any) -> dict[tuple[str, int], str]:
-    """The pod of each replica, as Volcano will name it: ``{job}-{task}-0``."""
-    job = info.request.body
-    out = {}
-    for task in job["spec"]["tasks"]:
-        ann = task["template"]["metadata"]
-        key = (
-            ann["annotations"]["torchx.pytorch.org/role-name"],
-            int(ann["labels"]["torchx.pytorch.org/replica-id"]),
-        )
-        out[key] = f"{job['metadata']['name']}-{task['name']}-0"
-    return out
-
-
-def is_subset(sent: Any, stored: Any) -> bool:
-    if isinstance(sent, dict):
-        return isinstance(stored, dict) and all(
-            k in stored and is_subset(v, stored[k]) for k, v in sent.items()
-        )
-    if isinstance(sent, list):
-        return (
-            isinstance(stored, list)
-            and len(sent) == len(stored)
-            and all(map(is_subset, sent, stored))
-        )
-    return sent == stored
+    """The pod of each replica of the dry run, as Volcano will name it."""
+    return volcano_pod_names(info.request)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,10 +220,7 @@ def test_cancel_keeps_the_job_then_delete_removes_it(kube_cluster: Any, schedule
     scheduler.cancel(app_id)  # idempotent on a cancelled app
     assert scheduler.exists(app_id)  # kept for inspection
     scheduler.delete(app_id)
-    deadline = time.monotonic() + 30
-    while scheduler.describe(app_id) is not None:
-        assert time.monotonic() < deadline, "job still there after delete"
-        time.sleep(0.3)
+    wait_gone(scheduler, app_id, message="job still there after delete")
     scheduler.delete(app_id)  # idempotent
     scheduler.cancel(app_id)
 
@@ -310,8 +274,7 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
 
 
 def test_restricted_credentials_cannot_reach_other_namespaces(kube_cluster: Any) -> None:
-    if not kube_cluster.local:
-        pytest.skip("needs the local cluster's RBAC")
+    kube_cluster.skip_unless_local("needs the local cluster's RBAC")
     s = create_scheduler(
         "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace="kube-system"
     )

@@ -3,20 +3,15 @@ the in-memory fake backend of ``torchx_fakes``."""
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import airflow_home
 import pytest
 
-if not os.environ.get("TORCHX_TEST_AIRFLOW_HOME"):
-    _home = tempfile.mkdtemp(prefix="torchx-airflow-home-")
-    os.environ["TORCHX_TEST_AIRFLOW_HOME"] = _home
-    os.environ["AIRFLOW_HOME"] = _home
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(_home) / "dags"))
+if not airflow_home.chosen():
+    airflow_home.choose_throwaway_home()
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -16,6 +16,12 @@ from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failure_summary, replica_failure
 
 
+async def follow(app_id: str, **kw: Any) -> JobEvent:
+    """Follow the fake backend's app to its end (``kw`` as :class:`JobFollower`'s): the
+    final event."""
+    return await JobFollower(torchx_fakes.FakeAsyncClient(), app_id, **kw).run()
+
+
 def submit(**meta: Any) -> str:
     return torchx_fakes.FakeScheduler().submit(torchx_fakes.make_app(**meta))
 
@@ -23,9 +29,7 @@ def submit(**meta: Any) -> str:
 async def test_the_terminal_state_comes_after_every_replicas_last_line(fake_cluster: Any) -> None:
     app_id = submit(lines=6, ticks=2, replicas=2)
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
-    ).run()
+    event = await follow(app_id, log=log, poll_interval=0.001)
     assert event.succeeded
     terminal = next(i for i, ln in enumerate(log.lines) if ln.endswith("-> SUCCEEDED"))
     last_lines = [log.lines.index(f"[worker/{r}] worker {r} line 5") for r in range(2)]
@@ -38,9 +42,7 @@ async def test_a_failed_app_ends_with_one_summary_group_per_failed_replica(
 ) -> None:
     app_id = submit(lines=4, ticks=2, replicas=3, outcome="FAILED", fail_replicas="worker/1")
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
-    ).run()
+    event = await follow(app_id, log=log, poll_interval=0.001)
     assert event.state == AppState.FAILED
     start = log.lines.index(
         "::group::worker/1 failed: exit code 1 (no reason given) — last 4 lines"
@@ -89,13 +91,9 @@ async def test_a_backend_with_one_container_says_why_a_container_is_not_forwarde
 ) -> None:
     app_id = submit(lines=2, ticks=1, replicas=1)
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(),
-        app_id,
-        log=log,
-        poll_interval=0.001,
-        selection=LogSelection.parse("worker, worker/0:init"),
-    ).run()
+    event = await follow(
+        app_id, log=log, poll_interval=0.001, selection=LogSelection.parse("worker, worker/0:init")
+    )
     assert event.succeeded
     assert "[worker/0] worker 0 line 1" in log.lines
     assert any("worker/0:init are not forwarded" in ln and "log_replicas" in ln for ln in log.lines)
@@ -115,9 +113,7 @@ async def test_of_several_failed_replicas_the_one_whose_log_shows_the_error_lead
         traceback_replicas="worker/2",
     )
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
-    ).run()
+    event = await follow(app_id, log=log, poll_interval=0.001)
     assert (event.root_cause, event.root_error) == (
         "worker/2",
         "ValueError: worker 2 got a bad batch",
@@ -145,14 +141,9 @@ async def test_a_replica_that_cannot_start_ends_the_follow_past_the_grace(
 
     app_id = submit(ticks=100_000, replicas=2, waiting_replicas="worker/1")
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(),
-        app_id,
-        log=log,
-        poll_interval=0.01,
-        start_grace=0.2,
-        cancel_on_timeout=cancel,
-    ).run()
+    event = await follow(
+        app_id, log=log, poll_interval=0.01, start_grace=0.2, cancel_on_timeout=cancel
+    )
     assert (event.kind, event.error) == (EventKind.ERROR, ErrorKind.START)
     assert event.message.startswith("worker/1 waited ")
     assert "without starting: image 'busybox' cannot be pulled (check the image's" in (
@@ -179,9 +170,7 @@ async def test_an_image_that_can_never_be_pulled_ends_the_follow_at_once(
 
     app_id = submit(ticks=100_000, replicas=2, missing_image_replicas="worker/1")
     log = Log()
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.01, start_grace=3600
-    ).run()
+    event = await follow(app_id, log=log, poll_interval=0.01, start_grace=3600)
     assert (event.kind, event.error, event.root_cause) == (
         EventKind.ERROR,
         ErrorKind.START,
@@ -232,8 +221,6 @@ async def test_a_replica_that_starts_within_the_grace_is_followed_on(fake_cluste
     """Waiting less than the grace (a registry's hiccup) ends nothing."""
     app_id = submit(ticks=3, replicas=1, waiting_replicas="worker/0")
     app = fake_cluster.apps[app_id]
-    event = await JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=Log(), poll_interval=0.01, start_grace=60
-    ).run()
+    event = await follow(app_id, log=Log(), poll_interval=0.01, start_grace=60)
     assert event.succeeded, event
     assert app.ticks > 3

@@ -48,17 +48,26 @@ class Flaky(AsyncSchedulerClient):
         await ended.wait()
 
 
+async def pumped(client: Any, log: Log, cursors: dict[str, LogCursor], seconds: float) -> LogPumps:
+    """Pump source ``t/0`` of ``client`` into ``log`` (retrying after 1 ms at first) for
+    ``seconds``, then finish: the pumps."""
+    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    await asyncio.sleep(seconds)
+    await pumps.finish(5)
+    return pumps
+
+
+def lines_of_t0(log: Log) -> list[str]:
+    return [ln for ln in log.lines if ln.startswith("[t/0]")]
+
+
 async def test_a_failing_source_is_retried_from_its_cursor_and_said_once() -> None:
     client = Flaky(6, [BackendUnavailableError("node down"), BackendUnavailableError("again")])
     log = Log()
     cursors: dict[str, LogCursor] = {}
-    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
-    pumps.start([LogSource("t", 0)])
-    await asyncio.sleep(0.2)
-    await pumps.finish(5)
-    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
-        f"[t/0] line {i}" for i in range(6)
-    ]
+    pumps = await pumped(client, log, cursors, seconds=0.2)
+    assert lines_of_t0(log) == [f"[t/0] line {i}" for i in range(6)]
     assert sum("cannot be read" in ln for ln in log.lines) == 1
     assert "logs of t/0 readable again" in log.lines
     assert cursors["t/0"].since == BASE + timedelta(seconds=5)
@@ -121,14 +130,9 @@ async def test_the_tries_of_an_outage_before_the_end_do_not_use_up_the_final_one
     client = DownThenBack(3, [])
     client.errors_after_end = []
     log = Log()
-    pumps = LogPumps(lambda: client, "app", log, {}, retry_base=0.001)
-    pumps.start([LogSource("t", 0)])
-    await asyncio.sleep(0.3)  # many failed tries while the app runs
-    await pumps.finish(5)
+    pumps = await pumped(client, log, {}, seconds=0.3)  # many failed tries while the app runs
     assert pumps.unread == set()
-    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
-        f"[t/0] line {i}" for i in range(3)
-    ]
+    assert lines_of_t0(log) == [f"[t/0] line {i}" for i in range(3)]
 
 
 async def test_an_error_no_translation_knew_is_said_and_retried_not_a_silent_end() -> None:
@@ -137,13 +141,8 @@ async def test_an_error_no_translation_knew_is_said_and_retried_not_a_silent_end
     client = Flaky(6, [RuntimeError("Connection broken: IncompleteRead(0 bytes read)")])
     log = Log()
     cursors: dict[str, LogCursor] = {}
-    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
-    pumps.start([LogSource("t", 0)])
-    await asyncio.sleep(0.2)
-    await pumps.finish(5)
-    assert [ln for ln in log.lines if ln.startswith("[t/0]")] == [
-        f"[t/0] line {i}" for i in range(6)
-    ]
+    pumps = await pumped(client, log, cursors, seconds=0.2)
+    assert lines_of_t0(log) == [f"[t/0] line {i}" for i in range(6)]
     warned = [ln for ln in log.lines if "cannot be read" in ln]
     assert len(warned) == 1 and "RuntimeError: Connection broken" in warned[0], log.lines
     assert not pumps.unread

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -25,8 +25,10 @@ from torchx_provider.schedulers.kube.resources import (
     OwnedBy,
     QueuedIn,
 )
+from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import format_timestamp
+from torchx_provider.specs.api import AppState
 
 T0 = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
@@ -226,6 +228,31 @@ class FakeListWatch:
         yield {}
 
 
+#: the name suffix the translation tests place their apps with
+SUFFIX = "abcd1234"
+
+
+def role(name: str = "worker", **kw: Any) -> specs.Role:
+    """A role of image ``img`` running ``run``; other fields in ``kw``."""
+    return specs.Role(name, image="img", entrypoint="run", **kw)
+
+
+def found_under(obj: Any, wanted: Callable[[str, Any], bool]) -> list[Any]:
+    """The value of every mapping entry anywhere in ``obj`` (through mappings and lists)
+    for which ``wanted(key, value)``; the other entries' values are searched in turn."""
+    found: list[Any] = []
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if wanted(key, value):
+                found.append(value)
+            else:
+                found.extend(found_under(value, wanted))
+    elif isinstance(obj, list):
+        for item in obj:
+            found.extend(found_under(item, wanted))
+    return found
+
+
 def app(replicas: int = 2) -> specs.AppDef:
     return specs.AppDef(
         "echo", [specs.Role("my-role", image="i", entrypoint="e", num_replicas=replicas)]
@@ -257,6 +284,53 @@ def add_pod(
             f"{format_timestamp(T0 + timedelta(seconds=i))} {line}\n" for i, line in enumerate(log)
         ).encode()
     return name
+
+
+def indexed_job_pod(
+    job: str,
+    role_name: str,
+    index: int,
+    phase: str,
+    exit_code: int | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pod of replica ``index`` of role ``role_name`` (role index 0) of app
+    ``a-abcd1234``, made by its Indexed Job ``job`` (the pod's hostname is
+    ``{job}-{index}``), in ``phase``; with ``exit_code``, its container terminated with it.
+    ``labels`` are added to the pod's."""
+    status: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": role_name, "state": {"terminated": {"exitCode": exit_code}}}
+        ]
+    return {
+        "metadata": {
+            "name": f"{job}-{index}-xyz12",
+            "creationTimestamp": "2024-05-01T10:00:00Z",
+            "labels": {
+                "torchx.pytorch.org/role-name": role_name,
+                "torchx.pytorch.org/role-index": "0",
+                JOB_INDEX_LABEL: str(index),
+                **(labels or {}),
+            },
+            "annotations": {"torchx.pytorch.org/role-name": role_name},
+        },
+        "spec": {"hostname": f"{job}-{index}", "subdomain": "a-abcd1234"},
+        "status": status,
+    }
+
+
+def assert_found_by_index(resp: Any, hostname: str) -> None:
+    """``resp`` describes role ``trainer`` of 3 replicas from the pods of replicas 0 (running)
+    and 2 (failed with exit code 3) of :func:`indexed_job_pod`: replica 1, without a pod, is
+    pending; its hostname is ``hostname``."""
+    states = [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
+    assert states == [
+        (0, AppState.RUNNING, None),
+        (1, AppState.PENDING, None),
+        (2, AppState.FAILED, 3),
+    ]
+    assert resp.roles_statuses[0].replicas[1].hostname == hostname
 
 
 def set_phase(fake: FakeKube, app_id: str, phase: str) -> dict[str, Any]:

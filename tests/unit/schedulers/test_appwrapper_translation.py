@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import pytest
+from kube_fakes import assert_found_by_index, indexed_job_pod
 from test_kube_manifests import validate_appwrapper_v1beta2
 
 from torchx_provider import specs
@@ -243,38 +244,15 @@ def test_unhealthy_condition_explains_a_failure() -> None:
 
 
 def pod(role_name: str, index: int, phase: str, exit_code: int | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
-    if exit_code is not None:
-        status["containerStatuses"] = [
-            {"name": role_name, "state": {"terminated": {"exitCode": exit_code}}}
-        ]
-    return {
-        "metadata": {
-            "name": f"a-abcd1234-{role_name}-{index}-xyz12",
-            "creationTimestamp": "2024-05-01T10:00:00Z",
-            "labels": {
-                "torchx.pytorch.org/role-name": role_name,
-                "torchx.pytorch.org/role-index": "0",
-                JOB_INDEX_LABEL: str(index),
-            },
-            "annotations": {"torchx.pytorch.org/role-name": role_name},
-        },
-        "spec": {"hostname": f"a-abcd1234-{role_name}-{index}", "subdomain": "a-abcd1234"},
-        "status": status,
-    }
+    """A pod of the role's Indexed Job (the AppWrapper's component ``a-abcd1234-{role}``)."""
+    return indexed_job_pod(f"a-abcd1234-{role_name}", role_name, index, phase, exit_code)
 
 
 def test_each_replica_is_its_pod_found_by_index() -> None:
     aw = with_status(aw_of(specs.AppDef("a", [role(num_replicas=3)])), phase="Running")
     pods = [pod("trainer", 0, "Running"), pod("trainer", 2, "Failed", exit_code=3)]
     resp = describe_appwrapper("ns:a-abcd1234", aw, pods)
-    states = [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
-    assert states == [
-        (0, AppState.RUNNING, None),
-        (1, AppState.PENDING, None),
-        (2, AppState.FAILED, 3),
-    ]
-    assert resp.roles_statuses[0].replicas[1].hostname == "a-abcd1234-trainer-1.a-abcd1234"
+    assert_found_by_index(resp, "a-abcd1234-trainer-1.a-abcd1234")
 
 
 def test_replica_of_a_job_pod_and_its_selector() -> None:

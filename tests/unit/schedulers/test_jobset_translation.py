@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from kube_fakes import assert_found_by_index, indexed_job_pod
 from test_kube_manifests import validate_jobset
 
 from torchx_provider import specs
@@ -385,26 +386,11 @@ def test_unknown_phase_cannot_happen_but_unknown_status_is_starting(
 
 
 def pod(role_name: str, index: int, phase: str, exit_code: int | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
-    if exit_code is not None:
-        status["containerStatuses"] = [
-            {"name": role_name, "state": {"terminated": {"exitCode": exit_code}}}
-        ]
-    return {
-        "metadata": {
-            "name": f"a-abcd1234-{role_name}-0-{index}-xyz12",
-            "creationTimestamp": "2024-05-01T10:00:00Z",
-            "labels": {
-                "torchx.pytorch.org/role-name": role_name,
-                "torchx.pytorch.org/role-index": "0",
-                JOB_INDEX_LABEL: str(index),
-                "jobset.sigs.k8s.io/restart-attempt": "0",
-            },
-            "annotations": {"torchx.pytorch.org/role-name": role_name},
-        },
-        "spec": {"hostname": f"a-abcd1234-{role_name}-0-{index}", "subdomain": "a-abcd1234"},
-        "status": status,
-    }
+    """A pod of the role's Indexed Job (the JobSet's ``a-abcd1234-{role}-0``), of the JobSet's
+    first incarnation."""
+    labels = {"jobset.sigs.k8s.io/restart-attempt": "0"}
+    job = f"a-abcd1234-{role_name}-0"
+    return indexed_job_pod(job, role_name, index, phase, exit_code, labels)
 
 
 def test_each_replica_is_its_pod_found_by_index() -> None:
@@ -415,13 +401,7 @@ def test_each_replica_is_its_pod_found_by_index() -> None:
     )
     pods = [pod("trainer", 0, "Running"), pod("trainer", 2, "Failed", exit_code=3)]
     resp = describe_jobset("ns:a-abcd1234", js, pods)
-    states = [(r.id, r.state, r.exit_code) for r in resp.roles_statuses[0].replicas]
-    assert states == [
-        (0, AppState.RUNNING, None),
-        (1, AppState.PENDING, None),
-        (2, AppState.FAILED, 3),
-    ]
-    assert resp.roles_statuses[0].replicas[1].hostname == "a-abcd1234-trainer-0-1.a-abcd1234"
+    assert_found_by_index(resp, "a-abcd1234-trainer-0-1.a-abcd1234")
     assert [r.name for r in resp.roles] == ["trainer"]
 
 

@@ -151,6 +151,23 @@ def app() -> specs.AppDef:
     return specs.AppDef("a", [role])
 
 
+def pending_workload(kind: str, owner: dict[str, Any], message: str) -> dict[str, Any]:
+    """Kueue's Workload ``{kind}-{name}-1`` (uid ``w1``) of the ``owner`` object, of kind
+    ``kind``, with no quota reserved: ``QuotaReserved`` False (``Pending``) with ``message``."""
+    name = owner["metadata"]["name"]
+    return {
+        "apiVersion": KUEUE_WORKLOAD.api_version,
+        "kind": "Workload",
+        "metadata": {
+            "name": f"{kind.lower()}-{name}-1",
+            "uid": "w1",
+            "labels": {JOB_UID_LABEL: owner["metadata"]["uid"]},
+            "ownerReferences": [{"kind": kind, "name": name, "controller": True}],
+        },
+        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", message)]},
+    }
+
+
 def queued(fake: FakeKube) -> tuple[str, dict[str, Any]]:
     """An AppWrapper of a LocalQueue, and the Workload Kueue made for it (over quota)."""
     aws = create_scheduler("s", namespace="ns", kube=fake)
@@ -158,17 +175,7 @@ def queued(fake: FakeKube) -> tuple[str, dict[str, Any]]:
     _, name = app_id.split(":")
     obj = fake.objects[("appwrappers", "ns", name)]
     obj["status"] = {"phase": "Suspended"}
-    wl = {
-        "apiVersion": KUEUE_WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {
-            "name": f"appwrapper-{name}-1",
-            "uid": "w1",
-            "labels": {JOB_UID_LABEL: obj["metadata"]["uid"]},
-            "ownerReferences": [{"kind": "AppWrapper", "name": name, "controller": True}],
-        },
-        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", PENDING)]},
-    }
+    wl = pending_workload("AppWrapper", obj, PENDING)
     stranger = copy.deepcopy(wl)
     stranger["metadata"].update(
         name="appwrapper-other-1",
@@ -270,17 +277,7 @@ def test_a_jobset_of_a_local_queue_reads_its_workload_the_same_way() -> None:
     app_id = js.schedule(js.submit_dryrun(app(), {"local_queue": "lq"}))
     name = app_id.split(":")[1]
     obj = fake.objects[("jobsets", "ns", name)]
-    fake.objects[("workloads", "ns", f"jobset-{name}-1")] = {
-        "apiVersion": KUEUE_WORKLOAD.api_version,
-        "kind": "Workload",
-        "metadata": {
-            "name": f"jobset-{name}-1",
-            "uid": "w1",
-            "labels": {JOB_UID_LABEL: obj["metadata"]["uid"]},
-            "ownerReferences": [{"kind": "JobSet", "name": name, "controller": True}],
-        },
-        "status": {"conditions": [cond("QuotaReserved", "False", "Pending", TOO_BIG)]},
-    }
+    fake.objects[("workloads", "ns", f"jobset-{name}-1")] = pending_workload("JobSet", obj, TOO_BIG)
     js.describe(app_id)
     [text] = [n.text for n in js.core.take_notices()]
     assert text.startswith(f"Kueue workload jobset-{name}-1 can never be admitted")

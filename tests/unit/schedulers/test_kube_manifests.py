@@ -20,12 +20,13 @@ from __future__ import annotations
 import copy
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kube_fakes import found_under
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -405,32 +406,25 @@ def check_golden(name: str, obj: Any) -> None:
     assert text == path.read_text(), f"{name} differs from {path} (TORCHX_REGEN_GOLDEN=1 updates)"
 
 
-@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
-def test_volcano_golden(name: str) -> None:
-    job = manifest("kubernetes", name)
-    validate_volcano_job(job)
-    check_golden(f"volcano_{name}", job)
+def golden_test(backend: str, golden: str, validate: Callable[[Any], None]) -> Any:
+    """The test of ``backend``'s manifest of each golden app: valid (``validate``), and the
+    same as ``golden/{golden}_<app>.yaml``."""
+
+    @pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
+    def test(name: str) -> None:
+        obj = manifest(backend, name)
+        validate(obj)
+        check_golden(f"{golden}_{name}", obj)
+
+    return test
 
 
-@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
-def test_mcad_golden(name: str) -> None:
-    aw = manifest("kubernetes_mcad", name)
-    validate_appwrapper(aw)
-    check_golden(f"mcad_{name}", aw)
-
-
-@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
-def test_jobset_golden(name: str) -> None:
-    js = manifest("kubernetes_jobset", name)
-    validate_jobset(js)
-    check_golden(f"jobset_{name}", js)
-
-
-@pytest.mark.parametrize("name", ["echo", "ddp", "multi"])
-def test_appwrapper_v1beta2_golden(name: str) -> None:
-    aw = manifest("kubernetes_appwrapper", name)
-    validate_appwrapper_v1beta2(aw)
-    check_golden(f"appwrapper_{name}", aw)
+test_volcano_golden = golden_test("kubernetes", "volcano", validate_volcano_job)
+test_mcad_golden = golden_test("kubernetes_mcad", "mcad", validate_appwrapper)
+test_jobset_golden = golden_test("kubernetes_jobset", "jobset", validate_jobset)
+test_appwrapper_v1beta2_golden = golden_test(
+    "kubernetes_appwrapper", "appwrapper", validate_appwrapper_v1beta2
+)
 
 
 def test_mcad_legacy_groups_validate() -> None:
@@ -493,17 +487,10 @@ def test_crds_dir_can_be_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 def _containers(obj: Any) -> list[Mapping[str, Any]]:
     """Every container of every pod template or pod anywhere in ``obj``."""
-    found: list[Mapping[str, Any]] = []
-    if isinstance(obj, Mapping):
-        for key, value in obj.items():
-            if key in ("containers", "initContainers") and isinstance(value, list):
-                found.extend(value)
-            else:
-                found.extend(_containers(value))
-    elif isinstance(obj, list):
-        for item in obj:
-            found.extend(_containers(item))
-    return found
+    found = found_under(
+        obj, lambda key, value: key in ("containers", "initContainers") and isinstance(value, list)
+    )
+    return [container for containers in found for container in containers]
 
 
 @pytest.mark.parametrize("backend", ["kubernetes", "kubernetes_mcad", "kubernetes_appwrapper"])

@@ -109,12 +109,17 @@ def waiting_app(fake: FakeKube) -> list[str]:
     return [app_id, name]
 
 
+def describe_three_times(scheduler: Any, app_id: str) -> None:
+    """Describe the app three times, as three polls of the worker would."""
+    for _ in range(3):
+        scheduler.describe(app_id)
+
+
 def test_the_worker_says_each_reason_once() -> None:
     fake = FakeKube()
     volcano = create_scheduler("s", namespace="ns", kube=fake)
     app_id, name = waiting_app(fake)
-    for _ in range(3):
-        volcano.describe(app_id)
+    describe_three_times(volcano, app_id)
     texts = [n.text for n in volcano.core.take_notices()]
     assert texts == [
         f"pod {name} is not scheduled: Unschedulable: 0/4 nodes are available: 4 Insufficient cpu."
@@ -181,8 +186,7 @@ def test_the_worker_lists_podgroup_events_only_while_the_job_is_pending() -> Non
     fake = FakeKube()
     volcano = create_scheduler("s", namespace="ns", kube=fake)
     app_id, job = over_quota(fake)
-    for _ in range(3):
-        volcano.describe(app_id)
+    describe_three_times(volcano, app_id)
     events = [c for c in fake.calls if c[0] == "events"]
     podgroup = f"{job['metadata']['name']}-{job['metadata']['uid']}"
     assert (

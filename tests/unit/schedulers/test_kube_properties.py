@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kube_fakes import found_under
 from test_kube_manifests import (
     validate_appwrapper,
     validate_appwrapper_v1beta2,
@@ -164,17 +166,19 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 def all_label_values(obj: Any) -> list[str]:
-    out: list[str] = []
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            if key == "labels" and isinstance(value, dict):
-                out.extend(value.values())
-            else:
-                out.extend(all_label_values(value))
-    elif isinstance(obj, list):
-        for value in obj:
-            out.extend(all_label_values(value))
-    return out
+    """The value of every label anywhere in ``obj``."""
+    found = found_under(obj, lambda key, value: key == "labels" and isinstance(value, dict))
+    return [label for labels in found for label in labels.values()]
+
+
+def named_once(template: Mapping[str, Any], seen: set[tuple[str, str]]) -> tuple[str, str]:
+    """The kind and name of an object a manifest wraps: an RFC 1123 name, not one of ``seen``
+    before (it is added)."""
+    kind, obj_name = template["kind"], template["metadata"]["name"]
+    assert is_rfc1123_name(obj_name), obj_name
+    assert (kind, obj_name) not in seen
+    seen.add((kind, obj_name))
+    return kind, obj_name
 
 
 def check_describe_roundtrip(app: specs.AppDef, resp: Any) -> None:
@@ -224,10 +228,7 @@ def test_appwrappers_are_valid(
     seen: set[tuple[str, str]] = set()
     for item in aw["spec"]["resources"]["GenericItems"]:
         template = item["generictemplate"]
-        kind, obj_name = template["kind"], template["metadata"]["name"]
-        assert is_rfc1123_name(obj_name), obj_name
-        assert (kind, obj_name) not in seen
-        seen.add((kind, obj_name))
+        kind, obj_name = named_once(template, seen)
         if kind == "Pod":
             assert template["spec"]["hostname"] == obj_name
             assert template["spec"]["subdomain"] == name
@@ -255,10 +256,7 @@ def test_appwrappers_v1beta2_are_valid(
     seen: set[tuple[str, str]] = set()
     for component in aw["spec"]["components"]:
         template = component["template"]
-        kind, obj_name = template["kind"], template["metadata"]["name"]
-        assert is_rfc1123_name(obj_name), obj_name
-        assert (kind, obj_name) not in seen
-        seen.add((kind, obj_name))
+        kind, obj_name = named_once(template, seen)
         if kind == "Job":
             # The Job controller names each pod's host {job}-{index}: an RFC 1123 label.
             last = template["spec"]["completions"] - 1

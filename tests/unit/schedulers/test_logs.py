@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -351,6 +351,23 @@ def _backend(
     return [line for line in log[:upto] if line.timestamp is not None and line.timestamp >= floor]
 
 
+def read_in_batches(
+    log: list[TimestampedLine],
+    ends: list[int],
+    between: Callable[[LogCursor], LogCursor] = lambda cursor: cursor,
+) -> tuple[list[TimestampedLine], LogCursor]:
+    """Read ``log`` as a reader that finds it ending at each of ``ends`` in turn, then whole,
+    resuming from its cursor each time (``between`` may change the cursor after each read):
+    the lines emitted, and the final cursor."""
+    cursor = LogCursor()
+    emitted: list[TimestampedLine] = []
+    for end in [*ends, len(log)]:
+        new, cursor = advance(cursor, _backend(log, end, cursor.since))
+        emitted += new
+        cursor = between(cursor)
+    return emitted, cursor
+
+
 @PROPS
 @given(logs(), st.data())
 def test_resuming_emits_every_line_exactly_once_in_order(
@@ -360,13 +377,11 @@ def test_resuming_emits_every_line_exactly_once_in_order(
     # from the cursor each time; sometimes the cursor goes through its dict form, as it does
     # when a trigger is serialized and resumed on another triggerer.
     ends = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=8)))
-    cursor = LogCursor()
-    emitted: list[TimestampedLine] = []
-    for end in [*ends, len(log)]:
-        new, cursor = advance(cursor, _backend(log, end, cursor.since))
-        emitted += new
-        if data.draw(st.booleans()):
-            cursor = LogCursor.from_dict(cursor.to_dict())
+
+    def maybe_serialized(cursor: LogCursor) -> LogCursor:
+        return LogCursor.from_dict(cursor.to_dict()) if data.draw(st.booleans()) else cursor
+
+    emitted, cursor = read_in_batches(log, ends, maybe_serialized)
     assert emitted == log
     # And a reader that starts again from the final cursor gets nothing twice.
     assert advance(cursor, _backend(log, len(log), cursor.since))[0] == []
@@ -384,11 +399,7 @@ def test_resuming_inside_a_run_of_identical_timestamps(
         us += step
         log.append(TimestampedLine(BASE + timedelta(microseconds=us), f"{i}\n"))
     ends = sorted(data.draw(st.lists(st.integers(0, len(log)), max_size=6)))
-    cursor = LogCursor()
-    emitted: list[TimestampedLine] = []
-    for end in [*ends, len(log)]:
-        new, cursor = advance(cursor, _backend(log, end, cursor.since))
-        emitted += new
+    emitted, _ = read_in_batches(log, ends)
     assert [line.text for line in emitted] == [line.text for line in log]
 
 

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from kube_fakes import SUFFIX, role
 from test_kube_manifests import validate_appwrapper
 
 from torchx_provider import specs
@@ -22,16 +23,10 @@ from torchx_provider.schedulers.kube.mcad.translation import COMPLETION_STATUS, 
 from torchx_provider.schedulers.kube.resources import POD_GROUP_LABEL
 from torchx_provider.specs.api import AppState
 
-SUFFIX = "abcd1234"
-
 
 def aw_of(app: specs.AppDef, **opts: Any) -> dict[str, Any]:
     app.validate()
     return app_to_appwrapper(app, McadOpts(**opts), McadTranslation().placement(app, "ns", SUFFIX))
-
-
-def role(name: str = "worker", **kw: Any) -> specs.Role:
-    return specs.Role(name, image="img", entrypoint="run", **kw)
 
 
 def items(aw: dict[str, Any], kind: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from kube_fakes import SUFFIX, role
 from test_kube_manifests import _schema, validate_volcano_job
 
 from torchx_provider import specs
@@ -27,17 +28,11 @@ from torchx_provider.schedulers.kube.volcano.translation import (
 )
 from torchx_provider.specs.api import AppState, RetryPolicy
 
-SUFFIX = "abcd1234"
-
 
 def job_of(app: specs.AppDef, **opts: Any) -> dict[str, Any]:
     app.validate()
     at = VolcanoTranslation().placement(app, "ns", SUFFIX)
     return app_to_volcano_job(app, VolcanoOpts(queue="q", **opts), at)
-
-
-def role(name: str = "worker", **kw: Any) -> specs.Role:
-    return specs.Role(name, image="img", entrypoint="run", **kw)
 
 
 def env_of(task: dict[str, Any]) -> dict[str, Any]:

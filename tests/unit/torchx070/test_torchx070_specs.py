@@ -14,23 +14,17 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torchx070_env import dumped_by_torchx
 
 from torchx_provider import specs
 from torchx_provider.specs import named_resources_aws
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-from torchx_venv import existing_torchx_python
-
 DUMP = Path(__file__).with_name("dump_specs.py")
-IN_CI = bool(os.environ.get("CI"))
 
 #: Names in ``torchx.specs.__all__`` this package does not export, and why.
 NOT_PROVIDED = {
@@ -187,22 +181,8 @@ STATUSES: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def torchx() -> dict[str, Any]:
-    python = existing_torchx_python()
-    if python is None:
-        reason = "TorchX 0.7.0's environment is missing: run python scripts/torchx_venv.py"
-        if IN_CI:
-            pytest.fail(f"{reason} (CI is set: .ci/run makes it)", pytrace=False)
-        pytest.skip(reason)
     cases = {"handles": HANDLES, "types": TYPES, "resolve": RESOLVE, "statuses": STATUSES}
-    result = subprocess.run(
-        [str(python), str(DUMP), json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    dumped: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return dumped
+    return dumped_by_torchx(DUMP, cases)
 
 
 def _outcome(call: Any) -> dict[str, Any]:

@@ -14,26 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torchx070_env import dumped_by_torchx
 
 from torchx_provider import specs
 from torchx_provider.backends import get_backend
 from torchx_provider.components import get_component, list_components, run_component
 from torchx_provider.errors import InvalidAppError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-from torchx_venv import existing_torchx_python
-
 DUMP = Path(__file__).with_name("dump_surface.py")
-IN_CI = bool(os.environ.get("CI"))
 
 #: Mount token lists as TorchX's CLI passes them (``--mounts`` split on commas).
 MOUNTS: list[list[str]] = [
@@ -84,21 +77,7 @@ _TYPES = {"List[str]": "list", "Dict[str, str]": "dict"}
 
 @pytest.fixture(scope="module")
 def torchx() -> dict[str, Any]:
-    python = existing_torchx_python()
-    if python is None:
-        reason = "TorchX 0.7.0's environment is missing: run python scripts/torchx_venv.py"
-        if IN_CI:
-            pytest.fail(f"{reason} (CI is set: .ci/run makes it)", pytrace=False)
-        pytest.skip(reason)
-    result = subprocess.run(
-        [str(python), str(DUMP), json.dumps(MOUNTS)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    surface: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return surface
+    return dumped_by_torchx(DUMP, MOUNTS)
 
 
 def test_every_torchx_component_is_shipped_or_refused_by_name(torchx: dict[str, Any]) -> None:
@@ -110,19 +89,8 @@ def test_every_torchx_component_is_shipped_or_refused_by_name(torchx: dict[str, 
         assert reason
 
 
-@pytest.mark.parametrize(
-    "component",
-    [
-        "dist.ddp",
-        "dist.spmd",
-        "utils.booth",
-        "utils.copy",
-        "utils.echo",
-        "utils.python",
-        "utils.sh",
-        "utils.touch",
-    ],
-)
+# every component (tests/unit/components/test_components_registry.py lists them)
+@pytest.mark.parametrize("component", list_components())
 def test_component_takes_every_torchx_parameter(torchx: dict[str, Any], component: str) -> None:
     ours = inspect.signature(get_component(component)).parameters
     for param in torchx["components"][component]:
