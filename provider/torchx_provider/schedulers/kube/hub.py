@@ -365,54 +365,22 @@ class InformerHub:
             for r in resources
         ]
         pods = self._use(config, namespace, None, pod_app, partial(source, None, namespace))
-        told = (
-            []
-            if event_source is None
-            else [
-                self._use(
-                    config,
-                    namespace,
-                    about,
-                    event_app,
-                    partial(event_source, about, namespace),
-                    followed_only=True,
-                )
-                for about in events
-            ]
-        )
-        kept = (
-            []
-            if owned_source is None
-            else [
-                self._use(
-                    config,
-                    namespace,
-                    what,
-                    partial(owner_name, kind=what.owner_kind),
-                    partial(owned_source, what, namespace),
-                    owned=True,
-                )
-                for what in owned
-            ]
-        )
-        queued = (
-            []
-            if queue_source is None
-            else [
-                (
-                    what,
-                    self._use(
-                        config,
-                        namespace,
-                        what,
-                        object_name,
-                        partial(queue_source, what, namespace),
-                        kept=True,
-                    ),
-                )
-                for what in queues
-            ]
-        )
+        use = partial(self._use, config, namespace)
+        told = []
+        if event_source is not None:
+            for about in events:
+                about_source = partial(event_source, about, namespace)
+                told.append(use(about, event_app, about_source, followed_only=True))
+        kept = []
+        if owned_source is not None:
+            for what in owned:
+                index = partial(owner_name, kind=what.owner_kind)
+                kept.append(use(what, index, partial(owned_source, what, namespace), owned=True))
+        queued = []
+        if queue_source is not None:
+            for held in queues:
+                source_of = partial(queue_source, held, namespace)
+                queued.append((held, use(held, object_name, source_of, kept=True)))
         watch = AppWatch(self, name, objects, pods, told, kept, queued)
         for shared, key in watch.entries():
             shared.subscribers.setdefault(key, set()).add(watch)
