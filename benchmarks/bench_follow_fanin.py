@@ -759,7 +759,8 @@ def run_size(
         stats = json.loads(ask("stats", "stats ").split(" ", 1)[1])
         during = per_minute(after - before, window)
         print(
-            f"  [{n} jobs] window measured: follower {stats}, reads/min {during}",
+            f"  [{n} jobs] window measured: follower {stats}, reads/min {during};"
+            f" background reads/min {base}",
             file=sys.stderr,
             flush=True,
         )
