@@ -1,34 +1,44 @@
 """What following many deferred jobs costs one triggerer: requests, CPU, memory, latency.
 
-N Volcano jobs of 2 replicas each run on the local test cluster's fake kubelet (kwok, see
-tests/cluster); one follower process -- the triggerer's part, without Airflow -- follows all
-of them as N deferred tasks would: per job, the backend's async client made the way
-``TorchXJobTrigger`` makes it, and the provider's follow loop (``JobFollower``) at the
-default 10 s ``poll_interval``, writing to a logger that discards lines. For each N it
-prints:
+N jobs of 2 replicas each run on the local test cluster's fake kubelet (kwok, see
+tests/cluster): Volcano jobs (``--backend kubernetes``, the default), or JobSets admitted by
+Kueue (``--backend kubernetes_jobset_kueue``: each JobSet is submitted with the run option
+``local_queue``, to a LocalQueue of the benchmark's own feeding a ClusterQueue of its own
+whose quota is what its fake nodes hold, so that every job is admitted at once; the flavor
+of the cluster's own ClusterQueue is used when it places nothing, else one is made). One
+follower process -- the triggerer's part, without Airflow -- follows all of them as N
+deferred tasks would: per job, the backend's async client made the way ``TorchXJobTrigger``
+makes it, and the provider's follow loop (``JobFollower``) at the default 10 s
+``poll_interval``, writing to a logger that discards lines; under Kueue it also runs the
+shared Workload and LocalQueue watches of the namespace, for Volcano the Events watches.
+For each N it prints:
 
 * API requests per minute per job, from the API server's own ``apiserver_request_total``
-  (the delta over a measurement window of the reads of jobs, pods and pod logs, by verb and
-  resource, minus the same delta over a window before the follows started: the cluster's own
-  controllers, and anyone else using it, make requests too); the open WATCH requests on jobs
-  and pods at the end;
+  (the delta over a measurement window of the reads a follow may make -- of jobs or JobSets,
+  pods, pod logs, Events, Kueue Workloads and LocalQueues -- by verb and resource, minus the
+  same delta over a window before the follows started: the cluster's own controllers, and
+  anyone else using it, make requests too); the open WATCH requests on those at the end;
 * CPU % of one core and peak RSS of the follower process, and the event-loop lag p99 over
   the window (a task that sleeps 100 ms and records how late it wakes);
 * status -> event latency p50/p99 when the jobs finish: the pods are made to complete (kwok
-  ends a pod once its ``keep-running`` annotation is no longer ``true``), a watch in the
-  benchmark process (not the follower) notes when each job reached ``Completed`` on the API
-  server, and the follower notes when each follow returned its event. The follows start
-  spread evenly over one poll interval, as deferred tasks arriving at any time would.
+  ends a pod once its ``keep-running`` annotation is no longer ``true``; a JobSet's pods,
+  made by the Job controller from its template, carry the annotation as a Volcano job's
+  do), a watch in the benchmark process (not the follower) notes when each job reached
+  ``Completed`` on the API server, and the follower notes when each follow returned its
+  event. The follows start spread evenly over one poll interval, as deferred tasks arriving
+  at any time would.
 
 The jobs run on fake nodes the benchmark adds for itself (tainted, so that nothing else
-lands there, and removed at the end with the jobs), 100 pods per node. The last line, for
-the largest size run, is machine-readable::
+lands there), 100 pods per node. Everything it made -- jobs, Kueue queues, nodes -- is
+removed at the end, also when it fails. The last line, for the largest size run, is
+machine-readable::
 
-    jobs=N req_per_min_per_job=X cpu_pct=Y rss_mb=R loop_lag_p99_ms=L event_p99_s=E
+    backend=B jobs=N req_per_min_per_job=X cpu_pct=Y rss_mb=R loop_lag_p99_ms=L event_p99_s=E
 
 Usage::
 
-    python benchmarks/bench_follow_fanin.py [--jobs N] [--window 60] [--background 30]
+    python benchmarks/bench_follow_fanin.py [--backend kubernetes|kubernetes_jobset_kueue]
+        [--jobs N] [--window 60] [--background 30]
 
 Without ``--jobs`` it runs N = 10, 100 and 1000 in turn. Needs the running local cluster
 (``bash tests/cluster/cluster.sh up``; ``cluster.sh env`` names its kubeconfigs).
@@ -49,8 +59,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,9 +72,12 @@ sys.path.insert(0, str(REPO / "provider"))
 SIZES = (10, 100, 1000)
 POLL_INTERVAL = 10.0  # the follow's default
 PODS_PER_NODE = 100
+NODE_CPU, NODE_MEMORY_GI = 64, 256  # what one fake node of the benchmark's holds
 BENCH_LABEL = "torchx.test/bench"
 KEEP_RUNNING = "cluster.torchx.test/keep-running"
 TICK = 0.1
+#: Kueue's API group and the version the local cluster serves
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
 # ------------------------------------------------------------------------------ the follower
@@ -76,7 +90,7 @@ class Discard:
     debug = info = warning = error = exception = _drop
 
 
-def follower_main(kubeconfig: str, namespace: str) -> None:
+def follower_main(backend_name: str, kubeconfig: str, namespace: str) -> None:
     """The triggerer-like process: app ids on stdin (one JSON list), then commands
     (``mark``, ``stats``); prints ``ready``, one ``event`` line per finished follow, and
     the stats as JSON."""
@@ -87,7 +101,7 @@ def follower_main(kubeconfig: str, namespace: str) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     app_ids: list[str] = json.loads(sys.stdin.readline())
     client_kwargs = {"kubeconfig": kubeconfig, "namespace": namespace}
-    backend = get_backend("kubernetes")
+    backend = get_backend(backend_name)
     lags: list[float] = []
     out_lock = threading.Lock()
 
@@ -198,9 +212,11 @@ def scrape(api: Any) -> tuple[Counter[tuple[str, str]], Counter[str]]:
     return totals, watches
 
 
-#: What a follow may request: reads of jobs, pods and pod logs. Writes (POST, DELETE, ...)
-#: come from the controllers and whoever else uses the cluster, never from a follow.
-FOLLOWED = ("jobs", "pods", "pods/log")
+#: What a follow may request: reads of its job (a Volcano job or a JobSet), pods and pod
+#: logs, the Events of a Volcano job and its PodGroup, and under Kueue the job's Workload and
+#: its LocalQueue. Writes (POST, DELETE, ...) come from the controllers and whoever else uses
+#: the cluster, never from a follow.
+FOLLOWED = ("jobs", "jobsets", "pods", "pods/log", "events", "workloads", "localqueues")
 READS = ("GET", "LIST", "WATCH", "CONNECT")
 
 
@@ -239,28 +255,35 @@ class Cluster:
     # -- fake nodes of the benchmark's own ------------------------------------------------------
     def add_nodes(self, count: int, tag: str) -> list[str]:
         names = [f"torchx-bench-{tag}-{i}" for i in range(count)]
-        for name in names:
-            self.core.create_node(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "annotations": {
-                            "kwok.x-k8s.io/node": "fake",
-                            "node.alpha.kubernetes.io/ttl": "0",
-                        },
-                        "labels": {"type": "kwok", BENCH_LABEL: tag},
-                    },
-                    "spec": {"taints": [{"key": BENCH_LABEL, "effect": "NoSchedule"}]},
-                    "status": {
-                        "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
-                        "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
-                    },
-                }
-            )
-        wait(lambda: all(self._ready(n) for n in names), 120, f"{count} bench nodes Ready")
+        made: list[str] = []
+        try:
+            for name in names:
+                self._add_node(name, tag)
+                made.append(name)
+            wait(lambda: all(self._ready(n) for n in names), 120, f"{count} bench nodes Ready")
+        except BaseException:
+            self.remove_nodes(made)
+            raise
         return names
+
+    def _add_node(self, name: str, tag: str) -> None:
+        size = {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
+        self.core.create_node(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {
+                        "kwok.x-k8s.io/node": "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                    },
+                    "labels": {"type": "kwok", BENCH_LABEL: tag},
+                },
+                "spec": {"taints": [{"key": BENCH_LABEL, "effect": "NoSchedule"}]},
+                "status": {"allocatable": size, "capacity": size},
+            }
+        )
 
     def _ready(self, name: str) -> bool:
         node = self.core.read_node(name)
@@ -273,12 +296,151 @@ class Cluster:
             except Exception as e:  # already gone
                 print(f"  (node {name}: {e})", file=sys.stderr)
 
+    # -- Kueue queues of the benchmark's own ----------------------------------------------------
+    def add_kueue_queues(self, tag: str, nodes: int, made: list[tuple[str, str]]) -> str:
+        """A LocalQueue in the namespace feeding a ClusterQueue whose quota is what ``nodes``
+        bench nodes hold, and a ResourceFlavor if the cluster's cannot be used. Each object
+        is noted in ``made`` (plural, name) once created; returns the LocalQueue's name."""
+        group, version = KUEUE
+        name = f"torchx-bench-{tag}"
+        meta = {"name": name, "labels": {BENCH_LABEL: tag}}
+        flavor = self._plain_flavor()
+        if flavor is None:
+            flavor = name
+            self.custom.create_cluster_custom_object(
+                group,
+                version,
+                "resourceflavors",
+                {"apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": meta},
+            )
+            made.append(("resourceflavors", name))
+        quota = [
+            {"name": "cpu", "nominalQuota": str(NODE_CPU * nodes)},
+            {"name": "memory", "nominalQuota": f"{NODE_MEMORY_GI * nodes}Gi"},
+        ]
+        self.custom.create_cluster_custom_object(
+            group,
+            version,
+            "clusterqueues",
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "ClusterQueue",
+                "metadata": meta,
+                "spec": {
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            "flavors": [{"name": flavor, "resources": quota}],
+                        }
+                    ],
+                },
+            },
+        )
+        made.append(("clusterqueues", name))
+        self.custom.create_namespaced_custom_object(
+            group,
+            version,
+            self.namespace,
+            "localqueues",
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "LocalQueue",
+                "metadata": {**meta, "namespace": self.namespace},
+                "spec": {"clusterQueue": name},
+            },
+        )
+        made.append(("localqueues", name))
+        wait(lambda: self._queue_active(name), 60, f"LocalQueue {name} active")
+        return name
+
+    def _plain_flavor(self) -> str | None:
+        """A flavor of the cluster's own ClusterQueue that puts nothing on the pods it
+        admits (no node labels, taints, tolerations or topology), if there is one."""
+        from kubernetes.client.exceptions import ApiException
+
+        group, version = KUEUE
+        queue = self.env.get("TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE")
+        if not queue:
+            return None
+        try:
+            cq = self.custom.get_cluster_custom_object(group, version, "clusterqueues", queue)
+            for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for f in rg.get("flavors") or []:
+                    rf = self.custom.get_cluster_custom_object(
+                        group, version, "resourceflavors", f["name"]
+                    )
+                    spec = rf.get("spec") or {}
+                    if not any(
+                        spec.get(k)
+                        for k in ("nodeLabels", "nodeTaints", "tolerations", "topologyName")
+                    ):
+                        return str(f["name"])
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        return None
+
+    def _queue_active(self, name: str) -> bool:
+        group, version = KUEUE
+        lq = self.custom.get_namespaced_custom_object(
+            group, version, self.namespace, "localqueues", name
+        )
+        conditions = (lq.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    def remove_kueue_objects(self, made: list[tuple[str, str]]) -> None:
+        """Deletes what :meth:`add_kueue_queues` made, the LocalQueue first, each once the
+        one before it is gone (Kueue keeps a ClusterQueue while it holds Workloads, and a
+        flavor while a ClusterQueue uses it)."""
+        from kubernetes.client.exceptions import ApiException
+
+        group, version = KUEUE
+        for plural, name in reversed(made):
+            namespaced = plural == "localqueues"
+
+            def gone(plural: str = plural, name: str = name, namespaced: bool = namespaced) -> bool:
+                try:
+                    if namespaced:
+                        self.custom.get_namespaced_custom_object(
+                            group, version, self.namespace, plural, name
+                        )
+                    else:
+                        self.custom.get_cluster_custom_object(group, version, plural, name)
+                except ApiException as e:
+                    if e.status == 404:
+                        return True
+                    raise
+                return False
+
+            try:
+                if namespaced:
+                    self.custom.delete_namespaced_custom_object(
+                        group, version, self.namespace, plural, name
+                    )
+                else:
+                    self.custom.delete_cluster_custom_object(group, version, plural, name)
+                wait(gone, 120, f"{plural} {name} to go")
+            except Exception as e:  # already gone, or still there: say so, go on
+                if getattr(e, "status", None) != 404:
+                    print(f"  ({plural} {name}: {e})", file=sys.stderr)
+
     # -- jobs ----------------------------------------------------------------------------------
-    def jobs(self) -> dict[str, dict[str, Any]]:
+    def jobs(self, kind: JobKind) -> dict[str, dict[str, Any]]:
         items = self.custom.list_namespaced_custom_object(
-            "batch.volcano.sh", "v1alpha1", self.namespace, "jobs"
+            kind.group, kind.version, self.namespace, kind.plural
         )["items"]
         return {o["metadata"]["name"]: o for o in items}
+
+    def running_pods(self, tag: str) -> int:
+        return len(
+            self.core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{BENCH_LABEL}={tag}",
+                field_selector="status.phase=Running",
+            ).items
+        )
 
     def finish_pods(self, tag: str) -> None:
         pods = self.core.list_namespaced_pod(
@@ -333,14 +495,14 @@ class Cluster:
 
         return asyncio.run(read_all()), len(names)
 
-    def delete_jobs(self, names: Iterable[str]) -> None:
+    def delete_jobs(self, kind: JobKind, names: Iterable[str]) -> None:
         def delete(name: str) -> None:
             try:
                 self.custom.delete_namespaced_custom_object(
-                    "batch.volcano.sh",
-                    "v1alpha1",
+                    kind.group,
+                    kind.version,
                     self.namespace,
-                    "jobs",
+                    kind.plural,
                     name,
                     propagation_policy="Background",
                 )
@@ -392,13 +554,68 @@ def job_app(tag: str) -> Any:
     return specs.AppDef(f"fanin-{tag}", [role])
 
 
+# ------------------------------------------------------------------------------ the backends
+@dataclass(frozen=True)
+class JobKind:
+    """What the followed jobs are: the provider's backend that submits and follows them,
+    the API object of one job, when it has completed, when all are running, and whether
+    they are submitted to a Kueue LocalQueue of the benchmark's."""
+
+    backend: str
+    group: str
+    version: str
+    plural: str
+    completed: Callable[[dict[str, Any]], bool]
+    all_running: Callable[[Cluster, set[str], str], bool]
+    kueue: bool = False
+
+
+def volcano_completed(obj: dict[str, Any]) -> bool:
+    return ((obj.get("status") or {}).get("state") or {}).get("phase") == "Completed"
+
+
+def volcano_running(cluster: Cluster, names: set[str], tag: str) -> bool:
+    jobs = cluster.jobs(KINDS["kubernetes"])
+    return all(((jobs.get(name) or {}).get("status") or {}).get("running") == 2 for name in names)
+
+
+def jobset_completed(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return status.get("terminalState") == "Completed" or any(
+        c.get("type") == "Completed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def jobset_running(cluster: Cluster, names: set[str], tag: str) -> bool:
+    # A JobSet counts Jobs, not pods: count its pods (the Job controller's) instead.
+    return cluster.running_pods(tag) >= 2 * len(names)
+
+
+#: ``--backend``: what it runs
+KINDS = {
+    "kubernetes": JobKind(
+        "kubernetes", "batch.volcano.sh", "v1alpha1", "jobs", volcano_completed, volcano_running
+    ),
+    "kubernetes_jobset_kueue": JobKind(
+        "kubernetes_jobset",
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        jobset_completed,
+        jobset_running,
+        kueue=True,
+    ),
+}
+
+
 class CompletedWatch(threading.Thread):
     """Notes when each job reaches ``Completed`` on the API server (a watch, in this
     process, so that it costs the follower nothing)."""
 
-    def __init__(self, cluster: Cluster, names: set[str]) -> None:
+    def __init__(self, cluster: Cluster, kind: JobKind, names: set[str]) -> None:
         super().__init__(daemon=True)
-        self.cluster, self.names = cluster, names
+        self.cluster, self.kind, self.names = cluster, kind, names
         self.completed: dict[str, float] = {}
         self.started = threading.Event()
         self.stop = False
@@ -406,9 +623,9 @@ class CompletedWatch(threading.Thread):
     def run(self) -> None:
         from kubernetes import watch
 
-        c = self.cluster
+        c, kind = self.cluster, self.kind
         listed = c.custom.list_namespaced_custom_object(
-            "batch.volcano.sh", "v1alpha1", c.namespace, "jobs"
+            kind.group, kind.version, c.namespace, kind.plural
         )
         version = listed["metadata"]["resourceVersion"]
         w = watch.Watch()
@@ -416,59 +633,63 @@ class CompletedWatch(threading.Thread):
         while not self.stop and len(self.completed) < len(self.names):
             for ev in w.stream(
                 c.custom.list_namespaced_custom_object,
-                "batch.volcano.sh",
-                "v1alpha1",
+                kind.group,
+                kind.version,
                 c.namespace,
-                "jobs",
+                kind.plural,
                 resource_version=version,
                 timeout_seconds=30,
             ):
                 obj = ev["object"]
                 version = obj["metadata"]["resourceVersion"]
                 name = obj["metadata"]["name"]
-                phase = ((obj.get("status") or {}).get("state") or {}).get("phase")
-                if name in self.names and phase == "Completed" and name not in self.completed:
+                if name in self.names and kind.completed(obj) and name not in self.completed:
                     self.completed[name] = time.time()
                 if self.stop or len(self.completed) == len(self.names):
                     w.stop()
 
 
 # ------------------------------------------------------------------------------ one size
-def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict[str, Any]:
-    from torchx_provider.schedulers.kube.volcano import create_scheduler
+def run_size(
+    cluster: Cluster, backend: str, n: int, window: float, background: float
+) -> dict[str, Any]:
+    from torchx_provider.backends import get_backend
 
+    kind = KINDS[backend]
     tag = secrets.token_hex(3)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     nodes = cluster.add_nodes(max(1, math.ceil(2 * n / PODS_PER_NODE)), tag)
-    scheduler = create_scheduler(
-        "bench", kubeconfig=cluster.restricted, namespace=cluster.namespace
-    )
-    app_ids: list[str] = []
+    kueue_made: list[tuple[str, str]] = []
+    scheduler: Any = None
+    submitted: list[str] = []  # every app id, also when a later submit fails
     child: subprocess.Popen[str] | None = None
     try:
+        options: dict[str, Any] = {"queue": "default"}
+        if kind.kueue:
+            options = {"local_queue": cluster.add_kueue_queues(tag, len(nodes), kueue_made)}
+        scheduler = get_backend(kind.backend).create_scheduler(
+            "bench", kubeconfig=cluster.restricted, namespace=cluster.namespace
+        )
         app = job_app(tag)
-        info = scheduler.submit_dryrun(app, {"queue": "default"})
+        scheduler.submit_dryrun(app, options)  # a bad option fails here, before any submit
+
+        def submit(_: int) -> str:
+            app_id: str = scheduler.schedule(scheduler.submit_dryrun(app, options))
+            submitted.append(app_id)
+            return app_id
+
         with ThreadPoolExecutor(8) as pool:
-            app_ids = list(
-                pool.map(
-                    lambda _: scheduler.schedule(
-                        scheduler.submit_dryrun(app, {"queue": "default"})
-                    ),
-                    range(n),
-                )
-            )
-        del info
+            app_ids = list(pool.map(submit, range(n)))
         names = {a.split(":", 1)[1] for a in app_ids}
         timings["submit_s"] = time.monotonic() - t0
 
-        def running() -> bool:
-            jobs = cluster.jobs()
-            return all(
-                ((jobs.get(name) or {}).get("status") or {}).get("running") == 2 for name in names
-            )
-
-        wait(running, 120 + 2 * n, f"{n} jobs with 2 running pods each", interval=2.0)
+        wait(
+            lambda: kind.all_running(cluster, names, tag),
+            120 + 2 * n,
+            f"{n} jobs with 2 running pods each",
+            interval=2.0,
+        )
         timings["running_s"] = time.monotonic() - t0
 
         # Background: the cluster's own requests with the jobs running and nobody following.
@@ -478,7 +699,14 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
         base = per_minute(after - before, background)
 
         child = subprocess.Popen(
-            [sys.executable, __file__, "--follower", cluster.restricted, cluster.namespace],
+            [
+                sys.executable,
+                __file__,
+                "--follower",
+                kind.backend,
+                cluster.restricted,
+                cluster.namespace,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -531,12 +759,13 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
         stats = json.loads(ask("stats", "stats ").split(" ", 1)[1])
         during = per_minute(after - before, window)
         print(
-            f"  [{n} jobs] window measured: follower {stats}, reads/min {during}",
+            f"  [{n} jobs] window measured: follower {stats}, reads/min {during};"
+            f" background reads/min {base}",
             file=sys.stderr,
             flush=True,
         )
 
-        completed = CompletedWatch(cluster, names)
+        completed = CompletedWatch(cluster, kind, names)
         completed.start()
         completed.started.wait(30)
         t_finish = time.monotonic()
@@ -568,12 +797,16 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
                 child.wait(30)
             except subprocess.TimeoutExpired:
                 child.kill()
-        cluster.delete_jobs(a.split(":", 1)[1] for a in app_ids)
-        scheduler.close()
         try:
-            wait(lambda: cluster.pods_left(tag) == 0, 300, "the benchmark's pods to go")
+            cluster.delete_jobs(kind, [a.split(":", 1)[1] for a in submitted])
+            if scheduler is not None:
+                scheduler.close()
+            wait(lambda: cluster.pods_left(tag) == 0, 300 + n / 2, "the benchmark's pods to go")
         finally:
-            cluster.remove_nodes(nodes)
+            try:
+                cluster.remove_kueue_objects(kueue_made)
+            finally:
+                cluster.remove_nodes(nodes)
     timings["total_s"] = time.monotonic() - t0
 
     rows = sorted(set(during) | set(base))
@@ -583,6 +816,7 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
     }
     followed = sum(max(0.0, v) for v in table.values())
     return {
+        "backend": backend,
         "jobs": n,
         "req_per_min": table,
         "background_per_min": {f"{v} {w}": x for (v, w), x in base.items()},
@@ -608,7 +842,7 @@ def run_size(cluster: Cluster, n: int, window: float, background: float) -> dict
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"\n== {r['jobs']} jobs x 2 replicas, poll_interval {POLL_INTERVAL:g} s")
+    print(f"\n== {r['backend']}: {r['jobs']} jobs x 2 replicas, poll_interval {POLL_INTERVAL:g} s")
     print("  API requests per minute (followers: window minus background), by verb and resource:")
     for key, value in sorted(r["req_per_min"].items()):
         print(f"    {key:<22} {value:10.1f}   ({value / r['jobs']:.2f} per job)")
@@ -636,10 +870,16 @@ def report(r: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) == 4 and sys.argv[1] == "--follower":
-        follower_main(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--follower":
+        follower_main(sys.argv[2], sys.argv[3], sys.argv[4])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--backend",
+        choices=sorted(KINDS),
+        default="kubernetes",
+        help="Volcano jobs (kubernetes, the default) or JobSets under Kueue",
+    )
     parser.add_argument("--jobs", type=int, help="one size (default: 10, 100, 1000)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds measured")
     parser.add_argument(
@@ -649,12 +889,13 @@ def main() -> int:
     cluster = Cluster()
     results = []
     for n in [args.jobs] if args.jobs else SIZES:
-        results.append(run_size(cluster, n, args.window, args.background))
+        results.append(run_size(cluster, args.backend, n, args.window, args.background))
         report(results[-1])
     print(f"\nrun at {datetime.now().isoformat(timespec='seconds')}")
     r = results[-1]
     print(
-        f"jobs={r['jobs']} req_per_min_per_job={r['req_per_min_per_job']:.2f} "
+        f"backend={r['backend']} jobs={r['jobs']} "
+        f"req_per_min_per_job={r['req_per_min_per_job']:.2f} "
         f"cpu_pct={r['cpu_pct']:.1f} rss_mb={r['rss_mb']:.0f} "
         f"loop_lag_p99_ms={r['loop_lag_p99_ms']:.1f} event_p99_s={r['event_p99_s']:.2f}"
     )
