@@ -650,6 +650,20 @@ class CompletedWatch(threading.Thread):
 
 
 # ------------------------------------------------------------------------------ one size
+Rates = dict[tuple[str, str], float]
+
+
+def followed_table(during: Rates, base: Rates) -> dict[str, float]:
+    """Reads per minute by ``verb resource`` in the window, less the background's."""
+    rows = sorted(set(during) | set(base))
+    return {f"{v} {w}": during.get((v, w), 0.0) - base.get((v, w), 0.0) for v, w in rows}
+
+
+def followed_per_job(during: Rates, base: Rates, n: int) -> float:
+    """The follows' reads per minute per job (rows below the background count as none)."""
+    return sum(max(0.0, x) for x in followed_table(during, base).values()) / n
+
+
 def run_size(
     cluster: Cluster, backend: str, n: int, window: float, background: float
 ) -> dict[str, Any]:
@@ -764,6 +778,13 @@ def run_size(
             file=sys.stderr,
             flush=True,
         )
+        # what the window says, before anything that may not finish (the jobs' end, cleanup)
+        print(
+            f"  [{n} jobs] window: backend={backend} jobs={n} req_per_min_per_job="
+            f"{followed_per_job(during, base, n):.2f} cpu_pct={stats['cpu_pct']:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
         completed = CompletedWatch(cluster, kind, names)
         completed.start()
@@ -809,18 +830,13 @@ def run_size(
                 cluster.remove_nodes(nodes)
     timings["total_s"] = time.monotonic() - t0
 
-    rows = sorted(set(during) | set(base))
-    table = {
-        f"{verb} {what}": during.get((verb, what), 0.0) - base.get((verb, what), 0.0)
-        for verb, what in rows
-    }
-    followed = sum(max(0.0, v) for v in table.values())
+    table = followed_table(during, base)
     return {
         "backend": backend,
         "jobs": n,
         "req_per_min": table,
         "background_per_min": {f"{v} {w}": x for (v, w), x in base.items()},
-        "req_per_min_per_job": followed / n,
+        "req_per_min_per_job": followed_per_job(during, base, n),
         "open_watches": {k: v for k, v in watches.items() if k in FOLLOWED},
         "cpu_pct": stats["cpu_pct"],
         "rss_mb": stats["rss_mb"],
