@@ -655,6 +655,11 @@ def test_failure_on_jobset_is_the_users_code(dag_runner: Any, jobset_conn: Any, 
     assert task_instances(dag_run)["train"].state == "failed"
     got = xcoms(dag_run, "train")
     assert "UserCodeError" in text, json.dumps(got.get("replicas"))
+    from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
+
+    # a failed app is kept for inspection (the default on_finish_action): the test removes it
+    with TorchXKubernetesHook(JOBSET_CONN_ID, backend="kubernetes_jobset").get_conn() as scheduler:
+        scheduler.delete(got["app_id"])
     assert got["final_state"] == "FAILED"
     assert 3 in {r["exit_code"] for r in got["replicas"]}, got["replicas"]
     assert re.search(r"TorchX app \S+ ended FAILED", text)
