@@ -12,6 +12,7 @@ end together with any container the tests left behind.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sys
 import time
@@ -45,11 +46,38 @@ def network(docker_engine: Any) -> Iterator[str]:
     """A network name for this session's apps; it and every app left on it go at the end."""
     name = f"torchx-test-{secrets.token_hex(3)}"
     yield name
-    for container in docker_engine.containers.list(all=True, filters={"network": name}):
-        container.remove(force=True)
     for net in docker_engine.networks.list(names=[name]):
         if net.name == name:
+            remove_network(docker_engine, net)
+
+
+def remove_network(docker_engine: Any, net: Any) -> None:
+    """Remove ``net`` and every container on it. The engine may still hold the endpoint of
+    a container it has just removed ("has active endpoints"): disconnect what is left and
+    try again, for up to 15 s."""
+    import docker
+
+    deadline = time.monotonic() + 15
+    while True:
+        for container in docker_engine.containers.list(all=True, filters={"network": net.id}):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        try:
+            net.reload()
+        except docker.errors.NotFound:
+            return
+        for endpoint in net.attrs.get("Containers") or {}:
+            with contextlib.suppress(docker.errors.APIError):
+                net.disconnect(endpoint, force=True)
+        try:
             net.remove()
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture
