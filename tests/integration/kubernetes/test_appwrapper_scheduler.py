@@ -181,14 +181,23 @@ def test_over_quota_waits_until_the_quota_frees(
     assert admitted["status"] == "True", admitted
 
 
-async def notices_of(kube_cluster: Any, app_id: str) -> list[str]:
-    """What a triggerer's describe of ``app_id`` says about why it waits."""
+async def notices_of(kube_cluster: Any, app_id: str, within: float = 15) -> list[str]:
+    """What a triggerer's describes of ``app_id`` say about why it waits, as a follow's
+    would: again on each change the shared watches report (a fresh client's Workload watch
+    may list after its first describe), until Kueue's reason is said or ``within`` s."""
     client = create_async_client(
         kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
+    said: list[str] = []
+    deadline = time.monotonic() + within
     try:
-        await client.describe(app_id)
-        return [n.text for n in client.take_notices()]
+        while time.monotonic() < deadline:
+            await client.describe(app_id)
+            said += [n.text for n in client.take_notices()]
+            if any("waits for quota" in t for t in said):
+                break
+            await client.wait_changed(app_id, 1.0)
+        return said
     finally:
         await client.close()
         await InformerHub.current().close()

@@ -196,7 +196,7 @@ class KubeCore:
     ) -> dict[str, Any] | None:
         """The queue app ``obj`` names (Kueue's LocalQueue: one GET), only while an object
         it ``owned`` is not admitted; ``None`` where it cannot be read."""
-        if not owned or not any(waits_for_admission(o) for o in owned):
+        if not any(map(waits_for_admission, owned)):
             return None
         for queued in self.translation.queues:
             name = queued.name(obj)
