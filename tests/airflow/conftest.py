@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
@@ -24,6 +25,10 @@ import airflow_home
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()
+
+#: when this test session began: Airflow tasks' containers made before it are an earlier
+#: session's (one stopped, or failed before it cleaned up) and must not be counted in this one
+SESSION_STARTED = time.time()
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +80,23 @@ def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> object:
         import torchx_provider.schedulers.docker.scheduler  # noqa: F401
     except ImportError as e:
         skip_or_fail(f"the Docker backend is not available: {e}")
+    remove_earlier_sessions_containers(client)
     return client
+
+
+def remove_earlier_sessions_containers(client: Any) -> None:
+    """Remove the containers of Airflow tasks that an earlier test session left: tests
+    find their jobs by the DAG's labels and count what they find (the reliability table's
+    duplicates and orphans), and DAG ids repeat from one session to the next."""
+    from datetime import datetime
+
+    for c in client.containers.list(all=True, filters={"label": "airflow.apache.org/dag-id"}):
+        created = datetime.fromisoformat(c.attrs["Created"][:26].rstrip("Z") + "+00:00")
+        if created.timestamp() < SESSION_STARTED:
+            try:
+                c.remove(force=True)
+            except Exception as e:  # removed meanwhile, or the engine refused: say so
+                print(f"could not remove {c.name}, left by an earlier session: {e}")
 
 
 @pytest.fixture

@@ -126,22 +126,34 @@ def test_failure_on_docker(dag_runner: Any, docker_engine: Any, capfd: Any) -> N
 
 
 @pytest.mark.parametrize(
-    ("deferrable", "hide_store"),
-    [(False, False), (True, True)],
-    ids=["worker-task_state_store", "deferred-labels-only"],
+    ("deferrable", "hide_store", "ended"),
+    [(False, False, False), (True, True, False), (True, False, True)],
+    ids=["worker-task_state_store", "deferred-labels-only", "deferred-already-succeeded"],
 )
 def test_retry_reattaches_on_docker(
-    dag_runner: Any, docker_engine: Any, capfd: Any, deferrable: bool, hide_store: bool
+    dag_runner: Any, docker_engine: Any, capfd: Any, deferrable: bool, hide_store: bool, ended: bool
 ) -> None:
     """Try 1 dies right after submitting; try 2 follows the same job. With ``hide_store`` the
-    task_state_store is hidden from both tries, so only the job's labels can find it."""
-    dag_id = f"docker_reattach_{deferrable}"
+    task_state_store is hidden from both tries, so only the job's labels can find it. With
+    ``ended`` try 2 starts only after the job succeeded: it follows it (every line, its
+    result), and does not run it again."""
+    dag_id = f"docker_reattach_{deferrable}_{ended}"
     crashing = crash_after_submit(
         "TorchXDockerOperator",
         f"""
     def execute(self, context):
         if {hide_store}:
             context["task_state_store"] = None
+        if {ended} and context["ti"].try_number == 2:
+            import time
+            import docker
+            client, deadline = docker.from_env(), time.monotonic() + 60
+            label = "airflow.apache.org/dag-id={dag_id}"
+            while time.monotonic() < deadline and any(
+                c.status != "exited"
+                for c in client.containers.list(all=True, filters={{"label": label}})
+            ):
+                time.sleep(0.2)
         return super().execute(context)
 """,
     )
@@ -156,6 +168,9 @@ def test_retry_reattaches_on_docker(
     assert ti.state == "success" and ti.try_number == 2
     app_id = xcoms(dag_run, "train")["app_id"]
     assert f"reattaching to app {app_id}" in text
+    assert (f"reattaching to app {app_id} of an earlier try: it already succeeded" in text) is (
+        ended or f"reattaching to app {app_id} left running" not in text
+    )
     assert text.count("submitted app local_docker://") == 1
     lines = replica_lines(text)
     assert lines["worker/0"] == [f"replica 0 says {i}" for i in range(5)]

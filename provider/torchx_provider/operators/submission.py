@@ -98,6 +98,9 @@ class LiveApps:
     #: app id -> what shows that its submission was cut short (the worker died while it was
     #: being created), live or not: it cannot run as submitted, so it is removed
     cut_short: dict[str, str] = field(default_factory=dict)
+    #: of tries since the task was last cleared, already SUCCEEDED (the try that submitted it
+    #: died before it saw the end): followed for its logs and result, never run again
+    succeeded: list[str] = field(default_factory=list)
 
 
 def first_try_since_clear(ti: Any, retries: Any) -> int:
@@ -123,12 +126,21 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     ``task_state_store``) first, then those found by labels in every namespace the task's
     jobs may live in (:func:`job_namespaces`). Those of tries before ``first_try`` (see
     :func:`first_try_since_clear`) are superseded: the task was cleared since. Those whose
-    submission was cut short, finished or not, are neither: they are ``cut_short``."""
-    from torchx_provider.specs.api import is_terminal
+    submission was cut short, finished or not, are neither: they are ``cut_short``. Those
+    that already succeeded (and were not cut short or superseded) are ``succeeded``."""
+    from torchx_provider.specs.api import AppState, is_terminal
     from torchx_provider.specs.names import read_app_handle
 
     scheduler = plan.scheduler
     found: list[str] = []
+    done: list[str] = []
+
+    def seen(app_id: str, state: AppState) -> None:
+        if not is_terminal(state):
+            found.append(app_id)
+        elif state == AppState.SUCCEEDED:
+            done.append(app_id)
+
     if store is not None:
         try:
             handle = store.get(STATE_STORE_KEY)
@@ -139,19 +151,23 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
             stored = read_app_handle(handle)
             check_stored_handle(handle, stored.scheduler_backend, plan.target.backend)
             desc = scheduler.describe(stored.app_id)
-            if desc is not None and not is_terminal(desc.state):
-                found.append(stored.app_id)
+            if desc is not None:
+                seen(stored.app_id, desc.state)
     tries: dict[str, int | None] = {}
     cut_short: dict[str, str] = {}
     for listed in scheduler.find_apps(plan.ti_key, job_namespaces(plan)):
         tries[listed.app_id] = listed.try_number
         if listed.incomplete:
             cut_short[listed.app_id] = listed.incomplete
-        elif not is_terminal(listed.state) and listed.app_id not in found:
-            found.append(listed.app_id)
+        elif listed.app_id not in found and listed.app_id not in done:
+            seen(listed.app_id, listed.state)
+
+    def since_clear(apps: list[str]) -> list[str]:
+        return [a for a in apps if a not in cut_short and (tries.get(a) or first_try) >= first_try]
+
     found = [a for a in found if a not in cut_short]
-    superseded = [a for a in found if (tries.get(a) or first_try) < first_try]
-    return LiveApps([a for a in found if a not in superseded], superseded, cut_short)
+    superseded = [a for a in found if a not in since_clear(found)]
+    return LiveApps(since_clear(found), superseded, cut_short, since_clear(done))
 
 
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:

@@ -375,6 +375,14 @@ class TorchXOperator(BaseOperator):
         if keep is not None:
             self.log.info("reattaching to app %s left running by an earlier try", keep)
             return keep, True
+        if apps.succeeded and self.lifecycle.reattach:
+            done = apps.succeeded[0]
+            self.log.info(
+                "reattaching to app %s of an earlier try: it already succeeded, so it is "
+                "followed for its logs and result instead of run again",
+                done,
+            )
+            return done, True
         return self._submit(plan, store), False
 
     def _submit(self, plan: SubmissionPlan, store: Any) -> str:

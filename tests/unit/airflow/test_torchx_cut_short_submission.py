@@ -1,7 +1,7 @@
 """A submission cut short: the next try removes the half-made app and submits anew; where the
 dry run fixes the app id (Docker), the handle is logged and stored, and ``on_kill`` knows the
 app, before the backend makes anything; an app refused at schedule time as too large is a bad
-input (no retries)."""
+input (no retries); an app that succeeded after its try died is followed, not run again."""
 
 from __future__ import annotations
 
@@ -143,6 +143,40 @@ def test_a_retry_removes_an_app_whose_submission_was_cut_short_and_submits_anew(
         "containers exist), so it cannot run as submitted; submitting anew"
     )
     assert store.values[STATE_STORE_KEY] == scheduler.app_handle(app_id)
+
+
+def test_a_retry_follows_an_app_that_already_succeeded_instead_of_running_it_again(
+    fake_cluster: Any,
+) -> None:
+    """Try 1 died after submitting, and its app ran to success before try 2 started: try 2
+    follows that app (its logs and result) and submits nothing. An earlier app that ended
+    otherwise (cancelled) is not taken; neither is any when reattach is off or the task was
+    cleared since (the user asked for a new run)."""
+    scheduler = PlannedScheduler()
+    first = plan_for(scheduler, 1)
+    cancelled = scheduler.schedule(first.dryrun)
+    done = scheduler.schedule(scheduler.submit_dryrun(first.app, ti_key=first.ti_key))
+    fake_cluster.apps[cancelled].cancelled = True
+    fake_cluster.apps[done].ticks = 1000  # past its run: SUCCEEDED
+
+    retry = plan_for(scheduler, 2)
+    apps = live_apps(retry, Store(), Recorder(), 1)
+    assert (apps.resumable, apps.succeeded, apps.cut_short) == ([], [done], {})
+    op = operator()
+    assert op.submit_or_reattach(retry, torchx_fakes.task_context(TI())) == (done, True)
+    assert fake_cluster.submitted == [cancelled, done]
+    assert op.recorder.lines == [
+        f"reattaching to app {done} of an earlier try: it already succeeded, so it is "
+        "followed for its logs and result instead of run again"
+    ]
+
+    class Cleared:
+        try_number, max_tries = 2, 2  # cleared during try 1 (max_tries = 1 + retries)
+
+    for op, ti in ((operator(), Cleared()), (operator(reattach=False), TI())):
+        app_id, reattached = op.submit_or_reattach(retry, torchx_fakes.task_context(ti))
+        assert not reattached and app_id not in (cancelled, done)
+        assert fake_cluster.submitted[-1] == app_id
 
 
 def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_made(
