@@ -3,7 +3,9 @@ schedulers, followed from the triggerer's shared watches: a replica too large fo
 (the AppWrapper controller makes its pod; kube-scheduler cannot place it), and a Volcano job
 over its queue's quota (no pod at all: Volcano says why in Events on the job's PodGroup),
 a Volcano job whose pods a namespace's ResourceQuota refuses (Volcano says why in Events on
-the job), an MCAD AppWrapper too large to dispatch (MCAD says why in its conditions)."""
+the job), a Volcano job whose queue is closed while it waits there (Volcano says nothing; the
+Queue's state does, to an account that may read it), an MCAD AppWrapper too large to
+dispatch (MCAD says why in its conditions)."""
 
 from __future__ import annotations
 
@@ -121,6 +123,54 @@ async def test_a_volcano_job_over_its_queue_quota_says_why_once_within_seconds(
     assert "PodGroup" in said and "insufficient cpu" in said, said
     assert not [ln for ln in lines if "add the rule" in ln], lines
     print(f"queue reason in the task log {took:.1f} s after submission")
+
+
+@pytest.fixture
+def own_queue(kube_cluster: Any) -> Iterator[str]:
+    """A Volcano Queue of its own (cluster-scoped; deleted after)."""
+    from kubernetes import client as k8s
+
+    name = f"torchx-test-q-{secrets.token_hex(3)}"
+    queue = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"weight": 1, "reclaimable": False},
+    }
+    with kube_cluster.api_client() as api:
+        custom = k8s.CustomObjectsApi(api)
+        custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+        try:
+            yield name
+        finally:
+            custom.delete_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", name)
+
+
+def close_queue(kube_cluster: Any, name: str) -> None:
+    """Close Volcano Queue ``name`` as its state machine keeps it: Closing while jobs are
+    in it, then Closed."""
+    from kubernetes import client as k8s
+
+    with kube_cluster.api_client() as api:
+        k8s.CustomObjectsApi(api).patch_cluster_custom_object_status(
+            "scheduling.volcano.sh", "v1beta1", "queues", name, {"status": {"state": "Closed"}}
+        )
+
+
+async def test_a_volcano_queue_closed_while_a_job_waits_there_is_said_once_within_seconds(
+    kube_cluster: Any, own_queue: str, volcano_scheduler: Any
+) -> None:
+    """Read with the admin account (the shipped Role is namespaced and cannot read Queues;
+    that account is the over-quota test's, which checks nothing is said of it)."""
+    app_id, _ = submit(volcano_scheduler, too_large(kube_cluster), queue=own_queue)
+    close_queue(kube_cluster, own_queue)
+    client = volcano.create_async_client(
+        kubeconfig=kube_cluster.kubeconfig, namespace=kube_cluster.namespace
+    )
+    phrase = f"Volcano queue {own_queue!r} is Clos"
+    said, took, _ = await said_once_by_both(volcano_scheduler, client, app_id, phrase)
+    assert "admits no new job" in said and f"kubectl get queue {own_queue}" in said, said
+    print(f"closed queue in the task log {took:.1f} s after it was closed")
 
 
 @pytest.fixture

@@ -118,6 +118,15 @@ class FakeKube:
         if namespace in self.forbidden or res.plural in self.forbidden_plurals:
             raise BackendUnavailableError("forbidden", status=403)
         self.calls.append(("list", res.plural, selector))
+        if not namespace and (res.plural, "") not in {k[:2] for k in self.objects}:
+            # every object of a cluster-scoped resource (``cluster_objects``)
+            if self.cluster_objects is None:
+                raise BackendConfigurationError(f"{res.plural} is forbidden", status=403)
+            return [
+                copy.deepcopy(o)
+                for (plural, _), o in self.cluster_objects.items()
+                if plural == res.plural
+            ]
         return [
             copy.deepcopy(o)
             for key, o in self.objects.items()

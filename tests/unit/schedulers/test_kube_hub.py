@@ -28,6 +28,7 @@ from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB,
     VOLCANO_JOB_EVENTS,
     VOLCANO_PODGROUP_EVENTS,
+    VOLCANO_QUEUES,
     CustomResource,
     EventsAbout,
     OwnedBy,
@@ -67,7 +68,10 @@ class PushSource:
                 )
             return self.fake.events(self.namespace, self.resource.field_selector()), "1"
         if isinstance(self.resource, OwnedBy | QueuedIn):
-            return self.fake.list_objects(self.resource.resource, self.namespace, ""), "1"
+            try:
+                return self.fake.list_objects(self.resource.resource, self.namespace, ""), "1"
+            except BackendUnavailableError as e:
+                raise WatchError(e.status, str(e)) from e
         if self.resource is None:
             return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
         return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
@@ -124,13 +128,14 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
     await first.describe("ns:a")
     await second.describe("ns:b")
     await first.describe("other:c")
-    # (jobs, pods, PodGroup Events, job Events) x (ns, other), each once
-    assert len(kube.sources) == 8
+    # (jobs, pods, PodGroup Events, job Events) x (ns, other), each once; the cluster's
+    # Volcano Queues (cluster-scoped) once for both
+    assert len(kube.sources) == 9
     assert {k[1:] for k in hub.informers} == {
         (namespace, subject)
         for namespace in ("ns", "other")
         for subject in (VOLCANO_JOB, None, VOLCANO_PODGROUP_EVENTS, VOLCANO_JOB_EVENTS)
-    }
+    } | {("", VOLCANO_QUEUES)}
     await first.close()
     await settle()
     assert ("other", VOLCANO_JOB) in {k[1:] for k in hub.informers}  # lingering
@@ -140,13 +145,14 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
         ("ns", None),
         ("ns", VOLCANO_PODGROUP_EVENTS),
         ("ns", VOLCANO_JOB_EVENTS),
+        ("", VOLCANO_QUEUES),
     }
     # Back within the linger: the same informer, no new list.
     await second.close()
     third = client_for(hub, kube)
     await third.describe("ns:a")
     await asyncio.sleep(0.1)
-    assert len(kube.sources) == 8
+    assert len(kube.sources) == 9
     assert kube.sources[(VOLCANO_JOB, "ns")].lists == 1
     await third.close()
     await asyncio.sleep(0.1)
@@ -445,6 +451,69 @@ async def test_pods_a_volcano_job_cannot_create_are_said_from_the_namespace_s_jo
     await client.describe(mine)
     assert fake.calls == []  # from the caches
     assert [n.text for n in client.take_notices()] == [f"Job {name} waits: FailedCreate: {refused}"]
+    await client.close()
+
+
+def volcano_queue(name: str, state: str, version: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": version}, "status": {"state": state}}
+
+
+async def test_a_volcano_queue_closed_while_a_job_waits_there_is_said_once(
+    hub: InformerHub,
+) -> None:
+    """Volcano says nothing about a pending job whose queue was closed after it was
+    submitted: the cluster's Queues (one shared watch, cluster-scoped) say it, once, to the
+    triggerer's follow and to the worker's describe; not once the job runs."""
+    fake = FakeKube()
+    fake.cluster_objects = {("queues", "q"): volcano_queue("q", "Open")}
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    set_phase(fake, mine, "Pending")
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    await client.describe(mine)
+    assert client.take_notices() == []  # open: nothing to say
+    queues = kube.sources[(VOLCANO_QUEUES, "")]
+    closed = volcano_queue("q", "Closed", "2")
+    fake.cluster_objects[("queues", "q")] = closed
+    await queues.events.put({"type": "MODIFIED", "object": closed})
+    await settle()
+    fake.calls.clear()
+    for _ in range(3):
+        await client.describe(mine)
+    assert fake.calls == []  # from the caches
+    said = [n.text for n in client.take_notices()]
+    assert said == [
+        "Volcano queue 'q' is Closed and admits no new job: the job waits until an "
+        "administrator opens it (kubectl get queue q), or cancel it and name another queue "
+        "in run option queue"
+    ]
+    # the worker's describe: one GET of the Queue while the job is pending
+    assert volcano.describe(mine).state is AppState.PENDING
+    assert [n.text for n in volcano.core.take_notices()] == said
+    assert ("get-cluster", "queues", "q") in fake.calls
+    set_phase(fake, mine, "Running")
+    fake.calls.clear()
+    assert volcano.describe(mine).state is AppState.RUNNING
+    assert ("get-cluster", "queues", "q") not in fake.calls  # runs: not read
+    await client.close()
+
+
+async def test_a_volcano_queue_the_account_may_not_read_is_skipped_quietly(
+    hub: InformerHub,
+) -> None:
+    """The shipped Role is namespaced: a cluster-scoped Queue is refused (403), and
+    nothing is said about it, in the follow or the worker's describe."""
+    fake = FakeKube()  # cluster-scoped objects refused
+    volcano = create_scheduler("s", namespace="ns", kube=fake)
+    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    set_phase(fake, mine, "Pending")
+    kube = PushKube(fake)
+    client = client_for(hub, kube)
+    assert (await client.describe(mine)).state is AppState.PENDING
+    assert volcano.describe(mine).state is AppState.PENDING
+    assert client.take_notices() == [] and volcano.core.take_notices() == []
+    assert kube.sources[(VOLCANO_QUEUES, "")].lists == 1
     await client.close()
 
 

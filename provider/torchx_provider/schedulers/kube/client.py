@@ -39,7 +39,6 @@ from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.hub import AppWatch, InformerHub
 from torchx_provider.schedulers.kube.io import AsyncKubeIO
 from torchx_provider.schedulers.kube.io_async import AsyncKube
-from torchx_provider.schedulers.kube.kueue import waits_for_admission
 from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
 from torchx_provider.schedulers.kube.podlogs import log_request, no_log_yet, started_replica_pod
 from torchx_provider.schedulers.kube.request import KubeTranslation, parse_app_id
@@ -128,7 +127,7 @@ class KubeAsyncClient(AsyncSchedulerClient):
                 owned = watch.owned()
                 events = self._events(app_id, obj, watch)
                 queue = None
-                if any(map(waits_for_admission, owned)):
+                if self.translation.reads_queue(obj, owned):
                     # said with what its queue holds: once the queue was read (or refused)
                     await watch.queues_settled(SYNC_WAIT)
                     queue = watch.queue(obj)

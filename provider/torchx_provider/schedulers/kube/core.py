@@ -30,7 +30,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
-from torchx_provider.schedulers.kube.kueue import evictions, waits_for_admission, workload_waits
+from torchx_provider.schedulers.kube.kueue import evictions, workload_waits
 from torchx_provider.schedulers.kube.pending import event_waits, pod_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
@@ -194,16 +194,20 @@ class KubeCore:
     async def _queue(
         self, namespace: str, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any] | None:
-        """The queue app ``obj`` names (Kueue's LocalQueue: one GET), only while an object
-        it ``owned`` is not admitted; ``None`` where it cannot be read."""
-        if not any(map(waits_for_admission, owned)):
+        """The queue app ``obj`` names (one GET), only while the translation finds it worth
+        reading (:meth:`KubeTranslation.reads_queue`: Kueue's LocalQueue while an object it
+        ``owned`` is not admitted, Volcano's Queue while the job is pending); ``None`` where
+        it cannot be read (a cluster-scoped queue needs a ClusterRole: skipped quietly)."""
+        if not self.translation.reads_queue(obj, owned):
             return None
         for queued in self.translation.queues:
             name = queued.name(obj)
             if name is None:
                 continue
             try:
-                return await self.io.get(queued.resource, namespace, name)
+                if queued.namespaced:
+                    return await self.io.get(queued.resource, namespace, name)
+                return await self.io.get_cluster_object(queued.resource, name)
             except BackendUnavailableError as e:
                 if e.status not in (403, 404):
                     raise
@@ -274,7 +278,8 @@ class KubeCore:
         that gates it (:func:`~.pending.event_waits`, of ``events`` those about
         :meth:`KubeTranslation.event_subjects`); what the objects it ``owned`` say (Kueue's
         Workload: :func:`~.kueue.workload_waits`, a preemptor named by ``app_of``, with
-        what its ``queue`` holds), each reason once."""
+        what its ``queue`` holds); a ``queue`` that admits nothing
+        (:meth:`KubeTranslation.queue_waits`), each reason once."""
         for wait in self.translation.holding_waits(obj):
             self.notice(wait.text, key=wait.key)
         for wait in pod_waits(pods):
@@ -286,6 +291,8 @@ class KubeCore:
         for workload in owned:
             for wait in workload_waits(workload, app_of, queue):
                 self.notice(wait.text, key=wait.key)
+        for wait in self.translation.queue_waits(obj, queue) if queue is not None else ():
+            self.notice(wait.text, key=wait.key)
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         if not created or not self.translation.unclaimed(obj):
             return

@@ -379,8 +379,10 @@ class InformerHub:
         queued = []
         if queue_source is not None:
             for held in queues:
-                source_of = partial(queue_source, held, namespace)
-                queued.append((held, use(held, object_name, source_of, kept=True)))
+                where = held.namespace(namespace)
+                source_of = partial(queue_source, held, where)
+                kept_queues = self._use(config, where, held, object_name, source_of, kept=True)
+                queued.append((held, kept_queues))
         watch = AppWatch(self, name, objects, pods, told, kept, queued)
         for shared, key in watch.entries():
             shared.subscribers.setdefault(key, set()).add(watch)

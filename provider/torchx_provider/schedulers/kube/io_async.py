@@ -282,7 +282,8 @@ WATCH_GRACE = 30
 
 class ListWatch:
     """The :class:`~.informer.WatchSource` of the objects of ``resource`` (``None``: pods)
-    in ``namespace`` that match ``selector``, over the API client ``api()`` returns."""
+    in ``namespace`` (``""``: every namespace, or a cluster-scoped resource) that match
+    ``selector``, over the API client ``api()`` returns."""
 
     def __init__(
         self,
@@ -304,7 +305,18 @@ class ListWatch:
             return await client.CoreV1Api(api_client).list_namespaced_pod(
                 self.namespace, label_selector=self.selector, _preload_content=False, **params
             )
-        return await client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        api = client.CustomObjectsApi(api_client)
+        if not self.namespace:  # a cluster-scoped resource (Volcano's Queue)
+            res = self.resource
+            return await api.list_cluster_custom_object(
+                res.group,
+                res.version,
+                res.plural,
+                label_selector=self.selector,
+                _preload_content=False,
+                **params,
+            )
+        return await api.list_namespaced_custom_object(
             *at(self.resource, self.namespace),
             label_selector=self.selector,
             _preload_content=False,

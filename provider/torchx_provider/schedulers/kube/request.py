@@ -226,9 +226,22 @@ class KubeTranslation(abc.ABC):
     #: watch per namespace and kind; none by default.
     owned: Sequence[OwnedBy] = ()
 
-    #: The queue objects an app names by label whose status says how much waits there
-    #: (Kueue's LocalQueue): read from one shared watch per namespace; none by default.
+    #: The queue objects an app names whose status says how much waits there (Kueue's
+    #: LocalQueue) or whether it admits work (Volcano's Queue): read from one shared watch
+    #: per namespace (per cluster, when cluster-scoped); none by default.
     queues: Sequence[QueuedIn] = ()
+
+    def reads_queue(self, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether app ``obj``'s queue (of :attr:`queues`) is worth reading now: by default,
+        while Kueue has not admitted it (a Workload it ``owned`` waits)."""
+        from torchx_provider.schedulers.kube.kueue import waits_for_admission
+
+        return bool(self.queues) and any(map(waits_for_admission, owned))
+
+    def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
+        """Why app ``obj`` waits, as its ``queue`` says (one that admits nothing); ``()`` by
+        default (Kueue's LocalQueue is said with the Workload's reason instead)."""
+        return ()
 
     def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
         """The label selector of app ``obj``'s objects of :attr:`owned` (what a describe

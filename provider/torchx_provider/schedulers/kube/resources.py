@@ -133,27 +133,42 @@ JOBSET_WORKLOADS = OwnedBy(KUEUE_WORKLOAD, "JobSet")
 
 @dataclass(frozen=True)
 class QueuedIn:
-    """The queue object an app names in its label ``label`` (same namespace), whose status
-    counts the work waiting there: what a shared watch of a namespace's ``resource`` keeps."""
+    """The queue object an app names, in its label ``label`` or in its ``spec`` field
+    ``spec_field``, whose status says what waits there or whether it admits work: what a
+    shared watch of ``resource`` keeps, one per namespace (``namespaced``), else one per
+    cluster (a cluster-scoped queue)."""
 
     resource: CustomResource
-    label: str
+    label: str = ""
+    spec_field: str = ""
+    namespaced: bool = True
 
     def name(self, obj: Mapping[str, Any]) -> str | None:
         """The queue app ``obj`` names, if any.
 
         >>> KUEUE_LOCAL_QUEUES.name({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
         'lq'
+        >>> VOLCANO_QUEUES.name({"spec": {"queue": "gpu"}})
+        'gpu'
         """
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        found = labels.get(self.label)
+        if self.spec_field:
+            found = (obj.get("spec") or {}).get(self.spec_field)
+        else:
+            found = ((obj.get("metadata") or {}).get("labels") or {}).get(self.label)
         return str(found) if found else None
+
+    def namespace(self, app_namespace: str) -> str:
+        """Where the queues of an app in ``app_namespace`` are kept (``""``: the cluster)."""
+        return app_namespace if self.namespaced else ""
 
 
 #: Kueue's LocalQueue: a job names it in label ``kueue.x-k8s.io/queue-name``; its status
 #: counts the Workloads pending and admitted there.
 KUEUE_LOCAL_QUEUE = CustomResource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
 KUEUE_LOCAL_QUEUES = QueuedIn(KUEUE_LOCAL_QUEUE, "kueue.x-k8s.io/queue-name")
+#: Volcano's Queue: a job names it in ``spec.queue``; its ``status.state`` says whether it
+#: admits new jobs (cluster-scoped: readable with a ClusterRole only).
+VOLCANO_QUEUES = QueuedIn(VOLCANO_QUEUE, spec_field="queue", namespaced=False)
 
 #: MCAD's AppWrapper API group since MCAD v1.34.1, and the one MCAD used up to v1.34.0.
 APPWRAPPER_GROUP = "workload.codeflare.dev"

@@ -38,6 +38,7 @@ from typing import Any
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.naming import Placement
+from torchx_provider.schedulers.kube.pending import Wait
 from torchx_provider.schedulers.kube.pod import (
     ReplicaIdentity,
     RolePodBuilder,
@@ -52,8 +53,10 @@ from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB_EVENTS,
     VOLCANO_PODGROUP_EVENTS,
     VOLCANO_QUEUE,
+    VOLCANO_QUEUES,
     CustomResource,
     EventsAbout,
+    QueuedIn,
 )
 from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
 from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
@@ -205,6 +208,28 @@ def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionEr
     return InvalidOptionError(why, "queue")
 
 
+def closed_queue_wait(name: str, queue: Mapping[str, Any]) -> Wait | None:
+    """Why a pending job waits at Volcano queue ``name``: it is closed (or closing) and
+    admits no new job; ``None`` while it admits jobs. Volcano itself says nothing about it.
+
+    >>> closed_queue_wait("gpu", {"status": {"state": "Closing"}}).text[:54]
+    "Volcano queue 'gpu' is Closing and admits no new job: "
+    >>> closed_queue_wait("gpu", {"status": {"state": "Open"}}) is None
+    True
+    """
+    state = str((queue.get("status") or {}).get("state") or "")
+    if state not in CLOSED_QUEUE_STATES:
+        return None
+    return Wait(
+        key=f"volcano-queue/{name}/closed",  # Closing, then Closed: said once
+        text=(
+            f"Volcano queue {name!r} is {state} and admits no new job: the job waits until an "
+            f"administrator opens it (kubectl get queue {name}), or cancel it and name another "
+            "queue in run option queue"
+        ),
+    )
+
+
 def podgroup_name(job: Mapping[str, Any]) -> str:
     """The name of the PodGroup Volcano makes for ``job``: ``<job name>-<job uid>``.
 
@@ -230,6 +255,19 @@ class VolcanoTranslation(KubeTranslation):
         return phase(obj) is None
 
     event_kinds: Sequence[EventsAbout] = (VOLCANO_PODGROUP_EVENTS, VOLCANO_JOB_EVENTS)
+    queues: Sequence[QueuedIn] = (VOLCANO_QUEUES,)
+
+    def reads_queue(self, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]) -> bool:
+        # a queue closed after the job was submitted holds it without a word from Volcano
+        return self.app_state(obj) is AppState.PENDING
+
+    def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
+        name = VOLCANO_QUEUES.name(obj)
+        wait = closed_queue_wait(name, queue) if name else None
+        if wait is None:
+            return ()
+        job = (obj.get("metadata") or {}).get("uid") or (obj.get("metadata") or {}).get("name")
+        return (Wait(key=f"{wait.key}:{job}", text=wait.text),)
 
     def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[tuple[EventsAbout, str]]:
         # A job gated at its queue has no pod: Volcano says why only on its PodGroup; pods
