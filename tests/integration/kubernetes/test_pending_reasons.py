@@ -160,17 +160,23 @@ def close_queue(kube_cluster: Any, name: str) -> None:
 async def test_a_volcano_queue_closed_while_a_job_waits_there_is_said_once_within_seconds(
     kube_cluster: Any, own_queue: str, volcano_scheduler: Any
 ) -> None:
-    """Read with the admin account (the shipped Role is namespaced and cannot read Queues;
-    that account is the over-quota test's, which checks nothing is said of it)."""
+    """Said to an account that may read the cluster's Queues (here the admin's); the
+    shipped Role is namespaced and cannot: its describe says nothing of the queue."""
     app_id, _ = submit(volcano_scheduler, too_large(kube_cluster), queue=own_queue)
     close_queue(kube_cluster, own_queue)
-    client = volcano.create_async_client(
-        kubeconfig=kube_cluster.kubeconfig, namespace=kube_cluster.namespace
-    )
+    admin = {"kubeconfig": kube_cluster.kubeconfig, "namespace": kube_cluster.namespace}
+    client = volcano.create_async_client(**admin)
+    worker = volcano.create_scheduler("admin", **admin)
     phrase = f"Volcano queue {own_queue!r} is Clos"
-    said, took, _ = await said_once_by_both(volcano_scheduler, client, app_id, phrase)
+    try:
+        said, took, _ = await said_once_by_both(worker, client, app_id, phrase)
+    finally:
+        worker.close()
     assert "admits no new job" in said and f"kubectl get queue {own_queue}" in said, said
     print(f"closed queue in the task log {took:.1f} s after it was closed")
+    assert volcano_scheduler.describe(app_id).state.name == "PENDING"
+    quiet = [n.text for n in volcano_scheduler.core.take_notices()]
+    assert not [t for t in quiet if own_queue in t or "add the rule" in t], quiet
 
 
 @pytest.fixture
