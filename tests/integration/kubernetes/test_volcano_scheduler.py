@@ -273,6 +273,35 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
     assert [f.app_id for f in scheduler.find_apps(retry, [OTHER_NAMESPACE])] == [app_id]
 
 
+def test_a_retry_takes_a_job_that_succeeded_after_its_try_died(
+    kube_cluster: Any, scheduler: Any
+) -> None:
+    """The job of try 1 ran to success while no try followed it (its worker died): a retry
+    finds it succeeded, to follow for its logs and result; a failed one it does not take."""
+    import logging
+
+    from torchx_provider.hooks.base import BackendTarget
+    from torchx_provider.operators.submission import SubmissionPlan, live_apps
+
+    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-02T11:00:00+00:00", -1, 1)
+    ok = specs.AppDef("it-done", [role("t", 1, kube_cluster.pod_behaviour(run_seconds=1))])
+    bad = specs.AppDef(
+        "it-bad", [role("t", 1, kube_cluster.pod_behaviour(exit_code=3, run_seconds=1))]
+    )
+    cfg = {"queue": QUEUE}
+    ids = [scheduler.schedule(scheduler.submit_dryrun(a, cfg, ti_key=key)) for a in (ok, bad)]
+    scheduler.created.extend(ids)
+    for app_id in ids:
+        wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
+    retry = TaskInstanceKey(**{**key.__dict__, "try_number": 2})
+    target = BackendTarget("kubernetes", client_kwargs={"namespace": kube_cluster.namespace})
+    plan = SubmissionPlan(
+        target, scheduler, ok, cfg, scheduler.submit_dryrun(ok, cfg, ti_key=retry), retry
+    )
+    apps = live_apps(plan, None, logging.getLogger(__name__))
+    assert (apps.resumable, apps.succeeded) == ([], [ids[0]])
+
+
 def test_restricted_credentials_cannot_reach_other_namespaces(kube_cluster: Any) -> None:
     kube_cluster.skip_unless_local("needs the local cluster's RBAC")
     s = create_scheduler(
