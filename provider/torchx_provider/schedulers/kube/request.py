@@ -232,11 +232,10 @@ class KubeTranslation(abc.ABC):
     queues: Sequence[QueuedIn] = ()
 
     def reads_queue(self, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether app ``obj``'s queue (of :attr:`queues`) is worth reading now: by default,
-        while Kueue has not admitted it (a Workload it ``owned`` waits)."""
-        from torchx_provider.schedulers.kube.kueue import waits_for_admission
-
-        return bool(self.queues) and any(map(waits_for_admission, owned))
+        """Whether app ``obj``'s queue (of :attr:`queues`) is worth reading now (Kueue's
+        LocalQueue: while a Workload it ``owned`` waits; Volcano's: while it is pending);
+        never by default."""
+        return False
 
     def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
         """Why app ``obj`` waits, as its ``queue`` says (one that admits nothing); ``()`` by

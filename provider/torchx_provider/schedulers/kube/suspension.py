@@ -15,16 +15,24 @@ admit a suspended object again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
-from torchx_provider.schedulers.kube.kueue import QUEUE_LABEL, queued_job_selector
+from torchx_provider.schedulers.kube.kueue import (
+    QUEUE_LABEL,
+    queued_job_selector,
+    waits_for_admission,
+)
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.pod import PodSettings
 from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
-from torchx_provider.schedulers.kube.resources import CustomResource
+from torchx_provider.schedulers.kube.resources import (
+    KUEUE_LOCAL_QUEUES,
+    CustomResource,
+    QueuedIn,
+)
 from torchx_provider.specs.api import AppDef, is_terminal
 
 #: Kueue's labels: the LocalQueue a job is submitted to (:data:`.kueue.QUEUE_LABEL`), and
@@ -155,8 +163,13 @@ class QueuedOpts(KubeOpts):
 
 class QueuedTranslation(KubeTranslation):
     """What the translations of :class:`QueuedOpts` backends do alike: cancel as the object
-    recorded (:func:`cancel_plan`), and read Kueue's Workload of the object while it is
-    Kueue's and live."""
+    recorded (:func:`cancel_plan`), read Kueue's Workload of the object while it is
+    Kueue's and live, and its LocalQueue (how much waits there) while it is not admitted."""
+
+    queues: Sequence[QueuedIn] = (KUEUE_LOCAL_QUEUES,)
+
+    def reads_queue(self, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]) -> bool:
+        return any(map(waits_for_admission, owned))
 
     def owned_selector(self, obj: Mapping[str, Any]) -> str | None:
         """The Workload Kueue made for ``obj``, while it is Kueue's (queue label) and live."""

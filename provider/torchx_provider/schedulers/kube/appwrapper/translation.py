@@ -79,9 +79,7 @@ from torchx_provider.schedulers.kube.pod import (
 from torchx_provider.schedulers.kube.resources import (
     APPWRAPPER_V1BETA2,
     APPWRAPPER_WORKLOADS,
-    KUEUE_LOCAL_QUEUES,
     OwnedBy,
-    QueuedIn,
 )
 from torchx_provider.schedulers.kube.service import headless_service
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
@@ -216,8 +214,6 @@ class AppWrapperTranslation(QueuedTranslation):
 
     #: Kueue's Workload of a queued AppWrapper: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (APPWRAPPER_WORKLOADS,)
-    #: its LocalQueue: how much waits there.
-    queues: Sequence[QueuedIn] = (KUEUE_LOCAL_QUEUES,)
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)

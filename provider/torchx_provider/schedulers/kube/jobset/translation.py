@@ -77,9 +77,7 @@ from torchx_provider.schedulers.kube.pod import (
 from torchx_provider.schedulers.kube.resources import (
     JOBSET,
     JOBSET_WORKLOADS,
-    KUEUE_LOCAL_QUEUES,
     OwnedBy,
-    QueuedIn,
 )
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
 from torchx_provider.schedulers.kube.suspension import (
@@ -229,8 +227,6 @@ class JobSetTranslation(QueuedTranslation):
 
     #: Kueue's Workload of a queued JobSet: why it waits, whether it was preempted.
     owned: Sequence[OwnedBy] = (JOBSET_WORKLOADS,)
-    #: its LocalQueue: how much waits there.
-    queues: Sequence[QueuedIn] = (KUEUE_LOCAL_QUEUES,)
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         return pod_templates(body)
