@@ -82,7 +82,9 @@ def request_log(monkeypatch: pytest.MonkeyPatch) -> RequestLog:
 
 
 def two_replica_app(kube_cluster: Any, i: int) -> specs.AppDef:
-    behaviour = kube_cluster.pod_behaviour(run_seconds=4, start_seconds=1)
+    # long enough that the fiftieth follow starts (~5 s after the first submission on a
+    # loaded 2-core machine: fifty clients and their first lists) before the first job ends
+    behaviour = kube_cluster.pod_behaviour(run_seconds=12, start_seconds=1)
     return specs.AppDef(
         f"fanin-{i}", [kube_role("worker", behaviour, replicas=2, cpu=0.1, mem_mb=64)]
     )
