@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -732,12 +732,23 @@ def set_pod_annotations(
 
 
 def crash_replica(
-    kube_cluster: Any, pods: AppPods, key: str
+    kube_cluster: Any,
+    pods: AppPods,
+    key: str,
+    after: Sequence[str] = (),
+    seen: Callable[[str], bool] = lambda key: True,
 ) -> Callable[[Any, float], Awaitable[None]]:
-    """Replica ``key``'s running container exits with 1 (kwok ends the pod Failed at once)."""
+    """Replica ``key``'s running container exits with 1 (kwok ends the pod Failed at once),
+    once it and every replica of ``after`` run and were ``seen`` by the row's printer (a
+    restart of them all must find each one's first pod: on a loaded machine a Job's pods
+    can come seconds apart)."""
 
     async def inject(proxy: Any, seconds: float) -> None:
         deadline = time.monotonic() + 30
+        for other in after:
+            while await asyncio.to_thread(pods.running, other) is None or not seen(other):
+                assert time.monotonic() < deadline, f"replica {other} did not run within 30 s"
+                await asyncio.sleep(0.2)
         while (pod := await asyncio.to_thread(pods.running, key)) is None:
             assert time.monotonic() < deadline, f"replica {key} did not run within 30 s"
             await asyncio.sleep(0.2)
@@ -905,7 +916,9 @@ async def run_row(
         row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
     ender: asyncio.Task[None] | None = None
     if row.restarts:
-        row.inject = crash_replica(kube_cluster, pods, "trainer/0")
+        row.inject = crash_replica(
+            kube_cluster, pods, "trainer/0", row.restarts, lambda k: bool(printer.uids[k])
+        )
         ender = asyncio.create_task(end_pods(kube_cluster, pods, started + run_seconds - 2))
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in keys}
