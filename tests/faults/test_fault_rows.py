@@ -737,14 +737,16 @@ def crash_replica(
     key: str,
     after: Sequence[str] = (),
     seen: Callable[[str], bool] = lambda key: True,
+    crashed: Callable[[float], None] = lambda at: None,
 ) -> Callable[[Any, float], Awaitable[None]]:
     """Replica ``key``'s running container exits with 1 (kwok ends the pod Failed at once),
     once it and every replica of ``after`` run and were ``seen`` by the row's printer (a
     restart of them all must find each one's first pod: on a loaded machine a Job's pods
-    can come seconds apart)."""
+    can come seconds apart, and start many seconds after the job was made); ``crashed`` is
+    told when."""
 
     async def inject(proxy: Any, seconds: float) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         for other in after:
             while await asyncio.to_thread(pods.running, other) is None or not seen(other):
                 assert time.monotonic() < deadline, f"replica {other} did not run within 30 s"
@@ -759,15 +761,20 @@ def crash_replica(
         }
         await asyncio.to_thread(set_pod_annotations, kube_cluster, pod.name, crash, pods.namespace)
         proxy.injected.append((time.monotonic(), "replica-crash", pod.name))
+        crashed(time.monotonic())
         await asyncio.sleep(seconds)
 
     return inject
 
 
-async def end_pods(kube_cluster: Any, pods: AppPods, at: float) -> None:
-    """From ``at`` on, end every running pod of the app with exit code 0 (what runs until
-    the row ends it), again for any that starts later, until cancelled."""
-    await asyncio.sleep(max(0.0, at - time.monotonic()))
+async def end_pods(kube_cluster: Any, pods: AppPods, at: Callable[[], float]) -> None:
+    """From ``at()`` on (asked again until it comes), end every running pod of the app with
+    exit code 0 (what runs until the row ends it), again for any that starts later, until
+    cancelled."""
+    left = at() - time.monotonic()
+    while left > 0:  # ``at()`` may have moved on meanwhile
+        await asyncio.sleep(left)
+        left = at() - time.monotonic()
     flag = f"{POD_BEHAVIOUR}keep-running"
     while True:
         for pod in await asyncio.to_thread(pods.now):
@@ -916,10 +923,22 @@ async def run_row(
         row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
     ender: asyncio.Task[None] | None = None
     if row.restarts:
+        # the run ends as long after the crash as it would have after a timely one: pods
+        # that start late (a loaded machine) still crash, come back and print
+        ends = [started + run_seconds - 2]
+
+        def crashed(at: float) -> None:
+            ends[0] = printer.until = max(ends[0], at + run_seconds - 2 - FAULT_AT)
+
         row.inject = crash_replica(
-            kube_cluster, pods, "trainer/0", row.restarts, lambda k: bool(printer.uids[k])
+            kube_cluster,
+            pods,
+            "trainer/0",
+            row.restarts,
+            lambda k: bool(printer.uids[k]),
+            crashed,
         )
-        ender = asyncio.create_task(end_pods(kube_cluster, pods, started + run_seconds - 2))
+        ender = asyncio.create_task(end_pods(kube_cluster, pods, lambda: ends[0]))
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in keys}
     timeout = run_seconds + row.seconds + 120
