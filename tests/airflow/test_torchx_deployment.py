@@ -146,11 +146,12 @@ with DAG("torchx_deploy_timeout", **ARGS):
 from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
 
 # the replica's own code fails (exit 1): no retry; its image does not exist: no retry; its
-# container removed from outside: retried
+# container removed from outside: retried. Both replicas end well after the scheduler took
+# the deferral in (5 s here; see Deployment.wait_deferral_processed).
 POLICY_CASES = (
-    ("usercode", "sleep 2; echo failing; exit 1", None),
+    ("usercode", "sleep 12; echo failing; exit 1", None),
     ("noimage", "true", "sha256:" + "0" * 64),
-    ("removed", "sleep 6; echo ok", None),
+    ("removed", "sleep 25; echo ok", None),
 )
 for case, script, image in POLICY_CASES:
     policy_app = app("policy" + case, script)
@@ -536,6 +537,7 @@ def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_plat
         for case in ("usercode", "noimage", "removed")
     }
     app_id = deferred_app(deployment, "torchx_deploy_policy_removed", runs["removed"])
+    deployment.wait_deferral_processed("torchx_deploy_policy_removed", runs["removed"])
     for c in containers(docker_engine, app_id)[:1]:
         c.remove(force=True)
 
@@ -620,6 +622,7 @@ def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
         120,
     )
     assert deployment.ti(dag_id, run_id, "train")["state"] == "deferred"
+    deployment.wait_deferral_processed(dag_id, run_id)
     torchx_kube_cluster.evict(kube, pod)
 
     def ended() -> bool:

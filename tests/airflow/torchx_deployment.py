@@ -189,6 +189,24 @@ class Deployment:
         run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
         return str(run["dag_run_id"])
 
+    def wait_deferral_processed(
+        self, dag_id: str, run_id: str, try_number: int = 1, timeout: float = 60
+    ) -> None:
+        """Wait until the scheduler has taken in the executor's report of the worker that
+        deferred try ``try_number`` of ``dag_id``'s task. A trigger that fires before that is
+        met by a known Airflow 3.3 race (apache/airflow#67287, #72716): the late report is
+        taken as the task changed from outside, and the try is failed without its
+        ``execute_complete`` running. Tests that end a job on purpose do so after this."""
+        line = (
+            "Received executor event with state success for task instance TaskInstanceKey("
+            f"dag_id='{dag_id}', task_id='train', run_id='{run_id}', try_number={try_number},"
+        )
+        wait_for(
+            f"the scheduler to take in try {try_number}'s deferral",
+            lambda: line in self.output("scheduler"),
+            timeout,
+        )
+
     def ti(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
 

@@ -985,6 +985,9 @@ start_nodes() {
 
 start_rbac() {
   apply_rbac kubectl_admin "$RUN/kubeconfig/restricted.yaml" "$APISERVER_PORT"
+  # Events of earlier runs (the API server keeps them an hour): a follow lists those of its
+  # namespace when it starts, and the tests time that start (one DELETE of the collection)
+  kubectl_admin delete --raw "/api/v1/namespaces/$TEST_NAMESPACE/events" >/dev/null
   wait_for "ServiceAccount $TEST_NAMESPACE/default (controller manager)" 60 kube-controller-manager default_sa_exists
   apply_rbac kubectl_mcad "$RUN/kubeconfig/mcad-restricted.yaml" "$MCAD_APISERVER_PORT"
 }

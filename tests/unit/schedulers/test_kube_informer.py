@@ -262,3 +262,45 @@ async def test_raw_answers_with_an_error_status_raise_like_preloaded_ones() -> N
     assert e.value.status == 400 and waiting.released
     with pytest.raises(BackendUnavailableError), api_errors("read", "a log"):
         await read_ok(RawAnswer(503, b"unavailable"))
+
+
+async def test_a_list_is_read_in_pages_of_one_snapshot() -> None:
+    """A namespace of many Events or pods is listed a page at a time (each parse short),
+    every page continuing the first; the items of all pages, the snapshot's version."""
+    import json
+
+    from torchx_provider.schedulers.kube.io_async import LIST_PAGE, ListWatch
+
+    pages = {"": ("a", ["o1", "o2"]), "a": ("b", ["o3"]), "b": ("", ["o4"])}
+    asked: list[dict[str, Any]] = []
+
+    class Answer:
+        status, headers = 200, {}
+
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        async def read(self) -> bytes:
+            return self.body
+
+        def release(self) -> None:
+            pass
+
+    class Paged(ListWatch):
+        async def _call(self, **params: Any) -> Any:
+            asked.append(params)
+            token, names = pages[params.get("_continue", "")]
+            meta = {"resourceVersion": "42", **({"continue": token} if token else {})}
+            items = [{"metadata": {"name": n}} for n in names]
+            return Answer(json.dumps({"metadata": meta, "items": items}).encode())
+
+    async def no_api() -> Any:
+        raise AssertionError("not called")
+
+    items, version = await Paged(no_api, None, "ns", "").list()
+    assert [object_name(o) for o in items] == ["o1", "o2", "o3", "o4"] and version == "42"
+    assert [(p["limit"], p.get("_continue")) for p in asked] == [
+        (LIST_PAGE, None),
+        (LIST_PAGE, "a"),
+        (LIST_PAGE, "b"),
+    ]

@@ -275,6 +275,11 @@ def split_timeout(connect: float, read: float | None) -> Any:
 
 #: Bytes of JSON from which a list is parsed in a worker thread.
 LARGE_BODY = 1 << 20
+#: Objects per page of a list. A namespace's Events or pods can be megabytes of JSON, and
+#: parsing them holds the interpreter lock in whichever thread it runs: in one piece, a
+#: namespace of 2,000 Events stalled a triggerer's loop for 0.3 s. Pages of this many
+#: (client-go's informers read 500 at a time) keep each parse to milliseconds.
+LIST_PAGE = 500
 
 #: Seconds to connect before a watch gives up, and beyond its ``timeoutSeconds`` to read.
 WATCH_GRACE = 30
@@ -324,18 +329,28 @@ class ListWatch:
         )
 
     async def list(self) -> tuple[list[dict[str, Any]], str]:
-        resp = await self._call(_request_timeout=REQUEST_TIMEOUT)
-        try:
-            body = await resp.read()
-        finally:
-            resp.release()
-        if resp.status != 200:
-            raise status_error(resp.status, resp.headers, body)
-        # A namespace's pods can be megabytes of JSON: parse them off the event loop.
-        small = len(body) < LARGE_BODY
-        data = json.loads(body) if small else await asyncio.to_thread(json.loads, body)
-        version = str((data.get("metadata") or {}).get("resourceVersion") or "")
-        return list(data.get("items") or []), version
+        """Every object, read in pages of :data:`LIST_PAGE` (one snapshot: each page
+        continues the first's), and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        version, token = "", ""
+        while True:
+            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
+            resp = await self._call(_request_timeout=REQUEST_TIMEOUT, **page)
+            try:
+                body = await resp.read()
+            finally:
+                resp.release()
+            if resp.status != 200:
+                raise status_error(resp.status, resp.headers, body)
+            # (a page larger than this is parsed in a thread; it still holds the GIL)
+            small = len(body) < LARGE_BODY
+            data = json.loads(body) if small else await asyncio.to_thread(json.loads, body)
+            meta = data.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            items.extend(data.get("items") or [])
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, version
 
     async def watch(
         self, resource_version: str, timeout_seconds: int
