@@ -165,9 +165,9 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     def since_clear(apps: list[str]) -> list[str]:
         return [a for a in apps if a not in cut_short and (tries.get(a) or first_try) >= first_try]
 
-    found = [a for a in found if a not in cut_short]
-    superseded = [a for a in found if a not in since_clear(found)]
-    return LiveApps(since_clear(found), superseded, cut_short, since_clear(done))
+    resumable = since_clear(found)
+    superseded = [a for a in found if a not in cut_short and a not in resumable]
+    return LiveApps(resumable, superseded, cut_short, since_clear(done))
 
 
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:

@@ -198,8 +198,8 @@ def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionEr
             "run option queue (kubectl get queues), or ask an administrator to create it"
         )
     else:
-        state = str((queue.get("status") or {}).get("state") or "")
-        if state not in CLOSED_QUEUE_STATES:
+        state = closed_state(queue)
+        if state is None:
             return None
         why = (
             f"Volcano queue {name!r} is {state} and admits no new job: name another queue in "
@@ -208,20 +208,32 @@ def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionEr
     return InvalidOptionError(why, "queue")
 
 
-def closed_queue_wait(name: str, queue: Mapping[str, Any]) -> Wait | None:
-    """Why a pending job waits at Volcano queue ``name``: it is closed (or closing) and
-    admits no new job; ``None`` while it admits jobs. Volcano itself says nothing about it.
+def closed_state(queue: Mapping[str, Any]) -> str | None:
+    """The state of a Volcano queue that admits no new job (of :data:`CLOSED_QUEUE_STATES`);
+    ``None`` while it admits jobs.
 
-    >>> closed_queue_wait("gpu", {"status": {"state": "Closing"}}).text[:54]
-    "Volcano queue 'gpu' is Closing and admits no new job: "
-    >>> closed_queue_wait("gpu", {"status": {"state": "Open"}}) is None
-    True
+    >>> closed_state({"status": {"state": "Closing"}}), closed_state({"status": {}})
+    ('Closing', None)
     """
     state = str((queue.get("status") or {}).get("state") or "")
-    if state not in CLOSED_QUEUE_STATES:
+    return state if state in CLOSED_QUEUE_STATES else None
+
+
+def closed_queue_wait(name: str, queue: Mapping[str, Any], job: str) -> Wait | None:
+    """Why pending job ``job`` (its uid) waits at Volcano queue ``name``: it is closed (or
+    closing) and admits no new job; ``None`` while it admits jobs. Volcano itself says
+    nothing about it.
+
+    >>> closed_queue_wait("gpu", {"status": {"state": "Closing"}}, "u1").text[:54]
+    "Volcano queue 'gpu' is Closing and admits no new job: "
+    >>> closed_queue_wait("gpu", {"status": {"state": "Open"}}, "u1") is None
+    True
+    """
+    state = closed_state(queue)
+    if state is None:
         return None
     return Wait(
-        key=f"volcano-queue/{name}/closed",  # Closing, then Closed: said once
+        key=f"volcano-queue/{name}/closed:{job}",  # Closing, then Closed: said once
         text=(
             f"Volcano queue {name!r} is {state} and admits no new job: the job waits until an "
             f"administrator opens it (kubectl get queue {name}), or cancel it and name another "
@@ -263,11 +275,13 @@ class VolcanoTranslation(KubeTranslation):
 
     def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
         name = VOLCANO_QUEUES.name(obj)
-        wait = closed_queue_wait(name, queue) if name else None
-        if wait is None:
-            return ()
-        job = (obj.get("metadata") or {}).get("uid") or (obj.get("metadata") or {}).get("name")
-        return (Wait(key=f"{wait.key}:{job}", text=wait.text),)
+        meta = obj.get("metadata") or {}
+        wait = (
+            closed_queue_wait(name, queue, str(meta.get("uid") or meta.get("name")))
+            if name
+            else None
+        )
+        return (wait,) if wait is not None else ()
 
     def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[tuple[EventsAbout, str]]:
         # A job gated at its queue has no pod: Volcano says why only on its PodGroup; pods
