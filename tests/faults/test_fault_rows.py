@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import os
 import signal
 import subprocess
@@ -749,10 +750,10 @@ def crash_replica(
         deadline = time.monotonic() + 60
         for other in after:
             while await asyncio.to_thread(pods.running, other) is None or not seen(other):
-                assert time.monotonic() < deadline, f"replica {other} did not run within 30 s"
+                assert time.monotonic() < deadline, f"replica {other} did not run within 60 s"
                 await asyncio.sleep(0.2)
         while (pod := await asyncio.to_thread(pods.running, key)) is None:
-            assert time.monotonic() < deadline, f"replica {key} did not run within 30 s"
+            assert time.monotonic() < deadline, f"replica {key} did not run within 60 s"
             await asyncio.sleep(0.2)
         crash = {
             f"{POD_BEHAVIOUR}exit-code": "1",
@@ -771,10 +772,11 @@ async def end_pods(kube_cluster: Any, pods: AppPods, at: Callable[[], float]) ->
     """From ``at()`` on (asked again until it comes), end every running pod of the app with
     exit code 0 (what runs until the row ends it), again for any that starts later, until
     cancelled."""
-    left = at() - time.monotonic()
-    while left > 0:  # ``at()`` may have moved on meanwhile
-        await asyncio.sleep(left)
+    while True:  # ``at()`` may move on meanwhile
         left = at() - time.monotonic()
+        if left <= 0:
+            break
+        await asyncio.sleep(min(left, 0.5))
     flag = f"{POD_BEHAVIOUR}keep-running"
     while True:
         for pod in await asyncio.to_thread(pods.now):
@@ -919,18 +921,21 @@ async def run_row(
     app_id = scheduler.schedule(info)
     scheduler.created.append(app_id)
     retry_found: list[str] = []
+    crash_failed: list[BaseException] = []
     if row.job_namespace:
         row.inject = retry_lookup(scheduler, app, cfg, key, retry_found)
     ender: asyncio.Task[None] | None = None
     if row.restarts:
-        # the run ends as long after the crash as it would have after a timely one: pods
-        # that start late (a loaded machine) still crash, come back and print
-        ends = [started + run_seconds - 2]
+        # the run ends as long after the crash as it would have after a timely one, and
+        # not before it: pods that start late (a loaded machine) still crash, come back
+        # and print; when the crash cannot come, the run ends at once and says why
+        ends = [math.inf]
 
         def crashed(at: float) -> None:
-            ends[0] = printer.until = max(ends[0], at + run_seconds - 2 - FAULT_AT)
+            timely = started + run_seconds - 2
+            ends[0] = printer.until = max(timely, at + run_seconds - 2 - FAULT_AT)
 
-        row.inject = crash_replica(
+        crash = crash_replica(
             kube_cluster,
             pods,
             "trainer/0",
@@ -938,6 +943,16 @@ async def run_row(
             lambda k: bool(printer.uids[k]),
             crashed,
         )
+
+        async def crash_or_end(proxy: Any, seconds: float) -> None:
+            try:
+                await crash(proxy, seconds)
+            except BaseException as e:
+                crash_failed.append(e)
+                ends[0] = time.monotonic()
+                raise
+
+        row.inject = crash_or_end
         ender = asyncio.create_task(end_pods(kube_cluster, pods, lambda: ends[0]))
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in keys}
@@ -1001,6 +1016,7 @@ async def run_row(
         printer.stop.set()
         printer.join()
     assert printer.error is None, printer.error
+    assert not crash_failed, f"the crash was not made: {crash_failed[0]!r}"
     elapsed = time.monotonic() - started
     # only the numbered lines count (kwok may add lines of its own, e.g. its fsnotify errors)
     lines = {k: [t for t in v if t.startswith(f"{k} line ")] for k, v in lines.items()}
