@@ -8,9 +8,11 @@ it (deferred or on the worker, how often, whose logs, how long).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, NamedTuple
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.triggers.policy import OUTAGE_BUDGET, positive_seconds
@@ -253,3 +255,73 @@ def _seconds(value: object, name: str) -> float:
             f"{name} must be at most {MAX_SECONDS:,} seconds (ten years), got {value!r}", name
         )
     return seconds
+
+
+class TaskOptions(NamedTuple):
+    """A task's checked options (see :func:`task_options`)."""
+
+    lifecycle: Lifecycle
+    following: Following
+    #: ``deferrable=None``: :attr:`TorchXOperator.following` reads Airflow's setting first
+    default_deferrable: bool
+
+
+def _build_options(
+    wait_for_completion: Any,
+    on_kill_action: Any,
+    on_finish_action: Any,
+    reattach: Any,
+    deferrable: Any,
+    poll_interval: Any,
+    log_replicas: Any,
+    outage_budget: Any,
+    follow_timeout: Any,
+    queue_timeout: Any,
+) -> TaskOptions:
+    """Check the operator's options, each failing with its own message."""
+    return TaskOptions(
+        Lifecycle.build(wait_for_completion, on_kill_action, on_finish_action, reattach),
+        Following.build(
+            False if deferrable is None else deferrable,
+            poll_interval,
+            log_replicas,
+            outage_budget,
+            follow_timeout,
+            queue_timeout,
+        ),
+        deferrable is None,
+    )
+
+
+# The tasks of a sweep repeat the same options, and the checked objects are immutable: they
+# are kept per distinct arguments. Only arguments that passed their checks are kept (a bad
+# one raises, with its message, every time), and ``typed`` keeps ``1`` apart from ``True``
+# and ``"keep"`` apart from ``OnKillAction.KEEP``.
+_cached_options = functools.lru_cache(maxsize=64, typed=True)(_build_options)
+
+
+def task_options(*args: Any) -> TaskOptions:
+    """:func:`_build_options`, from the cache when the arguments can key it (a list of
+    ``log_replicas`` cannot)."""
+    try:
+        hash(args)
+    except TypeError:
+        return _build_options(*args)
+    return _cached_options(*args)
+
+
+#: the types of plain data (see :meth:`TorchXOperator._set_xcomargs_dependencies`)
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def plain_data(value: Any) -> bool:
+    """Whether ``value`` is plain data: of exactly those types (a subclass may be anything),
+    and lists, tuples and dicts (their values) of them."""
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return False
+    return all(plain_data(item) for item in value)

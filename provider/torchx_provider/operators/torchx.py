@@ -1,9 +1,8 @@
 """The TorchX operators: run one TorchX app as one Airflow task.
 
 ``TorchXOperator`` takes the backend as ``scheduler=`` (a name of the backend table,
-:mod:`torchx_provider.backends`); ``TorchXKubernetesOperator`` (Volcano),
-``TorchXMCADOperator`` (MCAD AppWrapper) and ``TorchXDockerOperator``
-(:mod:`~torchx_provider.operators.per_backend`) fix it::
+:mod:`torchx_provider.backends`); the operators of :mod:`~torchx_provider.operators.per_backend`
+fix it::
 
     TorchXKubernetesOperator(
         task_id="train",
@@ -14,82 +13,32 @@
         deferrable=True,
     )
 
-What a task does:
+A task goes through four steps:
 
-1. **Prepare** (no backend contacted): render the templates, resolve ``app`` into one AppDef
-   (shown in the task's "Rendered Template" view), read the connection with the backend's
-   hook, create the scheduler, merge ``cfg`` with the connection's defaults and check it
-   against the backend's run options (once), and dry-run the submission. A bad input
-   -- unknown scheduler, unknown component or run option, missing connection, unreadable
-   kubeconfig -- fails the task here, without retries, and nothing is submitted.
-2. **Submit or reattach**: every job carries labels/annotations with the dag id, task id,
-   run id, map index and try number. If an earlier try of this task instance left a job
-   running (found by those labels, or by the handle stored in Airflow 3.3's
-   ``task_state_store``), the task follows that job instead of submitting another
-   (``reattach=True``, the default); with ``reattach=False`` it cancels it first. Either way
-   there is never more than one live job per task instance. A job whose submission was cut
-   short (the worker died while a Docker app's containers were being created) cannot run as
-   submitted: the task removes it, says so, and submits anew. Where the dry run fixes the app
-   id (Docker), the handle is logged and stored before the first object is made.
-3. **Follow**: deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger`
-   (``deferrable=True``), or on the worker with the same loop. Every selected replica's log
-   lines reach the task log as ``[role/replica] text``, with state transitions and a
-   per-replica status line when something changes. While deferred, the trigger keeps its
-   progress in the XCom ``torchx_log_cursors`` (Airflow 3.3's triggerer cannot write
-   ``task_state_store``); the try deletes it once it has the trigger's event.
-4. **Finish**: XComs ``app_handle``, ``app_id`` (pushed at submission), ``final_state`` and
-   ``replicas`` (per replica: state, exit code, reason, kind of failure, short message,
-   restarts, host, whether it failed first); the return value holds all of them.
-   A SUCCEEDED app returns normally; any other end raises a class of
-   :mod:`torchx_provider.errors` that says why (``UserCodeError``, ``InfrastructureError``,
-   ``AppConfigurationError``, ``AppTimeoutError``, ``AppCancelledError``, ``AppLostError``,
-   or ``AppFailedError`` when the backend did not say), naming the replica that failed
-   first, its Python error, and a per-replica table. ``on_finish_action`` then deletes or
-   keeps the job.
+1. **Prepare**, without contacting the backend: render, resolve the app, read the connection,
+   check the run options, dry-run. Bad input fails here, without retries.
+2. **Submit or reattach**: at most one live job per task instance. A try follows the job an
+   earlier try left running, or one that already succeeded (``reattach=True``); it removes a
+   job whose submission was cut short and cancels one from before a clear
+   (:func:`~torchx_provider.operators.submission.live_apps`).
+3. **Follow**, deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger` or on the
+   worker with the same loop (:mod:`~torchx_provider.triggers.follow`), until the earlier
+   of ``execution_timeout`` and ``follow_timeout``.
+4. **Finish**: XComs, ``on_finish_action``, and an exception of :mod:`torchx_provider.errors`
+   that says why when the app did not succeed.
 
-Retries -- TorchX ``max_retries`` and Airflow ``retries`` are different layers:
-
-* ``Role.max_retries`` (with ``retry_policy``) is handled *inside one job* by the backend
-  (Volcano restarts the pods or the job, Docker restarts the containers); the task sees one
-  job and one final state.
-* Airflow ``retries`` start a new *try of the task* after it failed. If the job is still
-  running (the worker died, the triggerer lost track, the follow gave up on an outage), the
-  new try reattaches to it; if the job ended FAILED or CANCELLED, the new try submits a new
-  job. A job can thus run up to ``(retries + 1) * (max_retries + 1)`` times; use
-  ``max_retries`` for replica crashes and Airflow ``retries`` for infrastructure trouble.
-
-Killing: the operator's ``on_kill`` (worker side) and the trigger's ``on_kill`` (Airflow
-3.3+, when a user marks the deferred task failed/success or clears it) cancel the job unless
-``on_kill_action="keep"``. A triggerer restart, or a trigger moving to another triggerer,
-never cancels anything: the trigger cancels only once the task is no longer deferred (see
-:mod:`~torchx_provider.triggers.job` for the one case where a kill cannot reach the job).
-
-Timeouts: ``execution_timeout`` counts from the task's start, ``follow_timeout`` from the
-start of the follow; the earlier is the follow's deadline, deferred or not (Airflow itself
-does not apply ``execution_timeout`` to a deferred task). At the deadline the job is
-cancelled (unless ``on_kill_action="keep"``) and the task fails naming the timeout. A
-deferred task also gets ``defer(timeout=...)`` a little later, as a backstop; if Airflow's
-timeout fires first, the job is cancelled when the task resumes to fail.
-
-Outages: a follow rides out an unreachable backend for ``outage_budget`` seconds (default 600)
-and never ends because one replica's logs cannot be read; only the job's state ends it.
-
-Secrets: no secret leaves the component that resolved it. The worker resolves the connection
-to submit; a deferred task's trigger carries only the connection id and plain settings (its
-kwargs are stored as plain JSON by Airflow), and the triggerer resolves the connection itself
--- so the triggerer needs the same connection (the same secrets backend) and, for
-``conn_id=None``, its own environment. Resolved secrets are registered with the log masker,
-and what this operator logs or pushes to XCom is redacted.
+``on_kill`` cancels the job unless ``on_kill_action="keep"``. No secret leaves the component
+that resolved it: a deferred task's trigger carries the connection id, never what it holds.
+docs/operator.md is the user's reference for all of this.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.sdk import BaseOperator
 
@@ -101,6 +50,8 @@ from torchx_provider.operators.options import (
     OnKillAction,
     check_scheduler,
     check_session_name,
+    plain_data,
+    task_options,
 )
 from torchx_provider.optional import MissingExtraError
 from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
@@ -116,7 +67,7 @@ if TYPE_CHECKING:
 
 
 class TorchXOperator(BaseOperator):
-    """Run a TorchX app on the backend named by ``scheduler`` (see the module documentation).
+    """Run a TorchX app on the backend named by ``scheduler`` (the steps: the module documentation).
 
     :param app: an AppDef, a dict, the path of a YAML/JSON app file, YAML/JSON text, or a
         component name such as ``"dist.ddp"``. Templated (every string of the app).
@@ -210,7 +161,7 @@ class TorchXOperator(BaseOperator):
         self.conn_id = conn_id
         self.app_name = app_name
         self.session_name = check_session_name(session_name)
-        self._options = _options(
+        self._options = task_options(
             wait_for_completion,
             on_kill_action,
             on_finish_action,
@@ -255,7 +206,7 @@ class TorchXOperator(BaseOperator):
         those -- in which the walk can find nothing. The walk cost as much as all of this
         operator's own argument checks."""
         for name in self.template_fields:
-            if not _plain(getattr(self, name, None)):
+            if not plain_data(getattr(self, name, None)):
                 super()._set_xcomargs_dependencies()
                 return
 
@@ -633,79 +584,9 @@ class TorchXOperator(BaseOperator):
             self.log.warning("task killed; could not cancel app %s: %s", self._app_id, e)
 
 
-class _Options(NamedTuple):
-    """A task's checked options (see :func:`_options`)."""
-
-    lifecycle: Lifecycle
-    following: Following
-    #: ``deferrable=None``: :attr:`TorchXOperator.following` reads Airflow's setting first
-    default_deferrable: bool
-
-
-def _build_options(
-    wait_for_completion: Any,
-    on_kill_action: Any,
-    on_finish_action: Any,
-    reattach: Any,
-    deferrable: Any,
-    poll_interval: Any,
-    log_replicas: Any,
-    outage_budget: Any,
-    follow_timeout: Any,
-    queue_timeout: Any,
-) -> _Options:
-    """Check the operator's options, each failing with its own message."""
-    return _Options(
-        Lifecycle.build(wait_for_completion, on_kill_action, on_finish_action, reattach),
-        Following.build(
-            False if deferrable is None else deferrable,
-            poll_interval,
-            log_replicas,
-            outage_budget,
-            follow_timeout,
-            queue_timeout,
-        ),
-        deferrable is None,
-    )
-
-
-# The tasks of a sweep repeat the same options, and the checked objects are immutable: they
-# are kept per distinct arguments. Only arguments that passed their checks are kept (a bad
-# one raises, with its message, every time), and ``typed`` keeps ``1`` apart from ``True``
-# and ``"keep"`` apart from ``OnKillAction.KEEP``.
-_cached_options = functools.lru_cache(maxsize=64, typed=True)(_build_options)
-
-
-def _options(*args: Any) -> _Options:
-    """:func:`_build_options`, from the cache when the arguments can key it (a list of
-    ``log_replicas`` cannot)."""
-    try:
-        hash(args)
-    except TypeError:
-        return _build_options(*args)
-    return _cached_options(*args)
-
-
 def bad_input(e: Exception) -> Exception:
     """:func:`torchx_provider.operators.submission.bad_input`, its module imported when a
     task fails rather than at each parse."""
     from torchx_provider.operators import submission
 
     return submission.bad_input(e)
-
-
-#: the types of plain data (see :meth:`TorchXOperator._set_xcomargs_dependencies`)
-_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is plain data: of exactly those types (a subclass may be anything),
-    and lists, tuples and dicts (their values) of them."""
-    kind = type(value)
-    if kind in _PLAIN_SCALARS:
-        return True
-    if kind is dict:
-        value = value.values()
-    elif kind is not list and kind is not tuple:
-        return False
-    return all(_plain(item) for item in value)

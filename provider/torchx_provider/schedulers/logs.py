@@ -25,7 +25,7 @@ line it gets (a followed stream) keeps its cursor with
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -430,6 +430,33 @@ class LogCursor:
         """The cursor once ``instance`` has been read to its end."""
         done = (*(d for d in self.done if d != instance), instance)
         return replace(self, instance=instance, done=done[-DONE_KEPT:])
+
+
+def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
+    """``role/replica`` -> cursor, from the JSON form (trigger kwargs, events, checkpoints)."""
+    return {str(k): LogCursor.from_dict(v) for k, v in (data or {}).items()}
+
+
+def cursors_to_json(cursors: Mapping[str, LogCursor]) -> dict[str, dict[str, Any]]:
+    return {k: c.to_dict() for k, c in sorted(cursors.items())}
+
+
+def furthest(a: LogCursor, b: LogCursor) -> LogCursor:
+    """The cursor that has emitted more (``since`` first, then the count at ``since``)."""
+    if a.since is None:
+        return b
+    if b.since is None:
+        return a
+    return max(a, b, key=lambda c: (c.since, c.seen_at_since))
+
+
+def merge_cursors(*maps: Mapping[str, LogCursor]) -> dict[str, LogCursor]:
+    """Per replica, the furthest of the given cursors."""
+    out: dict[str, LogCursor] = {}
+    for cursors in maps:
+        for key, cursor in cursors.items():
+            out[key] = furthest(out[key], cursor) if key in out else cursor
+    return out
 
 
 class Resumed:

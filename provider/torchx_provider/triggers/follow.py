@@ -65,7 +65,7 @@ from torchx_provider.failures import (
     with_log_errors,
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
-from torchx_provider.schedulers.logs import LogCursor, LogSource
+from torchx_provider.schedulers.logs import LogCursor, LogSource, cursors_to_json
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.checkpoints import CHECKPOINT_EVERY, Checkpoint, Checkpoints
 from torchx_provider.triggers.events import (
@@ -102,33 +102,6 @@ from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
 def _duration(seconds: float) -> str:
     """``42s``; under 10 s with a tenth (``0.3s``)."""
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-
-
-def cursors_from_json(data: Mapping[str, Any] | None) -> dict[str, LogCursor]:
-    """``role/replica`` -> cursor, from the JSON form (trigger kwargs, events, checkpoints)."""
-    return {str(k): LogCursor.from_dict(v) for k, v in (data or {}).items()}
-
-
-def cursors_to_json(cursors: Mapping[str, LogCursor]) -> dict[str, dict[str, Any]]:
-    return {k: c.to_dict() for k, c in sorted(cursors.items())}
-
-
-def furthest(a: LogCursor, b: LogCursor) -> LogCursor:
-    """The cursor that has emitted more (``since`` first, then the count at ``since``)."""
-    if a.since is None:
-        return b
-    if b.since is None:
-        return a
-    return max(a, b, key=lambda c: (c.since, c.seen_at_since))
-
-
-def merge_cursors(*maps: Mapping[str, LogCursor]) -> dict[str, LogCursor]:
-    """Per replica, the furthest of the given cursors."""
-    out: dict[str, LogCursor] = {}
-    for cursors in maps:
-        for key, cursor in cursors.items():
-            out[key] = furthest(out[key], cursor) if key in out else cursor
-    return out
 
 
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.

@@ -203,6 +203,8 @@ class TorchXJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         args = self.args
         follow = await asyncio.to_thread(_follow_module)
+        from torchx_provider.schedulers.logs import cursors_from_json, merge_cursors  # loaded
+
         try:
             client = await self._client()
             stored_cursors, stored_state = await self._load_checkpoint()
@@ -212,9 +214,7 @@ class TorchXJobTrigger(BaseTrigger):
                 log=self.log,
                 poll_interval=args.poll_interval,
                 selection=follow.LogSelection.parse(args.log_replicas),
-                cursors=follow.merge_cursors(
-                    follow.cursors_from_json(args.log_cursors), stored_cursors
-                ),
+                cursors=merge_cursors(cursors_from_json(args.log_cursors), stored_cursors),
                 state=stored_state,
                 checkpoint=self._store_checkpoint if self._checkpoints else None,
                 outage_budget=args.outage_budget,
@@ -323,7 +323,9 @@ class TorchXJobTrigger(BaseTrigger):
         if not isinstance(stored, Mapping) or stored.get("app_id") != self.args.app_id:
             return {}, None
         follow = _follow_module()
-        cursors: dict[str, LogCursor] = follow.cursors_from_json(stored.get("cursors"))
+        from torchx_provider.schedulers.logs import cursors_from_json  # loaded with it
+
+        cursors: dict[str, LogCursor] = cursors_from_json(stored.get("cursors"))
         state = stored.get("state")  # absent in checkpoints of earlier versions
         known = state in follow.AppState.__members__
         last: AppState | None = follow.AppState[state] if known else None

@@ -11,10 +11,10 @@ import pytest
 import torchx_fakes
 
 from task_log import TaskLog as ListLog
-from torchx_provider.schedulers.logs import LogCursor, advance
+from torchx_provider.schedulers.logs import LogCursor, advance, merge_cursors
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind, JobEvent
-from torchx_provider.triggers.follow import JobFollower, LogSelection, merge_cursors
+from torchx_provider.triggers.follow import JobFollower, LogSelection
 from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger
 
 

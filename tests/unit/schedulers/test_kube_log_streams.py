@@ -284,13 +284,20 @@ async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[
 
 
 async def follow_until_pod_a_succeeds(
-    client: FakeClient, watch: FakeWatch
+    client: FakeClient, watch: FakeWatch, followed: bool = True
 ) -> tuple[list[str], LogCursor]:
-    """Follow replica trainer/0 from the start; 0.1 s in, its pod ``a`` succeeds and the
-    app ends. What the follow read, and its cursor."""
+    """Follow replica trainer/0 from the start; 0.1 s after its log was first followed (or
+    first read, when not ``followed``), however long a loaded machine takes to get there, its
+    pod ``a`` succeeds and the app ends. What the follow read, and its cursor."""
     ended = asyncio.Event()
     follower = follower_of(client, ended)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
+    for _ in range(500):
+        if any(q.get("follow") == "true" or not followed for _, q in client.kube.opened):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError(f"the log was never followed: {client.kube.opened}")
     await asyncio.sleep(0.1)
     watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
     ended.set()
@@ -391,7 +398,7 @@ async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
         return await opened(namespace, name, query)
 
     client.serve = open_log
-    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch, followed=ends)
     assert lines == ["l0", "hello world", "l2"]
     assert cursor.is_done("a/trainer/0")
 
