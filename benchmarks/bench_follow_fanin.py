@@ -15,9 +15,10 @@ For each N it prints:
 
 * API requests per minute per job, from the API server's own ``apiserver_request_total``
   (the delta over a measurement window of the reads a follow may make -- of jobs or JobSets,
-  pods, pod logs, Events, Kueue Workloads and LocalQueues -- by verb and resource, minus the
-  same delta over a window before the follows started: the cluster's own controllers, and
-  anyone else using it, make requests too); the open WATCH requests on those at the end;
+  pods, pod logs, Events, Volcano Queues, Kueue Workloads and LocalQueues -- by verb and
+  resource, minus the same delta over a window before the follows started: the cluster's
+  own controllers, and anyone else using it, make requests too); the open WATCH requests
+  on those at the end;
 * CPU % of one core and peak RSS of the follower process, and the event-loop lag p99 over
   the window (a task that sleeps 100 ms and records how late it wakes);
 * status -> event latency p50/p99 when the jobs finish: the pods are made to complete (kwok
@@ -213,10 +214,10 @@ def scrape(api: Any) -> tuple[Counter[tuple[str, str]], Counter[str]]:
 
 
 #: What a follow may request: reads of its job (a Volcano job or a JobSet), pods and pod
-#: logs, the Events of a Volcano job and its PodGroup, and under Kueue the job's Workload and
-#: its LocalQueue. Writes (POST, DELETE, ...) come from the controllers and whoever else uses
-#: the cluster, never from a follow.
-FOLLOWED = ("jobs", "jobsets", "pods", "pods/log", "events", "workloads", "localqueues")
+#: logs, the Events of a Volcano job and its PodGroup and its Volcano Queue, and under Kueue
+#: the job's Workload and its LocalQueue. Writes (POST, DELETE, ...) come from the
+#: controllers and whoever else uses the cluster, never from a follow.
+FOLLOWED = ("jobs", "jobsets", "pods", "pods/log", "events", "workloads", "localqueues", "queues")
 READS = ("GET", "LIST", "WATCH", "CONNECT")
 
 
