@@ -152,13 +152,21 @@ def test_roles_start_in_order_and_the_first_roles_success_is_the_apps(
         start_order="in_order",
         success_policy="first_role",
     )
-    resp = wait_state(scheduler, app_id, lambda r: is_terminal(r.state), timeout=120)
+    # each pod's creation, noted while the JobSet runs: the ps pods are deleted with the
+    # JobSet's end, which may come before a look at the pods after it
+    seen: dict[str, tuple[str, dt.datetime]] = {}
+    deadline = time.monotonic() + 120
+    while not is_terminal((resp := scheduler.describe(app_id)).state):
+        assert time.monotonic() < deadline, resp
+        for p in pods(kube_cluster, app_id):
+            role_name = p.metadata.annotations["torchx.pytorch.org/role-name"]
+            seen[p.metadata.name] = (role_name, p.metadata.creation_timestamp)
+        time.sleep(0.2)
     assert resp.state is AppState.SUCCEEDED, resp
-    created = {}
-    for p in pods(kube_cluster, app_id):
-        role_name = p.metadata.annotations["torchx.pytorch.org/role-name"]
-        created.setdefault(role_name, []).append(p.metadata.creation_timestamp)
-    assert set(created) == {"trainer", "ps"}
+    created: dict[str, list[dt.datetime]] = {}
+    for role_name, at in seen.values():
+        created.setdefault(role_name, []).append(at)
+    assert set(created) == {"trainer", "ps"}, seen
     # the trainers were pending for 1 s before they were ready; ps came after
     assert min(created["ps"]) >= max(created["trainer"]) + dt.timedelta(seconds=1), created
 
