@@ -6,17 +6,46 @@ set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-if docker info >/dev/null 2>&1; then
+# The engine's status, within 20 s: "up", "down", or "wedged" (it answers a ping but not a
+# request that needs its network controller: a dockerd deadlock, seen with Debian's
+# docker.io when many containers on one network exit at once; only a restart clears it).
+engine() {
+  if timeout 20 docker info >/dev/null 2>&1; then
+    echo up
+  elif timeout 5 curl -sf --unix-socket /var/run/docker.sock http://engine/_ping >/dev/null 2>&1; then
+    echo wedged
+  else
+    echo down
+  fi
+}
+
+state=$(engine)
+if [ "$state" = up ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null 2>&1; then
-  log "no Docker engine answers and this user cannot start one; start dockerd, then retry"
+  log "the Docker engine is $state and this user cannot start one; (re)start dockerd, then retry"
   exit 1
+fi
+if [ "$state" = wedged ]; then
+  # only the engine this script starts is restarted; any other is the machine owner's
+  if ! pgrep -f '^dockerd --iptables=false --bridge=none' >/dev/null; then
+    log "the Docker engine answers pings but not requests (wedged): restart it, then retry"
+    exit 1
+  fi
+  log "the Docker engine this script started answers pings but not requests: restarting it"
+  as_root pkill -TERM -f '^dockerd --iptables=false --bridge=none' || true
+  for _ in $(seq 1 30); do
+    pgrep -f '^dockerd --iptables=false --bridge=none' >/dev/null || break
+    sleep 1
+  done
+  as_root pkill -KILL -f '^dockerd --iptables=false --bridge=none' || true
+  sleep 1
 fi
 log "starting dockerd --iptables=false --bridge=none"
 as_root sh -c 'nohup dockerd --iptables=false --bridge=none >/var/log/dockerd-torchx.log 2>&1 &'
 for _ in $(seq 1 60); do
-  if docker info >/dev/null 2>&1; then
+  if [ "$(engine)" = up ]; then
     log "Docker engine is up"
     exit 0
   fi

@@ -182,8 +182,10 @@ def test_a_large_submission_logs_its_handle_then_its_progress(
 ) -> None:
     """The task log names the app before its first container is made, then the creation (the
     engine's lines come through Python logging, which pytest reads apart from stdout)."""
+    # the replicas run until removed one by one at the end: 40 containers of one network
+    # exiting at once deadlocked Debian's dockerd (its network controller) on a CI machine
     with caplog.at_level(logging.INFO, "torchx_provider.schedulers.docker.engine"):
-        args = 'app=app("large", "true", replicas=40), wait_for_completion=False'
+        args = 'app=app("large", "sleep 600", replicas=40), wait_for_completion=False'
         dag_run = dag_runner.run("docker_large", docker_dag("docker_large", args))
     text = "".join(capfd.readouterr())
     app_id = xcoms(dag_run, "train")["app_id"]
