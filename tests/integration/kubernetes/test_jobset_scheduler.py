@@ -155,13 +155,14 @@ def test_roles_start_in_order_and_the_first_roles_success_is_the_apps(
     # each pod's creation, noted while the JobSet runs: the ps pods are deleted with the
     # JobSet's end, which may come before a look at the pods after it
     seen: dict[str, tuple[str, dt.datetime]] = {}
-    deadline = time.monotonic() + 120
-    while not is_terminal((resp := scheduler.describe(app_id)).state):
-        assert time.monotonic() < deadline, resp
+
+    def ended(resp: Any) -> bool:
         for p in pods(kube_cluster, app_id):
             role_name = p.metadata.annotations["torchx.pytorch.org/role-name"]
             seen[p.metadata.name] = (role_name, p.metadata.creation_timestamp)
-        time.sleep(0.2)
+        return is_terminal(resp.state)
+
+    resp = wait_state(scheduler, app_id, ended, timeout=120, interval=0.2)
     assert resp.state is AppState.SUCCEEDED, resp
     created: dict[str, list[dt.datetime]] = {}
     for role_name, at in seen.values():
