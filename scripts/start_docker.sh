@@ -6,7 +6,10 @@ set -euo pipefail
 # shellcheck source=scripts/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-# The engine's status, within 20 s: "up", "down", or "wedged" (it answers a ping but not a
+# The command line of the engine this script starts (and the only one it ever restarts).
+DOCKERD="dockerd --iptables=false --bridge=none"
+
+# The engine's status, within 25 s: "up", "down", or "wedged" (it answers a ping but not a
 # request that needs its network controller: a dockerd deadlock, seen with Debian's
 # docker.io when many containers on one network exit at once; only a restart clears it).
 engine() {
@@ -29,22 +32,23 @@ if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null 2>&1; then
 fi
 if [ "$state" = wedged ]; then
   # only the engine this script starts is restarted; any other is the machine owner's
-  if ! pgrep -f '^dockerd --iptables=false --bridge=none' >/dev/null; then
+  if ! pgrep -f "^$DOCKERD" >/dev/null; then
     log "the Docker engine answers pings but not requests (wedged): restart it, then retry"
     exit 1
   fi
   log "the Docker engine this script started answers pings but not requests: restarting it"
-  as_root pkill -TERM -f '^dockerd --iptables=false --bridge=none' || true
+  as_root pkill -TERM -f "^$DOCKERD" || true
   for _ in $(seq 1 30); do
-    pgrep -f '^dockerd --iptables=false --bridge=none' >/dev/null || break
+    pgrep -f "^$DOCKERD" >/dev/null || break
     sleep 1
   done
-  as_root pkill -KILL -f '^dockerd --iptables=false --bridge=none' || true
+  as_root pkill -KILL -f "^$DOCKERD" || true
   sleep 1
 fi
-log "starting dockerd --iptables=false --bridge=none"
-as_root sh -c 'nohup dockerd --iptables=false --bridge=none >/var/log/dockerd-torchx.log 2>&1 &'
-for _ in $(seq 1 60); do
+log "starting $DOCKERD"
+as_root sh -c "nohup $DOCKERD >/var/log/dockerd-torchx.log 2>&1 &"
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
   if [ "$(engine)" = up ]; then
     log "Docker engine is up"
     exit 0

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 
 class TorchXOperator(BaseOperator):
-    """Run a TorchX app on the backend named by ``scheduler`` (the steps: the module documentation).
+    """Run a TorchX app on the backend named by ``scheduler`` (see the module documentation).
 
     :param app: an AppDef, a dict, the path of a YAML/JSON app file, YAML/JSON text, or a
         component name such as ``"dist.ddp"``. Templated (every string of the app).
