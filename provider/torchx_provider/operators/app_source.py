@@ -130,3 +130,17 @@ def resolve_app(
                 raise
             raise InvalidAppError(e.message, "app_name") from None
     return app
+
+
+def dag_search_paths(dag: Any) -> list[str]:
+    """Where a task of ``dag`` looks for app files: the DAG's folder, then its
+    ``template_searchpath`` (none without a DAG)."""
+    if dag is None:
+        return []
+    paths = [str(dag.folder)]
+    searchpath = dag.template_searchpath
+    if isinstance(searchpath, str):
+        paths.append(searchpath)
+    elif searchpath:
+        paths.extend(searchpath)
+    return paths

@@ -7,10 +7,11 @@ tell Airflow's deferral timeout from other resumptions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchx_provider.failures import bounded, error_class, kind_of, root_cause
+from torchx_provider.operators.options import Lifecycle, OnKillAction
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import (
     ErrorKind,
@@ -176,6 +177,70 @@ def deferral_failure(
         "of this task reattaches to it",
         app_id=app_id,
     )
+
+
+def cancel_after_deferral_timeout(
+    app_id: str | None, lifecycle: Lifecycle, new_scheduler: Callable[[], Any], log: Any
+) -> None:
+    """Airflow timed the deferral out (the trigger never acted on its deadline): cancel the
+    app per ``on_kill_action``; the task fails with the timeout either way."""
+    if lifecycle.on_kill_action != OnKillAction.CANCEL:
+        log.info("deferral timed out; the app is left running (on_kill_action=keep)")
+        return
+    if app_id is None:
+        log.warning("deferral timed out, and no app handle was stored to cancel")
+        return
+    try:
+        with new_scheduler() as s:
+            s.cancel(app_id)
+        log.info("deferral timed out; cancelled app %s", app_id)
+    except Exception as e:
+        log.warning("deferral timed out; could not cancel app %s: %s", app_id, e)
+
+
+def delete_app(
+    app_id: str, scheduler: Any, new_scheduler: Callable[[], Any], action: str, log: Any
+) -> None:
+    """Delete the finished app per ``on_finish_action`` (``action``) through ``scheduler``,
+    an open client, or when ``None`` one ``new_scheduler`` opens (closed here). The outcome
+    of the task does not depend on the clean-up: a failure is only logged."""
+    try:
+        if scheduler is None:
+            with new_scheduler() as s:
+                s.delete(app_id)
+        else:
+            scheduler.delete(app_id)
+        log.info("deleted app %s (on_finish_action=%s)", app_id, action)
+    except Exception as e:
+        log.warning("could not delete app %s: %s", app_id, e)
+
+
+def drop_checkpoint(ti: Any, log: Any) -> None:
+    """Delete the trigger's progress XCom: bookkeeping of the try's deferral, not a result,
+    read by nothing once the try has its event (a failure is only logged; the next try's
+    start clears it anyway)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
+
+    try:
+        XCom.delete(
+            key=CHECKPOINT_XCOM_KEY,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+        )
+    except Exception as e:
+        log.warning("could not delete the XCom %s: %s", CHECKPOINT_XCOM_KEY, e)
+
+
+def stored_app_id(ti: Any) -> str | None:
+    """The app id of the handle this try stored, ``None`` when none was stored."""
+    from torchx_provider.specs.names import read_app_handle
+
+    handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
+    return read_app_handle(handle).app_id if isinstance(handle, str) else None
 
 
 def task_result(event: JobEvent, handle: str) -> dict[str, Any]:

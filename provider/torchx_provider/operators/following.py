@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from torchx_provider.operators.options import Following, Lifecycle, OnKillAction
-from torchx_provider.triggers.policy import monotonic_deadline
+from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, monotonic_deadline
 
 if TYPE_CHECKING:
     from torchx_provider.hooks.base import BackendTarget
@@ -51,6 +51,19 @@ def follow_deadline(
     if follow_timeout is not None:
         candidates.append(now + timedelta(seconds=follow_timeout))
     return min(candidates) if candidates else None
+
+
+def defer_timeout(deadline: datetime | None, now: datetime) -> timedelta | None:
+    """Airflow's backstop for a deferral: the follow's own ``deadline`` plus a grace, so that
+    the trigger, not Airflow, is what acts on it (``None``: no deadline).
+
+    >>> t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    >>> defer_timeout(t0 + timedelta(seconds=60), t0) == timedelta(seconds=60 + DEFER_TIMEOUT_GRACE)
+    True
+    """
+    if deadline is None:
+        return None
+    return max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
 
 
 def job_trigger(

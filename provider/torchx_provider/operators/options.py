@@ -7,6 +7,7 @@ it (deferred or on the worker, how often, whose logs, how long).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 from collections.abc import Iterable
@@ -264,6 +265,19 @@ class TaskOptions(NamedTuple):
     following: Following
     #: ``deferrable=None``: :attr:`TorchXOperator.following` reads Airflow's setting first
     default_deferrable: bool
+
+    def settled(self) -> TaskOptions:
+        """These options, ``deferrable=None`` replaced by Airflow's ``[operators]
+        default_deferrable``: read on first use rather than when the task is built, since a
+        parse builds every task of the file, and reading the setting cost about a quarter
+        of what building a task costs Airflow itself."""
+        if not self.default_deferrable:
+            return self
+        from torchx_provider.compat import airflow_conf
+
+        deferrable = airflow_conf().getboolean("operators", "default_deferrable", fallback=False)
+        following = dataclasses.replace(self.following, deferrable=deferrable)
+        return self._replace(following=following, default_deferrable=False)
 
 
 def _build_options(

@@ -7,7 +7,7 @@ backend's run options), which live jobs of this task instance exist and the job'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,28 @@ class SubmissionPlan:
     cfg: dict[str, Any]
     dryrun: AppDryRunInfo[Any]
     ti_key: TaskInstanceKey
+
+
+def plan_submission(
+    target: BackendTarget, session_name: str, load_app: Callable[[], AppDef], cfg: Any, ti: Any
+) -> SubmissionPlan:
+    """Everything up to the dry run for task instance ``ti``: a client of ``target``'s
+    backend (handles in session ``session_name``), the app ``load_app`` gives, the run
+    options (``cfg`` over the connection's defaults) and the dry run. Bad input raises the
+    provider's input errors; the client is closed on any failure."""
+    from torchx_provider.backends import get_backend
+
+    backend = get_backend(target.backend)
+    scheduler = target.create_scheduler(session_name)
+    try:
+        app = load_app()
+        options = merge_cfg(cfg, scheduler.run_opts(), target, backend)
+        ti_key = task_instance_key(ti)
+        dryrun = scheduler.submit_dryrun(app, options, ti_key=ti_key)
+    except BaseException:
+        scheduler.close()
+        raise
+    return SubmissionPlan(target, scheduler, app, options, dryrun, ti_key)
 
 
 def bad_input(e: Exception) -> Exception:
@@ -168,6 +190,45 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     resumable = since_clear(found)
     superseded = [a for a in found if a not in cut_short and a not in resumable]
     return LiveApps(resumable, superseded, cut_short, since_clear(done))
+
+
+def settle_earlier_tries(apps: LiveApps, scheduler: Any, reattach: bool, log: Any) -> str | None:
+    """Act on what earlier tries left (``apps``): remove the jobs whose submission was cut
+    short, cancel those from before a clear and every live one not followed; return the app
+    to follow instead of submitting: the first live one, else the first that succeeded
+    (``None`` with ``reattach`` off, or when there is none)."""
+    for app_id, evidence in apps.cut_short.items():
+        log.warning(
+            "removing app %s: an earlier try's submission of it was cut short (%s), so it "
+            "cannot run as submitted; submitting anew",
+            app_id,
+            evidence,
+        )
+        scheduler.delete(app_id)
+    for app_id in apps.superseded:
+        log.warning(
+            "cancelling app %s of a try before the task was cleared: a cleared task runs anew",
+            app_id,
+        )
+        scheduler.cancel(app_id)
+    live = apps.resumable
+    keep = live[0] if live and reattach else None
+    for app_id in live:
+        if app_id != keep:
+            why = "reattach is off" if keep is None else f"following {keep} instead"
+            log.warning("cancelling app %s left running by an earlier try (%s)", app_id, why)
+            scheduler.cancel(app_id)
+    if keep is not None:
+        log.info("reattaching to app %s left running by an earlier try", keep)
+        return keep
+    if apps.succeeded and reattach:
+        log.info(
+            "reattaching to app %s of an earlier try: it already succeeded, so it is "
+            "followed for its logs and result instead of run again",
+            apps.succeeded[0],
+        )
+        return apps.succeeded[0]
+    return None
 
 
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:

@@ -13,29 +13,18 @@ fix it::
         deferrable=True,
     )
 
-A task goes through four steps:
-
-1. **Prepare**, without contacting the backend: render, resolve the app, read the connection,
-   check the run options, dry-run. Bad input fails here, without retries.
-2. **Submit or reattach**: at most one live job per task instance. A try follows the job an
-   earlier try left running, or one that already succeeded (``reattach=True``); it removes a
-   job whose submission was cut short and cancels one from before a clear
-   (:func:`~torchx_provider.operators.submission.live_apps`).
-3. **Follow**, deferred to :class:`~torchx_provider.triggers.TorchXJobTrigger` or on the
-   worker with the same loop (:mod:`~torchx_provider.triggers.follow`), until the earlier
-   of ``execution_timeout`` and ``follow_timeout``.
-4. **Finish**: XComs, ``on_finish_action``, and an exception of :mod:`torchx_provider.errors`
-   that says why when the app did not succeed.
-
-``on_kill`` cancels the job unless ``on_kill_action="keep"``. No secret leaves the component
-that resolved it: a deferred task's trigger carries the connection id, never what it holds.
-docs/operator.md is the user's reference for all of this.
+A task prepares (renders, resolves the app, reads the connection, dry-runs: bad input fails
+here, without retries), submits or reattaches (at most one live job per task instance:
+:mod:`~torchx_provider.operators.submission`), follows the job -- deferred to
+:class:`~torchx_provider.triggers.TorchXJobTrigger`, or on the worker with the same loop --
+and finishes (XComs, ``on_finish_action``, and an exception of :mod:`torchx_provider.errors`
+that says why when the app did not succeed: :mod:`~torchx_provider.operators.finishing`).
+No secret leaves the component that resolved it. docs/operator.md is the user's reference.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -54,7 +43,7 @@ from torchx_provider.operators.options import (
     task_options,
 )
 from torchx_provider.optional import MissingExtraError
-from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE, OUTAGE_BUDGET
+from torchx_provider.triggers.policy import OUTAGE_BUDGET
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -63,6 +52,7 @@ if TYPE_CHECKING:
     from torchx_provider.operators.submission import SubmissionPlan
     from torchx_provider.schedulers.api import Scheduler
     from torchx_provider.schedulers.labels import TaskInstanceKey
+    from torchx_provider.specs.api import AppDef
     from torchx_provider.triggers.events import JobEvent
 
 
@@ -182,29 +172,15 @@ class TorchXOperator(BaseOperator):
 
     @property
     def following(self) -> Following:
-        """How the task follows the job. ``deferrable=None`` takes Airflow's
-        ``[operators] default_deferrable``, read here on first use rather than when the task
-        is built: a parse builds every task of the file, and reading the setting cost about
-        a quarter of what building a task costs Airflow itself."""
-        options = self._options
-        if options.default_deferrable:
-            from torchx_provider.compat import airflow_conf
-
-            deferrable = airflow_conf().getboolean(
-                "operators", "default_deferrable", fallback=False
-            )
-            following = dataclasses.replace(options.following, deferrable=deferrable)
-            self._options = options = options._replace(
-                following=following, default_deferrable=False
-            )
-        return options.following
+        """How the task follows the job (``deferrable=None`` is settled on first use:
+        :meth:`~torchx_provider.operators.options.TaskOptions.settled`)."""
+        self._options = self._options.settled()
+        return self._options.following
 
     def _set_xcomargs_dependencies(self) -> None:
-        """Make the tasks whose XComArgs the templated arguments hold upstream of this one
-        (Airflow's own walk, run once a task is built), skipped when every templated
-        argument is plain data -- strings, numbers, ``None``, and lists, tuples and dicts of
-        those -- in which the walk can find nothing. The walk cost as much as all of this
-        operator's own argument checks."""
+        """Airflow's walk for XComArgs in the templated arguments, skipped when they are all
+        plain data (:func:`~torchx_provider.operators.options.plain_data`): it finds nothing
+        there, and cost as much as all of this operator's own argument checks."""
         for name in self.template_fields:
             if not plain_data(getattr(self, name, None)):
                 super()._set_xcomargs_dependencies()
@@ -234,16 +210,9 @@ class TorchXOperator(BaseOperator):
         self._app_resolved = True
 
     def _search_paths(self) -> list[str]:
-        dag = self.get_dag() if self.has_dag() else None
-        if dag is None:
-            return []
-        paths = [str(dag.folder)]
-        searchpath = dag.template_searchpath
-        if isinstance(searchpath, str):
-            paths.append(searchpath)
-        elif searchpath:
-            paths.extend(searchpath)
-        return paths
+        from torchx_provider.operators.app_source import dag_search_paths
+
+        return dag_search_paths(self.get_dag() if self.has_dag() else None)
 
     def get_hook(self) -> TorchXHookBase:
         """The hook that resolves ``conn_id`` for this task's backend (from the backend table;
@@ -256,42 +225,40 @@ class TorchXOperator(BaseOperator):
         return hook
 
     def prepare(self, context: Context) -> SubmissionPlan:
-        """Step 1 (module doc): everything up to the dry run; bad input fails the task."""
-        from torchx_provider.backends import get_backend
-        from torchx_provider.operators.app_source import resolve_app
-        from torchx_provider.operators.submission import (
-            SubmissionPlan,
-            merge_cfg,
-            task_instance_key,
-        )
-        from torchx_provider.specs.serialization import from_dict
+        """Everything up to the dry run, without contacting the backend; bad input fails the
+        task here, without retries."""
+        from torchx_provider.operators.submission import plan_submission
 
         try:
-            backend = get_backend(self.scheduler)
             target = self.get_hook().get_target()
-            scheduler = target.create_scheduler(self.session_name)
-            try:
-                if self._app_resolved:
-                    app = from_dict(self.app)
-                else:
-                    app = resolve_app(
-                        self.app, self.app_args, self.app_name, search_paths=self._search_paths()
-                    )
-                cfg = merge_cfg(self.cfg, scheduler.run_opts(), target, backend)
-                ti_key = task_instance_key(context["ti"])
-                dryrun = scheduler.submit_dryrun(app, cfg, ti_key=ti_key)
-            except BaseException:
-                scheduler.close()
-                raise
+            plan = plan_submission(
+                target, self.session_name, self._load_app, self.cfg, context["ti"]
+            )
         except (InvalidAppError, InvalidOptionError, MissingExtraError) as e:
             raise bad_input(e) from e
         self.log.info("backend %s, client %s", target.backend, target.redacted() or "defaults")
-        return SubmissionPlan(target, scheduler, app, cfg, dryrun, ti_key)
+        return plan
+
+    def _load_app(self) -> AppDef:
+        """The app to submit: rendered and resolved already, or resolved now."""
+        if self._app_resolved:
+            from torchx_provider.specs.serialization import from_dict
+
+            return from_dict(self.app)
+        from torchx_provider.operators.app_source import resolve_app
+
+        return resolve_app(
+            self.app, self.app_args, self.app_name, search_paths=self._search_paths()
+        )
 
     # -- submit or reattach ------------------------------------------------------------------------
     def submit_or_reattach(self, plan: SubmissionPlan, context: Context) -> tuple[str, bool]:
         """Step 2 (module doc): the app id to follow and whether it was reattached."""
-        from torchx_provider.operators.submission import first_try_since_clear, live_apps
+        from torchx_provider.operators.submission import (
+            first_try_since_clear,
+            live_apps,
+            settle_earlier_tries,
+        )
 
         store = context.get("task_state_store")
         try:
@@ -300,40 +267,9 @@ class TorchXOperator(BaseOperator):
             )
         except InvalidOptionError as e:
             raise bad_input(e) from e
-        for app_id, evidence in apps.cut_short.items():
-            self.log.warning(
-                "removing app %s: an earlier try's submission of it was cut short (%s), so it "
-                "cannot run as submitted; submitting anew",
-                app_id,
-                evidence,
-            )
-            plan.scheduler.delete(app_id)
-        for app_id in apps.superseded:
-            self.log.warning(
-                "cancelling app %s of a try before the task was cleared: a cleared task runs anew",
-                app_id,
-            )
-            plan.scheduler.cancel(app_id)
-        live = apps.resumable
-        keep = live[0] if live and self.lifecycle.reattach else None
-        for app_id in live:
-            if app_id != keep:
-                why = "reattach is off" if keep is None else f"following {keep} instead"
-                self.log.warning(
-                    "cancelling app %s left running by an earlier try (%s)", app_id, why
-                )
-                plan.scheduler.cancel(app_id)
-        if keep is not None:
-            self.log.info("reattaching to app %s left running by an earlier try", keep)
-            return keep, True
-        if apps.succeeded and self.lifecycle.reattach:
-            done = apps.succeeded[0]
-            self.log.info(
-                "reattaching to app %s of an earlier try: it already succeeded, so it is "
-                "followed for its logs and result instead of run again",
-                done,
-            )
-            return done, True
+        earlier = settle_earlier_tries(apps, plan.scheduler, self.lifecycle.reattach, self.log)
+        if earlier is not None:
+            return earlier, True
         return self._submit(plan, store), False
 
     def _submit(self, plan: SubmissionPlan, store: Any) -> str:
@@ -419,16 +355,12 @@ class TorchXOperator(BaseOperator):
     ) -> NoReturn:
         """Hand ``app_id`` to the triggerer; the app id rides along to
         :meth:`execute_complete`, which checks that the event is about it."""
-        from torchx_provider.operators.following import job_trigger
+        from torchx_provider.operators.following import defer_timeout, job_trigger
 
         trigger = job_trigger(
             target, app_id, ti_key, self.following, self.lifecycle, deadline, waiting_since=now
         )
-        timeout = (
-            None
-            if deadline is None
-            else max(deadline - now, timedelta(0)) + timedelta(seconds=DEFER_TIMEOUT_GRACE)
-        )
+        timeout = defer_timeout(deadline, now)
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
@@ -446,6 +378,7 @@ class TorchXOperator(BaseOperator):
         was cleared, whose event can reach the new deferral -- so it is set aside and this
         try defers again on its own app (from its log checkpoint: nothing is repeated).
         """
+        from torchx_provider.operators.finishing import drop_checkpoint
         from torchx_provider.operators.submission import task_instance_key
         from torchx_provider.triggers.events import JobEvent
 
@@ -461,27 +394,8 @@ class TorchXOperator(BaseOperator):
             now = datetime.now(timezone.utc)
             target = self.get_hook().get_target()
             self._defer(target, app_id, task_instance_key(ti), self._deadline(ti, now), now)
-        self._drop_checkpoint(context["ti"])
+        drop_checkpoint(context["ti"], self.log)
         return self._finish(context, job_event, None)
-
-    def _drop_checkpoint(self, ti: Any) -> None:
-        """The trigger's progress XCom is bookkeeping of this try's deferral, not a result of
-        the task: once the try has its event, nothing reads it, so it is deleted (a failure
-        to delete is only logged; the next try's start clears it anyway)."""
-        from airflow.sdk.execution_time.xcom import XCom
-
-        from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
-
-        try:
-            XCom.delete(
-                key=CHECKPOINT_XCOM_KEY,
-                dag_id=ti.dag_id,
-                task_id=ti.task_id,
-                run_id=ti.run_id,
-                map_index=ti.map_index,
-            )
-        except Exception as e:
-            self.log.warning("could not delete the XCom %s: %s", CHECKPOINT_XCOM_KEY, e)
 
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
@@ -491,46 +405,30 @@ class TorchXOperator(BaseOperator):
         its deadline), cancel the job first, per ``on_kill_action``; then fail with
         ``AppTimeoutError``, or ``AppLostError`` when the trigger failed, instead of
         Airflow's ``TaskDeferralTimeout`` / ``TaskDeferralError`` (which it chains)."""
-        from torchx_provider.operators.finishing import deferral_failure, deferral_timed_out
+        from torchx_provider.operators.finishing import (
+            cancel_after_deferral_timeout,
+            deferral_failure,
+            deferral_timed_out,
+            stored_app_id,
+        )
 
         if next_method != "__fail__":
             return super().resume_execution(next_method, next_kwargs, context)
-        app_id = self._stored_app_id(context)
+        app_id = stored_app_id(context["ti"])
         if deferral_timed_out(next_method, next_kwargs):
-            self._cancel_after_deferral_timeout(app_id)
+            cancel_after_deferral_timeout(app_id, self.lifecycle, self._new_scheduler, self.log)
         error = deferral_failure(next_method, next_kwargs, app_id)
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except Exception as e:
             raise (error or e) from e
 
-    def _stored_app_id(self, context: Context) -> str | None:
-        """The app id of this try's stored handle, ``None`` when none was stored."""
-        from torchx_provider.specs.names import read_app_handle
-
-        ti = context["ti"]
-        handle = ti.xcom_pull(task_ids=ti.task_id, key="app_handle", map_indexes=ti.map_index)
-        return read_app_handle(handle).app_id if isinstance(handle, str) else None
-
-    def _cancel_after_deferral_timeout(self, app_id: str | None) -> None:
-        if self.lifecycle.on_kill_action != OnKillAction.CANCEL:
-            self.log.info("deferral timed out; the app is left running (on_kill_action=keep)")
-            return
-        if app_id is None:
-            self.log.warning("deferral timed out, and no app handle was stored to cancel")
-            return
-        try:
-            with self.get_hook().get_target().create_scheduler(self.session_name) as s:
-                s.cancel(app_id)
-            self.log.info("deferral timed out; cancelled app %s", app_id)
-        except Exception as e:  # the task fails with the timeout either way
-            self.log.warning("deferral timed out; could not cancel app %s: %s", app_id, e)
-
     def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
         """Step 4 (module doc): XComs, clean-up, and the outcome: a follow that did not see
         the app succeed raises the class of :mod:`torchx_provider.errors` that says why
         (:func:`~torchx_provider.operators.finishing.failure_error`)."""
         from torchx_provider.operators.finishing import (
+            delete_app,
             failure_error,
             replica_results,
             task_result,
@@ -545,26 +443,16 @@ class TorchXOperator(BaseOperator):
             TorchXJobLink.persist(ti, event.ui_url)
         error = failure_error(event)
         if unfinished(event) is None and self.lifecycle.deletes(event.succeeded):
-            self._delete(event.app_id, scheduler)
+            action = self.lifecycle.on_finish_action.value
+            delete_app(event.app_id, scheduler, self._new_scheduler, action, self.log)
         if error is not None:
             raise error
         self.log.info("app %s SUCCEEDED", event.app_id)
         return task_result(event, make_app_handle(self.scheduler, self.session_name, event.app_id))
 
-    def _delete(self, app_id: str, scheduler: Scheduler[Any] | None) -> None:
-        try:
-            if scheduler is None:
-                with self.get_hook().get_target().create_scheduler(self.session_name) as s:
-                    s.delete(app_id)
-            else:
-                scheduler.delete(app_id)
-            self.log.info(
-                "deleted app %s (on_finish_action=%s)",
-                app_id,
-                self.lifecycle.on_finish_action.value,
-            )
-        except Exception as e:  # the outcome of the task does not depend on the clean-up
-            self.log.warning("could not delete app %s: %s", app_id, e)
+    def _new_scheduler(self) -> Scheduler[Any]:
+        """A scheduler client of this task's backend (the caller closes it)."""
+        return self.get_hook().get_target().create_scheduler(self.session_name)
 
     def on_kill(self) -> None:
         """The task is being killed on the worker: cancel the job (unless ``keep``). A job

@@ -1,44 +1,20 @@
 """Follow one app until it finishes: its state, its replicas and their logs.
 
-The one follow loop. :class:`TorchXJobTrigger` runs it in the triggerer; the operator runs
-the same loop on the worker (``asyncio.run``) when it does not defer. Each cycle:
+The one follow loop: :class:`TorchXJobTrigger` runs it in the triggerer, the operator on the
+worker when it does not defer. Each cycle describes the app (what is seen is taken in by
+:class:`~torchx_provider.triggers.observation.Observation`), starts a log pump
+(:mod:`~torchx_provider.triggers.logpump`) for each selected replica not pumped yet, and
+waits for the backend to report a change. Once the app is terminal every pump reads to its
+log's end, then the terminal state and (on failure) the summary are logged, and the follow
+ends with a :class:`~torchx_provider.triggers.events.JobEvent`.
 
-1. ``describe`` the app; log a state transition, and a compact per-replica status line when
-   any replica changed;
-2. start a log pump (:mod:`~torchx_provider.triggers.logpump`) for every selected replica
-   not pumped yet: from then on its lines reach the task log as they are written, as
-   ``[role/replica] text``, independently of this loop;
-3. when the app is terminal, let every pump read its replica's log to the end, then log the
-   terminal state (after every replica's last line) and, if the app failed, the failure
-   summary (:mod:`~torchx_provider.triggers.summary`), and stop with a
-   :class:`~torchx_provider.triggers.events.JobEvent`; else wait until the backend reports
-   a change (or ``poll_interval`` passes).
-
-What ends a follow is the app's own state, as the backend reported it:
-
-* terminal -> ``FINISHED`` with that state;
-* gone after it was seen terminal (a TTL deleted it; also after a restart, from the persisted
-  state) -> ``FINISHED`` with that terminal state; gone while not terminal -> ``FINISHED``
-  ``CANCELLED`` ("deleted before it finished"); never seen -> ``ERROR``;
-* the deadline passed -> ``TIMEOUT``, after cancelling the app unless told to keep it;
-* a wait to run longer than ``queue_timeout`` (from the start, or from a return to waiting)
-  -> ``TIMEOUT`` of kind ``QUEUE``, naming the wait and the last reason the cluster gave,
-  after cancelling the app unless told to keep it;
-* the backend unreachable (:class:`~torchx_provider.errors.BackendUnavailableError`) for longer
-  than ``outage_budget`` seconds -> ``ERROR`` naming how long (retries: backoff with jitter,
-  :mod:`~torchx_provider.triggers.policy`); any other provider error from ``describe`` ->
-  ``ERROR``. A 401 first gets a fresh client from ``reconnect`` (credentials re-resolved).
-  A refusal (:class:`~torchx_provider.errors.BackendConfigurationError`) -> ``ERROR`` of kind
-  ``CONFIGURATION`` at once, unless a ``describe`` of this follow succeeded before: then it is
-  retried like an outage for up to ``REFUSAL_GRACE`` seconds (an API server restarting).
-
-A replica whose logs cannot be read (its node unreachable, its pod gone, a 5xx) never ends or
-pauses the follow: its pump says so once and retries from its cursor.
-
-Progress (the log cursors and the last state seen) is checkpointed while it changes, and
-once more when the follow ends or is stopped from outside
-(:mod:`~torchx_provider.triggers.checkpoints`): a follow rebuilt from the stored cursors
-loses nothing.
+It ends ``FINISHED`` on a terminal state (or the app gone after one; ``CANCELLED`` when it
+was deleted before), ``TIMEOUT`` at the deadline or past ``queue_timeout`` (the app
+cancelled unless told to keep it), and ``ERROR`` when the app is unknown, cannot start, or
+the backend stays unreachable past ``outage_budget`` (a refusal at once, unless it was
+allowed before: then for ``REFUSAL_GRACE``). A replica whose log cannot be read never ends
+the follow. Progress is checkpointed (:mod:`~torchx_provider.triggers.checkpoints`), so a
+follow rebuilt from the stored cursors loses nothing.
 """
 
 from __future__ import annotations
@@ -48,8 +24,6 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timezone
-from types import MappingProxyType
 from typing import Any
 
 from torchx_provider.errors import (
@@ -61,10 +35,9 @@ from torchx_provider.errors import (
 from torchx_provider.failures import (
     python_error,
     root_cause,
-    stamp_unseen_ends,
     with_log_errors,
 )
-from torchx_provider.schedulers.api import AsyncSchedulerClient, DescribeAppResponse
+from torchx_provider.schedulers.api import AsyncSchedulerClient
 from torchx_provider.schedulers.logs import LogCursor, LogSource, cursors_to_json
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.checkpoints import CHECKPOINT_EVERY, Checkpoint, Checkpoints
@@ -73,10 +46,9 @@ from torchx_provider.triggers.events import (
     EventKind,
     JobEvent,
     ReplicaRow,
-    replica_rows,
-    status_line,
 )
 from torchx_provider.triggers.logpump import LogPumps
+from torchx_provider.triggers.observation import Observation
 from torchx_provider.triggers.pacing import CheckpointPacer
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
@@ -85,24 +57,10 @@ from torchx_provider.triggers.policy import (
     START_GRACE,
     Outage,
     cannot_start,
-    retry_delay,
     waiting_on_configuration,
 )
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import (
-    failed_rows,
-    failure_summary,
-    restart_notes,
-    start_failure,
-    waiting_notes,
-)
-from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
-
-
-def _duration(seconds: float) -> str:
-    """``42s``; under 10 s with a tenth (``0.3s``)."""
-    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-
+from torchx_provider.triggers.summary import failed_rows, failure_summary, start_failure
 
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
 FINAL_DRAIN = 120.0
@@ -173,16 +131,6 @@ class JobFollower:
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
-        # A follow resumed (a triggerer restart) after the app ran: its first wait is over;
-        # a later one is timed from when it is seen waiting.
-        ran = state is not None and state not in (AppState.SUBMITTED, AppState.PENDING)
-        first_wait = clock() if waiting_since is None else waiting_since
-        self.queue = QueueWait(queue_timeout, None if ran else first_wait)
-        #: time in each phase and returns to waiting, as this follow saw them (a resumed
-        #: follow of an app that ran counts from its first describe)
-        self.phases = PhaseTimes() if ran else PhaseTimes(phase="queued", since=first_wait)
-        #: evictions the backend counts (Kueue's Workload), ``-1``: not told
-        self.evictions = -1
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
@@ -192,16 +140,21 @@ class JobFollower:
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
-        self.state: AppState | None = state
-        self.rows: tuple[ReplicaRow, ...] = ()
-        self.ui_url: str | None = None
         self._outage: Outage | None = None
         self._described = False  # a describe of this follow succeeded
         self._reconnected = False
-        self._held: list[str] = []
+        self.seen = Observation(
+            app_id,
+            log=log,
+            say_once=lambda key, text: self.pumps.say_once(key, text),
+            clock=clock,
+            state=state,
+            queue_timeout=queue_timeout,
+            waiting_since=waiting_since,
+        )
         self.checkpoints = Checkpoints(
             checkpoint,
-            lambda: (dict(self.cursors), self.state),
+            lambda: (dict(self.cursors), self.seen.state),
             log,
             every=checkpoint_every,
             pacer=pacer,
@@ -217,6 +170,18 @@ class JobFollower:
             on_progress=self.checkpoints.moved,
             clock=clock,
         )
+        #: the replica that failed first and its Python error (:meth:`_finish_logs`)
+        self._root_cause = ""
+        self._root_error = ""
+
+    @property
+    def state(self) -> AppState | None:
+        """The app's state as last seen."""
+        return self.seen.state
+
+    @property
+    def rows(self) -> tuple[ReplicaRow, ...]:
+        return self.seen.rows
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> JobEvent:
@@ -238,7 +203,7 @@ class JobFollower:
         while True:
             if self._past_deadline():
                 return await self._time_out()
-            if self.queue.expired(self.clock()):
+            if self.seen.queue.expired(self.clock()):
                 return await self._queue_timed_out()
             try:
                 resp = await self.client.describe(self.app_id)
@@ -270,12 +235,12 @@ class JobFollower:
                     return await self._gone()
                 # Seen ended just before it was removed (a TTL shorter than our wake-up):
                 # end with what the backend said, not with the disappearance.
-            self._observe(resp)
+            self.seen.observe(resp)
             self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
                 await self._finish_logs()
                 await self.checkpoints.final()
-                return self._event(EventKind.FINISHED, self._message)
+                return self._event(EventKind.FINISHED, self.seen.message)
             self._waiting = waiting_on_configuration(self._waiting, self.rows, self.clock())
             stuck = cannot_start(
                 self._waiting,
@@ -294,9 +259,7 @@ class JobFollower:
         """The app is terminal: every source read to its end, then the terminal state line
         (after every replica's last line), then the failure summary if it failed."""
         await self.pumps.finish(FINAL_DRAIN)
-        for line in self._held:
-            self.log.info("%s", line)
-        self._held = []
+        self.seen.release_held()
         if self.pumps.unread:
             self.log.warning(
                 "app %s ended; the last lines of %s could not be read",
@@ -304,17 +267,13 @@ class JobFollower:
                 ", ".join(sorted(self.pumps.unread)),
             )
         if self.state == AppState.FAILED:
-            self.rows = with_log_errors(self.rows, self.pumps.tails)
+            self.seen.rows = with_log_errors(self.rows, self.pumps.tails)
             first = root_cause(failed_rows(self.rows), self.pumps.tails)
             if first is not None:
                 self._root_cause = first.key
                 self._root_error = python_error(self.pumps.tails.get(first.key, ()))
             for line in failure_summary(self.rows, self.pumps.tails, self._root_cause):
                 self.log.info("%s", line)
-
-    @property
-    def lines_forwarded(self) -> int:
-        return self.pumps.lines_forwarded
 
     # -- how it ends -------------------------------------------------------------------------------
     async def _gone(self) -> JobEvent:
@@ -331,7 +290,7 @@ class JobFollower:
             self.log.info("app %s: removed from the backend after it ended", self.app_id)
             return self._event(
                 EventKind.FINISHED,
-                self._message
+                self.seen.message
                 or f"app {self.app_id!r} ended {self.state.name} and was then removed "
                 "from the backend",
             )
@@ -340,7 +299,7 @@ class JobFollower:
         # not a lost track that a retry could reattach to.
         await self.pumps.finish(FINAL_DRAIN)
         self.log.info("app %s: %s -> CANCELLED (deleted)", self.app_id, self.state.name)
-        self.state = AppState.CANCELLED
+        self.seen.state = AppState.CANCELLED
         return self._event(
             EventKind.FINISHED,
             f"app {self.app_id!r} was deleted from the backend before it finished",
@@ -357,14 +316,9 @@ class JobFollower:
         )
 
     async def _queue_timed_out(self) -> JobEvent:
-        waited = self.clock() - (self.queue.since or 0.0)
+        waited = self.clock() - (self.seen.queue.since or 0.0)
         what = await self._cancel("left running (on_kill_action=keep)")
-        message = (
-            f"app {self.app_id!r} waited {_duration(waited)} without running (queue_timeout "
-            f"{_duration(self.queue.timeout or 0.0)}); the app was {what}"
-        )
-        if self.last_notice:
-            message += f"; the last reason given: {self.last_notice}"
+        message = self.seen.queue.timed_out(self.app_id, waited, what, self.last_notice)
         self.log.warning("%s", message)
         return self._event(EventKind.TIMEOUT, message, error=ErrorKind.QUEUE)
 
@@ -376,7 +330,7 @@ class JobFollower:
         what = await self._cancel("left waiting (on_kill_action=keep)")
         row = next(r for r in self.rows if r.key == key)
         waited = self.clock() - self._waiting[key]
-        image = self._images.get(row.role, "")
+        image = self.seen.images.get(row.role, "")
         why = start_failure(row, image, waited)
         message = f"{why}; the app was {what}"
         self.log.warning("app %s: %s", self.app_id, message)
@@ -399,7 +353,7 @@ class JobFollower:
 
     def _clipped(self, seconds: float) -> float:
         """``seconds``, but never past the deadline or the end of the queue wait."""
-        for at in (self.deadline, self.queue.expires_at()):
+        for at in (self.deadline, self.seen.queue.expires_at()):
             if at is not None:
                 seconds = max(0.0, min(seconds, at - self.clock()))
         return seconds
@@ -434,32 +388,26 @@ class JobFollower:
             # have broken before this describe), not from this describe.
             self._outage = Outage(started=now - max(0.0, e.unreachable_for))
         outage = self._outage
-        if isinstance(e, BackendConfigurationError):
-            budget = min(self.outage_budget, REFUSAL_GRACE)
-            if outage.exceeded(now, budget):
-                return self._event(
-                    EventKind.ERROR,
-                    f"refused for {now - outage.started:.0f}s after it was allowed: {e}",
-                    error=ErrorKind.CONFIGURATION,
-                )
-        else:
-            budget = self.outage_budget
+        refused = isinstance(e, BackendConfigurationError)
+        budget = min(self.outage_budget, REFUSAL_GRACE) if refused else self.outage_budget
+        lasted = now - outage.started
+        if outage.exceeded(now, budget) and refused:
+            return self._event(
+                EventKind.ERROR,
+                f"refused for {lasted:.0f}s after it was allowed: {e}",
+                error=ErrorKind.CONFIGURATION,
+            )
         if outage.exceeded(now, budget):
             return self._event(
                 EventKind.ERROR,
-                f"backend unreachable for {now - outage.started:.0f}s (outage_budget "
+                f"backend unreachable for {lasted:.0f}s (outage_budget "
                 f"{self.outage_budget:.0f}s), giving up on following app {self.app_id!r} "
                 f"(it may still be running): {e}",
             )
-        # Never wait past the budget: the last retry is made when it runs out.
-        delay = min(
-            retry_delay(outage.attempts, self.poll_interval, self.rand()),
-            outage.started + budget - now,
-        )
-        outage.attempts += 1
+        delay = outage.next_delay(now, budget, self.poll_interval, self.rand())
         self.log.warning(
             "backend unreachable for %.0fs (retry %d, next in %.1fs; giving up after %.0fs): %s",
-            now - outage.started,
+            lasted,
             outage.attempts,
             delay,
             budget,
@@ -476,78 +424,9 @@ class JobFollower:
             )
             self._outage = None
 
-    # -- pieces ------------------------------------------------------------------------------------
-    _message: str = ""
-    #: the replica that failed first and its Python error (:meth:`_finish_logs`)
-    _root_cause: str = ""
-    _root_error: str = ""
-    #: the app's in-cluster restarts at the last describe (-1: none yet)
-    _app_restarts: int = -1
-    #: role name -> its image, from the last describe
-    _images: Mapping[str, str] = MappingProxyType({})
-
-    def _observe(self, resp: DescribeAppResponse) -> None:
-        """Take in a describe: log a state transition and a status line when the replicas
-        changed -- held back, when the app is terminal, until its logs are read."""
-        msg = "" if resp.msg in (None, "<NONE>") else str(resp.msg)
-        out = self._held if is_terminal(resp.state) else None
-        if resp.evictions >= 0:
-            self.evictions = resp.evictions
-        returns = self.phases.returns
-        self.phases.observe(resp.state, self.clock())
-        if resp.state != self.state:
-            before = "-" if self.state is None else self.state.name
-            self._say(
-                out,
-                f"app {self.app_id}: {before} -> {resp.state.name}"
-                + (f" ({msg})" if msg else "")
-                + self._phase_note(resp.state, self.phases.returns > returns),
-            )
-            self.state = resp.state
-        self.queue.observe(resp.state, self.clock())
-        rows = stamp_unseen_ends(self.rows, replica_rows(resp), datetime.now(timezone.utc))
-        restarts = (self._app_restarts, resp.num_restarts)
-        for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
-            self._say(out, note)
-        for key, note in waiting_notes(rows):
-            self.pumps.say_once(key, note)
-        self._app_restarts = resp.num_restarts
-        if rows != self.rows:
-            self._say(out, f"replicas: {status_line(rows)}")
-            self.rows = rows
-        self._message = msg or (
-            resp.structured_error_msg if resp.structured_error_msg != "<NONE>" else ""
-        )
-        self.ui_url = resp.ui_url or self.ui_url
-        self._images = {role.name: role.image for role in resp.roles if role.image}
-
-    @property
-    def preemptions(self) -> int:
-        """How often the app was preempted or evicted and went back to waiting: what the
-        backend counts, or the returns to waiting this follow saw, whichever is more."""
-        return max(self.evictions, self.phases.returns)
-
-    def _phase_note(self, state: AppState, went_back: bool) -> str:
-        """What a transition means for a preempted app: it waits again (not a failure), or
-        it runs again."""
-        if went_back:
-            return (
-                "; back to waiting (preempted, evicted or requeued by the cluster): not a "
-                "failure, the follow stays on it"
-            )
-        if state is AppState.RUNNING and self.state in WAITING and self.preemptions > 0:
-            n = self.preemptions
-            return f"; running again, after {n} preemption{'s' if n != 1 else ''}/eviction"
-        return ""
-
-    def _say(self, held: list[str] | None, line: str) -> None:
-        if held is None:
-            self.log.info("%s", line)
-        else:
-            held.append(line)
-
     def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
-        queued, running = self.phases.totals(self.clock())
+        seen = self.seen
+        queued, running = seen.phases.totals(self.clock())
         return JobEvent(
             kind=kind,
             app_id=self.app_id,
@@ -555,12 +434,12 @@ class JobFollower:
             message=message,
             replicas=self.rows,
             log_cursors=cursors_to_json(self.cursors),
-            ui_url=self.ui_url,
+            ui_url=seen.ui_url,
             error=error,
             root_cause=self._root_cause,
             root_error=self._root_error,
-            num_restarts=self._app_restarts,
+            num_restarts=seen.restarts,
             queued_seconds=round(queued, 3),
             running_seconds=round(running, 3),
-            preemptions=self.preemptions,
+            preemptions=seen.preemptions,
         )

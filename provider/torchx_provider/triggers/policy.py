@@ -132,6 +132,20 @@ class Outage:
     def exceeded(self, now: float, budget: float) -> bool:
         return now - self.started >= budget
 
+    def next_delay(self, now: float, budget: float, cap: float, rand: float) -> float:
+        """Seconds to wait before the next retry (:func:`retry_delay`), never past the
+        budget: the last retry is made when it runs out. Counts the retry.
+
+        >>> o = Outage(started=0.0)
+        >>> round(o.next_delay(1.0, 60.0, 10.0, 0.5), 2), o.attempts
+        (1.0, 1)
+        >>> o.next_delay(59.5, 60.0, 10.0, 0.5)
+        0.5
+        """
+        delay = min(retry_delay(self.attempts, cap, rand), self.started + budget - now)
+        self.attempts += 1
+        return delay
+
 
 #: Airflow task-instance states in which a trigger's kill is no user action: the task is still
 #: deferred (the trigger moved to another triggerer, or this is a stale copy of it)

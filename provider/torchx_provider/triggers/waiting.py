@@ -41,6 +41,27 @@ class QueueWait:
         at = self.expires_at()
         return at is not None and now >= at
 
+    def timed_out(self, app_id: str, waited: float, what: str, reason: str | None) -> str:
+        """Why a follow ended at the timeout: ``waited`` seconds, the app ``what`` (what was
+        done to it), and the last ``reason`` the cluster gave for the wait.
+
+        >>> m = QueueWait(60.0, 0.0).timed_out("a1", 61.2, "cancelled", "no quota").split("; ")
+        >>> m[0]
+        "app 'a1' waited 61s without running (queue_timeout 60s)"
+        >>> m[1:]
+        ['the app was cancelled', 'the last reason given: no quota']
+        """
+        message = (
+            f"app {app_id!r} waited {duration(waited)} without running (queue_timeout "
+            f"{duration(self.timeout or 0.0)}); the app was {what}"
+        )
+        return message + (f"; the last reason given: {reason}" if reason else "")
+
+
+def duration(seconds: float) -> str:
+    """``42s``; under 10 s with a tenth (``0.3s``)."""
+    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+
 
 #: The states in which an app waits to run (queued, admitted but not started, requeued).
 WAITING = frozenset({AppState.SUBMITTED, AppState.PENDING})

@@ -1,0 +1,132 @@
+"""What a follow has seen of its app: each ``describe`` taken in, turned into the lines the
+task log gets (state transitions, replica status lines, restarts, why a replica waits) and
+the figures its end reports (the replicas, the time in each phase, preemptions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any
+
+from torchx_provider.failures import stamp_unseen_ends
+from torchx_provider.schedulers.api import DescribeAppResponse
+from torchx_provider.specs.api import AppState, is_terminal
+from torchx_provider.triggers.events import ReplicaRow, replica_rows, status_line
+from torchx_provider.triggers.summary import restart_notes, waiting_notes
+from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
+
+
+class Observation:
+    """The app ``app_id`` as the describes so far showed it.
+
+    :param log: where the lines go; :param say_once: warns a text once per key (the log
+        pumps' notices share the keys).
+    :param state: the last state a previous follow persisted, if any.
+    :param queue_timeout: seconds the app may wait to run, per wait (``None``: no limit).
+    :param waiting_since: when the first wait began, on ``clock`` (``None``: now).
+    """
+
+    def __init__(
+        self,
+        app_id: str,
+        *,
+        log: Any,
+        say_once: Callable[[str, str], None],
+        clock: Callable[[], float],
+        state: AppState | None = None,
+        queue_timeout: float | None = None,
+        waiting_since: float | None = None,
+    ) -> None:
+        self.app_id = app_id
+        self.log = log
+        self.say_once = say_once
+        self.clock = clock
+        self.state = state
+        # A follow resumed (a triggerer restart) after the app ran: its first wait is over;
+        # a later one is timed from when it is seen waiting.
+        ran = state is not None and state not in WAITING
+        first_wait = clock() if waiting_since is None else waiting_since
+        self.queue = QueueWait(queue_timeout, None if ran else first_wait)
+        #: time in each phase and returns to waiting, as this follow saw them (a resumed
+        #: follow of an app that ran counts from its first describe)
+        self.phases = PhaseTimes() if ran else PhaseTimes(phase="queued", since=first_wait)
+        #: evictions the backend counts (Kueue's Workload), ``-1``: not told
+        self.evictions = -1
+        self.rows: tuple[ReplicaRow, ...] = ()
+        self.ui_url: str | None = None
+        #: the backend's message on the app (its failure, most often)
+        self.message = ""
+        #: the app's in-cluster restarts at the last describe (-1: none yet)
+        self.restarts = -1
+        #: role name -> its image, from the last describe
+        self.images: Mapping[str, str] = MappingProxyType({})
+        #: lines held back while the app's last logs are read (it is terminal)
+        self.held: list[str] = []
+
+    def observe(self, resp: DescribeAppResponse) -> None:
+        """Take in a describe: log a state transition and a status line when the replicas
+        changed -- held back (:attr:`held`), when the app is terminal, until its logs are
+        read."""
+        msg = "" if resp.msg in (None, "<NONE>") else str(resp.msg)
+        out = self.held if is_terminal(resp.state) else None
+        if resp.evictions >= 0:
+            self.evictions = resp.evictions
+        returns = self.phases.returns
+        self.phases.observe(resp.state, self.clock())
+        if resp.state != self.state:
+            before = "-" if self.state is None else self.state.name
+            self._say(
+                out,
+                f"app {self.app_id}: {before} -> {resp.state.name}"
+                + (f" ({msg})" if msg else "")
+                + self._phase_note(resp.state, self.phases.returns > returns),
+            )
+            self.state = resp.state
+        self.queue.observe(resp.state, self.clock())
+        rows = stamp_unseen_ends(self.rows, replica_rows(resp), datetime.now(timezone.utc))
+        restarts = (self.restarts, resp.num_restarts)
+        for note in restart_notes(self.app_id, restarts, self.rows, rows, msg):
+            self._say(out, note)
+        for key, note in waiting_notes(rows):
+            self.say_once(key, note)
+        self.restarts = resp.num_restarts
+        if rows != self.rows:
+            self._say(out, f"replicas: {status_line(rows)}")
+            self.rows = rows
+        self.message = msg or (
+            resp.structured_error_msg if resp.structured_error_msg != "<NONE>" else ""
+        )
+        self.ui_url = resp.ui_url or self.ui_url
+        self.images = {role.name: role.image for role in resp.roles if role.image}
+
+    def release_held(self) -> None:
+        """Log the lines held back while the app's last logs were read."""
+        for line in self.held:
+            self.log.info("%s", line)
+        self.held = []
+
+    @property
+    def preemptions(self) -> int:
+        """How often the app was preempted or evicted and went back to waiting: what the
+        backend counts, or the returns to waiting this follow saw, whichever is more."""
+        return max(self.evictions, self.phases.returns)
+
+    def _phase_note(self, state: AppState, went_back: bool) -> str:
+        """What a transition means for a preempted app: it waits again (not a failure), or
+        it runs again."""
+        if went_back:
+            return (
+                "; back to waiting (preempted, evicted or requeued by the cluster): not a "
+                "failure, the follow stays on it"
+            )
+        if state is AppState.RUNNING and self.state in WAITING and self.preemptions > 0:
+            n = self.preemptions
+            return f"; running again, after {n} preemption{'s' if n != 1 else ''}/eviction"
+        return ""
+
+    def _say(self, held: list[str] | None, line: str) -> None:
+        if held is None:
+            self.log.info("%s", line)
+        else:
+            held.append(line)
