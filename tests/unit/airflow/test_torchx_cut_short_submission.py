@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torchx_fakes
 
-from torchx_provider.errors import InvalidAppError
+from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.hooks.base import BackendTarget
 from torchx_provider.operators import TorchXOperator
 from torchx_provider.operators.submission import STATE_STORE_KEY, SubmissionPlan, live_apps
@@ -207,33 +207,34 @@ def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_mad
     assert op.recorder.lines[-1] == f"task killed; app {app_id} left running (on_kill_action=keep)"
 
 
-def test_an_app_refused_as_too_large_when_scheduled_fails_without_retries(
-    fake_cluster: Any,
+@pytest.mark.parametrize(
+    ("refusal", "match"),
+    [
+        (
+            InvalidAppError("app has 300 replicas but network holds 253", "roles[0].num_replicas"),
+            r"holds 253 .*nothing was submitted",
+        ),
+        (
+            InvalidOptionError("Volcano queue 'nope' does not exist on this cluster", "queue"),
+            r"'nope' does not exist .*nothing was submitted",
+        ),
+    ],
+    ids=["app-too-large", "no-such-queue"],
+)
+def test_an_input_refused_when_scheduled_fails_without_retries(
+    fake_cluster: Any, refusal: Exception, match: str
 ) -> None:
+    """An app too large for its network, or a Volcano queue that does not exist, is found
+    when the app is scheduled (its check reads the cluster), before anything is made: a bad
+    input too."""
     from torchx_provider.compat import fail_exception
 
     scheduler = PlannedScheduler()
 
-    def too_large(app_id: str) -> None:
-        raise InvalidAppError("app has 300 replicas but network holds 253", "roles[0].num_replicas")
+    def refuse(app_id: str) -> None:
+        raise refusal
 
-    scheduler.during = too_large
-    with pytest.raises(fail_exception(), match=r"holds 253 .*nothing was submitted"):
-        operator().submit_or_reattach(plan_for(scheduler, 1), torchx_fakes.task_context(TI()))
-
-
-def test_an_option_refused_when_scheduled_fails_without_retries(fake_cluster: Any) -> None:
-    """A Volcano queue that does not exist is found when the app is scheduled (its check
-    reads the cluster), before anything is made: a bad input too."""
-    from torchx_provider.compat import fail_exception
-    from torchx_provider.errors import InvalidOptionError
-
-    scheduler = PlannedScheduler()
-
-    def no_queue(app_id: str) -> None:
-        raise InvalidOptionError("Volcano queue 'nope' does not exist on this cluster", "queue")
-
-    scheduler.during = no_queue
-    with pytest.raises(fail_exception(), match=r"'nope' does not exist .*nothing was submitted"):
+    scheduler.during = refuse
+    with pytest.raises(fail_exception(), match=match):
         operator().submit_or_reattach(plan_for(scheduler, 1), torchx_fakes.task_context(TI()))
     assert torchx_fakes.CLUSTER.submitted == []

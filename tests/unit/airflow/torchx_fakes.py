@@ -15,6 +15,8 @@ The backend is one row of the backend table (:data:`FAKE_BACKEND`), added with
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -400,6 +402,15 @@ def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:
         ],
         metadata={f"fake.{k}": str(v) for k, v in meta.items()},
     )
+
+
+def modules_loaded_by(code: str) -> set[str]:
+    """The names of the modules a fresh interpreter holds once it has run ``code``."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def task_context(ti: object, **more: Any) -> Context:

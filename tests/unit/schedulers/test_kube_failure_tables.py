@@ -49,6 +49,18 @@ def exited(code: int, reason: str = "Error", **extra: Any) -> dict[str, Any]:
     return {"exitCode": code, "reason": reason, "finishedAt": "2024-05-01T10:00:03Z", **extra}
 
 
+def disrupted_by_the_platform(
+    disruption: str, code: int = 143
+) -> tuple[dict[str, Any], str, FailureKind]:
+    """A row of the table: a pod whose container exited with ``code`` and whose
+    DisruptionTarget condition says ``disruption``, the reason and kind it reports."""
+    return (
+        pod(terminated=exited(code), disruption=disruption),
+        disruption,
+        FailureKind.INFRASTRUCTURE,
+    )
+
+
 @pytest.mark.parametrize(
     ("the_pod", "reason", "kind"),
     [
@@ -72,31 +84,11 @@ def exited(code: int, reason: str = "Error", **extra: Any) -> dict[str, Any]:
         ),
         (pod("Running", waiting="CrashLoopBackOff"), "CrashLoopBackOff", FailureKind.USER),
         # the platform's word: the DisruptionTarget condition wins over the container's exit
-        (
-            pod(terminated=exited(143), disruption="PreemptionByScheduler"),
-            "PreemptionByScheduler",
-            FailureKind.INFRASTRUCTURE,
-        ),
-        (
-            pod(terminated=exited(137), disruption="TerminationByKubelet"),
-            "TerminationByKubelet",
-            FailureKind.INFRASTRUCTURE,
-        ),
-        (
-            pod(terminated=exited(143), disruption="EvictionByEvictionAPI"),
-            "EvictionByEvictionAPI",
-            FailureKind.INFRASTRUCTURE,
-        ),
-        (
-            pod(terminated=exited(143), disruption="DeletionByTaintManager"),
-            "DeletionByTaintManager",
-            FailureKind.INFRASTRUCTURE,
-        ),
-        (
-            pod(terminated=exited(143), disruption="DeletionByPodGC"),
-            "DeletionByPodGC",
-            FailureKind.INFRASTRUCTURE,
-        ),
+        disrupted_by_the_platform("PreemptionByScheduler"),
+        disrupted_by_the_platform("TerminationByKubelet", 137),
+        disrupted_by_the_platform("EvictionByEvictionAPI"),
+        disrupted_by_the_platform("DeletionByTaintManager"),
+        disrupted_by_the_platform("DeletionByPodGC"),
         # a condition that is not True says nothing
         (
             pod(

@@ -13,6 +13,7 @@ import pytest
 from kube_fakes import (
     FakeAsyncKube,
     FakeKube,
+    FakeListWatch,
     add_pod,
     app,
     job_event,
@@ -23,7 +24,7 @@ from kube_fakes import (
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
-from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY, WatchError
+from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY
 from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB,
     VOLCANO_JOB_EVENTS,
@@ -35,14 +36,14 @@ from torchx_provider.schedulers.kube.resources import (
     QueuedIn,
     appwrapper,
 )
+from torchx_provider.schedulers.kube.scheduler import KubeScheduler
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
-from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
 
 
-class PushSource:
-    """Lists what :class:`FakeKube` holds; the test pushes watch events."""
+class PushSource(FakeListWatch):
+    """Lists what :class:`FakeKube` holds, counting its lists; the test pushes watch events."""
 
     def __init__(
         self,
@@ -50,7 +51,7 @@ class PushSource:
         resource: CustomResource | EventsAbout | OwnedBy | QueuedIn | None,
         namespace: str,
     ):
-        self.fake, self.resource, self.namespace = fake, resource, namespace
+        super().__init__(fake, resource, namespace)
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lists = 0
         self.down = False
@@ -59,22 +60,7 @@ class PushSource:
         self.lists += 1
         if self.down:
             raise ConnectionError("API server unreachable")
-        if isinstance(self.resource, EventsAbout):
-            if self.fake.events_forbidden:
-                raise WatchError(
-                    403,
-                    'events is forbidden: User "u" cannot list resource "events" in API group ""'
-                    f' in the namespace "{self.namespace}"',
-                )
-            return self.fake.events(self.namespace, self.resource.field_selector()), "1"
-        if isinstance(self.resource, OwnedBy | QueuedIn):
-            try:
-                return self.fake.list_objects(self.resource.resource, self.namespace, ""), "1"
-            except BackendUnavailableError as e:
-                raise WatchError(e.status, str(e)) from e
-        if self.resource is None:
-            return self.fake.pods(self.namespace, MANAGED_SELECTOR), "1"
-        return self.fake.list_objects(self.resource, self.namespace, MANAGED_SELECTOR), "1"
+        return await super().list()
 
     async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[Any]:
         while True:
@@ -98,7 +84,7 @@ class PushKube(FakeAsyncKube):
         source = self.sources[(owned, namespace)] = PushSource(self.sync, owned, namespace)
         return source
 
-    def queue_watch(self, queued: QueuedIn, namespace: str) -> PushSource:  # type: ignore[override]
+    def queue_watch(self, queued: QueuedIn, namespace: str) -> PushSource:
         source = self.sources[(queued, namespace)] = PushSource(self.sync, queued, namespace)
         return source
 
@@ -110,10 +96,33 @@ async def hub() -> AsyncIterator[InformerHub]:
     await hub.close()
 
 
+@pytest.fixture
+def fake() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def volcano(fake: FakeKube) -> KubeScheduler:
+    """Volcano's scheduler in namespace ``ns``, over ``fake``."""
+    return create_scheduler("s", namespace="ns", kube=fake)
+
+
+def submitted(volcano: KubeScheduler) -> str:
+    """The id of a new app submitted to Volcano queue ``q``."""
+    return volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+
+
 def client_for(hub: InformerHub, kube: PushKube) -> Any:
     client = create_async_client(namespace="ns", kube=kube)
     client.hub = hub
     return client
+
+
+def pushed_client(hub: InformerHub, fake: FakeKube) -> tuple[PushKube, Any]:
+    """A Volcano client of namespace ``ns`` over ``fake`` through ``hub``, and the watch
+    sources the test pushes events to."""
+    kube = PushKube(fake)
+    return kube, client_for(hub, kube)
 
 
 async def settle() -> None:
@@ -121,8 +130,9 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: InformerHub) -> None:
-    fake = FakeKube()
+async def test_one_informer_per_namespace_and_type_shared_and_lingering(
+    hub: InformerHub, fake: FakeKube
+) -> None:
     kube = PushKube(fake)
     first, second = client_for(hub, kube), client_for(hub, kube)
     await first.describe("ns:a")
@@ -160,16 +170,13 @@ async def test_one_informer_per_namespace_and_type_shared_and_lingering(hub: Inf
 
 
 async def test_describe_reads_the_cache_and_wait_changed_wakes_on_its_app_only(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
-    other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    mine = submitted(volcano)
+    other = submitted(volcano)
     job = set_phase(fake, mine, "Running")
     add_pod(fake, job, 0, "Running", ["a"])
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+    kube, client = pushed_client(hub, fake)
     assert await client.describe(mine) == volcano.describe(mine)
     fake.calls.clear()
     assert (await client.describe(mine)).state is AppState.RUNNING
@@ -194,12 +201,11 @@ async def test_describe_reads_the_cache_and_wait_changed_wakes_on_its_app_only(
     await client.close()
 
 
-async def test_deleted_app_is_none_but_last_seen_keeps_its_final_state(hub: InformerHub) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+async def test_deleted_app_is_none_but_last_seen_keeps_its_final_state(
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
+) -> None:
+    app_id = submitted(volcano)
+    kube, client = pushed_client(hub, fake)
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     assert await client.last_seen(app_id) is None
     done = copy.deepcopy(set_phase(fake, app_id, "Completed"))
@@ -243,14 +249,13 @@ async def test_after_its_own_cancel_the_client_reads_the_api_until_the_watch_sho
     await client.close()
 
 
-async def test_unseen_or_unhealthy_falls_back_to_the_api(hub: InformerHub) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+async def test_unseen_or_unhealthy_falls_back_to_the_api(
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
+) -> None:
+    kube, client = pushed_client(hub, fake)
     assert await client.describe("ns:later") is None  # never seen: one GET says none
     assert ("get", VOLCANO_JOB.group, "later") in fake.calls
-    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    app_id = submitted(volcano)
     fake.calls.clear()
     # Created after the list, its event not arrived yet: the GET finds it.
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
@@ -328,13 +333,10 @@ async def test_default_wait_changed_sleeps() -> None:
 
 
 async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
-    hub: InformerHub, monkeypatch: pytest.MonkeyPatch
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
-    app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    kube, client = pushed_client(hub, fake)
+    app_id = submitted(volcano)
     assert (await client.describe(app_id)).state is AppState.SUBMITTED
     informer = hub.informers[(cache_key(client.client_config), "ns", VOLCANO_JOB)].informer
     assert informer.failing_for() == 0.0
@@ -372,13 +374,11 @@ async def test_an_outage_found_by_a_describe_is_timed_from_when_the_watch_broke(
 
 
 async def test_podgroup_events_are_watched_once_per_namespace_kept_for_followed_apps_only(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
-    other = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
-    unfollowed = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    mine = submitted(volcano)
+    other = submitted(volcano)
+    unfollowed = submitted(volcano)
     jobs = {a: set_phase(fake, a, "Pending") for a in (mine, other, unfollowed)}
     quota = "queue resource quota insufficient: insufficient cpu"
     fake.event_list = [podgroup_event(jobs[a], quota) for a in (mine, unfollowed)]
@@ -427,17 +427,14 @@ async def test_podgroup_events_are_watched_once_per_namespace_kept_for_followed_
 
 
 async def test_pods_a_volcano_job_cannot_create_are_said_from_the_namespace_s_job_events(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
-    fake = FakeKube()
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    mine = submitted(volcano)
     job = set_phase(fake, mine, "Pending")
     name = job["metadata"]["name"]
     refused = "Error creating pods: [pods is forbidden: exceeded quota: q, limited: pods=0]"
     fake.event_list = [job_event(job, "CommandIssued", "Start", 1)]
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+    kube, client = pushed_client(hub, fake)
     await client.describe(mine)
     assert client.take_notices() == []  # a routine step says nothing
     fake.calls.clear()
@@ -459,18 +456,15 @@ def volcano_queue(name: str, state: str, version: str = "1") -> dict[str, Any]:
 
 
 async def test_a_volcano_queue_closed_while_a_job_waits_there_is_said_once(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
     """Volcano says nothing about a pending job whose queue was closed after it was
     submitted: the cluster's Queues (one shared watch, cluster-scoped) say it, once, to the
     triggerer's follow and to the worker's describe; not once the job runs."""
-    fake = FakeKube()
     fake.cluster_objects = {("queues", "q"): volcano_queue("q", "Open")}
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    mine = submitted(volcano)
     set_phase(fake, mine, "Pending")
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+    kube, client = pushed_client(hub, fake)
     await client.describe(mine)
     assert client.take_notices() == []  # open: nothing to say
     queues = kube.sources[(VOLCANO_QUEUES, "")]
@@ -500,16 +494,14 @@ async def test_a_volcano_queue_closed_while_a_job_waits_there_is_said_once(
 
 
 async def test_a_volcano_queue_the_account_may_not_read_is_skipped_quietly(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
     """The shipped Role is namespaced: a cluster-scoped Queue is refused (403), and
     nothing is said about it, in the follow or the worker's describe."""
-    fake = FakeKube()  # cluster-scoped objects refused
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    mine = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))
+    # a FakeKube refuses cluster-scoped objects
+    mine = submitted(volcano)
     set_phase(fake, mine, "Pending")
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+    kube, client = pushed_client(hub, fake)
     assert (await client.describe(mine)).state is AppState.PENDING
     assert volcano.describe(mine).state is AppState.PENDING
     assert client.take_notices() == [] and volcano.core.take_notices() == []
@@ -518,16 +510,13 @@ async def test_a_volcano_queue_the_account_may_not_read_is_skipped_quietly(
 
 
 async def test_events_refused_say_so_once_per_namespace_and_keep_describes_on_the_cache(
-    hub: InformerHub,
+    hub: InformerHub, fake: FakeKube, volcano: KubeScheduler
 ) -> None:
-    fake = FakeKube()
     fake.events_forbidden = True
-    volcano = create_scheduler("s", namespace="ns", kube=fake)
-    apps = [volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"})) for _ in range(2)]
+    apps = [submitted(volcano) for _ in range(2)]
     for a in apps:
         set_phase(fake, a, "Pending")
-    kube = PushKube(fake)
-    client = client_for(hub, kube)
+    kube, client = pushed_client(hub, fake)
     for a in apps:
         await client.describe(a)
     fake.calls.clear()

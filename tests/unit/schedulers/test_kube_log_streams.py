@@ -283,15 +283,22 @@ async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[
     return out, cursor
 
 
+def follow_from_the_start(
+    client: FakeClient,
+) -> tuple[asyncio.Event, asyncio.Future[tuple[list[str], LogCursor]]]:
+    """Start following replica trainer/0 from the start, until the app ends: the event that
+    says it ended, and the task that collects what the follow reads."""
+    ended = asyncio.Event()
+    return ended, asyncio.ensure_future(collect(follower_of(client, ended), LogCursor()))
+
+
 async def follow_until_pod_a_succeeds(
     client: FakeClient, watch: FakeWatch, followed: bool = True
 ) -> tuple[list[str], LogCursor]:
     """Follow replica trainer/0 from the start; 0.1 s after its log was first followed (or
     first read, when not ``followed``), however long a loaded machine takes to get there, its
     pod ``a`` succeeds and the app ends. What the follow read, and its cursor."""
-    ended = asyncio.Event()
-    follower = follower_of(client, ended)
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    ended, task = follow_from_the_start(client)
     for _ in range(500):
         if any(q.get("follow") == "true" or not followed for _, q in client.kube.opened):
             break
@@ -488,9 +495,7 @@ async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> 
     watch = FakeWatch([pod("a")])  # running, and stays so
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "last words")]
-    ended = asyncio.Event()
-    follower = follower_of(client, ended)
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    ended, task = follow_from_the_start(client)
     await asyncio.sleep(0.05)
     ended.set()
     lines, cursor = await asyncio.wait_for(task, 5)
@@ -506,9 +511,7 @@ async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended() -> 
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "a0")]
-    ended = asyncio.Event()
-    follower = follower_of(client, ended)
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    ended, task = follow_from_the_start(client)
     await asyncio.sleep(0.1)
     watch.set_pods([])  # deleted, and no replacement comes
     await asyncio.sleep(0.3)
@@ -528,9 +531,7 @@ async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "only line")]
     client.kube.eof_always.add("a")
-    ended = asyncio.Event()
-    follower = follower_of(client, ended)
-    task = asyncio.ensure_future(collect(follower, LogCursor()))
+    ended, task = follow_from_the_start(client)
     await asyncio.sleep(0.3)
     # its backlog, then a follow the server ended: waiting for a change, not reopening
     assert [q.get("follow") for _, q in client.kube.opened] == [None, "true"]

@@ -290,10 +290,17 @@ def representative_apps() -> dict[str, Any]:
 
 def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
     """name -> run options used with the app of that name."""
+    pod_access = {"service_account": "trainer", "image_secret": "regcred"}
+    kueue = {
+        **pod_access,
+        "local_queue": "team-vision",
+        "priority_class": "high",
+        "pod_priority_class": "gpu-high",
+    }
     if backend == "kubernetes":
         return {
             "echo": {"queue": "default"},
-            "ddp": {"queue": "gpu", "service_account": "trainer", "image_secret": "regcred"},
+            "ddp": {"queue": "gpu", **pod_access},
             "multi": {
                 "queue": "research",
                 "priority_class": "high",
@@ -307,13 +314,7 @@ def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
     if backend == "kubernetes_appwrapper":
         return {
             "echo": {},
-            "ddp": {
-                "service_account": "trainer",
-                "image_secret": "regcred",
-                "local_queue": "team-vision",
-                "priority_class": "high",
-                "pod_priority_class": "gpu-high",
-            },
+            "ddp": kueue,
             "multi": {
                 "labels": {"team": "vision"},
                 "failure_grace_period": "30s",
@@ -327,14 +328,7 @@ def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
     if backend == "kubernetes_jobset":
         return {
             "echo": {},
-            "ddp": {
-                "service_account": "trainer",
-                "image_secret": "regcred",
-                "local_queue": "team-vision",
-                "priority_class": "high",
-                "pod_priority_class": "gpu-high",
-                "fail_on_exit_codes": "2,3",
-            },
+            "ddp": {**kueue, "fail_on_exit_codes": "2,3"},
             "multi": {
                 "labels": {"team": "vision"},
                 "success_policy": "first_role",
@@ -346,8 +340,7 @@ def representative_cfgs(backend: str) -> dict[str, dict[str, Any]]:
     return {
         "echo": {},
         "ddp": {
-            "service_account": "trainer",
-            "image_secret": "regcred",
+            **pod_access,
             "priority": 10,
             "priority_class_name": "high",
             "network": "roce-net",

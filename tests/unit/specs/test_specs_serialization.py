@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -427,22 +428,26 @@ class TxAppDef:
 
 
 def test_from_torchx_converts_every_field() -> None:
+    # the fields that TorchX's Role and this package's hold as the same plain values
+    plain: dict[str, Any] = {
+        "name": "trainer",
+        "image": "img",
+        "min_replicas": 1,
+        "entrypoint": "torchrun",
+        "args": ["--nnodes", "2"],
+        "env": {"A": "1"},
+        "num_replicas": 2,
+        "max_retries": 1,
+        "port_map": {"c10d": 29500},
+        "metadata": {"k": "v"},
+    }
     tx = TxAppDef(
         name="ddp",
         roles=[
             TxRole(
-                name="trainer",
-                image="img",
-                min_replicas=1,
-                entrypoint="torchrun",
-                args=["--nnodes", "2"],
-                env={"A": "1"},
-                num_replicas=2,
-                max_retries=1,
+                **copy.deepcopy(plain),
                 retry_policy=TxRetryPolicy("REPLICA"),
                 resource=TxResource(2, 1, 1024, {"x": 1}, {"efa": 1}),
-                port_map={"c10d": 29500},
-                metadata={"k": "v"},
                 mounts=[
                     BindMount_("/a", "/b", True),
                     VolumeMount_("v", "/v"),
@@ -452,32 +457,18 @@ def test_from_torchx_converts_every_field() -> None:
         ],
         metadata={"m": "1"},
     )
-    app = from_torchx(tx)
-    assert app == AppDef(
-        name="ddp",
-        roles=[
-            Role(
-                name="trainer",
-                image="img",
-                entrypoint="torchrun",
-                args=["--nnodes", "2"],
-                env={"A": "1"},
-                num_replicas=2,
-                min_replicas=1,
-                max_retries=1,
-                retry_policy=RetryPolicy.REPLICA,
-                resource=Resource(2, 1, 1024, {"x": 1}, {"efa": 1}),
-                port_map={"c10d": 29500},
-                metadata={"k": "v"},
-                mounts=[
-                    BindMount("/a", "/b", True),
-                    VolumeMount("v", "/v"),
-                    DeviceMount("/dev/f", "/dev/f", "r"),
-                ],
-            )
+    role = Role(
+        **plain,
+        retry_policy=RetryPolicy.REPLICA,
+        resource=Resource(2, 1, 1024, {"x": 1}, {"efa": 1}),
+        mounts=[
+            BindMount("/a", "/b", True),
+            VolumeMount("v", "/v"),
+            DeviceMount("/dev/f", "/dev/f", "r"),
         ],
-        metadata={"m": "1"},
     )
+    app = from_torchx(tx)
+    assert app == AppDef(name="ddp", roles=[role], metadata={"m": "1"})
     # Copies, not views, of the TorchX object's containers.
     app.roles[0].args.append("x")
     assert tx.roles[0].args == ["--nnodes", "2"]

@@ -16,8 +16,8 @@ raised, and: ``all`` (``torchx.specs.__all__``), ``role`` (each ``Role`` field a
 default), ``missing``, ``exceptions`` (each exception's built-in bases, messages and
 attributes) and ``aws`` (``named_resources_aws``: its table, functions and constants).
 
-Only the standard library and TorchX are imported: this runs in TorchX's environment, never
-next to the provider.
+Only the standard library, TorchX and ``app_status.py`` beside it are imported: this runs in
+TorchX's environment, never next to the provider.
 """
 
 import dataclasses
@@ -30,6 +30,7 @@ import warnings
 logging.disable(logging.WARNING)
 warnings.simplefilter("ignore")
 
+from app_status import app_status  # noqa: E402
 from torchx import specs  # noqa: E402
 from torchx.specs import api, named_resources_aws  # noqa: E402
 
@@ -71,35 +72,8 @@ def role_defaults():
     return out
 
 
-def status(case):
-    roles = [
-        specs.RoleStatus(
-            r["role"],
-            [
-                specs.ReplicaStatus(
-                    x["id"],
-                    specs.AppState[x["state"]],
-                    x["role"],
-                    x["hostname"],
-                    x.get("structured_error_msg", specs.NONE),
-                )
-                for x in r["replicas"]
-            ],
-        )
-        for r in case.get("roles", [])
-    ]
-    return specs.AppStatus(
-        specs.AppState[case["state"]],
-        num_restarts=case.get("num_restarts", 0),
-        msg=case.get("msg", ""),
-        structured_error_msg=case.get("structured_error_msg", specs.NONE),
-        ui_url=case.get("ui_url"),
-        roles=roles,
-    )
-
-
 def describe_status(case):
-    s = status(case)
+    s = app_status(specs, case)
     try:
         s.raise_for_status()
         raised = None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from app_status import app_status
 from torchx070_env import dumped_by_torchx
 
 from torchx_provider import specs
@@ -193,32 +194,6 @@ def _outcome(call: Any) -> dict[str, Any]:
     return {"value": json.loads(json.dumps(value))}
 
 
-def _status(case: dict[str, Any]) -> specs.AppStatus:
-    return specs.AppStatus(
-        specs.AppState[case["state"]],
-        num_restarts=case.get("num_restarts", 0),
-        msg=case.get("msg", ""),
-        structured_error_msg=case.get("structured_error_msg", specs.NONE),
-        ui_url=case.get("ui_url"),
-        roles=[
-            specs.RoleStatus(
-                r["role"],
-                [
-                    specs.ReplicaStatus(
-                        x["id"],
-                        specs.AppState[x["state"]],
-                        x["role"],
-                        x["hostname"],
-                        x.get("structured_error_msg", specs.NONE),
-                    )
-                    for x in r["replicas"]
-                ],
-            )
-            for r in case.get("roles", [])
-        ],
-    )
-
-
 def test_every_torchx_specs_name_is_exported_or_listed(torchx: dict[str, Any]) -> None:
     ours = set(specs.__all__)
     assert set(torchx["all"]) - ours == set(NOT_PROVIDED)
@@ -298,7 +273,7 @@ def test_run_options_resolve_and_fail_as_torchx_s(torchx: dict[str, Any], index:
 @pytest.mark.parametrize("index", range(len(STATUSES)))
 def test_app_status_reads_as_torchx_s(torchx: dict[str, Any], index: int) -> None:
     case, theirs = STATUSES[index], torchx["statuses"][index]
-    status = _status(case)
+    status: specs.AppStatus = app_status(specs, case)
     assert status.format() == theirs["format"]
     assert status.format(filter_roles=case.get("filter")) == theirs["filtered"]
     assert status.is_terminal() == theirs["terminal"]
