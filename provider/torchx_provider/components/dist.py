@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from torchx_provider.components.utils import one_role_app
 from torchx_provider.errors import InvalidAppError
-from torchx_provider.specs.api import AppDef, RetryPolicy, Role, macros, resource
-from torchx_provider.specs.mounts import parse_mounts
+from torchx_provider.specs.api import AppDef, RetryPolicy, macros, resource
 from torchx_provider.specs.names import normalize_rfc1123_name
 
 #: TorchX's published image, which has torch and torchrun.
@@ -132,24 +132,20 @@ def ddp(
     role_env = {"LOGLEVEL": "INFO", **(env or {})}
     if debug:
         role_env.update({"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-    return AppDef(
-        name=name,
-        roles=[
-            Role(
-                name=role_name,
-                image=image,
-                entrypoint="sh",
-                args=["-c", command],
-                num_replicas=max_nodes,
-                min_replicas=min_nodes if min_nodes != max_nodes else None,
-                max_retries=max_retries,
-                retry_policy=RetryPolicy.APPLICATION,
-                resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                port_map={"c10d": rdzv_port},
-                env=role_env,
-                mounts=parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    return one_role_app(
+        name,
+        image,
+        "sh",
+        ["-c", command],
+        role_name=role_name,
+        mounts=mounts,
+        num_replicas=max_nodes,
+        min_replicas=min_nodes if min_nodes != max_nodes else None,
+        max_retries=max_retries,
+        retry_policy=RetryPolicy.APPLICATION,
+        resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+        port_map={"c10d": rdzv_port},
+        env=role_env,
     )
 
 

@@ -9,6 +9,7 @@ published image (:data:`TORCHX_IMAGE`, their default) has.
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import AppDef, Role, resource
@@ -36,18 +37,13 @@ def echo(
         image: an image that has ``echo`` on its PATH.
         num_replicas: how many replicas print it.
     """
-    return AppDef(
-        name="echo",
-        roles=[
-            Role(
-                name="echo",
-                image=image,
-                entrypoint="echo",
-                args=[msg],
-                num_replicas=num_replicas,
-                resource=resource(cpu=1, gpu=0, memMB=64),
-            )
-        ],
+    return one_role_app(
+        "echo",
+        image,
+        "echo",
+        [msg],
+        num_replicas=num_replicas,
+        resource=resource(cpu=1, gpu=0, memMB=64),
     )
 
 
@@ -84,21 +80,16 @@ def sh(
             'sh needs a command, e.g. sh("echo", "hello") or sh("echo $$HOSTNAME")', "app_args"
         )
     command = args[0] if len(args) == 1 else " ".join(shlex.quote(a) for a in args)
-    return AppDef(
-        name=name,
-        roles=[
-            Role(
-                name=name,
-                image=image,
-                entrypoint="sh",
-                args=["-c", command],
-                num_replicas=num_replicas,
-                resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                env=dict(env or {}),
-                max_retries=max_retries,
-                mounts=parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    return one_role_app(
+        name,
+        image,
+        "sh",
+        ["-c", command],
+        mounts=mounts,
+        num_replicas=num_replicas,
+        resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+        env=dict(env or {}),
+        max_retries=max_retries,
     )
 
 
@@ -144,20 +135,15 @@ def python(
         head = ["-c", c]
     else:
         head = [str(script)]
-    return AppDef(
-        name=name,
-        roles=[
-            Role(
-                name=name,
-                image=image,
-                entrypoint="python",
-                args=[*head, *args],
-                num_replicas=num_replicas,
-                resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                mounts=parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    return one_role_app(
+        name,
+        image,
+        "python",
+        [*head, *args],
+        mounts=mounts,
+        num_replicas=num_replicas,
+        resource=resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+        env={"PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
 
@@ -168,7 +154,7 @@ def touch(file: str, image: str = DEFAULT_SHELL_IMAGE) -> AppDef:
         file: the file to create or whose times to update.
         image: an image with ``touch`` on its PATH.
     """
-    return _one_role("touch", image, "touch", [file])
+    return one_role_app("touch", image, "touch", [file])
 
 
 def copy(src: str, dst: str, image: str = TORCHX_IMAGE) -> AppDef:
@@ -180,7 +166,7 @@ def copy(src: str, dst: str, image: str = TORCHX_IMAGE) -> AppDef:
         image: an image with TorchX installed (runs ``torchx.apps.utils.copy_main``).
     """
     args = ["-m", "torchx.apps.utils.copy_main", "--src", src, "--dst", dst]
-    return _one_role("torchx-utils-copy", image, "python", args)
+    return one_role_app("torchx-utils-copy", image, "python", args)
 
 
 def booth(
@@ -200,16 +186,29 @@ def booth(
     """
     args = ["-m", "torchx.apps.utils.booth_main", "--x1", str(x1), "--x2", str(x2)]
     args += ["--trial_idx", str(trial_idx), "--tracker_base", tracker_base]
-    return _one_role("torchx-utils-booth", image, "python", args)
+    return one_role_app("torchx-utils-booth", image, "python", args)
 
 
-def _one_role(name: str, image: str, entrypoint: str, args: list[str]) -> AppDef:
-    """One replica of 1 CPU and 1 GiB, app and role named ``name`` (TorchX's small programs)."""
+def one_role_app(
+    name: str,
+    image: str,
+    entrypoint: str,
+    args: list[str],
+    *,
+    role_name: str | None = None,
+    mounts: list[str] | None = None,
+    **fields: Any,
+) -> AppDef:
+    """An app named ``name`` of one role (named ``role_name``, else ``name`` too) running
+    ``entrypoint`` with ``args``; ``mounts`` in ``type=bind,src=...,dst=...`` syntax. The
+    role's other ``fields`` default to one replica of 1 CPU and 1 GiB."""
+    fields.setdefault("resource", resource(cpu=1, gpu=0, memMB=1024))
     role = Role(
-        name=name,
+        name=role_name or name,
         image=image,
         entrypoint=entrypoint,
         args=args,
-        resource=resource(cpu=1, gpu=0, memMB=1024),
+        mounts=parse_mounts(mounts) if mounts else [],
+        **fields,
     )
     return AppDef(name=name, roles=[role])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from torchx_provider.errors import InvalidOptionError
@@ -148,13 +148,7 @@ class TaskInstanceKey:
 
     def to_dict(self) -> dict[str, str | int]:
         """JSON-safe form (trigger kwargs, XCom); :meth:`from_dict` reads it back."""
-        return {
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> TaskInstanceKey:

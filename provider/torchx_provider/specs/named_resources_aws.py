@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torchx_provider.specs.api import Resource
 
@@ -63,7 +63,8 @@ class _Host:
     cpu: int
     gpu: int
     gib: int
-    devices: Mapping[str, int] = field(default_factory=dict)
+    efa: int = 0
+    neuron: int = 0
 
     @property
     def name(self) -> str:
@@ -81,38 +82,43 @@ class _Host:
             gpu=self.gpu,
             memMB=self.gib * GiB,
             capabilities={K8S_ITYPE: self.instance_type},
-            devices=dict(self.devices),
+            devices=self.devices(),
         )
 
+    def devices(self) -> dict[str, int]:
+        """Its EFA and Neuron devices, those it has."""
+        counts = {EFA_DEVICE: self.efa, NEURON_DEVICE: self.neuron}
+        return {device: n for device, n in counts.items() if n}
 
-# instance type, CPUs, GPUs, memory in GiB (before the tax), devices
-aws_t3_medium = _Host("t3.medium", 2, 0, 4)
-aws_m5_2xlarge = _Host("m5.2xlarge", 8, 0, 32)
-aws_p3_2xlarge = _Host("p3.2xlarge", 8, 1, 61)
-aws_p3_8xlarge = _Host("p3.8xlarge", 32, 4, 244)
-aws_p3_16xlarge = _Host("p3.16xlarge", 64, 8, 488)
-aws_p3dn_24xlarge = _Host("p3dn.24xlarge", 96, 8, 768, {EFA_DEVICE: 1})
-aws_p4d_24xlarge = _Host("p4d.24xlarge", 96, 8, 1152, {EFA_DEVICE: 4})
+
+# instance type, CPUs, GPUs, memory in GiB (before the tax), EFA devices, Neuron devices
+aws_t3_medium = _Host("t3.medium", 2, 0, 4, 0, 0)
+aws_m5_2xlarge = _Host("m5.2xlarge", 8, 0, 32, 0, 0)
+aws_p3_2xlarge = _Host("p3.2xlarge", 8, 1, 61, 0, 0)
+aws_p3_8xlarge = _Host("p3.8xlarge", 32, 4, 244, 0, 0)
+aws_p3_16xlarge = _Host("p3.16xlarge", 64, 8, 488, 0, 0)
+aws_p3dn_24xlarge = _Host("p3dn.24xlarge", 96, 8, 768, 1, 0)
+aws_p4d_24xlarge = _Host("p4d.24xlarge", 96, 8, 1152, 4, 0)
 # the p4d's host with GPUs of twice the memory
-aws_p4de_24xlarge = _Host("p4de.24xlarge", 96, 8, 1152, {EFA_DEVICE: 4})
-aws_p5_48xlarge = _Host("p5.48xlarge", 192, 8, 2048, {EFA_DEVICE: 32})
-aws_g4dn_xlarge = _Host("g4dn.xlarge", 4, 1, 16)
-aws_g4dn_2xlarge = _Host("g4dn.2xlarge", 8, 1, 32)
-aws_g4dn_4xlarge = _Host("g4dn.4xlarge", 16, 1, 64)
-aws_g4dn_8xlarge = _Host("g4dn.8xlarge", 32, 1, 128, {EFA_DEVICE: 1})
-aws_g4dn_16xlarge = _Host("g4dn.16xlarge", 64, 1, 256, {EFA_DEVICE: 1})
-aws_g4dn_12xlarge = _Host("g4dn.12xlarge", 48, 4, 192, {EFA_DEVICE: 1})
-aws_g4dn_metal = _Host("g4dn.metal", 96, 8, 384, {EFA_DEVICE: 1})
-aws_g5_xlarge = _Host("g5.xlarge", 4, 1, 16)
-aws_g5_2xlarge = _Host("g5.2xlarge", 8, 1, 32)
-aws_g5_4xlarge = _Host("g5.4xlarge", 16, 1, 64)
-aws_g5_8xlarge = _Host("g5.8xlarge", 32, 1, 128, {EFA_DEVICE: 1})
-aws_g5_16xlarge = _Host("g5.16xlarge", 64, 1, 256, {EFA_DEVICE: 1})
-aws_g5_12xlarge = _Host("g5.12xlarge", 48, 4, 192, {EFA_DEVICE: 1})
-aws_g5_24xlarge = _Host("g5.24xlarge", 96, 4, 384, {EFA_DEVICE: 1})
-aws_g5_48xlarge = _Host("g5.48xlarge", 192, 8, 768, {EFA_DEVICE: 1})
-aws_trn1_2xlarge = _Host("trn1.2xlarge", 8, 0, 32, {NEURON_DEVICE: 1})
-aws_trn1_32xlarge = _Host("trn1.32xlarge", 128, 0, 512, {EFA_DEVICE: 8, NEURON_DEVICE: 16})
+aws_p4de_24xlarge = _Host("p4de.24xlarge", 96, 8, 1152, 4, 0)
+aws_p5_48xlarge = _Host("p5.48xlarge", 192, 8, 2048, 32, 0)
+aws_g4dn_xlarge = _Host("g4dn.xlarge", 4, 1, 16, 0, 0)
+aws_g4dn_2xlarge = _Host("g4dn.2xlarge", 8, 1, 32, 0, 0)
+aws_g4dn_4xlarge = _Host("g4dn.4xlarge", 16, 1, 64, 0, 0)
+aws_g4dn_8xlarge = _Host("g4dn.8xlarge", 32, 1, 128, 1, 0)
+aws_g4dn_16xlarge = _Host("g4dn.16xlarge", 64, 1, 256, 1, 0)
+aws_g4dn_12xlarge = _Host("g4dn.12xlarge", 48, 4, 192, 1, 0)
+aws_g4dn_metal = _Host("g4dn.metal", 96, 8, 384, 1, 0)
+aws_g5_xlarge = _Host("g5.xlarge", 4, 1, 16, 0, 0)
+aws_g5_2xlarge = _Host("g5.2xlarge", 8, 1, 32, 0, 0)
+aws_g5_4xlarge = _Host("g5.4xlarge", 16, 1, 64, 0, 0)
+aws_g5_8xlarge = _Host("g5.8xlarge", 32, 1, 128, 1, 0)
+aws_g5_16xlarge = _Host("g5.16xlarge", 64, 1, 256, 1, 0)
+aws_g5_12xlarge = _Host("g5.12xlarge", 48, 4, 192, 1, 0)
+aws_g5_24xlarge = _Host("g5.24xlarge", 96, 4, 384, 1, 0)
+aws_g5_48xlarge = _Host("g5.48xlarge", 192, 8, 768, 1, 0)
+aws_trn1_2xlarge = _Host("trn1.2xlarge", 8, 0, 32, 0, 1)
+aws_trn1_32xlarge = _Host("trn1.32xlarge", 128, 0, 512, 8, 16)
 
 #: ``aws_<instance type>`` -> the factory of its Resource, in TorchX's order.
 NAMED_RESOURCES: Mapping[str, Callable[[], Resource]] = {

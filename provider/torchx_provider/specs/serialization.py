@@ -30,6 +30,7 @@ from torchx_provider.specs.api import (
     AppDef,
     BindMount,
     DeviceMount,
+    Mount,
     Resource,
     RetryPolicy,
     Role,
@@ -48,7 +49,7 @@ _TORCHX_MISSING = "<MISSING>"
 # to plain data
 
 
-def mount_to_dict(mount: BindMount | VolumeMount | DeviceMount) -> dict[str, Any]:
+def mount_to_dict(mount: Mount) -> dict[str, Any]:
     """A mount as a dict with a ``type`` key (``bind``, ``volume`` or ``device``)."""
     kind = {BindMount: "bind", VolumeMount: "volume", DeviceMount: "device"}[type(mount)]
     return {"type": kind, **dataclasses.asdict(mount)}
@@ -137,9 +138,7 @@ def _resource_from(data: Any, where: str) -> Resource:
     )
 
 
-def _mount_from_mapping(
-    data: Mapping[str, Any], where: str
-) -> BindMount | VolumeMount | DeviceMount:
+def _mount_from_mapping(data: Mapping[str, Any], where: str) -> Mount:
     if "type" not in data:
         raise InvalidAppError("a mount mapping needs a 'type' key (bind, volume or device)", where)
     fields = {k: v for k, v in data.items() if k != "type"}
@@ -158,7 +157,7 @@ def _mount_from_mapping(
         raise InvalidAppError(f"{e}; a {data['type']} mount needs {list(valid)}", where) from None
 
 
-def _mounts_from(data: Any, where: str) -> list[BindMount | VolumeMount | DeviceMount]:
+def _mounts_from(data: Any, where: str) -> list[Mount]:
     """Mounts from a string, or a list mixing strings, mappings and mount objects.
 
     Consecutive strings are parsed together, so TorchX's split form
@@ -172,7 +171,7 @@ def _mounts_from(data: Any, where: str) -> list[BindMount | VolumeMount | Device
         raise InvalidAppError(
             "must be a list of mounts ('type=bind,src=/a,dst=/b' strings or mappings)", where
         )
-    mounts: list[BindMount | VolumeMount | DeviceMount] = []
+    mounts: list[Mount] = []
     strings: list[str] = []
 
     def flush() -> None:
@@ -297,7 +296,7 @@ def load_file(path: str | os.PathLike[str]) -> AppDef:
 # from torchx.specs objects (duck-typed: torchx is never imported)
 
 
-def _mount_from_torchx(m: Any, where: str) -> BindMount | VolumeMount | DeviceMount:
+def _mount_from_torchx(m: Any, where: str) -> Mount:
     kind = type(m).__name__
     if kind == "BindMount":
         return BindMount(m.src_path, m.dst_path, bool(getattr(m, "read_only", False)))

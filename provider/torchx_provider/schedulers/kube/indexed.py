@@ -11,14 +11,27 @@ the command, args and env values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
-from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
+from torchx_provider.schedulers.kube.naming import Placement
+from torchx_provider.schedulers.kube.pod import (
+    ANNOTATION_ROLE_NAME,
+    PodSettings,
+    ReplicaIdentity,
+    RolePodBuilder,
+    role_annotation,
+)
 from torchx_provider.schedulers.kube.status import JOB_INDEX_LABEL
-from torchx_provider.schedulers.labels import LABEL_ROLE_INDEX
-from torchx_provider.specs.api import AppState, is_terminal
+from torchx_provider.schedulers.labels import (
+    ANNOTATION_ROLE,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_INDEX,
+    RANK0_HOST_ENV,
+)
+from torchx_provider.specs.api import NONE, AppDef, AppState, Role, is_terminal, macros
 
 #: The env var holding a replica's id, from the Job's completion index annotation.
 REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
@@ -50,6 +63,31 @@ def indexed_job_spec(num_replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def indexed_jobs(
+    app: AppDef, settings: PodSettings, at: Placement, rank0_host: str
+) -> Iterator[tuple[int, Role, str, dict[str, Any]]]:
+    """Each role of ``app`` placed ``at`` as an Indexed Job: the role's index, the role, its
+    slug and the Job's spec (:func:`indexed_job_spec`), whose one pod template every replica
+    shares; ``TORCHX_RANK0_HOST`` is ``rank0_host`` and the pods' subdomain the app's name."""
+    name, ti_key = at.names.name, at.ti_key
+    values = macros.Values(
+        img_root="", app_id=name, replica_id=REPLICA_ID_VALUE, rank0_env=RANK0_HOST_ENV
+    )
+    for role_index, (role, slug) in enumerate(zip(app.roles, at.names.slugs, strict=True)):
+        builder = RolePodBuilder(role, slug, settings, where=f"roles[{role_index}]")
+        labels, annotations = ReplicaIdentity(app.name, name, role.name, role_index, ti_key).of(0)
+        del labels[LABEL_REPLICA_ID]  # each pod's is its completion index
+        annotations[ANNOTATION_ROLE] = role_annotation(role)
+        pod = builder.pod(
+            values,
+            labels=labels,
+            annotations=annotations,
+            env={RANK0_HOST_ENV: rank0_host},
+            subdomain=name,
+        )
+        yield role_index, role, slug, indexed_job_spec(role.num_replicas, pod)
+
+
 def indexed_replicas(
     app_state: AppState,
     jobs: Iterable[tuple[Mapping[str, Any], Callable[[int], str]]],
@@ -73,3 +111,20 @@ def indexed_replicas(
             record = readback.ReplicaRecord(key, state, hostname(index))
             out.append((record.with_pod(pod, prefer_pod_state=True), template))
     return out
+
+
+def describe_indexed(
+    app_id: str,
+    app_state: AppState,
+    jobs: Iterable[tuple[Mapping[str, Any], Callable[[int], str]]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    num_restarts: int,
+    msg: str,
+) -> DescribeAppResponse:
+    """The response of an app in ``app_state`` whose roles are Indexed Jobs (``jobs`` as
+    :func:`indexed_replicas` takes them); ``msg`` is its message, ``NONE`` when empty."""
+    replicas = indexed_replicas(app_state, jobs, pods)
+    return readback.describe_app(
+        app_id, app_state, replicas, num_restarts=num_restarts, msg=msg or NONE
+    )

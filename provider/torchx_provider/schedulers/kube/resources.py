@@ -195,23 +195,34 @@ POD_GROUP_LABEL = {
 }
 
 
+#: The releases that serve each API group of MCAD's AppWrapper and the coscheduler's PodGroup.
+_GROUP_RELEASES = {
+    APPWRAPPER_GROUP: "(MCAD >= v1.34.1)",
+    APPWRAPPER_LEGACY_GROUP: "(MCAD <= v1.34.0)",
+    PODGROUP_GROUP: "(scheduler-plugins >= v0.25)",
+    PODGROUP_LEGACY_GROUP: "",
+}
+
+
+def _check_group(
+    kind: str, group: str, groups: tuple[str, ...], served_by: str, option: str
+) -> None:
+    """Raise :class:`InvalidOptionError` (on run option ``option``) unless ``group`` is one of
+    ``groups``, the API groups in which ``served_by`` serves ``kind``."""
+    if group not in groups:
+        use = " or ".join(f"{g!r} {_GROUP_RELEASES[g]}".rstrip() for g in groups)
+        raise InvalidOptionError(
+            f"{kind} API group {group!r} is not one {served_by} serves; use {use}", option=option
+        )
+
+
 def appwrapper(group: str = APPWRAPPER_GROUP) -> CustomResource:
     """MCAD's ``v1beta1`` AppWrapper in ``group`` (``workload.codeflare.dev`` or legacy)."""
-    if group not in APPWRAPPER_GROUPS:
-        raise InvalidOptionError(
-            f"AppWrapper API group {group!r} is not one MCAD serves; use {APPWRAPPER_GROUP!r} "
-            f"(MCAD >= v1.34.1) or {APPWRAPPER_LEGACY_GROUP!r} (MCAD <= v1.34.0)",
-            option="api_group",
-        )
+    _check_group("AppWrapper", group, APPWRAPPER_GROUPS, "MCAD", "api_group")
     return CustomResource(group, "v1beta1", "appwrappers", "AppWrapper")
 
 
 def podgroup(group: str = PODGROUP_GROUP) -> CustomResource:
     """The coscheduler's ``v1alpha1`` PodGroup in ``group``."""
-    if group not in PODGROUP_GROUPS:
-        raise InvalidOptionError(
-            f"PodGroup API group {group!r} is not one the coscheduler serves; use "
-            f"{PODGROUP_GROUP!r} (scheduler-plugins >= v0.25) or {PODGROUP_LEGACY_GROUP!r}",
-            option="coscheduler_api_group",
-        )
+    _check_group("PodGroup", group, PODGROUP_GROUPS, "the coscheduler", "coscheduler_api_group")
     return CustomResource(group, "v1alpha1", "podgroups", "PodGroup")

@@ -18,14 +18,14 @@ from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
-from torchx_provider.schedulers.kube.indexed import indexed_replicas
+from torchx_provider.schedulers.kube.indexed import describe_indexed
 from torchx_provider.schedulers.kube.suspension import (
     ANNOTATION_CANCEL_BY,
     ANNOTATION_CANCELLED,
     is_cancelled,
     queued_message,
 )
-from torchx_provider.specs.api import NONE, AppState
+from torchx_provider.specs.api import AppState
 
 __all__ = [
     "ANNOTATION_CANCELLED",
@@ -122,7 +122,6 @@ def describe_appwrapper(
     app_id: str, obj: Mapping[str, Any], pods: Sequence[Mapping[str, Any]] = ()
 ) -> DescribeAppResponse:
     """The app, roles and replicas of an AppWrapper and its pods."""
-    status = obj.get("status") or {}
     name = str((obj.get("metadata") or {}).get("name"))
     app_state = appwrapper_state(obj, f" (AppWrapper {name})")
 
@@ -131,11 +130,7 @@ def describe_appwrapper(
         return lambda index: f"{job['metadata']['name']}-{index}.{subdomain}"
 
     jobs = [(job["spec"], hostnames(job)) for job in job_components(obj)]
-    replicas = indexed_replicas(app_state, jobs, pods)
-    return readback.describe_app(
-        app_id,
-        app_state,
-        replicas,
-        num_restarts=int(status.get("resettingCount") or 0),
-        msg=status_message(obj) or NONE,
+    restarts = int((obj.get("status") or {}).get("resettingCount") or 0)
+    return describe_indexed(
+        app_id, app_state, jobs, pods, num_restarts=restarts, msg=status_message(obj)
     )

@@ -65,16 +65,12 @@ from torchx_provider.schedulers.kube.appwrapper.state import (
 )
 from torchx_provider.schedulers.kube.indexed import (
     REPLICA_ID_ENV,
-    REPLICA_ID_VALUE,
-    indexed_job_spec,
+    indexed_jobs,
     with_replica_id_env,
 )
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
-    ReplicaIdentity,
-    RolePodBuilder,
     object_metadata,
-    role_annotation,
 )
 from torchx_provider.schedulers.kube.resources import (
     APPWRAPPER_V1BETA2,
@@ -93,8 +89,7 @@ from torchx_provider.schedulers.kube.suspension import (
     check_podsets,
     suspend_patch,
 )
-from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, macros
+from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal
 
 __all__ = [
@@ -150,37 +145,15 @@ def aw_annotations(app: AppDef, opts: AppWrapperOpts) -> dict[str, str]:
 
 def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[str, Any]:
     """The AppWrapper of ``app`` placed ``at`` (pure: same input, same manifest)."""
-    namespace, names, ti_key = at.namespace, at.names, at.ti_key
-    name, slugs = names.name, names.slugs
-    rank0_host = f"{naming.mcad_pod_name(name, slugs[0], 0)}.{name}"
-    settings = opts.pod_settings()
+    namespace, name, ti_key = at.namespace, at.names.name, at.ti_key
+    rank0_host = f"{naming.mcad_pod_name(name, at.names.slugs[0], 0)}.{name}"
     meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
-    values = macros.Values(
-        img_root="", app_id=name, replica_id=REPLICA_ID_VALUE, rank0_env=RANK0_HOST_ENV
-    )
 
     components: list[dict[str, Any]] = []
-    for role_index, (role, slug) in enumerate(zip(app.roles, slugs, strict=True)):
-        job_name = f"{name}-{slug}"
-        builder = RolePodBuilder(role, slug, settings, where=f"roles[{role_index}]")
-        labels, annotations = ReplicaIdentity(app.name, name, role.name, role_index, ti_key).of(0)
-        del labels[LABEL_REPLICA_ID]  # each pod's is its completion index
-        annotations[ANNOTATION_ROLE] = role_annotation(role)
-        pod = builder.pod(
-            values,
-            labels=labels,
-            annotations=annotations,
-            env={RANK0_HOST_ENV: rank0_host},
-            subdomain=name,
-        )
+    for _, role, slug, job_spec in indexed_jobs(app, opts.pod_settings(), at, rank0_host):
         job_meta = object_metadata(name, namespace, app.name, ti_key, opts.labels)
-        job_meta["name"] = job_name
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": job_meta,
-            "spec": indexed_job_spec(role.num_replicas, pod),
-        }
+        job_meta["name"] = f"{name}-{slug}"
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec}
         podset = {
             "replicas": role.num_replicas,
             "path": "template.spec.template",

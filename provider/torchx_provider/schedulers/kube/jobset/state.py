@@ -22,9 +22,9 @@ from typing import Any
 
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
-from torchx_provider.schedulers.kube.indexed import indexed_replicas
+from torchx_provider.schedulers.kube.indexed import describe_indexed
 from torchx_provider.schedulers.kube.suspension import is_cancelled, queued_message
-from torchx_provider.specs.api import NONE, AppState
+from torchx_provider.specs.api import AppState
 
 #: The phase :func:`jobset_phase` reads from a JobSet → app state. No phase (not reconciled
 #: yet) is ``SUBMITTED`` (:func:`~torchx_provider.schedulers.kube.status.app_state_of`).
@@ -142,11 +142,7 @@ def describe_jobset(
         (rjob["template"]["spec"], _hostnames(name, str(rjob["name"]), subdomain))
         for rjob in replicated_jobs(obj)
     ]
-    replicas = indexed_replicas(app_state, jobs, pods)
-    return readback.describe_app(
-        app_id,
-        app_state,
-        replicas,
-        num_restarts=int(status.get("restarts") or 0),
-        msg=status_message(obj) or NONE,
+    restarts = int(status.get("restarts") or 0)
+    return describe_indexed(
+        app_id, app_state, jobs, pods, num_restarts=restarts, msg=status_message(obj)
     )

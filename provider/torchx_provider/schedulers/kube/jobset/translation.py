@@ -55,7 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.schedulers.kube.indexed import REPLICA_ID_VALUE, indexed_job_spec
+from torchx_provider.schedulers.kube.indexed import indexed_jobs
 from torchx_provider.schedulers.kube.jobset.options import (
     START_IN_ORDER,
     SUCCESS_FIRST_ROLE,
@@ -69,10 +69,7 @@ from torchx_provider.schedulers.kube.jobset.state import (
 )
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pod import (
-    ReplicaIdentity,
-    RolePodBuilder,
     object_metadata,
-    role_annotation,
 )
 from torchx_provider.schedulers.kube.resources import (
     JOBSET,
@@ -85,8 +82,7 @@ from torchx_provider.schedulers.kube.suspension import (
     QueuedTranslation,
     check_podsets,
 )
-from torchx_provider.schedulers.labels import ANNOTATION_ROLE, LABEL_REPLICA_ID, RANK0_HOST_ENV
-from torchx_provider.specs.api import AppDef, AppState, macros
+from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal
 
 BACKEND = "kubernetes_jobset"
@@ -151,32 +147,16 @@ def failure_policy(app: AppDef, opts: JobSetOpts) -> dict[str, Any]:
 
 def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any]:
     """The JobSet of ``app`` placed ``at`` (pure: same input, same manifest)."""
-    namespace, names, ti_key = at.namespace, at.names, at.ti_key
-    name, slugs = names.name, names.slugs
+    namespace, name, ti_key = at.namespace, at.names.name, at.ti_key
+    slugs = at.names.slugs
     rank0_host = f"{pod_hostname(name, slugs[0], 0)}.{name}"
-    settings = opts.pod_settings()
     meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
-    values = macros.Values(
-        img_root="", app_id=name, replica_id=REPLICA_ID_VALUE, rank0_env=RANK0_HOST_ENV
-    )
     pod_policy = pod_failure_policy(opts.exit_codes())
 
     replicated: list[dict[str, Any]] = []
-    for role_index, (role, slug) in enumerate(zip(app.roles, slugs, strict=True)):
-        builder = RolePodBuilder(role, slug, settings, where=f"roles[{role_index}]")
-        labels, annotations = ReplicaIdentity(app.name, name, role.name, role_index, ti_key).of(0)
-        del labels[LABEL_REPLICA_ID]  # each pod's is its completion index
-        annotations[ANNOTATION_ROLE] = role_annotation(role)
-        pod = builder.pod(
-            values,
-            labels=labels,
-            annotations=annotations,
-            env={RANK0_HOST_ENV: rank0_host},
-            subdomain=name,
-        )
+    for role_index, _, slug, spec in indexed_jobs(app, opts.pod_settings(), at, rank0_host):
         job_meta = object_metadata(name, namespace, app.name, ti_key, opts.labels)
         del job_meta["name"], job_meta["namespace"]  # the controller names each Job
-        spec = indexed_job_spec(role.num_replicas, pod)
         spec["podFailurePolicy"] = pod_policy
         rjob: dict[str, Any] = {
             "name": slug,
