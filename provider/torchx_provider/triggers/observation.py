@@ -5,8 +5,8 @@ the figures its end reports (the replicas, the time in each phase, preemptions).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime, timezone
-from types import MappingProxyType
 from typing import Any
 
 from torchx_provider.failures import stamp_unseen_ends
@@ -17,6 +17,7 @@ from torchx_provider.triggers.summary import restart_notes, waiting_notes
 from torchx_provider.triggers.waiting import WAITING, PhaseTimes, QueueWait
 
 
+@dataclass(eq=False)
 class Observation:
     """The app ``app_id`` as the describes so far showed it.
 
@@ -27,42 +28,37 @@ class Observation:
     :param waiting_since: when the first wait began, on ``clock`` (``None``: now).
     """
 
-    def __init__(
-        self,
-        app_id: str,
-        *,
-        log: Any,
-        say_once: Callable[[str, str], None],
-        clock: Callable[[], float],
-        state: AppState | None = None,
-        queue_timeout: float | None = None,
-        waiting_since: float | None = None,
-    ) -> None:
-        self.app_id = app_id
-        self.log = log
-        self.say_once = say_once
-        self.clock = clock
-        self.state = state
+    app_id: str
+    log: Any
+    say_once: Callable[[str, str], None]
+    clock: Callable[[], float]
+    state: AppState | None = None
+    queue_timeout: InitVar[float | None] = None
+    waiting_since: InitVar[float | None] = None
+    queue: QueueWait = field(init=False)
+    #: time in each phase and returns to waiting, as this follow saw them (a resumed
+    #: follow of an app that ran counts from its first describe)
+    phases: PhaseTimes = field(init=False)
+    #: evictions the backend counts (Kueue's Workload), ``-1``: not told
+    evictions: int = field(default=-1, init=False)
+    rows: tuple[ReplicaRow, ...] = field(default=(), init=False)
+    ui_url: str | None = field(default=None, init=False)
+    #: the backend's message on the app (its failure, most often)
+    message: str = field(default="", init=False)
+    #: the app's in-cluster restarts at the last describe (-1: none yet)
+    restarts: int = field(default=-1, init=False)
+    #: role name -> its image, from the last describe
+    images: Mapping[str, str] = field(default_factory=dict, init=False)
+    #: lines held back while the app's last logs are read (it is terminal)
+    held: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self, queue_timeout: float | None, waiting_since: float | None) -> None:
         # A follow resumed (a triggerer restart) after the app ran: its first wait is over;
         # a later one is timed from when it is seen waiting.
-        ran = state is not None and state not in WAITING
-        first_wait = clock() if waiting_since is None else waiting_since
+        ran = self.state is not None and self.state not in WAITING
+        first_wait = self.clock() if waiting_since is None else waiting_since
         self.queue = QueueWait(queue_timeout, None if ran else first_wait)
-        #: time in each phase and returns to waiting, as this follow saw them (a resumed
-        #: follow of an app that ran counts from its first describe)
         self.phases = PhaseTimes() if ran else PhaseTimes(phase="queued", since=first_wait)
-        #: evictions the backend counts (Kueue's Workload), ``-1``: not told
-        self.evictions = -1
-        self.rows: tuple[ReplicaRow, ...] = ()
-        self.ui_url: str | None = None
-        #: the backend's message on the app (its failure, most often)
-        self.message = ""
-        #: the app's in-cluster restarts at the last describe (-1: none yet)
-        self.restarts = -1
-        #: role name -> its image, from the last describe
-        self.images: Mapping[str, str] = MappingProxyType({})
-        #: lines held back while the app's last logs are read (it is terminal)
-        self.held: list[str] = []
 
     def observe(self, resp: DescribeAppResponse) -> None:
         """Take in a describe: log a state transition and a status line when the replicas

@@ -2,25 +2,18 @@
 
 A follow stores its progress (log cursors, last state) as an XCom, and in a triggerer every
 such write goes through the triggerer's supervisor, which serves the requests of all the
-process's triggers one at a time. Measured on a real triggerer (Airflow 3.3, SQLite, one API
-server worker): about 90 writes a second, each waiting behind all the others (10 ms alone,
-0.1 s among 10 concurrent writers, 1.1 s among 100). A thousand follows writing every second
-each would keep the supervisor busy forever: every write, and every other request of every
-trigger (events, connections), would wait seconds, and checkpoints would time out.
+process's triggers one at a time: many follows writing on their own schedules would keep it
+busy, and every other request of every trigger (events, connections) would wait behind them.
 
 So the writes of one event loop take turns (:class:`CheckpointPacer`): one at a time, first
 come first served, with a pause after each that is at least :data:`MIN_GAP` seconds and at
 least :data:`SHARE_FACTOR` times as long as the write took. Checkpoints thus take at most
-``1 / (1 + SHARE_FACTOR)`` of the supervisor's time (a third), and slow down by themselves
-when it is slow. A few follows still store their progress every second; many store it when
-their turn comes (1,000 follows, writes of 11 ms: each about every 40 s), and a triggerer
-crash repeats what was written since. The final write of a follow that ended goes before
-periodic ones and skips the pause (a follow stopped from outside writes at once, without a
-turn: see :meth:`~torchx_provider.triggers.follow.JobFollower._persist_final`).
+``1 / (1 + SHARE_FACTOR)`` of the supervisor's time, and slow down by themselves when it is
+slow. The final write of a follow that ended goes before periodic ones and skips the pause.
+``benchmarks/bench_checkpoints.py`` measures what this buys.
 
 :class:`Aging` holds a follow's progress while it waits for its turn, so that the write
-stores the newest progress that has been taken long enough ago (see
-:mod:`~torchx_provider.triggers.follow`).
+stores the newest progress that has been taken long enough ago.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from torchx_provider.perloop import PerLoop
@@ -41,22 +35,17 @@ SHARE_FACTOR = 2.0
 T = TypeVar("T")
 
 
+@dataclass(eq=False)
 class CheckpointPacer:
     """One checkpoint write at a time per event loop (see the module docstring)."""
 
-    def __init__(
-        self,
-        min_gap: float = MIN_GAP,
-        share_factor: float = SHARE_FACTOR,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.min_gap = min_gap
-        self.share_factor = share_factor
-        self.clock = clock
-        self._busy = False
-        self._next = float("-inf")
-        self._final: deque[asyncio.Future[None]] = deque()
-        self._periodic: deque[asyncio.Future[None]] = deque()
+    min_gap: float = MIN_GAP
+    share_factor: float = SHARE_FACTOR
+    clock: Callable[[], float] = time.monotonic
+    _busy: bool = field(default=False, init=False)
+    _next: float = field(default=float("-inf"), init=False)
+    _final: deque[asyncio.Future[None]] = field(default_factory=deque, init=False)
+    _periodic: deque[asyncio.Future[None]] = field(default_factory=deque, init=False)
 
     @classmethod
     def current(cls) -> CheckpointPacer:
