@@ -17,7 +17,7 @@ from torchx_provider.errors import (
     BackendUnavailableError,
     SubmissionError,
 )
-from torchx_provider.schedulers.kube.informer import WatchError, WatchSource
+from torchx_provider.schedulers.kube.informer import Keep, WatchError, WatchSource
 from torchx_provider.schedulers.kube.io import Immediate
 from torchx_provider.schedulers.kube.resources import (
     CustomResource,
@@ -217,7 +217,7 @@ class FakeListWatch:
     ) -> None:
         self.sync, self.resource, self.namespace = sync, resource, namespace
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
+    async def list(self, keep: Keep | None = None) -> tuple[list[dict[str, Any]], str]:
         if isinstance(self.resource, EventsAbout):
             try:
                 return self.sync.events(self.namespace, self.resource.field_selector()), "1"

@@ -24,7 +24,7 @@ from kube_fakes import (
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key
-from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY
+from torchx_provider.schedulers.kube.informer import UNSERVED_RETRY, Keep
 from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB,
     VOLCANO_JOB_EVENTS,
@@ -56,11 +56,11 @@ class PushSource(FakeListWatch):
         self.lists = 0
         self.down = False
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
+    async def list(self, keep: Keep | None = None) -> tuple[list[dict[str, Any]], str]:
         self.lists += 1
         if self.down:
             raise ConnectionError("API server unreachable")
-        return await super().list()
+        return await super().list(keep)
 
     async def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[Any]:
         while True:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
 
 from torchx_provider.schedulers.backoff import Backoff
-from torchx_provider.schedulers.kube.informer import Informer, WatchError, object_name
+from torchx_provider.schedulers.kube.informer import Informer, Keep, WatchError, object_name
 from torchx_provider.schedulers.kube.io_async import json_lines, status_error
 
 
@@ -40,13 +40,15 @@ class ScriptedSource:
         self.watches = watches
         self.calls: list[tuple[str, ...]] = []
         self.idle = asyncio.Event()
+        self.keep: Keep | None = None
 
     async def _wait(self) -> None:
         self.idle.set()
         await asyncio.Event().wait()
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
+    async def list(self, keep: Keep | None = None) -> tuple[list[dict[str, Any]], str]:
         self.calls.append(("list",))
+        self.keep = keep
         if not self.lists:
             await self._wait()
         step = self.lists.pop(0)
@@ -264,43 +266,126 @@ async def test_raw_answers_with_an_error_status_raise_like_preloaded_ones() -> N
         await read_ok(RawAnswer(503, b"unavailable"))
 
 
+class PagedAnswers:
+    """A :class:`ListWatch` whose API answers from ``pages``: continue token -> (next token,
+    names, bytes of padding per object); it notes each call's parameters."""
+
+    def __init__(self, pages: dict[str, tuple[str, list[str], int]]) -> None:
+        self.pages = pages
+        self.asked: list[dict[str, Any]] = []
+
+    def source(self) -> Any:
+        import json
+
+        from torchx_provider.schedulers.kube.io_async import ListWatch
+
+        answers = self
+
+        class Answer:
+            status, headers = 200, {}
+
+            def __init__(self, body: bytes) -> None:
+                self.body = body
+
+            async def read(self) -> bytes:
+                return self.body
+
+            def release(self) -> None:
+                pass
+
+        class Paged(ListWatch):
+            async def _call(self, **params: Any) -> Any:
+                answers.asked.append(params)
+                token, names, pad = answers.pages[params.get("_continue", "")]
+                meta = {"resourceVersion": "42", **({"continue": token} if token else {})}
+                items = [{"metadata": {"name": n}, "pad": "x" * pad} for n in names]
+                return Answer(json.dumps({"metadata": meta, "items": items}).encode())
+
+        async def no_api() -> Any:
+            raise AssertionError("not called")
+
+        return Paged(no_api, None, "ns", "")
+
+
 async def test_a_list_is_read_in_pages_of_one_snapshot() -> None:
     """A namespace of many Events or pods is listed a page at a time (each parse short),
     every page continuing the first; the items of all pages, the snapshot's version."""
-    import json
+    from torchx_provider.schedulers.kube.io_async import LIST_PAGE
 
-    from torchx_provider.schedulers.kube.io_async import LIST_PAGE, ListWatch
-
-    pages = {"": ("a", ["o1", "o2"]), "a": ("b", ["o3"]), "b": ("", ["o4"])}
-    asked: list[dict[str, Any]] = []
-
-    class Answer:
-        status, headers = 200, {}
-
-        def __init__(self, body: bytes) -> None:
-            self.body = body
-
-        async def read(self) -> bytes:
-            return self.body
-
-        def release(self) -> None:
-            pass
-
-    class Paged(ListWatch):
-        async def _call(self, **params: Any) -> Any:
-            asked.append(params)
-            token, names = pages[params.get("_continue", "")]
-            meta = {"resourceVersion": "42", **({"continue": token} if token else {})}
-            items = [{"metadata": {"name": n}} for n in names]
-            return Answer(json.dumps({"metadata": meta, "items": items}).encode())
-
-    async def no_api() -> Any:
-        raise AssertionError("not called")
-
-    items, version = await Paged(no_api, None, "ns", "").list()
+    answers = PagedAnswers(
+        {"": ("a", ["o1", "o2"], 0), "a": ("b", ["o3"], 0), "b": ("", ["o4"], 0)}
+    )
+    items, version = await answers.source().list()
     assert [object_name(o) for o in items] == ["o1", "o2", "o3", "o4"] and version == "42"
-    assert [(p["limit"], p.get("_continue")) for p in asked] == [
-        (LIST_PAGE, None),
-        (LIST_PAGE, "a"),
-        (LIST_PAGE, "b"),
-    ]
+    assert [p.get("_continue") for p in answers.asked] == [None, "a", "b"]
+    assert answers.asked[0]["limit"] == LIST_PAGE
+
+
+async def test_pages_are_sized_to_what_the_objects_weigh() -> None:
+    """After the first page, each asks for as many objects as a page's bytes hold at the
+    weight seen: heavy objects, fewer per page (down to a floor); light ones, more (up to a
+    ceiling)."""
+    from torchx_provider.schedulers.kube.io_async import (
+        LIST_PAGE,
+        PAGE_BYTES,
+        PAGE_MAX,
+        PAGE_MIN,
+    )
+
+    medium, heavy = PAGE_BYTES // 50, PAGE_BYTES // 5
+    answers = PagedAnswers(
+        {
+            "": ("a", ["m1", "m2"], medium),  # about 50 fill a page
+            "a": ("b", ["h1"], heavy),  # about 5: fewer than the floor
+            "b": ("", ["l1"], 0),
+        }
+    )
+    await answers.source().list()
+    limits = [p["limit"] for p in answers.asked]
+    assert limits[0] == LIST_PAGE and 45 <= limits[1] <= 50 and limits[2] == PAGE_MIN
+    light = PagedAnswers({"": ("a", ["l1"], 0), "a": ("", ["l2"], 0)})
+    await light.source().list()
+    assert [p["limit"] for p in light.asked] == [LIST_PAGE, PAGE_MAX]
+
+
+async def test_a_list_drops_what_the_informer_would_not_keep_as_it_reads() -> None:
+    """Objects the informer's index gives no key are dropped page by page (a namespace's
+    Events about unfollowed apps are never all held at once)."""
+    answers = PagedAnswers({"": ("a", ["keep-1", "drop-1"], 0), "a": ("", ["drop-2", "keep-2"], 0)})
+    items, _ = await answers.source().list(lambda o: object_name(o).startswith("keep"))
+    assert [object_name(o) for o in items] == ["keep-1", "keep-2"]
+
+
+async def test_the_informer_asks_its_source_for_what_its_index_keeps() -> None:
+    source = ScriptedSource([([obj("a", "1"), obj("b", "1")], "1")], [])
+    informer = Informer(source, lambda o: None if object_name(o) == "b" else object_name(o))
+    task = asyncio.create_task(informer.run())
+    await asyncio.wait_for(informer.synced.wait(), 5)
+    assert source.keep is not None
+    assert [source.keep(obj(n, "1")) for n in ("a", "b")] == [True, False]
+    assert [object_name(o) for o in informer.get("a")] == ["a"] and informer.get("b") == []
+    task.cancel()
+
+
+async def test_a_page_is_parsed_and_filtered_with_the_garbage_collector_paused() -> None:
+    """Collections while a page's objects are alive would age them into the oldest
+    generation and set off whole-heap collections (long stalls of a triggerer's loop); the
+    collector is back on once the page is read, and left off if it was off."""
+    import gc
+
+    seen: list[bool] = []
+
+    def keep(o: Mapping[str, Any]) -> bool:
+        seen.append(gc.isenabled())
+        return True
+
+    answers = PagedAnswers({"": ("a", ["o1"], 0), "a": ("", ["o2"], 0)})
+    assert gc.isenabled()
+    await answers.source().list(keep)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        await answers.source().list(keep)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

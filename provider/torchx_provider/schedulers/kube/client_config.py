@@ -22,6 +22,7 @@ what ``kubectl`` would use (the search and the parsing are :mod:`.kubeconfig`'s)
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 from collections.abc import Mapping
@@ -181,11 +182,11 @@ class KubeClientConfig:
         return client.ApiClient(configuration)
 
     async def async_api_client(self) -> Any:
-        """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices)."""
-        from torchx_provider.optional import require
-
-        client = require("kubernetes_asyncio.client")
-        config = require("kubernetes_asyncio.config")
+        """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices). The
+        library is imported in a worker thread the first time: its import takes about a
+        third of a second, which the event loop (every other follow of a triggerer) would
+        otherwise wait through."""
+        client, config = await asyncio.to_thread(_async_library)
         configuration = client.Configuration()
         await self._load(config, configuration)
         self._tune(configuration)
@@ -225,3 +226,10 @@ class KubeClientConfig:
     def _tune(self, configuration: Any) -> None:
         if self.disable_verify_ssl:
             configuration.verify_ssl = False
+
+
+def _async_library() -> tuple[Any, Any]:
+    """``kubernetes_asyncio``'s ``client`` and ``config`` modules, imported."""
+    from torchx_provider.optional import require
+
+    return require("kubernetes_asyncio.client"), require("kubernetes_asyncio.config")

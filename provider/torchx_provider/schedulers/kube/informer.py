@@ -47,6 +47,8 @@ UNSERVED_RETRY = 300.0
 
 #: ``(key, last object when deleted)``; ``(None, None)``: the cache became current again.
 Listener = Callable[[str | None, Mapping[str, Any] | None], None]
+#: Whether a listed object is kept (an informer keeps only what its index keys).
+Keep = Callable[[Mapping[str, Any]], bool]
 
 
 class WatchError(Exception):
@@ -62,8 +64,9 @@ class WatchError(Exception):
 class WatchSource(Protocol):
     """The two calls an informer makes (a raw-JSON implementation is in :mod:`.io_async`)."""
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
-        """The selected objects and the list's ``resourceVersion``; raises
+    async def list(self, keep: Keep | None = None) -> tuple[list[dict[str, Any]], str]:
+        """The selected objects (those ``keep`` keeps, when given: the others may be
+        dropped as they are read) and the list's ``resourceVersion``; raises
         :class:`WatchError` for an HTTP error status."""
 
     def watch(self, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict[str, Any]]:
@@ -153,6 +156,10 @@ class Informer:
         self._key_of[name] = key
         self.listener(key, None)
 
+    def _keeps(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the cache would keep ``obj`` (its index gives it a key)."""
+        return self.index(obj) is not None
+
     def forget(self, key: str) -> None:
         """Drop the objects kept under ``key`` (no one reads them any more), unreported."""
         for name in self.groups.pop(key, {}):
@@ -230,7 +237,7 @@ class Informer:
     async def _list(self) -> None:
         self.lists += 1
         try:
-            items, version = await self.source.list()
+            items, version = await self.source.list(self._keeps)
         except WatchError as e:
             if e.status != 404:
                 raise

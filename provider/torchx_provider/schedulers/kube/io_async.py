@@ -9,15 +9,16 @@ JSON lines (``_preload_content=False``), never deserialized into the client's mo
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import gc
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
-from torchx_provider.schedulers.kube.informer import WatchError
+from torchx_provider.schedulers.kube.informer import Keep, WatchError
 from torchx_provider.schedulers.kube.io_sync import (
     JSON_PATCH,
     REQUEST_TIMEOUT,
@@ -273,13 +274,14 @@ def split_timeout(connect: float, read: float | None) -> Any:
     return aiohttp.ClientTimeout(connect=connect, sock_connect=connect, sock_read=read)
 
 
-#: Bytes of JSON from which a list is parsed in a worker thread.
-LARGE_BODY = 1 << 20
-#: Objects per page of a list. A namespace's Events or pods can be megabytes of JSON, and
-#: parsing them holds the interpreter lock in whichever thread it runs: in one piece, a
-#: namespace of 2,000 Events stalled a triggerer's loop for 0.3 s. Pages of this many
-#: (client-go's informers read 500 at a time) keep each parse to milliseconds.
-LIST_PAGE = 500
+#: Objects in a list's first page; later pages are sized to :data:`PAGE_BYTES` from what
+#: the pages so far weighed, between :data:`PAGE_MIN` and :data:`PAGE_MAX` objects.
+LIST_PAGE = 100
+#: Bytes of JSON a page should weigh. A namespace's Events or pods can be megabytes, and
+#: parsing holds the interpreter lock in whichever thread it runs: a page this size parses
+#: in a few milliseconds, so a follower's event loop never stalls on a list.
+PAGE_BYTES = 256 << 10
+PAGE_MIN, PAGE_MAX = 20, 500
 
 #: Seconds to connect before a watch gives up, and beyond its ``timeoutSeconds`` to read.
 WATCH_GRACE = 30
@@ -328,13 +330,15 @@ class ListWatch:
             **params,
         )
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
-        """Every object, read in pages of :data:`LIST_PAGE` (one snapshot: each page
-        continues the first's), and the list's resourceVersion."""
+    async def list(self, keep: Keep | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Every object ``keep`` keeps (all by default), read in pages of about
+        :data:`PAGE_BYTES` (one snapshot: each page continues the first's), and the list's
+        resourceVersion. Each page is parsed and filtered in one short step (see
+        :func:`paused_gc`)."""
         items: list[dict[str, Any]] = []
-        version, token = "", ""
+        version, token, limit = "", "", LIST_PAGE
         while True:
-            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
+            page = {"limit": limit, **({"_continue": token} if token else {})}
             resp = await self._call(_request_timeout=REQUEST_TIMEOUT, **page)
             try:
                 body = await resp.read()
@@ -342,15 +346,18 @@ class ListWatch:
                 resp.release()
             if resp.status != 200:
                 raise status_error(resp.status, resp.headers, body)
-            # (a page larger than this is parsed in a thread; it still holds the GIL)
-            small = len(body) < LARGE_BODY
-            data = json.loads(body) if small else await asyncio.to_thread(json.loads, body)
-            meta = data.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            items.extend(data.get("items") or [])
-            token = str(meta.get("continue") or "")
+            with paused_gc():
+                data = json.loads(body)
+                meta = data.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
+                token = str(meta.get("continue") or "")
+                found, size = data.get("items") or [], len(body)
+                items.extend(found if keep is None else (o for o in found if keep(o)))
+                count = len(found)
+                del data, body, found
             if not token:
                 return items, version
+            limit = next_page(limit, count, size)
 
     async def watch(
         self, resource_version: str, timeout_seconds: int
@@ -385,6 +392,36 @@ class EventListWatch(ListWatch):
         return await client.CoreV1Api(await self.api()).list_namespaced_event(
             self.namespace, field_selector=self.selector, _preload_content=False, **params
         )
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one short step that makes many objects
+    and drops most (a parsed page of a list, filtered). Collections during the step would
+    move the page's objects into the oldest generation, and enough of them there set off a
+    collection of the whole heap: in a triggerer, a stall of the event loop proportional to
+    everything it holds. With the collector off, what is dropped is freed by reference
+    counting and never counted; what is kept is collected as usual afterwards."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def next_page(limit: int, count: int, size: int | None) -> int:
+    """The objects to ask for next, after a page of ``count`` objects that weighed ``size``
+    bytes: as many as :data:`PAGE_BYTES` holds at that weight.
+
+    >>> next_page(100, 100, 1_200_000), next_page(100, 100, 120_000), next_page(100, 0, 9)
+    (21, 218, 100)
+    """
+    if not count or not size:
+        return limit
+    return max(PAGE_MIN, min(PAGE_MAX, PAGE_BYTES * count // size))
 
 
 def status_error(status: int, headers: Mapping[str, str], body: bytes) -> WatchError:
