@@ -659,9 +659,9 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     """A server that sends every line on its own (as the API server does for a followed log)
     would cost a read per line: after a small read the socket is left unread for GATHER
     seconds (its reading paused, then resumed), and a large read is followed at once."""
-    from torchx_provider.schedulers.kube import logfollow
+    from torchx_provider.schedulers.kube import logbody
 
-    monkeypatch.setattr(logfollow, "GATHER_BELOW", 100)
+    monkeypatch.setattr(logbody, "GATHER_BELOW", 100)
     small = [cri(i, f"l{i}") for i in range(3)]  # one line per read: under GATHER_BELOW
     big = b"".join(cri(3 + i / 1000, f"b{i}") for i in range(20))  # a read of 20 lines
     watch = FakeWatch([pod("a")])
@@ -686,9 +686,9 @@ async def test_a_closing_or_client_paused_connection_is_not_paused_again(
     control, is only waited on: pausing it would fail, or resume what the client paused.
     A response whose connection was already released is waited on too. (An open one, for
     comparison, is paused after each small read.)"""
-    from torchx_provider.schedulers.kube import logfollow
+    from torchx_provider.schedulers.kube import logbody
 
-    monkeypatch.setattr(logfollow, "GATHER_BELOW", 100)
+    monkeypatch.setattr(logbody, "GATHER_BELOW", 100)
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(i, f"l{i}") for i in range(3)]  # each read under GATHER_BELOW

@@ -23,26 +23,26 @@ the kubelet sends what there is, without its newline) is left to the follow, whi
 re-reads the backlog's last second (the API's resolution): the cursor drops the lines of it
 already emitted.
 
-Lines that come one at a time would cost a socket read, a parse and a wake-up each, so
-after a small read (under :data:`GATHER_BELOW`) the socket is left unread for
-:data:`GATHER` seconds and the lines written meanwhile come in one read; what the HTTP
-client already holds is taken without waiting.
+A response's body is read through :class:`~.logbody.LogBody` (the HTTP library's side of
+it: taking what is held, gathering a trickle of lines into one read). Each response ends
+with a :class:`StreamEnd` that says what the follower does next.
 
-A kubelet ends a followed stream when the container exits. A stream may also stay open
-after its container ended (a fake kubelet does, a stuck connection might): once the pod cache
-shows the instance ended, the stream is closed after it has been quiet for
-:data:`DRAIN_IDLE` seconds.
+A kubelet ends a followed stream when the container exits; one that stays open after (a fake
+kubelet's, a stuck connection) is closed once the pod cache shows the instance ended and the
+stream has been quiet for :data:`DRAIN_IDLE` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
+from torchx_provider.schedulers.kube.logbody import LogBody, broken_errors
 from torchx_provider.schedulers.kube.podlogs import (
     ContainerInstance,
     no_log_yet,
@@ -69,20 +69,29 @@ QUIET_CHECK = 0.25
 IDLE_CHECK = 5.0
 #: Seconds a container still running after the app ended must be quiet to be left.
 APP_ENDED_IDLE = 3.0
-#: Bytes read from a stream at once (the most a single parse handles between yields).
-READ_BYTES = 64 * 1024
 #: Seconds to wait, after the server ended the stream of a container the cache still shows
 #: running, before it is opened again (a change of its pod wakes the reader sooner).
 EOF_RECHECK = 30.0
-#: A read smaller than this many bytes means the server sends lines as they come: the
-#: stream's bytes are then left to pile up for :data:`GATHER` seconds before the next read.
-GATHER_BELOW = 16 * 1024
-#: Seconds a trickling stream is not read, so that many lines come in one read (a server
-#: sending each line on its own costs a socket read, a parse and a wake-up per line).
-GATHER = 0.005
 #: Streams of one instance that may break in a row, without a line read, before the
 #: failure is reported (the caller then retries with backoff).
 BREAKS_TOLERATED = 2
+
+
+class StreamEnd(enum.Enum):
+    """How one response of an instance's log ended: what the follower does next."""
+
+    #: the instance's log was read to its end
+    FINISHED = "finished"
+    #: its backlog was read to the answer's end: follow on from the cursor, same turn
+    BACKLOG = "backlog"
+    #: the server ended a follow (the container exited) before the cache shows it ended
+    SERVER_ENDED = "server-ended"
+    #: broken, its turn over, or nothing to read yet: open it again from the cursor
+    AGAIN = "again"
+
+
+#: New lines, the cursor after them, how the response ended (``None``: not yet).
+Batch = tuple[list["TimestampedLine"], "LogCursor", StreamEnd | None]
 
 
 class WatchedPods(Protocol):
@@ -128,8 +137,6 @@ class ReplicaLogFollower:
         self.source = source
         self.ended = ended
         self.warn: list[str] = []  # instances whose end could not be read (for the caller)
-        self._ended_cleanly = False  # the last stream was ended by the server
-        self._backlog_read = False  # the last stream read an instance's backlog to its end
         self._caught_up: set[str] = set()  # instances whose backlog has been read
 
     async def follow(
@@ -158,15 +165,15 @@ class ReplicaLogFollower:
                     continue
                 instance = todo[0]
                 progressed = False
-                finished = False
-                async for lines, moved, done in self._read(instance, cursor, watch, changed):
+                end: StreamEnd | None = None
+                async for batch in self._read(instance, cursor, watch, changed):
+                    lines, cursor, end = batch
                     progressed = progressed or bool(lines)
-                    cursor, finished = moved, done
                     yield lines, cursor
-                if finished:
+                if end is StreamEnd.FINISHED:
                     breaks = 0
                     continue
-                if self._ended_cleanly:
+                if end is StreamEnd.SERVER_ENDED:
                     breaks = 0
                     if self.ended.is_set():
                         # The app is over and the server has nothing more: read to its end.
@@ -215,18 +222,18 @@ class ReplicaLogFollower:
         cursor: LogCursor,
         watch: WatchedPods,
         changed: asyncio.Event,
-    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor, bool]]:
-        """``instance`` read in one turn of a stream slot: ``(lines, cursor, finished)``
-        batches; the last says whether the instance has been read to its end (else the caller
-        opens it again). A backlog read to its end is followed on in the same turn."""
+    ) -> AsyncIterator[Batch]:
+        """``instance`` read in one turn of a stream slot: batches, the last with how it
+        ended (:class:`StreamEnd`). A backlog read to its end is followed on in the same
+        turn."""
         async with StreamSlots.current().hold(self.ended) as slot:
             while True:
                 stream = self._stream(instance, cursor, watch, changed, slot)
+                last: StreamEnd | None = None
                 async with contextlib.aclosing(stream):  # its response released at once
-                    async for batch in stream:
-                        cursor = batch[1]
-                        yield batch
-                if not self._backlog_read:
+                    async for lines, cursor, last in stream:
+                        yield lines, cursor, None if last is StreamEnd.BACKLOG else last
+                if last is not StreamEnd.BACKLOG:
                     return
 
     async def _stream(
@@ -236,70 +243,38 @@ class ReplicaLogFollower:
         watch: WatchedPods,
         changed: asyncio.Event,
         slot: Slot,
-    ) -> AsyncGenerator[tuple[list[TimestampedLine], LogCursor, bool], None]:
+    ) -> AsyncGenerator[Batch, None]:
         """One response for ``instance``: its backlog, a follow, or its log once it ended."""
         resume = Resumed(cursor.at(instance.key))
-        self._ended_cleanly = self._backlog_read = False
         # what the cache says now: a container that ended while this waited for its
         # turn is read to its end at once, without following
         instance = self._fresh(instance, watch)
         backlog = not instance.ended and instance.key not in self._caught_up
-        try:
-            resp = await self._open(
-                instance,
-                resume.cursor,
-                watch,
-                changed,
-                follow=not instance.ended and not backlog,
-            )
-            if resp is None:
-                # It ended while its follow was being opened (a server may answer a
-                # follow of a quiet log only with its first line): look again, and
-                # read what it wrote without following.
-                if self.ended.is_set() and not self._has_ended(instance, watch):
-                    yield [], resume.cursor.finished(instance.key), True  # lingering
-                else:
-                    yield [], resume.cursor, False
-                return
-        except UnknownAppError:
-            # The pod is gone: if the cache agrees, so is its log (reported as lost by
-            # the caller); else the cache is a moment behind.
-            yield [], resume.cursor, False
-            return
-        except SubmissionError as e:
-            if not no_log_yet(e):
-                raise
-            await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
-            yield [], resume.cursor, False
+        opened = await self._start(instance, resume, watch, changed, backlog)
+        if isinstance(opened, tuple):
+            yield opened
             return
         decoder = LineDecoder()
-        reads = _Reads(resp)
+        body = LogBody(opened)
         woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
         ended_at: float | None = None  # when the cache showed the instance ended
         last_data = time.monotonic()
-        clean = app_over = False
+        clean = server_ended = app_over = False
         try:
             while True:
                 try:
-                    chunk = reads.take()
-                except (OSError, asyncio.TimeoutError, _client_errors()):
+                    chunk = body.take()
+                except broken_errors():
                     break  # the stream broke: opened again from the cursor
                 if chunk is not None:
-                    if not chunk:
-                        clean = True
-                        if backlog:
-                            # the log up to the answer: the follow reads on from here
-                            self._caught_up.add(instance.key)
-                            self._backlog_read = True
-                        else:
-                            self._ended_cleanly = True
+                    if not chunk:  # the server ended it
+                        clean = server_ended = True
                         break
                     last_data = time.monotonic()
                     new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
                     if new:
-                        yield new, resume.cursor, False
-                    if len(chunk) < GATHER_BELOW:
-                        await _gather(resp)
+                        yield new, resume.cursor, None
+                    await body.after(chunk)
                     if slot.urgent or not slot.should_yield:
                         continue
                     break  # an ended app's read (or a slice's end): queue again
@@ -313,14 +288,12 @@ class ReplicaLogFollower:
                     )
                 timeout = QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
                 done, _ = await asyncio.wait(
-                    {reads.pending(), woken},
-                    timeout=timeout,
-                    return_when=asyncio.FIRST_COMPLETED,
+                    {body.pending(), woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
                 if woken in done:
                     changed.clear()
                     woken = None
-                if reads.pending().done():
+                if body.pending().done():
                     continue  # taken at the top
                 if slot.should_yield:
                     break  # others wait for a stream: queue again, resume at the cursor
@@ -337,26 +310,73 @@ class ReplicaLogFollower:
                     clean = app_over = not backlog
                     break
         finally:
-            reads.cancel()
             if woken is not None:
                 woken.cancel()
-            resp.release()
-        # A backlog may end inside a line the container is still writing (the kubelet sends
-        # what there is of it, without its newline): the follow reads that line, whole. And
-        # the backlog's end is not the instance's, even if the cache shows it ended by now.
-        rest = (
-            resume.feed([split_timestamp(r) for r in decoder.flush()])
-            if clean and not backlog
-            else []
-        )
-        finished = clean and (
-            app_over or instance.ended or (not backlog and self._has_ended(instance, watch))
-        )
-        if finished:
-            self._caught_up.discard(instance.key)
-            yield rest, resume.cursor.finished(instance.key), True
+            body.close()
+        if backlog:
+            if server_ended:
+                self._caught_up.add(instance.key)  # the follow reads on from the cursor
+                yield [], resume.cursor, StreamEnd.BACKLOG
+            else:
+                yield [], resume.cursor, StreamEnd.AGAIN  # read again, as if broken
+        elif clean:
+            yield self._ending(instance, watch, resume, decoder, server_ended, app_over)
         else:
-            yield rest, resume.cursor, False
+            yield [], resume.cursor, StreamEnd.AGAIN
+
+    async def _start(
+        self,
+        instance: ContainerInstance,
+        resume: Resumed,
+        watch: WatchedPods,
+        changed: asyncio.Event,
+        backlog: bool,
+    ) -> Any:
+        """``instance``'s log response (its backlog when ``backlog``, else followed unless
+        it ended), or the batch that ends this turn when there is none to read."""
+        try:
+            resp = await self._open(
+                instance,
+                resume.cursor,
+                watch,
+                changed,
+                follow=not instance.ended and not backlog,
+            )
+        except UnknownAppError:
+            # The pod is gone: if the cache agrees, so is its log (reported as lost by
+            # the caller); else the cache is a moment behind.
+            return [], resume.cursor, StreamEnd.AGAIN
+        except SubmissionError as e:
+            if not no_log_yet(e):
+                raise
+            await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
+            return [], resume.cursor, StreamEnd.AGAIN
+        if resp is not None:
+            return resp
+        # It ended while its follow was being opened (a server may answer a follow of a
+        # quiet log only with its first line): look again, and read what it wrote without
+        # following -- unless the app is over and the container lingers.
+        if self.ended.is_set() and not self._has_ended(instance, watch):
+            return [], resume.cursor.finished(instance.key), StreamEnd.FINISHED
+        return [], resume.cursor, StreamEnd.AGAIN
+
+    def _ending(
+        self,
+        instance: ContainerInstance,
+        watch: WatchedPods,
+        resume: Resumed,
+        decoder: LineDecoder,
+        server_ended: bool,
+        app_over: bool,
+    ) -> Batch:
+        """The last batch of a followed response that ended cleanly: the server ended it
+        (``server_ended``), the instance ended and its stream went quiet, or the app is over
+        and the container lingers (``app_over``). Its unfinished last line is read whole."""
+        rest = resume.feed([split_timestamp(r) for r in decoder.flush()])
+        if app_over or instance.ended or self._has_ended(instance, watch):
+            self._caught_up.discard(instance.key)
+            return rest, resume.cursor.finished(instance.key), StreamEnd.FINISHED
+        return rest, resume.cursor, StreamEnd.SERVER_ENDED if server_ended else StreamEnd.AGAIN
 
     async def _open(
         self,
@@ -411,8 +431,7 @@ class ReplicaLogFollower:
                     late.release()  # answered just as it was given up
 
     def _cached(self, instance: ContainerInstance, watch: WatchedPods) -> ContainerInstance | None:
-        """``instance`` as the cache shows it now: ``None`` if the cache holds no such
-        instance (restarted or gone)."""
+        """``instance`` as the cache shows it now (``None``: restarted or gone)."""
         s = self.source
         now = replica_instances(watch.pods(), s.role, s.replica_id, s.container)
         return next((i for i in now if i.key == instance.key), None)
@@ -429,71 +448,3 @@ class ReplicaLogFollower:
             return False
         found = self._cached(instance, watch)
         return found is None or found.ended
-
-
-class _Reads:
-    """The reads of one log response's body, one at a time: what the HTTP client already
-    holds is taken at once; else a read task waits for more."""
-
-    def __init__(self, resp: Any) -> None:
-        self.content = resp.content
-        self._task: asyncio.Future[bytes] | None = None
-
-    def take(self) -> bytes | None:
-        """The next bytes (``b""``: the body has ended), or ``None`` while the read waits
-        (:meth:`pending`). A broken stream raises its client's error."""
-        task = self._task
-        if task is None:
-            data: bytes = self.content.read_nowait(READ_BYTES)
-            if data:
-                return data
-            self._task = asyncio.ensure_future(self.content.read(READ_BYTES))
-            return None
-        if not task.done():
-            return None
-        self._task = None
-        return task.result()
-
-    def pending(self) -> asyncio.Future[bytes]:
-        """The read waiting for more (after :meth:`take` gave ``None``)."""
-        assert self._task is not None
-        return self._task
-
-    def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-
-async def _gather(resp: Any) -> None:
-    """Leave ``resp``'s socket unread for :data:`GATHER` seconds: what the server sends
-    meanwhile waits in the socket (TCP holds the sender back past its window) and comes in
-    one read. Only the transport is paused, never the HTTP client's protocol (whose pause
-    also holds its parser), and not at all when the connection is closing or the client
-    has paused it itself."""
-    protocol = getattr(getattr(resp, "connection", None), "protocol", None)
-    transport: Any = getattr(protocol, "transport", None)
-    paused = False
-    if (
-        transport is not None
-        and not transport.is_closing()
-        and not getattr(protocol, "_reading_paused", False)
-    ):
-        try:
-            transport.pause_reading()
-            paused = True
-        except (AttributeError, NotImplementedError, RuntimeError):
-            pass
-    try:
-        await asyncio.sleep(GATHER)
-    finally:
-        if paused and not transport.is_closing():
-            with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError):
-                transport.resume_reading()
-
-
-def _client_errors() -> Any:
-    """The HTTP client's errors for a broken stream (imported when a stream is read)."""
-    import aiohttp
-
-    return aiohttp.ClientError
