@@ -82,7 +82,6 @@ class LogPumps:
         self.clock = clock
         self.ended = asyncio.Event()
         self.tails: dict[str, deque[str]] = {}
-        self.lines_forwarded = 0
         #: sources whose last lines could not be read
         self.unread: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -196,7 +195,6 @@ class LogPumps:
             if time.monotonic() - self._last_yield > YIELD_EVERY:
                 await asyncio.sleep(0)  # a big batch must not hold the event loop
                 self._last_yield = time.monotonic()
-        self.lines_forwarded += len(lines)
 
     def say_once(self, key: str, text: str) -> None:
         """Warn ``text`` unless something was said under ``key`` already (this follow's
