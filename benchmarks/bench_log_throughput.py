@@ -42,7 +42,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "provider"))
-sys.path.insert(0, str(REPO / "tests"))  # the counting task logger
+sys.path.insert(0, str(REPO / "tests" / "support"))  # the counting task logger
 
 IMAGE = "torchx-provider/busybox:latest"
 PAD = "x" * 80
@@ -50,6 +50,7 @@ PAD = "x" * 80
 
 async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[str, float]:
     from task_log import SequenceLog, rss_mb
+
     from torchx_provider.schedulers.streams import StreamSlots
     from torchx_provider.triggers.follow import JobFollower
 

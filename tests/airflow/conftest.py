@@ -2,26 +2,21 @@
 
 AIRFLOW_HOME must be set before Airflow is first imported, so it is set when this file is
 loaded. ``dag.test()`` runs tasks and triggers in this process, so the in-memory ``fake``
-backend (tests/unit/airflow/torchx_fakes.py) works here too.
+backend (tests/support/torchx_fakes.py) works here too.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import airflow_home
 import pytest
 from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
-
-# the fake backend and the AIRFLOW_HOME helper of the Airflow unit tests
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "airflow"))
-
-import airflow_home
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()

@@ -8,15 +8,10 @@ test_examples_kubernetes_dags.py).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from torchx_airflow_helpers import airflow_bin
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+from torchx_airflow_helpers import EXAMPLES, run_example
 
 pytestmark = pytest.mark.airflow
 
@@ -36,38 +31,6 @@ def test_every_example_dag_imports_without_errors(airflow_db: Path) -> None:
         "torchx_appwrapper",
         "torchx_jobset",
     } <= set(bag.dag_ids)
-
-
-def run_example(
-    dag_id: str,
-    home: Path,
-    extra_env: dict[str, str] | None = None,
-    conf: dict[str, object] | None = None,
-) -> str:
-    """``airflow dags test DAG_ID`` on the examples folder; its output (task logs included)."""
-    home.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLES),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        **(extra_env or {}),
-    }
-    subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True)
-    command = [airflow_bin(), "dags", "test", dag_id]
-    if conf:
-        command += ["--conf", json.dumps(conf)]
-    done = subprocess.run(
-        command,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-5000:]
-    assert f"dag_id={dag_id}" in output and "state=success" in output, output[-5000:]
-    return output
 
 
 @pytest.mark.docker

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 import torchx_kube_cluster
-from test_examples_dags import run_example
+from torchx_airflow_helpers import run_example
 
 pytestmark = [pytest.mark.airflow, pytest.mark.kubernetes, pytest.mark.slow]
 

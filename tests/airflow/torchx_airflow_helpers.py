@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +14,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 BUSYBOX = "torchx-provider/busybox:latest"
+#: the example DAGs users start from
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
 
 #: The head of the DAG files the real deployments load: imports, DAG arguments, and
 #: ``app(name, script, replicas=2)``, an AppDef dict of one ``worker`` role running ``sh -c
@@ -134,3 +139,35 @@ def rendered_fields(dag_run: Any, task_id: str) -> dict[str, Any]:
         RenderedTaskInstanceFields, dag_run, task_id, lambda row: dict(row.rendered_fields)
     )
     return fields
+
+
+def run_example(
+    dag_id: str,
+    home: Path,
+    extra_env: dict[str, str] | None = None,
+    conf: dict[str, object] | None = None,
+) -> str:
+    """``airflow dags test DAG_ID`` on the examples folder; its output (task logs included)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(EXAMPLES),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        **(extra_env or {}),
+    }
+    subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True)
+    command = [airflow_bin(), "dags", "test", dag_id]
+    if conf:
+        command += ["--conf", json.dumps(conf)]
+    done = subprocess.run(
+        command,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert f"dag_id={dag_id}" in output and "state=success" in output, output[-5000:]
+    return output

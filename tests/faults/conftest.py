@@ -51,12 +51,7 @@ def fault_proxies(kube_cluster: Any) -> Iterator[Callable[[], tuple[Any, str]]]:
     and returns it with a bearer-token kubeconfig (the restricted ServiceAccount's) that goes
     through it; all are stopped at the end of the test."""
     import yaml
-
-    sys.path.insert(0, str(HERE))
-    try:
-        from fault_proxy import FaultProxy, make_serving_cert, proxy_kubeconfig
-    finally:
-        sys.path.remove(str(HERE))
+    from fault_proxy import FaultProxy, make_serving_cert, proxy_kubeconfig
 
     kube_cluster.skip_unless_local(
         "the fault tier drives pods and logs through the local cluster's kwok"

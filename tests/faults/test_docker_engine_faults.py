@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -24,8 +23,8 @@ from typing import Any, NoReturn
 
 import pytest
 from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
-
 from task_log import TaskLog
+
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
@@ -33,7 +32,6 @@ from torchx_provider.triggers.follow import JobFollower
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-HERE = Path(__file__).resolve().parent
 #: numbered lines per replica, one every 0.25 s
 LINES = 60
 #: seconds from submission to the fault, and how long it lasts
@@ -50,11 +48,8 @@ KINDS = {
 @pytest.fixture(scope="module")
 def engine_url(skip_or_fail: Callable[[str], NoReturn]) -> str:
     """The test engine's unix socket URL (its image built if missing)."""
-    sys.path.insert(0, str(HERE.parent / "integration"))
-    try:
-        from docker_engine import open_docker_engine
-    finally:
-        sys.path.remove(str(HERE.parent / "integration"))
+    from docker_engine import open_docker_engine
+
     open_docker_engine(skip_or_fail).close()
     url = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     if not url.startswith("unix://"):
@@ -64,11 +59,8 @@ def engine_url(skip_or_fail: Callable[[str], NoReturn]) -> str:
 
 @pytest.fixture
 def engine_proxy(engine_url: str) -> Iterator[Any]:
-    sys.path.insert(0, str(HERE))
-    try:
-        from fault_proxy import FaultProxy
-    finally:
-        sys.path.remove(str(HERE))
+    from fault_proxy import FaultProxy
+
     # a short path: a unix socket's path is limited to 108 bytes
     with tempfile.TemporaryDirectory(prefix="txp-", dir="/tmp") as tmp:
         proxy = FaultProxy(

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
-
 from task_log import TaskLog
+
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID, LABEL_REPLICA_ID
 from torchx_provider.schedulers.logs import parse_timestamp
@@ -35,7 +33,6 @@ from torchx_provider.triggers.follow import JobFollower
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-HERE = Path(__file__).resolve().parent
 #: numbered lines per replica, one every 0.25 s
 LINES = 40
 #: seconds from submission to the removal of replica 1's container
@@ -49,11 +46,8 @@ ENDS_WITHIN = POLL_INTERVAL
 @pytest.fixture(scope="module")
 def engine(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
     """A ``docker.DockerClient`` for the test engine (its image built if missing)."""
-    sys.path.insert(0, str(HERE.parent / "integration"))
-    try:
-        from docker_engine import open_docker_engine
-    finally:
-        sys.path.remove(str(HERE.parent / "integration"))
+    from docker_engine import open_docker_engine
+
     client = open_docker_engine(skip_or_fail)
     yield client
     client.close()

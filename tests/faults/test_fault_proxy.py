@@ -6,7 +6,6 @@ import asyncio
 import http.client
 import json
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,11 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_proxy import FaultProxy, make_serving_cert, resumes_from
-
-sys.path.pop(0)
 
 
 class Upstream:

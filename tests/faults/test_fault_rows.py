@@ -18,29 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import math
 import os
-import signal
-import subprocess
-import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-
+from app_pods import AppPods, Printer, crash_replica, end_pods
+from cluster_controls import apiserver_restart, kwok_serves_new_logs, nodes_settled
 from kube_apps import tracked
 from task_log import TaskLog
+
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import jobset, volcano
 from torchx_provider.schedulers.kube.jobset.state import jobset_phase
 from torchx_provider.schedulers.kube.pod import ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.kube.resources import JOBSET, VOLCANO_JOB, CustomResource
-from torchx_provider.schedulers.labels import LABEL_APP_ID, LABEL_REPLICA_ID, TaskInstanceKey
+from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
@@ -52,14 +49,8 @@ SHORTENED = 20
 POLL_INTERVAL = 10.0
 #: lines a follow may repeat after a fault: the reader resumes after the last line emitted
 REPEAT_BOUND = 0
-#: seconds between two numbered lines of one replica
-LINE_EVERY = 0.5
 #: seconds from submission to the fault: both pods run and their log streams are open
 FAULT_AT = 5.0
-#: kwok's annotations that drive a pod (tests/cluster/README.md)
-POD_BEHAVIOUR = "cluster.torchx.test/"
-#: the JobSet controller's pod label: which incarnation of the JobSet made the pod
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 
 @dataclass(frozen=True)
@@ -302,182 +293,6 @@ ROWS = (
 )
 
 
-def stop_process(pid: int, grace: float) -> None:
-    """SIGTERM to ``pid``, SIGKILL if it still runs ``grace`` seconds later; returns once it
-    is gone (a process of the local cluster: not a child of this one)."""
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if Path(f"/proc/{pid}").exists():
-        os.kill(pid, signal.SIGKILL)
-    while Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
-
-
-def cluster_up(*, check: bool) -> None:
-    """``cluster.sh up`` without building: starts what of the local cluster is not running."""
-    subprocess.run(
-        ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
-        env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
-        capture_output=True,
-        timeout=300,
-        check=check,
-    )
-
-
-def _admin_api(admin_kubeconfig: str) -> Any:
-    """A sync API client for the local cluster's admin (a context manager)."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
-
-
-def _apiserver_ready(admin_kubeconfig: str) -> bool:
-    with _admin_api(admin_kubeconfig) as api:
-        try:
-            api.call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
-        except Exception:
-            return False
-    return True
-
-
-def _kwok_serves(kube_cluster: Any, run: Path, port: int) -> bool:
-    """Whether kwok's kubelet endpoint serves a Logs object made just now."""
-    import ssl
-    import urllib.request
-
-    name = f"kwok-probe-{os.getpid()}-{time.monotonic_ns()}"
-    path = kube_cluster.set_pod_logs(name, ["probe"], container="main")
-    context = ssl.create_default_context(cafile=str(run / "pki" / "ca.crt"))
-    context.check_hostname = False
-    context.load_cert_chain(
-        str(run / "pki" / "apiserver-kubelet-client.crt"),
-        str(run / "pki" / "apiserver-kubelet-client.key"),
-    )
-    url = f"https://127.0.0.1:{port}/containerLogs/{kube_cluster.namespace}/{name}/main"
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(url, context=context, timeout=5) as response,
-            ):
-                if response.read().strip() == b"probe":
-                    return True
-            time.sleep(0.5)
-        return False
-    finally:
-        kube_cluster.forget_pod_logs()
-        path.unlink(missing_ok=True)
-
-
-def kwok_serves_new_logs(kube_cluster: Any, limit: float = 30.0) -> str:
-    """Make sure kwok serves log lines from Logs objects made after the API server's restart.
-
-    kwok (v0.7.0) reads Logs objects through an informer of its own. After a restart of the
-    API server that informer has been seen to stay stale for minutes, with kwok then serving
-    every new pod an empty log. That is kwok's state, not the provider's, and every later
-    test would inherit it: when no new Logs object is served within ``limit`` seconds,
-    kwok is restarted (``cluster.sh up`` starts what is not running)."""
-    from kubernetes import client
-
-    run = Path(kube_cluster.kubeconfig).resolve().parents[1]
-    with _admin_api(kube_cluster.kubeconfig) as api:
-        node = client.CoreV1Api(api).list_node(label_selector="type=kwok").items[0]
-        port = int(node.status.daemon_endpoints.kubelet_endpoint.port)
-    began = time.monotonic()
-    while time.monotonic() - began < limit:
-        if _kwok_serves(kube_cluster, run, port):
-            return f"yes, after {time.monotonic() - began:.1f} s"
-    stop_process(int((run / "pids" / "kwok.pid").read_text()), grace=10)
-    cluster_up(check=True)
-    if not _kwok_serves(kube_cluster, run, port):
-        raise AssertionError("kwok serves no new Logs object even after its restart")
-    return f"only after kwok's restart ({limit:.0f} s stale)"
-
-
-#: taints the node lifecycle controller puts on a node whose heartbeats it missed
-NODE_TROUBLE = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
-
-
-def nodes_settled(admin_kubeconfig: str, steady: float = 20.0, limit: float = 180.0) -> float:
-    """Seconds until every node has been Ready, without a not-ready or unreachable taint, for
-    ``steady`` seconds in a row (at most ``limit``).
-
-    An API server that was down long enough makes the controller manager take the nodes'
-    heartbeats for missed once it is back: it marks them NotReady, taints them (no new pod
-    is scheduled there) and marks their pods NotReady, until kwok renews the leases. The
-    tests after the restart must not inherit that."""
-    from kubernetes import client
-
-    began = time.monotonic()
-    healthy_since: float | None = None
-    with _admin_api(admin_kubeconfig) as api:
-        core = client.CoreV1Api(api)
-        while True:
-            now = time.monotonic()
-            try:
-                nodes = core.list_node(_request_timeout=5).items
-                healthy = bool(nodes) and all(
-                    any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-                    and not any(t.key in NODE_TROUBLE for t in n.spec.taints or [])
-                    for n in nodes
-                )
-            except Exception:
-                healthy = False
-            healthy_since = (healthy_since or now) if healthy else None
-            if healthy_since is not None and now - healthy_since >= steady:
-                return round(now - began, 1)
-            if now - began >= limit:
-                raise AssertionError(
-                    f"the nodes did not stay Ready for {steady:.0f} s within {limit:.0f} s "
-                    "of the API server's restart"
-                )
-            time.sleep(0.5)
-
-
-def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
-    """Stop the local cluster's kube-apiserver, wait ``down`` seconds, start it again with the
-    same command line as ``cluster.sh`` gave it (recording its new pid where ``cluster.sh``
-    looks), and wait until it is ready. Whatever happens, ``cluster.sh up`` is run at the end
-    if it is not running."""
-    run = Path(admin_kubeconfig).resolve().parents[1]
-    pid_file = run / "pids" / "kube-apiserver.pid"
-    pid = int(pid_file.read_text())
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-    stopped = time.monotonic()
-    times: dict[str, float] = {}
-    try:
-        stop_process(pid, grace=30)
-        times["exit_seconds"] = round(time.monotonic() - stopped, 1)
-        time.sleep(down)
-        with (run / "logs" / "kube-apiserver.log").open("ab") as out:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
-            )
-        pid_file.write_text(f"{process.pid}\n")
-        deadline = time.monotonic() + 120
-        while not _apiserver_ready(admin_kubeconfig) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        times["down_seconds"] = round(time.monotonic() - stopped, 1)
-        return times
-    finally:
-        if not _apiserver_ready(admin_kubeconfig):
-            cluster_up(check=False)
-
-
-def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable[None]]:
-    async def inject(proxy: Any, seconds: float) -> None:
-        measured = await asyncio.to_thread(restart_apiserver, admin_kubeconfig, seconds)
-        proxy.injected.append((time.monotonic(), "apiserver-restart", str(measured)))
-        print(f"kube-apiserver restart: {measured}")
-
-    return inject
-
-
 ROWS.append(
     Row(
         "replica-restart",
@@ -580,212 +395,6 @@ def app_for(
             )
         ],
     )
-
-
-@dataclass(frozen=True)
-class PodInstance:
-    """One pod of a replica as the API server has it now."""
-
-    #: the replica, ``role/replica``
-    key: str
-    name: str
-    uid: str
-    phase: str
-    deleting: bool
-    annotations: dict[str, str]
-    #: the JobSet incarnation that made it (``None``: not a JobSet's pod)
-    attempt: int | None
-
-
-class AppPods:
-    """The pods of one app, found by their labels whatever they are named: the app id
-    (``torchx.pytorch.org/app-id``), the role's name and the backend's replica label
-    (Volcano: ``torchx.pytorch.org/replica-id``; JobSet: the Job's completion index,
-    ``batch.kubernetes.io/job-completion-index``)."""
-
-    def __init__(
-        self, kube_cluster: Any, app_name: str, replica_label: str, namespace: str | None = None
-    ) -> None:
-        from kubernetes import client
-
-        self.api = client.CoreV1Api(kube_cluster.api_client())
-        self.namespace = namespace or kube_cluster.namespace
-        self.selector = f"{LABEL_APP_ID}={app_name}"
-        self.replica_label = replica_label
-
-    def now(self) -> list[PodInstance]:
-        found = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector)
-        out = []
-        for pod in sorted(found.items, key=lambda p: p.metadata.creation_timestamp):
-            meta = pod.metadata
-            labels, annotations = meta.labels or {}, meta.annotations or {}
-            attempt = labels.get(RESTART_ATTEMPT_LABEL)
-            out.append(
-                PodInstance(
-                    key=f"{annotations[ANNOTATION_ROLE_NAME]}/{labels[self.replica_label]}",
-                    name=meta.name,
-                    uid=str(meta.uid),
-                    phase=str(pod.status.phase),
-                    deleting=meta.deletion_timestamp is not None,
-                    annotations=annotations,
-                    attempt=None if attempt is None else int(attempt),
-                )
-            )
-        return out
-
-    def running(self, key: str) -> PodInstance | None:
-        """The running instance of replica ``key``, if one runs."""
-        return next(
-            (p for p in self.now() if p.key == key and p.phase == "Running" and not p.deleting),
-            None,
-        )
-
-
-class Printer(threading.Thread):
-    """Appends ``<key> line <n>`` to each replica's log every :data:`LINE_EVERY` s until
-    ``until``.
-
-    With ``ahead`` (``role/replica`` -> pod name, known before submission), each pod was
-    given its log beforehand and gets lines from the start. With ``found`` instead, as a
-    container would: each instance (uid) of a replica's pod gets a log file of its own when
-    it appears, and lines are written only while it runs; the numbering of a replica goes on
-    across its instances. Instances that appear after ``until`` (a late replacement) still
-    get a log of their own, an empty one, until :attr:`stop` is set. ``uids`` lists each
-    replica's instances in order, ``attempts`` the JobSet incarnations seen.
-    """
-
-    def __init__(
-        self,
-        kube_cluster: Any,
-        keys: list[str],
-        until: float,
-        skew: float = 0.0,
-        namespace: str | None = None,
-        ahead: dict[str, str] | None = None,
-        found: AppPods | None = None,
-    ) -> None:
-        super().__init__(daemon=True)
-        assert (ahead is None) != (found is None), "the pods are named ahead or found"
-        self.kube_cluster, self.until = kube_cluster, until
-        self.skew, self.namespace = dt.timedelta(seconds=skew), namespace
-        self.ahead, self.found = ahead, found
-        self.written: dict[str, list[str]] = {key: [] for key in keys}
-        self.uids: dict[str, list[str]] = {key: [] for key in keys}
-        self.attempts: set[int] = set()
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # reported by the row
-            self.error = e
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            printing = time.monotonic() < self.until
-            if self.ahead is not None:
-                if not printing:
-                    return
-                running = {key: (pod, None) for key, pod in self.ahead.items()}
-            else:
-                running = self._running_instances()
-            if printing:
-                for key, (pod, tag) in running.items():
-                    self._print(key, pod, tag)
-            self.stop.wait(LINE_EVERY)
-
-    def _print(self, key: str, pod: str, tag: str | None) -> None:
-        text = f"{key} line {len(self.written[key])}"
-        # stamped as the node's kubelet would, by the node's clock
-        stamp = dt.datetime.now(dt.timezone.utc) + self.skew
-        self.kube_cluster.append_pod_logs(
-            pod, [(stamp, text)], namespace=self.namespace, file_tag=tag
-        )
-        self.written[key].append(text)
-
-    def _running_instances(self) -> dict[str, tuple[str, str | None]]:
-        """``role/replica`` -> the pod and uid of its running instance (a new instance gets
-        its log file first)."""
-        assert self.found is not None
-        out: dict[str, tuple[str, str | None]] = {}
-        for pod in self.found.now():
-            if pod.uid not in self.uids[pod.key]:
-                self.kube_cluster.set_pod_logs(
-                    pod.name, [], namespace=self.namespace, file_tag=pod.uid
-                )
-                self.uids[pod.key].append(pod.uid)
-                if pod.attempt is not None:
-                    self.attempts.add(pod.attempt)
-            if pod.phase == "Running" and not pod.deleting:
-                out[pod.key] = (pod.name, pod.uid)
-        return out
-
-
-def set_pod_annotations(
-    kube_cluster: Any, pod: str, annotations: dict[str, str], namespace: str | None = None
-) -> None:
-    from kubernetes import client
-
-    api = client.CoreV1Api(kube_cluster.api_client())
-    body = {"metadata": {"annotations": annotations}}
-    api.patch_namespaced_pod(pod, namespace or kube_cluster.namespace, body)
-
-
-def crash_replica(
-    kube_cluster: Any,
-    pods: AppPods,
-    key: str,
-    after: Sequence[str] = (),
-    seen: Callable[[str], bool] = lambda key: True,
-    crashed: Callable[[float], None] = lambda at: None,
-) -> Callable[[Any, float], Awaitable[None]]:
-    """Replica ``key``'s running container exits with 1 (kwok ends the pod Failed at once),
-    once it and every replica of ``after`` run and were ``seen`` by the row's printer (a
-    restart of them all must find each one's first pod: on a loaded machine a Job's pods
-    can come seconds apart, and start many seconds after the job was made); ``crashed`` is
-    told when."""
-
-    async def inject(proxy: Any, seconds: float) -> None:
-        deadline = time.monotonic() + 60
-        for other in after:
-            while await asyncio.to_thread(pods.running, other) is None or not seen(other):
-                assert time.monotonic() < deadline, f"replica {other} did not run within 60 s"
-                await asyncio.sleep(0.2)
-        while (pod := await asyncio.to_thread(pods.running, key)) is None:
-            assert time.monotonic() < deadline, f"replica {key} did not run within 60 s"
-            await asyncio.sleep(0.2)
-        crash = {
-            f"{POD_BEHAVIOUR}exit-code": "1",
-            f"{POD_BEHAVIOUR}reason": "Error",
-            f"{POD_BEHAVIOUR}keep-running": "false",
-        }
-        await asyncio.to_thread(set_pod_annotations, kube_cluster, pod.name, crash, pods.namespace)
-        proxy.injected.append((time.monotonic(), "replica-crash", pod.name))
-        crashed(time.monotonic())
-        await asyncio.sleep(seconds)
-
-    return inject
-
-
-async def end_pods(kube_cluster: Any, pods: AppPods, at: Callable[[], float]) -> None:
-    """From ``at()`` on (asked again until it comes), end every running pod of the app with
-    exit code 0 (what runs until the row ends it), again for any that starts later, until
-    cancelled."""
-    while True:  # ``at()`` may move on meanwhile
-        left = at() - time.monotonic()
-        if left <= 0:
-            break
-        await asyncio.sleep(min(left, 0.5))
-    flag = f"{POD_BEHAVIOUR}keep-running"
-    while True:
-        for pod in await asyncio.to_thread(pods.now):
-            if pod.annotations.get(flag) == "true" and not pod.deleting:
-                with contextlib.suppress(Exception):  # gone meanwhile
-                    await asyncio.to_thread(
-                        set_pod_annotations, kube_cluster, pod.name, {flag: "false"}, pods.namespace
-                    )
-        await asyncio.sleep(1.0)
 
 
 def jobs_of(

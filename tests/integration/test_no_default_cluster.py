@@ -37,7 +37,7 @@ ON_THE_LOCAL_CLUSTER = [
     "tests/airflow/test_torchx_dagtest_kubernetes.py::test_success_on_volcano[worker]",
 ]
 #: unit tests that build clients without naming a cluster
-UNIT = ["tests/unit/schedulers/test_kube_hub.py", "tests/unit/airflow/test_torchx_hooks.py"]
+UNIT = ["tests/unit/schedulers/kube/test_kube_hub.py", "tests/unit/hooks/test_hooks.py"]
 
 
 def test_the_environment_names_no_cluster() -> None:

@@ -299,7 +299,7 @@ class TorchXHookBase(BaseHook):
     def get_target(self) -> BackendTarget:
         """The connection resolved into a :class:`BackendTarget` (cached); secrets are masked."""
         if self._target is None:
-            target = self._target_from(self._load_connection())
+            target = self.target_from(self._load_connection())
             _mask(target.secrets())
             self._target = target
         return self._target
@@ -312,13 +312,16 @@ class TorchXHookBase(BaseHook):
         conn = await self._aload_connection()
 
         def build() -> BackendTarget:
-            target = self._target_from(None if conn is None else self._loaded(conn))
+            target = self.target_from(None if conn is None else self._loaded(conn))
             _mask(target.secrets())
             return target
 
         return await asyncio.to_thread(build)
 
-    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+    def target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+        """What a backend's hook implements: its :class:`BackendTarget` from the loaded
+        connection (its type, its extras normalized, the ``Connection``), or from ``None``
+        when the hook has no connection. Runs off the event loop; may read files."""
         raise NotImplementedError
 
     # -- clients ---------------------------------------------------------------------------------

@@ -203,7 +203,7 @@ class TorchXDockerHook(TorchXHookBase):
     get_connection_form_widgets = classmethod(connection_form_widgets)
     get_ui_field_behaviour = classmethod(ui_field_behaviour)
 
-    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+    def target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         if loaded is None:
             extras: dict[str, Any] = {}
             host = port = login = password = None

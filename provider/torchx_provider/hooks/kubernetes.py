@@ -293,7 +293,7 @@ class TorchXKubernetesHook(TorchXHookBase):
     get_connection_form_widgets = classmethod(connection_form_widgets)
     get_ui_field_behaviour = classmethod(ui_field_behaviour)
 
-    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+    def target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         extras = loaded[1] if loaded else {}
         settings, defaults = self.split_extras(extras)
         kwargs, secrets = resolve_kube_client(settings, self.conn_id)

@@ -198,6 +198,36 @@ def cancel_after_deferral_timeout(
         log.warning("deferral timed out; could not cancel app %s: %s", app_id, e)
 
 
+def finish(
+    ti: Any,
+    event: JobEvent,
+    handle: str,
+    lifecycle: Lifecycle,
+    clean_up: tuple[Any, Callable[[], Any]],
+    log: Any,
+) -> dict[str, Any]:
+    """The end of a followed task: the XComs of the outcome (``final_state``, ``replicas``,
+    the job's link), the app deleted per ``on_finish_action`` (through ``clean_up``: an open
+    scheduler client or ``None``, and how to open one), and the outcome: the task's result
+    (:func:`task_result`) when the app succeeded, else the error of
+    :mod:`torchx_provider.errors` that says why (:func:`failure_error`)."""
+    from torchx_provider.links import TorchXJobLink
+
+    ti.xcom_push(key="final_state", value=event.state.name)
+    ti.xcom_push(key="replicas", value=replica_results(event))
+    if event.ui_url:
+        TorchXJobLink.persist(ti, event.ui_url)
+    error = failure_error(event)
+    if unfinished(event) is None and lifecycle.deletes(event.succeeded):
+        scheduler, new_scheduler = clean_up
+        action = lifecycle.on_finish_action.value
+        delete_app(event.app_id, scheduler, new_scheduler, action, log)
+    if error is not None:
+        raise error
+    log.info("app %s SUCCEEDED", event.app_id)
+    return task_result(event, handle)
+
+
 def delete_app(
     app_id: str, scheduler: Any, new_scheduler: Callable[[], Any], action: str, log: Any
 ) -> None:

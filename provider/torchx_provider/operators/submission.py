@@ -246,6 +246,13 @@ def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:
     )
 
 
+def announce(plan: SubmissionPlan, app_id: str, store: Any, doing: str, log: Any) -> None:
+    """Log the submitted app's handle and store it for a later try (:func:`remember`)."""
+    handle = plan.scheduler.app_handle(app_id)
+    log.info("submitted app %s%s", handle, doing)
+    remember(store, handle, log)
+
+
 def remember(store: Any, handle: str, log: Any) -> None:
     """Store the submitted app's handle in ``task_state_store`` (when Airflow has one)."""
     if store is None:

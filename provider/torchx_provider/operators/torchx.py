@@ -260,6 +260,7 @@ class TorchXOperator(BaseOperator):
             settle_earlier_tries,
         )
 
+        self._scheduler_client = plan.scheduler  # from here on_kill cancels through it
         store = context.get("task_state_store")
         try:
             apps = live_apps(
@@ -269,16 +270,20 @@ class TorchXOperator(BaseOperator):
             raise bad_input(e) from e
         earlier = settle_earlier_tries(apps, plan.scheduler, self.lifecycle.reattach, self.log)
         if earlier is not None:
+            self._app_id = earlier
             return earlier, True
-        return self._submit(plan, store), False
+        self._app_id = self._submit(plan, store)
+        return self._app_id, False
 
     def _submit(self, plan: SubmissionPlan, store: Any) -> str:
         """Schedule the dry run. When the dry run fixed the app id (Docker), the handle is
         logged and stored, and ``on_kill`` knows the app, before its first object is made: a
         kill stops the submission, and a try after a worker that died finds the app."""
+        from torchx_provider.operators.submission import announce
+
         planned = plan.scheduler.planned_app_id(plan.dryrun)
         if planned is not None:
-            self._announce(plan, planned, store, "; creating it")
+            announce(plan, planned, store, "; creating it", self.log)
             self._app_id = planned
         self._submitting = True
         try:
@@ -289,16 +294,8 @@ class TorchXOperator(BaseOperator):
         finally:
             self._submitting = False
         if planned is None:
-            self._announce(plan, app_id, store, "")
+            announce(plan, app_id, store, "", self.log)
         return app_id
-
-    def _announce(self, plan: SubmissionPlan, app_id: str, store: Any, doing: str) -> None:
-        """Log the submitted app's handle and store it for a later try."""
-        from torchx_provider.operators.submission import remember
-
-        handle = plan.scheduler.app_handle(app_id)
-        self.log.info("submitted app %s%s", handle, doing)
-        remember(store, handle, self.log)
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
@@ -306,9 +303,7 @@ class TorchXOperator(BaseOperator):
         from torchx_provider.operators.submission import job_url, try_header
 
         plan = self.prepare(context)
-        self._scheduler_client = plan.scheduler
         app_id, _ = self.submit_or_reattach(plan, context)
-        self._app_id = app_id
         ti = context["ti"]
         handle = plan.scheduler.app_handle(app_id)
         ti.xcom_push(key="app_handle", value=handle)
@@ -424,31 +419,13 @@ class TorchXOperator(BaseOperator):
             raise (error or e) from e
 
     def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
-        """Step 4 (module doc): XComs, clean-up, and the outcome: a follow that did not see
-        the app succeed raises the class of :mod:`torchx_provider.errors` that says why
-        (:func:`~torchx_provider.operators.finishing.failure_error`)."""
-        from torchx_provider.operators.finishing import (
-            delete_app,
-            failure_error,
-            replica_results,
-            task_result,
-            unfinished,
-        )
+        """Step 4 (module doc): :func:`~torchx_provider.operators.finishing.finish`."""
+        from torchx_provider.operators.finishing import finish
         from torchx_provider.specs.names import make_app_handle
 
-        ti = context["ti"]
-        ti.xcom_push(key="final_state", value=event.state.name)
-        ti.xcom_push(key="replicas", value=replica_results(event))
-        if event.ui_url:
-            TorchXJobLink.persist(ti, event.ui_url)
-        error = failure_error(event)
-        if unfinished(event) is None and self.lifecycle.deletes(event.succeeded):
-            action = self.lifecycle.on_finish_action.value
-            delete_app(event.app_id, scheduler, self._new_scheduler, action, self.log)
-        if error is not None:
-            raise error
-        self.log.info("app %s SUCCEEDED", event.app_id)
-        return task_result(event, make_app_handle(self.scheduler, self.session_name, event.app_id))
+        handle = make_app_handle(self.scheduler, self.session_name, event.app_id)
+        clean_up = (scheduler, self._new_scheduler)
+        return finish(context["ti"], event, handle, self.lifecycle, clean_up, self.log)
 
     def _new_scheduler(self) -> Scheduler[Any]:
         """A scheduler client of this task's backend (the caller closes it)."""

@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from docker_engine import open_docker_engine
+from registry_fixture import local_registry  # noqa: F401
 
 from torchx_provider.schedulers.docker.scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal
-
-# The engine and registry fixtures are shared with the Kubernetes tests, one directory up.
-if str(Path(__file__).resolve().parents[1]) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from docker_engine import open_docker_engine
-from registry_fixture import local_registry  # noqa: F401
 
 
 @pytest.fixture(scope="session")

@@ -81,7 +81,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -90,13 +89,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
-
-# The local registry fixture is shared with the Docker tests, one directory up.
-if str(Path(__file__).resolve().parents[1]) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from registry_fixture import local_registry  # noqa: F401
-
 from kube_apps import kube_scheduler
+from registry_fixture import local_registry  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"

@@ -6,11 +6,11 @@ surface (compared with TorchX itself in ``tests/unit/torchx070``), checked on th
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
-from dataclasses import dataclass
-from typing import Any
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +19,6 @@ from torchx_provider.components import dist, run_component, utils
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.schedulers.kube.volcano import VolcanoOpts
 from torchx_provider.schedulers.kube.volcano.translation import VolcanoTranslation
-from torchx_provider.specs import resource_registry as nr
 
 
 def test_spmd_infers_processes_per_node_from_the_hosts_gpus() -> None:
@@ -65,45 +64,61 @@ def test_aws_named_resources_carry_instance_type_and_devices() -> None:
     assert specs.get_named_resource("NULL") == specs.NULL_RESOURCE
 
 
+#: a package written for TorchX: its entry points under ``torchx.named_resources`` give a
+#: factory of its own Resource class (not ours), or fail to load without TorchX
+_PLUGIN = {
+    "company_sizes.py": """
+from dataclasses import dataclass, field
+
+
 @dataclass
-class _TheirResource:  # what a plugin written for TorchX returns: not our Resource
+class Resource:
     cpu: int
     gpu: int
     memMB: int
-    capabilities: dict[str, Any]
-    devices: dict[str, int]
+    capabilities: dict = field(default_factory=dict)
+    devices: dict = field(default_factory=dict)
 
 
-class _EntryPoint:
-    def __init__(self, name: str, load: Any) -> None:
-        self.name, self.value, self._load = name, f"company.sizes:{name}", load
+def gpu():
+    return Resource(4, 2, 1000, {"a": 1})
+""",
+    "company_sizes-1.0.dist-info/METADATA": (
+        "Metadata-Version: 2.1\nName: company-sizes\nVersion: 1.0\n"
+    ),
+    "company_sizes-1.0.dist-info/entry_points.txt": """[torchx.named_resources]
+company.gpu = company_sizes:gpu
+company.broken = torchx.company_sizes:broken
+""",
+}
 
-    def load(self) -> Any:
-        return self._load()
+_LOOKUPS = """
+import pytest
+from torchx_provider import specs
+from torchx_provider.errors import InvalidAppError
+
+assert specs.get_named_resource("company.gpu") == specs.Resource(4, 2, 1000, {"a": 1})
+with pytest.raises(InvalidAppError, match=r"company\\.broken.*No module named 'torchx"):
+    specs.get_named_resource("company.broken")
+print("ok")
+"""
 
 
-def test_named_resources_registered_for_torchx_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken() -> Any:
-        raise ImportError("No module named 'torchx'")
-
-    points = [
-        _EntryPoint("company.gpu", lambda: lambda: _TheirResource(4, 2, 1000, {"a": 1}, {})),
-        _EntryPoint("company.broken", broken),
-    ]
-
-    def entry_points(*, group: str) -> list[_EntryPoint]:
-        return points if group == nr.ENTRY_POINT_GROUP else []
-
-    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    monkeypatch.setattr(nr, "NAMED_RESOURCES", dict(nr.NAMED_RESOURCES))
-    nr._named.cache_clear()
-    try:
-        assert specs.get_named_resource("company.gpu") == specs.Resource(4, 2, 1000, {"a": 1})
-        with pytest.raises(InvalidAppError, match=r"company\.broken.*No module named 'torchx'"):
-            specs.get_named_resource("company.broken")
-    finally:
-        monkeypatch.undo()
-        nr._named.cache_clear()
+def test_named_resources_registered_for_torchx_are_found(tmp_path: Path) -> None:
+    """A package installed next to the provider (here: put on its path) registers sizes for
+    TorchX; a fresh interpreter finds them, and names the one that cannot load and why."""
+    for name, text in _PLUGIN.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOKUPS],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
 
 
 def test_home_relative_bind_sources_are_expanded() -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from torchx_provider.specs.yaml_text import yaml_text
 
-GOLDEN = Path(__file__).parents[1] / "schedulers" / "golden"
+GOLDEN = Path(__file__).parents[1] / "schedulers" / "kube" / "golden"
 
 
 def pyyaml(obj: Any) -> str:

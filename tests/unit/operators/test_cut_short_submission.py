@@ -14,9 +14,8 @@ import pytest
 import torchx_fakes
 
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
-from torchx_provider.hooks.base import BackendTarget
 from torchx_provider.operators import TorchXOperator
-from torchx_provider.operators.submission import STATE_STORE_KEY, SubmissionPlan, live_apps
+from torchx_provider.operators.submission import STATE_STORE_KEY, live_apps
 from torchx_provider.schedulers.api import ListAppResponse
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppDryRunInfo
@@ -102,14 +101,6 @@ class TI:
     try_number, max_tries = 2, 1  # a retry (retries=1), never cleared
 
 
-def plan_for(scheduler: PlannedScheduler, try_number: int) -> SubmissionPlan:
-    app = torchx_fakes.make_app(ticks=100)
-    key = TaskInstanceKey("d", "t", "r", try_number=try_number)
-    return SubmissionPlan(
-        BackendTarget("fake"), scheduler, app, {}, scheduler.submit_dryrun(app, ti_key=key), key
-    )
-
-
 def operator(**kwargs: Any) -> Recorded:
     Recorded.recorder = Recorder()
     return Recorded(task_id="t", app=APP, scheduler="fake", retries=1, **kwargs)
@@ -119,13 +110,13 @@ def test_a_retry_removes_an_app_whose_submission_was_cut_short_and_submits_anew(
     fake_cluster: Any,
 ) -> None:
     scheduler = PlannedScheduler()
-    first = plan_for(scheduler, 1)
+    first = torchx_fakes.plan_for(scheduler, 1)
     old = scheduler.schedule(first.dryrun)
     scheduler.cut[old] = "120 of its 300 containers exist"
     store = Store()
     store.values[STATE_STORE_KEY] = scheduler.app_handle(old)  # the first try stored it
 
-    retry = plan_for(scheduler, 2)
+    retry = torchx_fakes.plan_for(scheduler, 2)
     apps = live_apps(retry, store, Recorder(), 1)
     assert (apps.resumable, apps.superseded, apps.cut_short) == (
         [],
@@ -153,13 +144,13 @@ def test_a_retry_follows_an_app_that_already_succeeded_instead_of_running_it_aga
     otherwise (cancelled) is not taken; neither is any when reattach is off or the task was
     cleared since (the user asked for a new run)."""
     scheduler = PlannedScheduler()
-    first = plan_for(scheduler, 1)
+    first = torchx_fakes.plan_for(scheduler, 1)
     cancelled = scheduler.schedule(first.dryrun)
     done = scheduler.schedule(scheduler.submit_dryrun(first.app, ti_key=first.ti_key))
     fake_cluster.apps[cancelled].cancelled = True
     fake_cluster.apps[done].ticks = 1000  # past its run: SUCCEEDED
 
-    retry = plan_for(scheduler, 2)
+    retry = torchx_fakes.plan_for(scheduler, 2)
     apps = live_apps(retry, Store(), Recorder(), 1)
     assert (apps.resumable, apps.succeeded, apps.cut_short) == ([], [done], {})
     op = operator()
@@ -183,10 +174,9 @@ def test_the_handle_is_logged_stored_and_known_to_on_kill_before_anything_is_mad
     fake_cluster: Any,
 ) -> None:
     scheduler = PlannedScheduler()
-    plan = plan_for(scheduler, 1)
+    plan = torchx_fakes.plan_for(scheduler, 1)
     store = Store()
     op = operator(on_kill_action="keep")
-    op._scheduler_client = scheduler
     seen: list[Any] = []
 
     def killed_while_creating(app_id: str) -> None:
@@ -236,5 +226,7 @@ def test_an_input_refused_when_scheduled_fails_without_retries(
 
     scheduler.during = refuse
     with pytest.raises(fail_exception(), match=match):
-        operator().submit_or_reattach(plan_for(scheduler, 1), torchx_fakes.task_context(TI()))
+        operator().submit_or_reattach(
+            torchx_fakes.plan_for(scheduler, 1), torchx_fakes.task_context(TI())
+        )
     assert torchx_fakes.CLUSTER.submitted == []

@@ -48,6 +48,9 @@ from torchx_provider.specs.serialization import to_dict
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from torchx_provider.operators.submission import SubmissionPlan
+    from torchx_provider.triggers.job import JobTriggerArgs
+
 BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
 
@@ -354,7 +357,7 @@ class FakeHook(TorchXHookBase):
     conn_type: ClassVar[str] = "torchx_fake"
     default_backend: ClassVar[str] = "fake"
 
-    def _target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
+    def target_from(self, loaded: tuple[str, dict[str, Any], Any] | None) -> BackendTarget:
         extras = loaded[1] if loaded else {}
         settings, defaults = self.split_extras(extras)
         return BackendTarget(
@@ -402,6 +405,29 @@ def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:
         ],
         metadata={f"fake.{k}": str(v) for k, v in meta.items()},
     )
+
+
+def submit(**meta: Any) -> str:
+    """Submit :func:`make_app` (its ``fake.*`` metadata from ``meta``) to the fake cluster."""
+    return FakeScheduler().submit(make_app(**meta))
+
+
+def trigger_args(app_id: str, **kw: Any) -> JobTriggerArgs:
+    """The arguments of a trigger that follows ``app_id`` on the fake backend, polling at once."""
+    from torchx_provider.triggers.job import JobTriggerArgs
+
+    return JobTriggerArgs(scheduler="fake", app_id=app_id, poll_interval=0.001, **kw)
+
+
+def plan_for(scheduler: FakeScheduler, try_number: int = 1, run_id: str = "r") -> SubmissionPlan:
+    """What ``TorchXOperator.prepare`` gives for :func:`make_app` on ``scheduler``: the plan
+    of try ``try_number`` of the task ``d.t`` in the run ``run_id``."""
+    from torchx_provider.operators.submission import SubmissionPlan
+
+    app = make_app(ticks=100)
+    key = TaskInstanceKey("d", "t", run_id, try_number=try_number)
+    dryrun = scheduler.submit_dryrun(app, ti_key=key)
+    return SubmissionPlan(BackendTarget("fake"), scheduler, app, {}, dryrun, key)
 
 
 def modules_loaded_by(code: str) -> set[str]:

@@ -1,7 +1,7 @@
 """The Docker engine of the integration tests, with the local test image on it.
 
-Shared by the Docker tests and the Kubernetes workspace tests (both put this directory on
-``sys.path``): one place decides what "a usable engine" means and builds the image when it
+Shared by the Docker tests, the Kubernetes workspace tests and the Docker fault rows: one
+place decides what "a usable engine" means and builds the image when it
 is missing (no registry is needed: see tests/images/build_busybox_image.sh).
 """
 

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
+from crd_schemas import validate_appwrapper
 from kube_fakes import SUFFIX, role
-from test_kube_manifests import validate_appwrapper
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError

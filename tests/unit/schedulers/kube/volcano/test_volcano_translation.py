@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
+from crd_schemas import crd_schema, validate_volcano_job
 from kube_fakes import SUFFIX, role
-from test_kube_manifests import _schema, validate_volcano_job
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError
@@ -206,7 +206,7 @@ def test_dry_run_uses_namespace_option_then_client_namespace() -> None:
 
 
 def test_job_state_table_covers_every_volcano_phase() -> None:
-    phase = _schema("volcano_job")["properties"]["status"]["properties"]["state"]["properties"][
+    phase = crd_schema("volcano_job")["properties"]["status"]["properties"]["state"]["properties"][
         "phase"
     ]
     assert set(JOB_STATE) == set(phase["enum"])

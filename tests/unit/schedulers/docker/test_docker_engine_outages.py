@@ -9,7 +9,7 @@ from typing import Any
 import docker.errors
 import pytest
 import requests.exceptions
-from test_docker_state import inspect_attrs
+from docker_attrs import inspect_attrs
 
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
 from torchx_provider.schedulers.docker.client import DockerClientConfig, EngineConnection

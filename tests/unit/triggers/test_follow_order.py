@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import torchx_fakes
-
 from task_log import TaskLog as Log
+
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import JobEvent, ReplicaRow
 from torchx_provider.triggers.follow import JobFollower

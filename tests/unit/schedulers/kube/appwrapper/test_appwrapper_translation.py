@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import pytest
+from crd_schemas import validate_appwrapper_v1beta2
 from kube_fakes import assert_found_by_index, indexed_job_pod
-from test_kube_manifests import validate_appwrapper_v1beta2
 
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torchx_fakes
 import yaml
-from test_torchx_trigger import submit, trigger_args
+from torchx_fakes import submit, trigger_args
 
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.hooks.base import BackendTarget
@@ -93,13 +93,13 @@ def test_triggers_built_from_connections_with_secrets_carry_none(
 # -- resolution in the triggerer -----------------------------------------------------------------
 def count_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     seen: list[str | None] = []
-    real = torchx_fakes.FakeHook._target_from
+    real = torchx_fakes.FakeHook.target_from
 
     def spy(self: Any, loaded: Any) -> BackendTarget:
         seen.append(self.conn_id)
         return real(self, loaded)
 
-    monkeypatch.setattr(torchx_fakes.FakeHook, "_target_from", spy)
+    monkeypatch.setattr(torchx_fakes.FakeHook, "target_from", spy)
     return seen
 
 
@@ -162,14 +162,14 @@ async def test_a_rotated_token_file_is_picked_up_after_a_401(
     class FileTokenHook(torchx_fakes.FakeHook):
         """The fake backend, with the Kubernetes hook's kubeconfig reading."""
 
-        def _target_from(self, loaded: Any) -> BackendTarget:
+        def target_from(self, loaded: Any) -> BackendTarget:
             from torchx_provider.hooks.kubernetes import resolve_kube_client
 
             kwargs, _ = resolve_kube_client(loaded[1], self.conn_id)
             user = yaml.safe_load(kwargs["kubeconfig"])["users"][0]["user"]
             return BackendTarget(self.backend, {"token": user["token"]}, conn_id=self.conn_id)
 
-    monkeypatch.setattr(torchx_fakes.FakeHook, "_target_from", FileTokenHook._target_from)
+    monkeypatch.setattr(torchx_fakes.FakeHook, "target_from", FileTokenHook.target_from)
     valid = {"token-A-0123456789"}
 
     class TokenChecking(torchx_fakes.FakeAsyncClient):

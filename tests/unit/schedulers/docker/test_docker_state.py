@@ -7,20 +7,19 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from docker_attrs import APP, APP_ID, inspect_attrs, labels_of
 from hypothesis import given
 from hypothesis import strategies as st
 
 from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker import DockerOpts
 from torchx_provider.schedulers.docker.state import (
-    CANCELLED_SUFFIX,
     CONTAINER_FAILURE,
     CONTAINER_STATE,
     ENGINE_STOP_MARGIN,
     ENGINE_STOPPED,
     OUTAGES_KEPT,
     REMOVED_FROM_OUTSIDE,
-    REMOVING_SUFFIX,
     ContainerInfo,
     EngineOutage,
     app_state,
@@ -38,50 +37,7 @@ from torchx_provider.schedulers.docker.state import (
 )
 from torchx_provider.schedulers.docker.translation import app_to_containers
 from torchx_provider.schedulers.labels import TaskInstanceKey
-from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
-
-APP_ID = "app-abcd1234"
-APP = AppDef(
-    "app",
-    [
-        Role("trainer", image="img", entrypoint="python", args=["t.py"], num_replicas=2),
-        Role("ps", image="img", entrypoint="sh"),
-    ],
-)
-
-
-def labels_of(role: str, replica: int, remove: bool = True) -> dict[str, str]:
-    job = app_to_containers(APP, DockerOpts(remove=remove), APP_ID, {})
-    for spec in job.containers:
-        env = spec["environment"]
-        if (env["TORCHX_ROLE_NAME"], int(env["TORCHX_REPLICA_IDX"])) == (role, replica):
-            return spec["labels"]
-    raise KeyError((role, replica))
-
-
-def inspect_attrs(
-    role: str,
-    replica: int,
-    status: str,
-    code: int = 0,
-    *,
-    error: str = "",
-    oom: bool = False,
-    restarts: int = 0,
-    cancelled: bool = False,
-    remove: bool = True,
-    removing: bool = False,
-) -> dict[str, Any]:
-    name = f"{APP_ID}-{role}-{replica}"
-    marks = (CANCELLED_SUFFIX if cancelled else "") + (REMOVING_SUFFIX if removing else "")
-    return {
-        "Id": f"id-{role}-{replica}",
-        "Name": "/" + name + marks,
-        "Created": "2024-05-01T10:00:00.123456789Z",
-        "RestartCount": restarts,
-        "State": {"Status": status, "ExitCode": code, "Error": error, "OOMKilled": oom},
-        "Config": {"Hostname": name, "Labels": labels_of(role, replica, remove)},
-    }
+from torchx_provider.specs.api import AppState, is_terminal
 
 
 def info(*args: Any, **kwargs: Any) -> ContainerInfo:

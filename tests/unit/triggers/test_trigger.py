@@ -9,22 +9,14 @@ from typing import Any
 
 import pytest
 import torchx_fakes
-
 from task_log import TaskLog as ListLog
+from torchx_fakes import submit, trigger_args
+
 from torchx_provider.schedulers.logs import LogCursor, advance, merge_cursors
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind, JobEvent
 from torchx_provider.triggers.follow import JobFollower, LogSelection
 from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger
-
-
-def submit(**meta: Any) -> str:
-    scheduler = torchx_fakes.FakeScheduler()
-    return scheduler.submit(torchx_fakes.make_app(**meta))
-
-
-def trigger_args(app_id: str, **kw: Any) -> JobTriggerArgs:
-    return JobTriggerArgs(scheduler="fake", app_id=app_id, poll_interval=0.001, **kw)
 
 
 def test_serialize_is_the_args_and_rebuilds_the_same_trigger() -> None:

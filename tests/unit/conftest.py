@@ -1,19 +1,15 @@
-"""Airflow-facing unit tests: a throwaway AIRFLOW_HOME (set before Airflow is imported) and
-the in-memory fake backend of ``torchx_fakes``."""
+"""Unit tests: a throwaway AIRFLOW_HOME (set before Airflow is imported, for the tests of the
+operators, triggers and hooks) and the in-memory fake backend of ``torchx_fakes``."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import airflow_home
 import pytest
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 import torchx_fakes
 

@@ -146,18 +146,17 @@ def test_importing_the_operators_loads_no_client_library() -> None:
 
 def test_on_kill_cancels_unless_keep(fake_cluster: Any) -> None:
     scheduler = torchx_fakes.FakeScheduler()
-    app_id = scheduler.submit(torchx_fakes.make_app(ticks=100))
+    context = torchx_fakes.task_context(object())
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
     op.on_kill()  # nothing submitted yet: nothing to do
-    op._app_id, op._scheduler_client = app_id, scheduler
+    app_id, _ = op.submit_or_reattach(torchx_fakes.plan_for(scheduler, run_id="r1"), context)
     op.on_kill()
     assert fake_cluster.cancelled == [app_id]
 
-    kept = scheduler.submit(torchx_fakes.make_app(ticks=100))
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake", on_kill_action="keep")
-    op._app_id, op._scheduler_client = kept, scheduler
+    kept, _ = op.submit_or_reattach(torchx_fakes.plan_for(scheduler, run_id="r2"), context)
     op.on_kill()
-    assert kept not in fake_cluster.cancelled
+    assert kept != app_id and kept not in fake_cluster.cancelled
 
 
 def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) -> None:

@@ -17,7 +17,6 @@ When neither works the tests are skipped with the reason, or fail when ``CI`` is
 
 Conftests use it with::
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from registry_fixture import local_registry  # noqa: F401
 """
 

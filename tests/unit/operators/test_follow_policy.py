@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import torchx_fakes
-from test_torchx_trigger import ListLog, submit, trigger_args
+from task_log import TaskLog as ListLog
+from torchx_fakes import submit, trigger_args
 
 from torchx_provider.errors import (
     BackendConfigurationError,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(
     os.environ.get("TORCHX_FAULTS_RESULTS", REPO / ".ci-logs" / "faults" / "results.json")
 )

@@ -1,0 +1,190 @@
+"""What the fault rows do to the local cluster itself: stop and restart its API server, wait
+for kwok to serve logs again and for its nodes to settle, bring the cluster back up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+
+def stop_process(pid: int, grace: float) -> None:
+    """SIGTERM to ``pid``, SIGKILL if it still runs ``grace`` seconds later; returns once it
+    is gone (a process of the local cluster: not a child of this one)."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+
+
+def cluster_up(*, check: bool) -> None:
+    """``cluster.sh up`` without building: starts what of the local cluster is not running."""
+    subprocess.run(
+        ["bash", str(Path(__file__).resolve().parents[1] / "cluster" / "cluster.sh"), "up"],
+        env={**os.environ, "TORCHX_CLUSTER_NO_BUILD": "1"},
+        capture_output=True,
+        timeout=300,
+        check=check,
+    )
+
+
+def _admin_api(admin_kubeconfig: str) -> Any:
+    """A sync API client for the local cluster's admin (a context manager)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=admin_kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def _apiserver_ready(admin_kubeconfig: str) -> bool:
+    with _admin_api(admin_kubeconfig) as api:
+        try:
+            api.call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
+        except Exception:
+            return False
+    return True
+
+
+def _kwok_serves(kube_cluster: Any, run: Path, port: int) -> bool:
+    """Whether kwok's kubelet endpoint serves a Logs object made just now."""
+    import ssl
+    import urllib.request
+
+    name = f"kwok-probe-{os.getpid()}-{time.monotonic_ns()}"
+    path = kube_cluster.set_pod_logs(name, ["probe"], container="main")
+    context = ssl.create_default_context(cafile=str(run / "pki" / "ca.crt"))
+    context.check_hostname = False
+    context.load_cert_chain(
+        str(run / "pki" / "apiserver-kubelet-client.crt"),
+        str(run / "pki" / "apiserver-kubelet-client.key"),
+    )
+    url = f"https://127.0.0.1:{port}/containerLogs/{kube_cluster.namespace}/{name}/main"
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(url, context=context, timeout=5) as response,
+            ):
+                if response.read().strip() == b"probe":
+                    return True
+            time.sleep(0.5)
+        return False
+    finally:
+        kube_cluster.forget_pod_logs()
+        path.unlink(missing_ok=True)
+
+
+def kwok_serves_new_logs(kube_cluster: Any, limit: float = 30.0) -> str:
+    """Make sure kwok serves log lines from Logs objects made after the API server's restart.
+
+    kwok (v0.7.0) reads Logs objects through an informer of its own. After a restart of the
+    API server that informer has been seen to stay stale for minutes, with kwok then serving
+    every new pod an empty log. That is kwok's state, not the provider's, and every later
+    test would inherit it: when no new Logs object is served within ``limit`` seconds,
+    kwok is restarted (``cluster.sh up`` starts what is not running)."""
+    from kubernetes import client
+
+    run = Path(kube_cluster.kubeconfig).resolve().parents[1]
+    with _admin_api(kube_cluster.kubeconfig) as api:
+        node = client.CoreV1Api(api).list_node(label_selector="type=kwok").items[0]
+        port = int(node.status.daemon_endpoints.kubelet_endpoint.port)
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        if _kwok_serves(kube_cluster, run, port):
+            return f"yes, after {time.monotonic() - began:.1f} s"
+    stop_process(int((run / "pids" / "kwok.pid").read_text()), grace=10)
+    cluster_up(check=True)
+    if not _kwok_serves(kube_cluster, run, port):
+        raise AssertionError("kwok serves no new Logs object even after its restart")
+    return f"only after kwok's restart ({limit:.0f} s stale)"
+
+
+#: taints the node lifecycle controller puts on a node whose heartbeats it missed
+NODE_TROUBLE = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def nodes_settled(admin_kubeconfig: str, steady: float = 20.0, limit: float = 180.0) -> float:
+    """Seconds until every node has been Ready, without a not-ready or unreachable taint, for
+    ``steady`` seconds in a row (at most ``limit``).
+
+    An API server that was down long enough makes the controller manager take the nodes'
+    heartbeats for missed once it is back: it marks them NotReady, taints them (no new pod
+    is scheduled there) and marks their pods NotReady, until kwok renews the leases. The
+    tests after the restart must not inherit that."""
+    from kubernetes import client
+
+    began = time.monotonic()
+    healthy_since: float | None = None
+    with _admin_api(admin_kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        while True:
+            now = time.monotonic()
+            try:
+                nodes = core.list_node(_request_timeout=5).items
+                healthy = bool(nodes) and all(
+                    any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                    and not any(t.key in NODE_TROUBLE for t in n.spec.taints or [])
+                    for n in nodes
+                )
+            except Exception:
+                healthy = False
+            healthy_since = (healthy_since or now) if healthy else None
+            if healthy_since is not None and now - healthy_since >= steady:
+                return round(now - began, 1)
+            if now - began >= limit:
+                raise AssertionError(
+                    f"the nodes did not stay Ready for {steady:.0f} s within {limit:.0f} s "
+                    "of the API server's restart"
+                )
+            time.sleep(0.5)
+
+
+def restart_apiserver(admin_kubeconfig: str, down: float) -> dict[str, float]:
+    """Stop the local cluster's kube-apiserver, wait ``down`` seconds, start it again with the
+    same command line as ``cluster.sh`` gave it (recording its new pid where ``cluster.sh``
+    looks), and wait until it is ready. Whatever happens, ``cluster.sh up`` is run at the end
+    if it is not running."""
+    run = Path(admin_kubeconfig).resolve().parents[1]
+    pid_file = run / "pids" / "kube-apiserver.pid"
+    pid = int(pid_file.read_text())
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    stopped = time.monotonic()
+    times: dict[str, float] = {}
+    try:
+        stop_process(pid, grace=30)
+        times["exit_seconds"] = round(time.monotonic() - stopped, 1)
+        time.sleep(down)
+        with (run / "logs" / "kube-apiserver.log").open("ab") as out:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+        pid_file.write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + 120
+        while not _apiserver_ready(admin_kubeconfig) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        times["down_seconds"] = round(time.monotonic() - stopped, 1)
+        return times
+    finally:
+        if not _apiserver_ready(admin_kubeconfig):
+            cluster_up(check=False)
+
+
+def apiserver_restart(admin_kubeconfig: str) -> Callable[[Any, float], Awaitable[None]]:
+    async def inject(proxy: Any, seconds: float) -> None:
+        measured = await asyncio.to_thread(restart_apiserver, admin_kubeconfig, seconds)
+        proxy.injected.append((time.monotonic(), "apiserver-restart", str(measured)))
+        print(f"kube-apiserver restart: {measured}")
+
+    return inject
