@@ -424,6 +424,8 @@ def roles_of(replicas: Iterable[tuple[ReplicaKey, Mapping[str, Any]]]) -> dict[s
     counts: Counter[str] = Counter()
     for key, template in replicas:
         counts[key.role] += 1
+        if key.role in roles:  # read once per role, not once per replica
+            continue
         stored = stored_role(template.get("metadata") or {})
         if stored is not None:
             roles.setdefault(key.role, stored)
