@@ -231,19 +231,7 @@ def test_each_tries_log_names_its_own_job() -> None:
     assert try_header(1, "local_docker://s/app-2", None).endswith("(no job URL)")
 
 
-def test_doctests() -> None:
-    import doctest
-
-    from torchx_provider import failures
-    from torchx_provider.operators import submission
-
-    for module in (errors, failures, submission):
-        result = doctest.testmod(module)
-        assert result.failed == 0 and result.attempted > 0, module.__name__
-
-
 def test_in_cluster_restarts_are_told_as_they_happen() -> None:
-    from torchx_provider.triggers import summary
     from torchx_provider.triggers.summary import restart_notes
 
     running = ReplicaRow("trainer", 0, AppState.RUNNING, restarts=0)
@@ -258,9 +246,6 @@ def test_in_cluster_restarts_are_told_as_they_happen() -> None:
     ]
     told_nothing = ReplicaRow("trainer", 0, AppState.RUNNING)
     assert restart_notes("a", (-1, -1), [told_nothing], [told_nothing]) == []
-    import doctest
-
-    assert doctest.testmod(summary).failed == 0
 
 
 def test_a_failed_replica_without_a_message_gets_its_logs_python_error() -> None:
@@ -334,7 +319,6 @@ def test_a_replica_that_starts_waiting_on_its_configuration_is_told_once() -> No
 
 
 def test_waiting_on_configuration_is_timed_without_a_break() -> None:
-    from torchx_provider.triggers import policy
     from torchx_provider.triggers.policy import cannot_start, waiting_on_configuration
 
     pulling = ReplicaRow("t", 0, AppState.PENDING, reason="ErrImagePull", failure="configuration")
@@ -354,9 +338,6 @@ def test_waiting_on_configuration_is_timed_without_a_break() -> None:
     assert waiting_on_configuration(since, [started, other], 400.0) == {"t/1": 200.0}
     crashing = ReplicaRow("t", 0, AppState.RUNNING, reason="CrashLoopBackOff", failure="user")
     assert waiting_on_configuration({}, [crashing], 1.0) == {}  # its code's, not the setup's
-    import doctest
-
-    assert doctest.testmod(policy).failed == 0
 
 
 def test_the_python_error_is_said_once_in_the_message() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib.abc
 import pickle
 import subprocess
@@ -153,9 +152,3 @@ def test_raising_it_never_imports_airflow() -> None:
 
 def test_every_extra_has_a_message() -> None:
     assert set(EXTRAS.values()) == set(optional.NEEDED_BY)
-
-
-def test_doctests() -> None:
-    result = doctest.testmod(optional)
-    assert result.failed == 0
-    assert result.attempted > 0

@@ -330,19 +330,3 @@ def test_image_registry(image: str, registry: str) -> None:
     from torchx_provider.schedulers.docker.client import image_registry
 
     assert image_registry(image) == registry
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "torchx_provider.schedulers.docker.client",
-        "torchx_provider.schedulers.docker.translation",
-        "torchx_provider.schedulers.workspace",
-    ],
-)
-def test_docstring_examples(module: str) -> None:
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

@@ -4,7 +4,6 @@ creation cut short told apart from a whole app. The engine runs against a fake c
 
 from __future__ import annotations
 
-import doctest
 import logging
 import signal
 import threading
@@ -337,8 +336,3 @@ def test_find_apps_marks_an_app_whose_creation_was_cut_short() -> None:
     assert [(a.app_id, a.incomplete) for a in found] == [("big-1", "2 of its 3 containers exist")]
     rows.append({**rows[0], "Id": "id2", "Labels": job.containers[2]["labels"]})
     assert engine.find_apps(TaskInstanceKey("dag", "task", "run"), str)[0].incomplete == ""
-
-
-@pytest.mark.parametrize("module", [creation])
-def test_docstring_examples(module: Any) -> None:
-    assert doctest.testmod(module).failed == 0

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import doctest
 from typing import Any
 
 import pytest
 
 from torchx_provider.errors import InvalidOptionError
-from torchx_provider.schedulers.kube import options
 from torchx_provider.schedulers.kube.mcad import McadOpts
 from torchx_provider.schedulers.kube.options import KubeOpts, option
 from torchx_provider.schedulers.kube.volcano import VolcanoOpts
 
 SHARED = [f.name for f in dataclasses.fields(KubeOpts)]
-
-
-def test_docstring_examples() -> None:
-    result = doctest.testmod(options)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_both_backends_declare_the_shared_options_alike() -> None:
