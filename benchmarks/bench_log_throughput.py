@@ -50,7 +50,6 @@ PAD = "x" * 80
 
 async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[str, float]:
     from task_log import SequenceLog, rss_mb
-
     from torchx_provider.schedulers.streams import StreamSlots
     from torchx_provider.triggers.follow import JobFollower
 

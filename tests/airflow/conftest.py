@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-import airflow_home
 import pytest
 from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
+
+import airflow_home
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()

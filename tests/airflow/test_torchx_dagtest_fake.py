@@ -168,7 +168,6 @@ def test_a_backend_added_through_the_table_only_runs(
     """A backend is one row: registering it (no module dictionary patched) is all it takes
     for ``TorchXOperator(scheduler=...)`` to run it, deferred or not; unregistered, it is gone."""
     import torchx_fakes
-
     from torchx_provider.backends import get_backend, register_backend, unregister_backend
     from torchx_provider.errors import InvalidOptionError
 

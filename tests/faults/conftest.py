@@ -51,6 +51,7 @@ def fault_proxies(kube_cluster: Any) -> Iterator[Callable[[], tuple[Any, str]]]:
     and returns it with a bearer-token kubeconfig (the restricted ServiceAccount's) that goes
     through it; all are stopped at the end of the test."""
     import yaml
+
     from fault_proxy import FaultProxy, make_serving_cert, proxy_kubeconfig
 
     kube_cluster.skip_unless_local(

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 
 import pytest
 from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
-from task_log import TaskLog
 
+from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 from torchx_provider.triggers.events import EventKind

@@ -22,8 +22,8 @@ from typing import Any, NoReturn
 
 import pytest
 from docker_rows import assert_none_lost_or_left, compare, numbered_app, printed_by, row_result
-from task_log import TaskLog
 
+from task_log import TaskLog
 from torchx_provider.schedulers.docker import create_async_client, create_scheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID, LABEL_REPLICA_ID
 from torchx_provider.schedulers.logs import parse_timestamp

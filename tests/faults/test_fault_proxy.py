@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fault_proxy import FaultProxy, make_serving_cert, resumes_from
 
 

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from app_pods import AppPods, Printer, crash_replica, end_pods
 from cluster_controls import apiserver_restart, kwok_serves_new_logs, nodes_settled
+
 from kube_apps import tracked
 from task_log import TaskLog
-
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import jobset, volcano
 from torchx_provider.schedulers.kube.jobset.state import jobset_phase

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import airflow_home
 import pytest
+
+import airflow_home
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()

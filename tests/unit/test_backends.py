@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torchx_fakes
 
+import torchx_fakes
 from torchx_provider import backends
 from torchx_provider.backends import (
     BUILTIN_BACKENDS,

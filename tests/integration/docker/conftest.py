@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import pytest
+
 from docker_engine import open_docker_engine
 from registry_fixture import local_registry  # noqa: F401
-
 from torchx_provider.schedulers.docker.scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
 from torchx_provider.specs.api import AppState, is_terminal

@@ -89,6 +89,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
+
 from kube_apps import kube_scheduler
 from registry_fixture import local_registry  # noqa: F401
 

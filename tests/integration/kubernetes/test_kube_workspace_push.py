@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from docker_engine import IMAGE, open_docker_engine
 
+from docker_engine import IMAGE, open_docker_engine
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.podlogs import app_selector
 from torchx_provider.schedulers.kube.volcano import create_scheduler

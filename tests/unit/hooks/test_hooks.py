@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torchx_fakes
 import yaml
 
+import torchx_fakes
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.hooks.base import BackendTarget, normalize_extras
 from torchx_provider.hooks.docker import TorchXDockerHook, engine_url, resolve_docker_client

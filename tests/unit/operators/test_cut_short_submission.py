@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-import torchx_fakes
 
+import torchx_fakes
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.operators import TorchXOperator
 from torchx_provider.operators.submission import STATE_STORE_KEY, live_apps

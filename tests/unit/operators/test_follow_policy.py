@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+
 import torchx_fakes
 from task_log import TaskLog as ListLog
 from torchx_fakes import submit, trigger_args
-
 from torchx_provider.errors import (
     BackendConfigurationError,
     BackendUnavailableError,

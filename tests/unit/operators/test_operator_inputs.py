@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torchx_fakes
 
+import torchx_fakes
 from torchx_provider.errors import (
     AppFailedError,
     AppLostError,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pendulum
 import pytest
-import torchx_fakes
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
+import torchx_fakes
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.operators import OnFinishAction, TorchXKubernetesOperator, TorchXOperator
 

@@ -24,6 +24,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from crd_schemas import (
     validate_appwrapper,
     validate_appwrapper_v1beta2,
@@ -31,9 +34,6 @@ from crd_schemas import (
     validate_volcano_job,
 )
 from dead_backends import Schedulers, unreachable_backends
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from dead_backends import Schedulers, unreachable_backends
 
+from dead_backends import Schedulers, unreachable_backends
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.specs.validation import MAX_ARG_BYTES

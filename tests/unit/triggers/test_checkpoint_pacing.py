@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+
 import torchx_fakes
 from task_log import TaskLog as ListLog
-
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.checkpoints import Checkpoints

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 import torchx_fakes
 from task_log import TaskLog as Log
-
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import JobEvent, ReplicaRow
 from torchx_provider.triggers.follow import JobFollower

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from task_log import TaskLog as Log
-
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.api import AsyncSchedulerClient
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine

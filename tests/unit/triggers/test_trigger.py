@@ -8,10 +8,10 @@ import logging
 from typing import Any
 
 import pytest
+
 import torchx_fakes
 from task_log import TaskLog as ListLog
 from torchx_fakes import submit, trigger_args
-
 from torchx_provider.schedulers.logs import LogCursor, advance, merge_cursors
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind, JobEvent

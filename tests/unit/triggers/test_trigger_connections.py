@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torchx_fakes
 import yaml
-from torchx_fakes import submit, trigger_args
 
+import torchx_fakes
+from torchx_fakes import submit, trigger_args
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.hooks.base import BackendTarget
 from torchx_provider.hooks.docker import TorchXDockerHook

@@ -156,7 +156,6 @@ def test_access_refused_is_a_configuration_error_not_an_outage() -> None:
 def test_an_engine_certificate_nothing_trusts_names_the_fix() -> None:
     """A real TLS handshake with an engine whose certificate the client cannot verify."""
     from tls_server import untrusted_tls_server
-
     from torchx_provider.schedulers.docker.client import DockerClientConfig, make_client
 
     with untrusted_tls_server() as url:

@@ -9,8 +9,8 @@ from typing import Any
 import docker.errors
 import pytest
 import requests.exceptions
-from docker_attrs import inspect_attrs
 
+from docker_attrs import inspect_attrs
 from torchx_provider.errors import BackendUnavailableError, SubmissionError, UnknownAppError
 from torchx_provider.schedulers.docker.client import DockerClientConfig, EngineConnection
 from torchx_provider.schedulers.docker.engine import DockerEngine

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import docker.errors
-from docker_attrs import APP_ID, labels_of
 
+from docker_attrs import APP_ID, labels_of
 from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.schedulers.docker.state import REMOVING_SUFFIX, ContainerInfo, describe_app
 

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from docker_attrs import APP, APP_ID, inspect_attrs, labels_of
 from hypothesis import given
 from hypothesis import strategies as st
 
+from docker_attrs import APP, APP_ID, inspect_attrs, labels_of
 from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker import DockerOpts
 from torchx_provider.schedulers.docker.state import (

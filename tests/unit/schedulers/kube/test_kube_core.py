@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from kube_fakes import T0, FakeAsyncKube, FakeKube, add_pod, app, set_phase
 
+from kube_fakes import T0, FakeAsyncKube, FakeKube, add_pod, app, set_phase
 from torchx_provider.errors import (
     BackendUnavailableError,
     InvalidOptionError,

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from kube_fakes import (
     FakeAsyncKube,
     FakeKube,
@@ -20,7 +21,6 @@ from kube_fakes import (
     podgroup_event,
     set_phase,
 )
-
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.hub import InformerHub, cache_key

@@ -8,7 +8,6 @@ import copy
 from typing import Any
 
 from kube_fakes import FakeAsyncKube, FakeKube
-
 from torchx_provider import specs
 from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from crd_schemas import (
     REPO_ROOT,
     crds_dir,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from kube_fakes import (
     FakeAsyncKube,
     FakeKube,
@@ -15,7 +16,6 @@ from kube_fakes import (
     podgroup_event,
     set_phase,
 )
-
 from torchx_provider.schedulers.kube import core as core_module
 from torchx_provider.schedulers.kube.pending import COMBINED, MESSAGE_CHARS, event_waits, pod_waits
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler

@@ -15,15 +15,15 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from crd_schemas import (
     validate_appwrapper,
     validate_appwrapper_v1beta2,
     validate_volcano_job,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from kube_fakes import found_under
-
 from torchx_provider import specs
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.appwrapper import AppWrapperOpts, AppWrapperTranslation

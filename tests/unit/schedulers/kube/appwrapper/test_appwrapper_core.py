@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube_fakes import FakeAsyncKube, FakeKube
-
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
 from torchx_provider.schedulers.kube.resources import CustomResource

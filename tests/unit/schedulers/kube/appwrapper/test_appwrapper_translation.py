@@ -6,9 +6,9 @@ import logging
 from typing import Any
 
 import pytest
+
 from crd_schemas import validate_appwrapper_v1beta2
 from kube_fakes import assert_found_by_index, indexed_job_pod
-
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.appwrapper import AppWrapperOpts, AppWrapperTranslation

@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 import pytest
+
 from crd_schemas import validate_jobset
 from kube_fakes import assert_found_by_index, indexed_job_pod
-
 from torchx_provider import specs
 from torchx_provider.errors import InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.jobset import JobSetOpts, JobSetTranslation

@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 import pytest
+
 from crd_schemas import validate_appwrapper
 from kube_fakes import SUFFIX, role
-
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation

@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 import pytest
+
 from crd_schemas import crd_schema, validate_volcano_job
 from kube_fakes import SUFFIX, role
-
 from torchx_provider import specs
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.schedulers.kube.mcad import McadOpts, McadTranslation
