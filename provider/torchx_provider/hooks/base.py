@@ -219,7 +219,7 @@ class TorchXHookBase(BaseHook):
     """Base of the TorchX hooks: reads the connection (once) and builds a :class:`BackendTarget`.
 
     Subclasses set ``conn_type``, ``default_backend`` and ``connection_keys`` and implement
-    :meth:`_target`. ``conn_id=None`` means no connection: environment defaults are used.
+    :meth:`target_from`. ``conn_id=None`` means no connection: environment defaults are used.
     """
 
     conn_name_attr = "conn_id"

@@ -1,8 +1,9 @@
 """Step 4 of :mod:`~torchx_provider.operators.torchx`: what a finished follow becomes.
 
-Pure: a :class:`~torchx_provider.triggers.events.JobEvent` in, the ``replicas`` XCom, the
-task's return value, or the message of the exception the task fails with, out; and how to
-tell Airflow's deferral timeout from other resumptions.
+From a :class:`~torchx_provider.triggers.events.JobEvent`: the ``replicas`` XCom, the task's
+return value, or the exception the task fails with (pure), and the task's end itself
+(:func:`finish`: XComs, clean-up, outcome); how to tell Airflow's deferral timeout from other
+resumptions, and what to cancel after it.
 """
 
 from __future__ import annotations

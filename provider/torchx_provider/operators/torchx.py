@@ -272,13 +272,13 @@ class TorchXOperator(BaseOperator):
         if earlier is not None:
             self._app_id = earlier
             return earlier, True
-        self._app_id = self._submit(plan, store)
-        return self._app_id, False
+        return self._submit(plan, store), False
 
     def _submit(self, plan: SubmissionPlan, store: Any) -> str:
-        """Schedule the dry run. When the dry run fixed the app id (Docker), the handle is
-        logged and stored, and ``on_kill`` knows the app, before its first object is made: a
-        kill stops the submission, and a try after a worker that died finds the app."""
+        """Schedule the dry run; ``on_kill`` knows the app from the moment it exists. When the
+        dry run fixed the app id (Docker), the handle is logged and stored before its first
+        object is made: a kill stops the submission, and a try after a worker that died finds
+        the app."""
         from torchx_provider.operators.submission import announce
 
         planned = plan.scheduler.planned_app_id(plan.dryrun)
@@ -293,6 +293,7 @@ class TorchXOperator(BaseOperator):
             raise bad_input(e) from e
         finally:
             self._submitting = False
+        self._app_id = app_id
         if planned is None:
             announce(plan, app_id, store, "", self.log)
         return app_id

@@ -159,6 +159,24 @@ def test_on_kill_cancels_unless_keep(fake_cluster: Any) -> None:
     assert kept != app_id and kept not in fake_cluster.cancelled
 
 
+def test_a_kill_while_the_new_handle_is_stored_cancels_the_app(fake_cluster: Any) -> None:
+    """The app exists once ``schedule`` returned: a kill while its handle is being written
+    to ``task_state_store`` (a call to Airflow's API server) cancels it."""
+    op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
+
+    class KilledWhileStoring:
+        def get(self, key: str) -> Any:
+            return None
+
+        def set(self, key: str, value: Any) -> None:
+            op.on_kill()  # Airflow's SIGTERM handler, in the thread that is storing
+
+    context = torchx_fakes.task_context(object(), task_state_store=KilledWhileStoring())
+    plan = torchx_fakes.plan_for(torchx_fakes.FakeScheduler())
+    app_id, _ = op.submit_or_reattach(plan, context)
+    assert fake_cluster.cancelled == [app_id]
+
+
 def test_job_url_from_the_backend_or_the_connection_template(fake_cluster: Any) -> None:
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.operators.submission import SubmissionPlan, job_url

@@ -83,6 +83,6 @@ def test_a_fixed_operator_given_an_unknown_backend_lists_the_known_ones() -> Non
 
 
 def test_the_generic_operator_takes_any_name_and_leaves_unknown_ones_to_the_task() -> None:
-    # An unknown name fails when the task runs, listing the backends (test_torchx_backends):
+    # An unknown name fails when the task runs, listing the backends (test_backends):
     # the parse does not load the backend table or its entry points.
     assert TorchXOperator(task_id="t", app=APP, scheduler="volcanoo").scheduler == "volcanoo"

@@ -424,7 +424,7 @@ def roles_of(replicas: Iterable[tuple[ReplicaKey, Mapping[str, Any]]]) -> dict[s
     counts: Counter[str] = Counter()
     for key, template in replicas:
         counts[key.role] += 1
-        if key.role in roles:  # read once per role, not once per replica
+        if key.role in roles:  # a stored role was read: the others are not read again
             continue
         stored = stored_role(template.get("metadata") or {})
         if stored is not None:
