@@ -98,7 +98,9 @@ async def one_run(
     quiet.disabled = True  # the follows' own messages (none expected) are not measured
 
     def checkpoint_of(i: int) -> Any:
-        async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        async def checkpoint(
+            cursors: dict[str, LogCursor], state: AppState | None, *_: Any
+        ) -> None:
             nonlocal writes, failed
             try:
                 await supervisor.serve(checkpoint=True)

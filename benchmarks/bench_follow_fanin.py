@@ -39,7 +39,10 @@ machine-readable::
 Usage::
 
     python benchmarks/bench_follow_fanin.py [--backend kubernetes|kubernetes_jobset_kueue]
-        [--jobs N] [--window 60] [--background 30]
+        [--jobs N] [--window 60] [--background 30] [--watch]
+
+``--watch`` follows with progress tracking, stragglers and stalls on: each follow has a
+``progress_pattern``, ``straggler_after`` (60 s) and ``stall_timeout`` (1 hour).
 
 Without ``--jobs`` it runs N = 10, 100 and 1000 in turn. Needs the running local cluster
 (``bash tests/cluster/cluster.sh up``; ``cluster.sh env`` names its kubeconfigs).
@@ -77,6 +80,8 @@ NODE_CPU, NODE_MEMORY_GI = 64, 256  # what one fake node of the benchmark's hold
 BENCH_LABEL = "torchx.test/bench"
 KEEP_RUNNING = "cluster.torchx.test/keep-running"
 TICK = 0.1
+#: set (to ``1``) for the follower process when ``--watch`` is given
+WATCH_ENV = "TORCHX_BENCH_WATCH"
 #: Kueue's API group and the version the local cluster serves
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -97,6 +102,16 @@ def follower_main(backend_name: str, kubeconfig: str, namespace: str) -> None:
     the stats as JSON."""
     from torchx_provider.backends import get_backend
     from torchx_provider.triggers.follow import JobFollower
+
+    watch: dict[str, Any] = {}
+    if os.environ.get(WATCH_ENV) == "1":
+        from torchx_provider.triggers.progress import ProgressPattern
+        from torchx_provider.triggers.watch import WatchLimits
+
+        watch = {
+            "progress_pattern": ProgressPattern.parse(r"step[=: ]\s*(\d+)"),
+            "watch": WatchLimits(straggler_after=60.0, stall_timeout=3600.0),
+        }
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -132,7 +147,9 @@ def follower_main(backend_name: str, kubeconfig: str, namespace: str) -> None:
         await asyncio.sleep(delay)
         # As TorchXJobTrigger.run: the client is made off the loop, then the follow loop.
         client = await asyncio.to_thread(backend.create_async_client, **client_kwargs)
-        follower = TimedFollower(client, app_id, log=Discard(), poll_interval=POLL_INTERVAL)
+        follower = TimedFollower(
+            client, app_id, log=Discard(), poll_interval=POLL_INTERVAL, **watch
+        )
         try:
             event = await follower.run()
         finally:
@@ -902,7 +919,12 @@ def main() -> int:
     parser.add_argument(
         "--background", type=float, default=30.0, help="seconds of background measured"
     )
+    parser.add_argument(
+        "--watch", action="store_true", help="progress, stragglers and stalls watched"
+    )
     args = parser.parse_args()
+    if args.watch:
+        os.environ[WATCH_ENV] = "1"  # the follower process inherits it
     cluster = Cluster()
     results = []
     for n in [args.jobs] if args.jobs else SIZES:

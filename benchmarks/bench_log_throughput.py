@@ -21,7 +21,7 @@ last line is machine-readable::
 Usage::
 
     python benchmarks/bench_log_throughput.py --backend kubernetes|local_docker [--lines N]
-        [--rounds R]
+        [--rounds R] [--progress-pattern REGEX] [--stall-timeout SECONDS]
 
 Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); Docker an
 engine with the test image (``scripts/setup.sh`` makes both).
@@ -69,7 +69,9 @@ async def time_follow(client: Any, app_id: str, key: str, total: int) -> dict[st
 
     sampler = asyncio.ensure_future(sample())
     start = time.perf_counter()
-    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=10.0).run())
+    follow = asyncio.ensure_future(
+        JobFollower(client, app_id, log=log, poll_interval=10.0, **FOLLOW_OPTIONS).run()
+    )
     try:
         await asyncio.wait_for(log.done.wait(), 600)
         seconds = time.perf_counter() - start
@@ -233,6 +235,10 @@ async def local_docker(total: int, rounds: int) -> list[tuple[float, dict[str, f
     return timed
 
 
+#: the follow's progress options (``--progress-pattern``, ``--stall-timeout``)
+FOLLOW_OPTIONS: dict[str, object] = {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["kubernetes", "local_docker"], required=True)
@@ -245,7 +251,23 @@ def main() -> None:
         help="kubernetes: seconds between the timestamps of successive lines (default 0.001: "
         "a replica writing 1,000 lines/s); Docker's are the times the lines were written",
     )
+    parser.add_argument(
+        "--progress-pattern",
+        help="the follow's progress_pattern (each line is matched; the benchmark's lines "
+        "match none, so every line is searched)",
+    )
+    parser.add_argument("--stall-timeout", type=float, help="the follow's stall_timeout")
     args = parser.parse_args()
+    if args.progress_pattern:
+        from torchx_provider.triggers.progress import ProgressPattern
+
+        FOLLOW_OPTIONS["progress_pattern"] = ProgressPattern.parse(args.progress_pattern)
+    if args.stall_timeout:
+        from torchx_provider.triggers.watch import WatchLimits
+
+        FOLLOW_OPTIONS["watch"] = WatchLimits(
+            straggler_after=None, stall_timeout=args.stall_timeout
+        )
     total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
     timed = asyncio.run(
         kubernetes(total, args.rounds, args.line_interval)

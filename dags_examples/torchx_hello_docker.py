@@ -17,7 +17,9 @@ from airflow.sdk import DAG
 
 from torchx_provider.operators import TorchXDockerOperator
 
-#: A tiny local image (see tests/images/build_busybox_image.sh); no registry is needed.
+#: The image is built locally, nothing pulled: run ``bash tests/images/build_busybox_image.sh``
+#: from a checkout of this repository once (it needs Debian's ``busybox-static``;
+#: ``scripts/setup.sh`` runs it). Any image with a POSIX shell works too, e.g. ``busybox:latest``.
 IMAGE = "torchx-provider/busybox:latest"
 
 with DAG(

@@ -15,6 +15,9 @@ from airflow.sdk import DAG, Param, task
 
 from torchx_provider.operators import TorchXDockerOperator
 
+#: The image is built locally, nothing pulled: run ``bash tests/images/build_busybox_image.sh``
+#: from a checkout of this repository once (it needs Debian's ``busybox-static``;
+#: ``scripts/setup.sh`` runs it). Any image with a POSIX shell works too, e.g. ``busybox:latest``.
 IMAGE = "torchx-provider/busybox:latest"
 SWEEP = [{"lr": "0.1", "batch": "32"}, {"lr": "0.01", "batch": "64"}]
 

@@ -30,6 +30,8 @@ with DAG(
         app="utils.echo",
         app_args={
             "msg": "result line",
+            # built locally by tests/images/build_busybox_image.sh (see torchx_hello_docker.py);
+            # any image with a shell and echo works too, e.g. busybox:latest
             "image": "torchx-provider/busybox:latest",
             "num_replicas": 2,
         },

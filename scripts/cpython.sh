@@ -38,21 +38,10 @@ declare -A PINNED=([3.14]=3.14.7-1)
 usable() { [ -x "$python" ] && "$python" -c "import $modules" >/dev/null 2>&1; }
 if usable; then echo "$python"; exit 0; fi
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 deps=(build-essential libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev
   uuid-dev libncurses-dev libreadline-dev libzstd-dev xz-utils gpgv debian-archive-keyring
   debian-keyring)
-missing=()
-for d in "${deps[@]}"; do
-  dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "ok installed" || missing+=("$d")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing build dependencies: ${missing[*]}" >&2
-  # (CI installs other packages at the same time: wait for dpkg's lock instead of failing)
-  as_root apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-  DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-    "${missing[@]}" >&2
-fi
+bash "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh" "${deps[@]}" >&2
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

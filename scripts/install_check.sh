@@ -115,6 +115,30 @@ for conn_type in torchx_kubernetes torchx_docker; do
     || { echo "Airflow lists no $conn_type connection type" >&2; exit 1; }
 done
 
+step "Airflow finds the TorchX app view, and its app serves the bundle from the wheel"
+"$venv_python" - "$work/venv" <<'PY'
+import sys
+from importlib.metadata import entry_points
+
+venv = sys.argv[1]
+sys.argv = ["airflow", "api-server"]  # the view is defined in the API server only
+[entry] = [e for e in entry_points(group="airflow.plugins") if e.name == "torchx_app_view"]
+plugin = entry.load()
+[view] = plugin.react_apps
+if view["destination"] != "task_instance":
+    sys.exit(f"the view is not on the task instance: {view}")
+from fastapi.testclient import TestClient
+
+from torchx_provider.plugins.app_view import BUNDLE
+
+if not str(BUNDLE).startswith(venv):
+    sys.exit(f"the view's bundle {BUNDLE} is not the wheel's")
+served = TestClient(plugin.fastapi_apps[0]["app"]).get("/static/app-view.js")
+if served.status_code != 200 or "AirflowPlugin" not in served.text[:2000]:
+    sys.exit(f"the view's bundle is not served: {served.status_code} {served.text[:200]}")
+print(f"    {view['name']!r} on the task instance; its bundle, {len(served.content)} bytes")
+PY
+
 step "parsing the example DAGs"
 "$venv_python" - "$REPO_ROOT/dags_examples" <<'PY'
 import sys

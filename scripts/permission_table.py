@@ -24,7 +24,6 @@ COLUMNS = ("API group", "Resource", "Verb", "Measured with", "Without it", "Note
 #: what a measurement on the local cluster cannot show, by row id
 NOTES = {
     "batch.volcano.sh/jobs:watch": "changes are read every poll instead of watched",
-    "batch.volcano.sh/jobs:patch": "not used today",
     "workload.codeflare.dev/appwrappers:watch": "changes are read every poll instead of watched",
     "jobset.x-k8s.io/jobsets:watch": "changes are read every poll instead of watched",
     "core/pods:watch": "pod changes are read every poll instead of watched",
@@ -43,15 +42,20 @@ NOTES = {
     "task log says so once per namespace",
     "core/events:watch": "as events list (one watch per namespace, in the triggerer)",
     "kueue.x-k8s.io/workloads:get": "not used: Workloads are listed and watched",
-    "kueue.x-k8s.io/workloads:list": "without it why an AppWrapper waits for Kueue's "
-    "admission, and that Kueue preempted it, is not said (quietly: reasons from pods still "
-    "are)",
+    "kueue.x-k8s.io/workloads:list": "without it why an AppWrapper or a JobSet waits for "
+    "Kueue's admission, and that Kueue preempted it, is not said (quietly: reasons from pods "
+    "still are)",
     "kueue.x-k8s.io/workloads:watch": "as workloads list (one watch per namespace, in the "
     "triggerer)",
-    "kueue.x-k8s.io/localqueues:get": "without it a worker that does not defer does not say "
-    "how much waits in the LocalQueue (quietly)",
-    "kueue.x-k8s.io/localqueues:list": "without it the triggerer does not say how much waits "
-    "in the LocalQueue of a job Kueue has not admitted (quietly: Kueue's reason still is)",
+    "kueue.x-k8s.io/workloads:patch": "without it a cancel with cancel_by='suspend' of a job "
+    "of a LocalQueue deletes it instead (Kueue would start a suspended one again); the task "
+    "log says so, with the rule to add",
+    "kueue.x-k8s.io/localqueues:get": "without it a LocalQueue that does not exist is not "
+    "refused before submission (Kueue says so; the follow gives the job up after the start "
+    "grace), and a worker that does not defer does not say how much waits in the LocalQueue",
+    "kueue.x-k8s.io/localqueues:list": "without it a LocalQueue that does not exist is refused "
+    "without naming those of the namespace, and the triggerer does not say how much waits in "
+    "the LocalQueue of a job Kueue has not admitted (quietly: Kueue's reason still is)",
     "kueue.x-k8s.io/localqueues:watch": "as localqueues list (one watch per namespace, in the "
     "triggerer)",
 }

@@ -3,7 +3,8 @@
 #
 #   * Debian packages: docker.io (the engine) and busybox-static (the test image's rootfs);
 #   * a Docker engine that answers (started here when none does);
-#   * .venv/ with this package and its dev extras, pinned to the tested Airflow version;
+#   * .venv/ with this package and its dev extras, pinned to the tested Airflow version, and
+#     the Mermaid release the docs site serves (scripts/docs_mermaid.py);
 #   * Airflow's SQLite database in .airflow/;
 #   * the local test image torchx-provider/busybox:latest (no registry is needed).
 #
@@ -13,22 +14,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$REPO_ROOT"
 
-need_pkgs=()
+# docker.io only where no engine is installed (a machine may have Docker from elsewhere)
+need_pkgs=(busybox-static)
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
-dpkg -s busybox-static >/dev/null 2>&1 || need_pkgs+=(busybox-static)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  log "installing Debian packages: ${need_pkgs[*]}"
-  # One retry: a download that fails half-way (a mirror hiccup, a concurrent apt run) must
-  # not end a fresh machine's setup.
-  for attempt in 1 2; do
-    as_root apt-get update -qq
-    if DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-    then break; fi
-    [ "$attempt" -eq 2 ] && { echo "apt-get install ${need_pkgs[*]} failed twice" >&2; exit 1; }
-    log "apt-get install failed; retrying once"
-    sleep 5
-  done
-fi
+# npm builds the "TorchX app" view's bundle (ui/), as the wheel's build does
+command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
+bash "$REPO_ROOT/scripts/apt_install.sh" "${need_pkgs[@]}"
 
 bash "$REPO_ROOT/scripts/start_docker.sh"
 
@@ -39,6 +30,10 @@ fi
 log "installing airflow-provider-torchx[dev] with apache-airflow==$AIRFLOW_VERSION"
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q -e ".[dev]" "apache-airflow==$AIRFLOW_VERSION"
+log "building the TorchX app view's bundle from ui/ (npm ci, npm run build)"
+(cd "$REPO_ROOT/ui" && npm ci --no-audit --no-fund --loglevel=error && npm run build >/dev/null)
+log "fetching Mermaid for the docs site's diagrams (npm, pinned; once)"
+"$VENV/bin/python" "$REPO_ROOT/scripts/docs_mermaid.py" >/dev/null
 
 log "preparing Airflow's database in $AIRFLOW_HOME"
 mkdir -p "$AIRFLOW_HOME"

@@ -4,9 +4,10 @@ drift.
 Each generated part sits between ``<!-- generated: NAME -->`` and
 ``<!-- end generated: NAME -->`` in the page :data:`GENERATORS` names. Run
 ``.venv/bin/python scripts/update_docs.py`` after changing a backend's run options, a built-in
-component or the RBAC role; ``--check`` exits 1 when a page is stale (a unit test runs it).
-The tables measured by CI (reliability, permissions) have scripts of their own
-(``scripts/reliability_table.py``, ``scripts/permission_table.py``).
+component or the RBAC role (rbac.md and the Kubernetes quickstart show it); ``--check`` exits
+1 when a page is stale (a unit test runs it). The tables measured by CI (reliability,
+permissions) have scripts of their own (``scripts/reliability_table.py``,
+``scripts/permission_table.py``).
 """
 
 from __future__ import annotations
@@ -41,9 +42,27 @@ def run_options() -> str:
 def rbac() -> str:
     """The namespaced Role the Kubernetes backends need: the one the integration tests prove
     sufficient (they run as a ServiceAccount bound to nothing else)."""
+    return f"```yaml\n{_documented_role()}\n```\n"
+
+
+#: the namespace of the Kubernetes quickstart (docs/kubernetes-quickstart.md)
+QUICKSTART_NAMESPACE = "torchx-quickstart"
+
+
+def quickstart_role() -> str:
+    """The same Role for the quickstart's namespace (its other objects are on the page)."""
+    documented = _documented_role()
+    role = documented.replace("namespace: torchx-test\n", f"namespace: {QUICKSTART_NAMESPACE}\n")
+    if role == documented:
+        raise SystemExit(f"{RBAC}'s Role is no longer in the namespace torchx-test")
+    return f"```yaml\n{role}\n```\n"
+
+
+def _documented_role() -> str:
+    """The first Role of :data:`RBAC` (the test namespace's), as written there."""
     docs = RBAC.read_text().split("\n---\n")
     role = next(d for d in docs if re.search(r"^kind: Role$", d, re.M))
-    return f"```yaml\n{role.strip()}\n```\n"
+    return role.strip()
 
 
 def components() -> str:
@@ -76,6 +95,7 @@ def _argument(param: inspect.Parameter) -> str:
 GENERATORS: dict[str, tuple[str, Callable[[], str]]] = {
     "run-options": ("backends.md", run_options),
     "rbac": ("rbac.md", rbac),
+    "quickstart-role": ("kubernetes-quickstart.md", quickstart_role),
     "components": ("concepts.md", components),
 }
 

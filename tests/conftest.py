@@ -65,3 +65,45 @@ def unavailable(reason: str) -> NoReturn:
 def skip_or_fail() -> Callable[[str], NoReturn]:
     """The :func:`unavailable` function, for fixtures that find a backend missing."""
     return unavailable
+
+
+# ---------------------------------------------------------------- lanes
+# The test command (scripts/test.sh) runs the suite as two pytest processes at once: the
+# tiers that need the local Kubernetes cluster, whose rows mostly wait on clocks (kwok's
+# stages, API server outages, triggerer restarts), and everything else. Each test belongs to
+# exactly one lane; without --lane a session runs both, one after the other as before.
+LANES = ("local", "cluster")
+#: fixtures that reach the Kubernetes cluster (directly or through a deployment that has a
+#: Kubernetes connection): a test that uses one, even indirectly, is in the cluster lane
+CLUSTER_FIXTURES = frozenset({"kube_cluster", "deployment_cluster"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        choices=LANES,
+        default=None,
+        help="run only the tests of one lane: 'cluster' (they use the Kubernetes cluster) "
+        "or 'local' (the others); scripts/test.sh runs both at once",
+    )
+
+
+def lane_of(item: pytest.Item) -> str:
+    """``cluster`` for a test that uses the Kubernetes cluster, else ``local``."""
+    if item.get_closest_marker("kubernetes") is not None:
+        return "cluster"
+    if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "cluster"
+    return "local"
+
+
+@pytest.hookimpl(trylast=True)  # after the tiers' own hooks have added their markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lane = config.getoption("--lane")
+    if lane is None:
+        return
+    keep = [item for item in items if lane_of(item) == lane]
+    dropped = [item for item in items if lane_of(item) != lane]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

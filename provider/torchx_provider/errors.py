@@ -8,11 +8,15 @@ The tree::
     ├── BackendUnavailableError          the engine / API server cannot be reached or refused us
     ├── UnknownAppError (LookupError)    no app with that id/handle exists on the backend
     ├── SubmissionError                  the backend rejected what we sent (quota, schema, ...)
+    │   └── SubmissionWaitTimeout        what a submission waits on before the app can run
+    │                                    (a Docker image pull) outlasted the bound given
     ├── AppFailedError                   the app ended without success (or could not run)
     │   ├── UserCodeError                a replica's own process failed: non-zero exit, a
     │   │                                signal it raised, killed for exceeding its memory
     │   ├── InfrastructureError          the platform ended it: evicted, preempted, node lost,
-    │   │                                a container removed from outside
+    │   │   │                            a container removed from outside
+    │   │   └── AppStalledError          no replica moved for ``stall_timeout``: a hang (a
+    │   │                                dead peer, a node, the network); it was cancelled
     │   ├── AppConfigurationError        it could not start (or be followed) as configured:
     │   │   │                            image missing, a Secret missing, rejected
     │   │   ├── BackendConfigurationError  (also a BackendUnavailableError) credentials
@@ -21,9 +25,9 @@ The tree::
     │   │   └── RejectedConfigurationError  (also a SubmissionError) refused at submission
     │   │                                for the app's own settings: an image that does
     │   │                                not exist, an invalid image name
-    │   ├── QueueTimeoutError            it waited in its queue past a limit (not raised yet)
-    │   ├── AppTimeoutError              the task's execution_timeout / follow_timeout passed
-    │   └── AppCancelledError            cancelled or deleted from outside this task
+    │   ├── QueueTimeoutError            it waited to run longer than ``queue_timeout``
+    │   ├── AppTimeoutError              the task's execution_timeout or follow_timeout passed
+    │   └── AppCancelledError            cancelled from outside this task
     └── AppLostError                     the backend stayed unreachable past outage_budget:
                                          the app may still run, a retry reattaches to it
 
@@ -117,6 +121,22 @@ class SubmissionError(TorchXProviderError):
         super().__init__(message)
 
 
+class SubmissionWaitTimeout(SubmissionError):
+    """What a submission waits on before the app can run -- on Docker, the image pulls --
+    outlasted the bound the caller gave
+    (:meth:`~torchx_provider.schedulers.api.Scheduler.schedule_within`); it was cancelled
+    and nothing of the app is left. ``reason`` says what it waited on and how far it got.
+    The operators raise it as :class:`QueueTimeoutError`.
+
+    >>> SubmissionWaitTimeout("cut", reason="image 'a:1' still being pulled").reason
+    "image 'a:1' still being pulled"
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class RootCause:
     """The replica whose failure ended the app (the first to fail), as the backend told it:
@@ -186,14 +206,44 @@ class UserCodeError(AppFailedError):
 class InfrastructureError(AppFailedError):
     """The platform ended the app, not its code: a pod evicted or disrupted (preempted by
     the scheduler, the kubelet, a node drain, a taint, pod GC), its node lost, a container
-    removed by something other than this task. A retry can succeed. (A Docker engine that
-    restarted stops its containers as ``docker stop`` would: the engine does not tell the
-    two apart, so such an app fails as the base :class:`AppFailedError`.)"""
+    removed or a job deleted by something other than this task, a Docker engine stopped or
+    restarted while it ran. A retry can succeed. (The engine stops its containers on the way down as
+    ``docker stop`` would; a replica counts as stopped by the engine when it ended during an
+    outage of the engine the provider saw. A SIGKILL/SIGTERM exit outside one is not told
+    apart from a stop from outside: the app fails as the base :class:`AppFailedError`.)"""
+
+
+class AppStalledError(InfrastructureError):
+    """No replica of the running app moved -- wrote a line, or a new step where its lines
+    match ``progress_pattern`` -- for the operator's ``stall_timeout``: a hang, most often
+    of a peer, a node or the network (a rank stuck in a collective holds the others in
+    theirs), which a retry can heal. The app was cancelled (unless
+    ``on_kill_action="keep"``); ``stalled`` names the replicas that stopped first
+    (``role/replica``), the first of them is the root cause.
+
+    >>> e = AppStalledError("hung", app_id="a-1", state="RUNNING", stalled=("t/1",))
+    >>> isinstance(e, InfrastructureError), e.stalled
+    (True, ('t/1',))
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        app_id: str | None = None,
+        state: str = "",
+        root_cause: RootCause | None = None,
+        stalled: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, app_id=app_id, state=state, root_cause=root_cause)
+        self.stalled = stalled
 
 
 class QueueTimeoutError(AppFailedError):
-    """The app waited in its queue, never admitted, past a limit. Reserved for queue
-    limits: no backend raises it yet."""
+    """The app waited to run longer than the operator's ``queue_timeout``: from its
+    submission, or again from a preemption or requeue. The app was cancelled (unless
+    ``on_kill_action="keep"``); the message says how long it waited and the last reason the
+    backend gave for the wait, when it gave one."""
 
 
 class AppTimeoutError(AppFailedError):
@@ -202,7 +252,9 @@ class AppTimeoutError(AppFailedError):
 
 
 class AppCancelledError(AppFailedError):
-    """The app was cancelled or deleted from outside this task before it finished."""
+    """The app was cancelled from outside this task before it finished (a cancel that stops
+    it in place; one that deletes it cannot be told from another removal, which is an
+    :class:`InfrastructureError`)."""
 
 
 class AppLostError(TorchXProviderError):

@@ -5,10 +5,16 @@ one commented table (``CONTAINER_FAILURE`` in :mod:`~torchx_provider.schedulers.
 the ``*_FAILURE`` tables of :mod:`~torchx_provider.schedulers.kube.status`); a case no table
 knows has no kind. This module holds what is the same for every backend:
 
-* :func:`root_cause`: of several failed replicas, the one that failed first -- by finish
-  time (whole seconds: what Kubernetes reports), then by the evidence in its log tail
-  (torchrun's "Root Cause (first observed failure)" block, a Python traceback), then a
-  non-signal exit over a SIGKILL/SIGTERM (137/143), then the order the app describes them;
+* :func:`exit_failure`: the kind a replica's exit code (and the runtime's OOM flag) tells,
+  where nothing else says who ended it: the one rule for a SIGKILL or SIGTERM (137/143);
+* :func:`root_cause`: of several failed replicas, the one that failed first. Those that
+  finished within :data:`ROOT_CAUSE_WINDOW` of the first failure count as failing at once
+  (a torchrun job tears its other workers down within a second), and among them the
+  evidence in the log tail decides (torchrun's "Root Cause (first observed failure)" block,
+  a Python traceback), then the earlier of two such blocks' failure times, then a non-signal
+  exit over a SIGKILL/SIGTERM (137/143), then the finish time, then the order the app
+  describes them. The finish times are the backend's own, as precise as it tells them: whole
+  seconds on Kubernetes (``finishedAt``), nanoseconds on Docker (``State.FinishedAt``);
 * :func:`python_error`: the error line of the last Python traceback in a tail;
 * :func:`error_class`: the exception class of a kind (an unknown kind is the base class).
 """
@@ -18,20 +24,25 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+
+from torchx_provider.timestamps import read_timestamp
 
 if TYPE_CHECKING:
     from torchx_provider.errors import AppFailedError
-    from torchx_provider.triggers.events import ReplicaRow
+    from torchx_provider.replicas import ReplicaRow
 
 #: How long a replica's message may be where it is shown (task log, XCom, exception).
 MESSAGE_LIMIT = 1000
 
-#: Exit codes of a process killed by SIGKILL (137) or SIGTERM (143): most often sent to it
-#: by something else (the OOM killer, a stop, torchrun tearing down its workers), so the
-#: weakest evidence that this replica is where the failure began.
-SIGNAL_EXITS = frozenset({137, 143})
+#: The exit code of a process killed by SIGKILL (128 + 9) and by SIGTERM (128 + 15), as a
+#: container runtime reports it.
+SIGKILL_EXIT, SIGTERM_EXIT = 137, 143
+#: Exit codes of a process killed by SIGKILL or SIGTERM: most often sent to it by something
+#: else (the OOM killer, a stop, torchrun tearing down its workers), so the weakest evidence
+#: that this replica is where the failure began.
+SIGNAL_EXITS = frozenset({SIGKILL_EXIT, SIGTERM_EXIT})
 
 
 class FailureKind(str, enum.Enum):
@@ -46,6 +57,38 @@ class FailureKind(str, enum.Enum):
     CONFIGURATION = "configuration"
     #: stopped from outside the task
     CANCELLED = "cancelled"
+
+
+def exit_failure(exit_code: int | None, oom_killed: bool = False) -> FailureKind | None:
+    """The kind of a replica's failure as its exit tells it, the same on every backend. A
+    backend asks only when nothing else says who ended the replica: the platform's own word
+    (a disruption, an eviction, the Docker engine seen stopping), the task's cancel, a
+    container that could not start are decided before.
+
+    * ``oom_killed`` (the runtime says it was killed for exceeding its own memory limit,
+      the role's ``resource.memMB``): :attr:`FailureKind.USER`, the code needs more memory;
+    * SIGKILL or SIGTERM (:data:`SIGNAL_EXITS`, 137 and 143) otherwise: no kind. Those
+      signals are most often sent from outside the replica's code -- the kernel or the
+      kubelet on a node in trouble, ``docker stop`` or ``docker kill``, a container runtime
+      restarted -- and the exit code alone does not say who. Calling it the user's would
+      make :data:`~torchx_provider.retry.RETRY_INFRASTRUCTURE_ONLY` fail at once a task a
+      retry could fix; calling it the platform's would be a guess. Without a kind the app
+      fails with the base class, :class:`~torchx_provider.errors.AppFailedError`, which that
+      policy leaves to the task's ``retries``;
+    * any other non-zero code: :attr:`FailureKind.USER`, its own exit or a signal that only
+      its own process raises (SIGSEGV 139, SIGABRT 134);
+    * 0, or no code told: no kind.
+
+    >>> exit_failure(1).value, exit_failure(137, oom_killed=True).value, exit_failure(139).value
+    ('user', 'user', 'user')
+    >>> exit_failure(137), exit_failure(143), exit_failure(0), exit_failure(None)
+    (None, None, None, None)
+    """
+    if oom_killed:
+        return FailureKind.USER
+    if not exit_code or exit_code in SIGNAL_EXITS:
+        return None
+    return FailureKind.USER
 
 
 def kind_of(value: str | None) -> FailureKind | None:
@@ -103,20 +146,52 @@ def _strip(line: str) -> str:
 
 
 def python_error(tail: Sequence[str]) -> str:
-    """The error line of the last Python traceback in ``tail`` (``""``: none).
+    """The error line of the last Python traceback in ``tail`` (``""``: none). A traceback
+    torchrun's failure summary shows (after ``traceback :``, indented) counts too.
 
     >>> python_error(["Traceback (most recent call last):", '  File "t.py", line 1',
     ...               "ValueError: bad input", "done"])
     'ValueError: bad input'
+    >>> python_error(["  traceback : Traceback (most recent call last):",
+    ...               '    File "t.py", line 1, in main', "      raise ValueError('bad')",
+    ...               "  ValueError: bad", "  ", "====="])
+    'ValueError: bad'
     """
     lines = [_strip(line) for line in tail]
     start = max((i for i, line in enumerate(lines) if _TRACEBACK in line), default=-1)
     if start < 0:
         return ""
+    indented = not lines[start].startswith(_TRACEBACK)
     for line in lines[start + 1 :]:
+        if indented:
+            line = line.strip()
         if _ERROR_LINE.match(line):
             return line
     return ""
+
+
+#: the time in torchrun's root-cause block: ``time      : 2024-05-01_10:00:01`` (whole
+#: seconds, the node's local time)
+_BLOCK_TIME = re.compile(r"^\s*time\s*:\s*(\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)\s*$")
+
+
+def root_cause_time(tail: Sequence[str]) -> str | None:
+    """When the worker of torchrun's last root-cause block in ``tail`` failed, as torchrun
+    wrote it (``None``: no block, or no time in it). The strings sort as the times do.
+
+    >>> root_cause_time(["Root Cause (first observed failure):", "[0]:",
+    ...                  "  time      : 2024-05-01_10:00:01", "  rank      : 3"])
+    '2024-05-01_10:00:01'
+    """
+    lines = [_strip(line) for line in tail]
+    block = max((i for i, line in enumerate(lines) if _ROOT_CAUSE in line), default=-1)
+    if block < 0:
+        return None
+    for line in lines[block + 1 :]:
+        m = _BLOCK_TIME.match(line)
+        if m:
+            return m.group(1)
+    return None
 
 
 def evidence(tail: Sequence[str]) -> int:
@@ -136,14 +211,19 @@ def evidence(tail: Sequence[str]) -> int:
     return 1 if error and _SIGNAL_EXCEPTION not in error else 0
 
 
-def _second(value: str | datetime | None) -> float:
-    """A finish time in whole seconds (unknown: after every known one)."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            value = None
-    return float(int(value.timestamp())) if isinstance(value, datetime) else float("inf")
+#: How long after the first failure another replica's failure still counts as the same
+#: moment, for :func:`root_cause`: its log and exit code then decide which began it. Measured
+#: between the finish times as the backend tells them, bounds included: on Docker (times to
+#: the nanosecond) a second; on Kubernetes (whole seconds) the same second or the next, so
+#: that two replicas that ended less than a second apart always count as one moment there
+#: too, whichever side of a second's boundary each fell.
+ROOT_CAUSE_WINDOW = timedelta(seconds=1)
+
+
+def _seconds(value: str | None) -> float | None:
+    """A finish time (RFC 3339) as seconds since the epoch (``None``: not told)."""
+    when = read_timestamp(value)
+    return None if when is None else when.timestamp()
 
 
 def root_cause(
@@ -151,20 +231,45 @@ def root_cause(
 ) -> ReplicaRow | None:
     """The replica among ``failed`` (rows of failed replicas, in the app's order) whose
     failure came first (module doc); ``None`` when there is none. ``tails``: source key
-    (``role/replica``) -> the last lines of its log."""
+    (``role/replica``) -> the last lines of its log. A replica whose finish time is not told
+    comes after every one whose time is.
+
+    >>> from torchx_provider.replicas import ReplicaRow
+    >>> from torchx_provider.specs.api import AppState
+    >>> killed = ReplicaRow("tb", 0, AppState.FAILED, 137, finished_at="2024-05-01T10:00:01.2Z")
+    >>> exit2 = ReplicaRow("tb", 1, AppState.FAILED, 2, finished_at="2024-05-01T10:00:02.1Z")
+    >>> root_cause([killed, exit2], {}).key  # 0.9 s later: the one not killed by a signal
+    'tb/1'
+    >>> later = ReplicaRow("tb", 1, AppState.FAILED, 2, finished_at="2024-05-01T10:00:02.3Z")
+    >>> root_cause([killed, later], {}).key  # 1.1 s later: the first
+    'tb/0'
+    """
     if not failed:
         return None
+    times = [_seconds(row.finished_at) for row in failed]
+    known = [t for t in times if t is not None]
+    window_ends = min(known) + ROOT_CAUSE_WINDOW.total_seconds() if known else None
 
-    def order(indexed: tuple[int, ReplicaRow]) -> tuple[float, int, int, int]:
-        i, row = indexed
+    def order(i: int) -> tuple[float, int, str, int, float, int]:
+        row, at = failed[i], times[i]
+        if at is None:
+            # after every known time; among unknown ones, the logs and the exit decide
+            late = float("inf") if window_ends is not None else 0.0
+        else:
+            late = 0.0 if window_ends is not None and at <= window_ends else at
+        tail = tails.get(row.key, ())
         return (
-            _second(row.finished_at or None),
-            -evidence(tails.get(row.key, ())),
+            late,
+            -evidence(tail),
+            # torchrun's own time of the failure: its nodes wait for each other before they
+            # exit (their exit barrier), so the node that failed first may end last
+            root_cause_time(tail) or "~",
             1 if row.exit_code in SIGNAL_EXITS else 0,
+            at if at is not None else float("inf"),
             i,
         )
 
-    return min(enumerate(failed), key=order)[1]
+    return failed[min(range(len(failed)), key=order)]
 
 
 def with_log_errors(
@@ -203,5 +308,58 @@ def stamp_unseen_ends(
     for row in after:
         if row.state == AppState.FAILED and not row.finished_at:
             row = replace(row, finished_at=stamped.get(row.key) or now.isoformat())
+        out.append(row)
+    return tuple(out)
+
+
+#: The reason of a replica whose app was taken off the backend by something other than the
+#: task before it finished: a Kubernetes job deleted, a Docker app's containers removed.
+REMOVED_FROM_OUTSIDE = "RemovedFromOutside"
+
+
+def removed_from_outside(
+    rows: Sequence[ReplicaRow], known: Sequence[str], now: datetime
+) -> tuple[ReplicaRow, ...]:
+    """The replicas of an app that was taken off the backend before it finished, and not by
+    the task (it cancels only as its follow ends): each not seen finished ends ``FAILED``,
+    :data:`REMOVED_FROM_OUTSIDE`, of kind :attr:`FailureKind.INFRASTRUCTURE` (the platform
+    or someone on it took it), stamped ``now``. A follow that described none of them (one
+    resumed after the app went) knows them by ``known``, the ``role/replica`` keys of its
+    log cursors.
+
+    >>> from datetime import timezone
+    >>> from torchx_provider.specs.api import AppState
+    >>> from torchx_provider.replicas import ReplicaRow
+    >>> now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    >>> done, live = ReplicaRow("w", 0, AppState.SUCCEEDED, 0), ReplicaRow("w", 1, AppState.RUNNING)
+    >>> [(r.key, r.state.name, r.reason) for r in removed_from_outside([done, live], [], now)]
+    [('w/0', 'SUCCEEDED', ''), ('w/1', 'FAILED', 'RemovedFromOutside')]
+    >>> [(r.key, r.failure) for r in removed_from_outside([], ["w/0"], now)]
+    [('w/0', 'infrastructure')]
+    """
+    from dataclasses import replace
+
+    from torchx_provider.replicas import ReplicaRow
+    from torchx_provider.specs.api import AppState, is_terminal
+
+    if not rows:
+        rows = [
+            ReplicaRow(role, int(replica), AppState.RUNNING)
+            for role, _, replica in (key.rpartition("/") for key in known)
+            if role and replica.isdigit()
+        ]
+    out = []
+    for row in rows:
+        if not is_terminal(row.state):
+            row = replace(
+                row,
+                state=AppState.FAILED,
+                reason=REMOVED_FROM_OUTSIDE,
+                failure=FailureKind.INFRASTRUCTURE.value,
+                message="taken off the backend before it finished, not by this task",
+                finished_at=now.isoformat(),
+                exit_code=None,
+                cannot_start=False,
+            )
         out.append(row)
     return tuple(out)

@@ -1,16 +1,17 @@
 """The backends' client libraries: imported on first use, or an error naming the extra to install.
 
-The Kubernetes backends (``kubernetes``, ``kubernetes_mcad``) need the ``kubernetes`` and
-``kubernetes_asyncio`` packages, the ``local_docker`` backend needs ``docker``; each set comes
+The Kubernetes backends (``kubernetes``, ``kubernetes_mcad``, ``kubernetes_appwrapper``,
+``kubernetes_jobset``) need the ``kubernetes`` and ``kubernetes_asyncio`` packages, the
+``local_docker`` backend needs ``docker``; each set comes
 with an extra of this package (:data:`EXTRAS`, the same as in ``pyproject.toml``). Backends
 import them through :func:`require` inside the functions that use them, so importing the
 provider never costs a client library, and a missing one fails with the command that fixes it
 instead of a bare ``ModuleNotFoundError``. Without ``kubernetes_asyncio``,
 ``require("kubernetes_asyncio.client")`` raises::
 
-    MissingExtraError: the Kubernetes backends (kubernetes, kubernetes_mcad) need the Python
-    package 'kubernetes_asyncio', which is not installed: pip install
-    'airflow-provider-torchx[kubernetes]'
+    MissingExtraError: the Kubernetes backends (kubernetes, kubernetes_mcad,
+    kubernetes_appwrapper, kubernetes_jobset) need the Python package 'kubernetes_asyncio',
+    which is not installed: pip install 'airflow-provider-torchx[kubernetes]'
 
 (one line in the real message).
 
@@ -41,7 +42,10 @@ EXTRAS: dict[str, str] = {
 
 #: Each extra -> who needs it, as :class:`MissingExtraError` says it.
 NEEDED_BY: dict[str, str] = {
-    "kubernetes": "the Kubernetes backends (kubernetes, kubernetes_mcad) need",
+    "kubernetes": (
+        "the Kubernetes backends (kubernetes, kubernetes_mcad, kubernetes_appwrapper, "
+        "kubernetes_jobset) need"
+    ),
     "docker": "the local_docker backend needs",
 }
 

@@ -59,9 +59,10 @@ KUBERNETES_FIELDS: dict[str, Any] = {
     "cluster_context": _text("Cluster context", "Kubeconfig context (default: current-context)"),
     "namespace": _text("Namespace", "Namespace of the jobs"),
     "disable_verify_ssl": _flag("Disable SSL verification", "Do not verify the API server (tests)"),
-    "queue": _text("Default queue", "Run option default: Volcano queue / MCAD queue"),
+    "queue": _text("Default queue", "Run option default: Volcano queue (kubernetes backend)"),
     "local_queue": _text(
-        "Default Kueue local queue", "Run option default: Kueue LocalQueue of AppWrappers v1beta2"
+        "Default Kueue local queue",
+        "Run option default: Kueue LocalQueue of AppWrappers v1beta2 and JobSets",
     ),
     "image_repo": _text("Default image repo", "Run option default: where workspace images go"),
     "service_account": _text("Default service account", "Run option default"),

@@ -6,8 +6,10 @@ app could not start or be followed as configured
 (:class:`~torchx_provider.errors.AppConfigurationError`: an image that does not exist,
 credentials, permissions, certificates, a queue that does not exist), or someone cancelled
 it (:class:`~torchx_provider.errors.AppCancelledError`) -- and leaves every other failure
-(:class:`~torchx_provider.errors.InfrastructureError`, a lost app, timeouts, a failure of
-unknown cause) to the task's ``retries``::
+(:class:`~torchx_provider.errors.InfrastructureError` -- among them
+:class:`~torchx_provider.errors.AppStalledError`, an app that hung past ``stall_timeout``,
+most often on a peer, a node or the network --, a lost app, timeouts, a failure of unknown
+cause) to the task's ``retries``::
 
     from torchx_provider.retry import RETRY_INFRASTRUCTURE_ONLY
 

@@ -30,6 +30,8 @@ def test_every_example_dag_imports_without_errors(airflow_db: Path) -> None:
         "torchx_mcad",
         "torchx_appwrapper",
         "torchx_jobset",
+        "torchx_train_ddp",
+        "torchx_quickstart_kubernetes",
     } <= set(bag.dag_ids)
 
 

@@ -139,6 +139,32 @@ def test_ddp_on_volcano_runs_end_to_end(
     assert_every_replica_logged(output, pod_logs("ddp"), [("ddp", "0"), ("ddp", "1")])
 
 
+def test_the_readmes_kubernetes_dag_runs_end_to_end(
+    kube: Any, pod_logs: Callable[[str], list[str]], tmp_path: Path
+) -> None:
+    """The README's first Kubernetes DAG (dags_examples/torchx_train_ddp.py, which a unit
+    test keeps the same as the README's), run as the README says: its connection
+    ``ml_cluster`` holds the cluster and the run options ``queue`` and ``namespace`` (the
+    local cluster's here), and it is triggered with an image. Each of its 2 pods asks for
+    32 CPUs, 4 GPUs and 256,000 MB: a whole node of the local cluster each (kwok's nodes
+    have 32 CPUs, 8 GPUs and 256 GiB), gang-scheduled by Volcano."""
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {
+            "kube_config_path": kube.restricted_kubeconfig,
+            "namespace": kube.namespace,
+            "queue": "default",
+        },
+    }
+    output = run_example(
+        "torchx_train_ddp",
+        tmp_path / "home",
+        extra_env={"AIRFLOW_CONN_ML_CLUSTER": json.dumps(conn)},
+        conf={"image": "registry.example.com/ml/train:2.0"},
+    )
+    assert_every_replica_logged(output, pod_logs("ddp"), [("ddp", "0"), ("ddp", "1")])
+
+
 def test_mcad_example_runs_end_to_end(
     kube: Any, mcad_pod_logs: Callable[[str], list[str]], tmp_path: Path
 ) -> None:

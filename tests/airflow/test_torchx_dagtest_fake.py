@@ -65,6 +65,16 @@ def test_success_logs_xcoms_and_cleanup(
     assert got["app_id"] == app_id
     assert got["app_handle"] == f"fake:///{app_id}"
     assert got["final_state"] == "SUCCEEDED"
+    # each replica's progress: its last line and when it was written (no step: the fake
+    # app's lines match no progress pattern)
+    progress = [
+        {k: row.pop(k) for k in ("last_line", "last_line_at", "step", "step_at", "stopped_first")}
+        for row in got["replicas"]
+    ]
+    for i, seen in enumerate(progress):
+        assert seen["last_line"] == f"worker {i} line 3", progress
+        assert seen["last_line_at"].startswith("2024-05-01T"), progress
+        assert (seen["step"], seen["step_at"], seen["stopped_first"]) == (None, "", False)
     assert got["replicas"] == [
         {
             "role": "worker",
@@ -114,6 +124,12 @@ def test_failure_raises_with_the_replica_table(
         "restarts": None,
         "host": "worker-1",
         "root_cause": True,
+        # its progress: its last line (the fake app prints no step)
+        "last_line": "worker 1 line 3",
+        "last_line_at": got["replicas"][1]["last_line_at"],
+        "step": None,
+        "step_at": "",
+        "stopped_first": False,
     }
     # the fake backend tells no kind of failure: the base class, never a guess
     assert "AppFailedError" in text

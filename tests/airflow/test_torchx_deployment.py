@@ -11,11 +11,15 @@ SQLite) running deferrable TorchX tasks on the real Docker engine:
 * the shipped retry policy, evaluated by Airflow after a deferral: a user's error fails at
   once, a platform's failure is retried (Docker; and a Kubernetes replica evicted through
   the Eviction API, on the local test cluster when there is one);
-* the triggerer never reports a blocked event loop.
+* the triggerer never reports its event loop blocked for a second or more (Airflow warns
+  from 0.2 s, which a starved CPU alone reaches on a 2-core machine running other tests: a
+  triggerer starting its first trigger, or every process once SQLite's lock frees after a
+  frozen triggerer held it; those shorter reports are printed, not counted).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +27,7 @@ import shutil
 import signal
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -266,10 +271,17 @@ def deployment(
     finally:
         dep.stop_all()
         # (a triggerer frozen on purpose reports its pause as a blocked loop: not counted)
-        blocked = "Triggerer's async thread was blocked" in dep.output("triggerer", paused=False)
+        blocks = [
+            float(seconds)
+            for seconds in re.findall(
+                r"Triggerer's async thread was blocked for ([\d.]+) seconds",
+                dep.output("triggerer", paused=False),
+            )
+        ]
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
-    assert not blocked, "the triggerer reported a blocked event loop"
+    print(f"the triggerers' event loops reported blocked for (s): {blocks}")
+    assert max(blocks, default=0) < 1.0, f"the triggerer reported a blocked event loop: {blocks}"
 
 
 @pytest.fixture
@@ -749,12 +761,12 @@ def timeline(dep: Deployment, dag_id: str, run_id: str) -> list[str]:
     return out
 
 
-def seconds_until_stopped(client: Any, app_id: str, since: float) -> float:
+def seconds_until_stopped(client: Any, app_id: str, since: float, timeout: float = 60) -> float:
     def stopped() -> bool:
         cs = containers(client, app_id)
         return bool(cs) and all(c.status != "running" for c in cs)
 
-    wait_for("the job to be cancelled", stopped, 60, interval=0.1)
+    wait_for("the job to be cancelled", stopped, timeout, interval=0.1)
     return time.monotonic() - since
 
 
@@ -957,26 +969,60 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
 
     first = follower()
     assert first is not None
+    # Who follows the job, over time. Airflow starts a trigger's log file anew each time a
+    # triggerer picks the trigger up, so a trigger that went back to the first triggerer
+    # (another triggerer's heartbeat late past the threshold) loses that file's earlier
+    # lines in Airflow itself: kept to tell that apart from a line the follow lost.
+    followers: list[tuple[float, Any]] = [(0.0, first)]
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.wait(0.5):
+            with contextlib.suppress(Exception):
+                now = follower()
+                if now != followers[-1][1]:
+                    followers.append((round(time.monotonic() - started, 1), now))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     deployment.start("triggerer", name="triggerer-2")
     frozen = "triggerer"
     deployment.signal(frozen, signal.SIGSTOP)
     try:
-        # past the 10 s heartbeat threshold, the other triggerer takes the trigger over
+        try:
+            # past the 10 s heartbeat threshold, the other triggerer takes the trigger over
+            wait_for(
+                "the other triggerer to take the trigger over",
+                lambda: follower() not in (None, first),
+                90,
+                interval=1,
+            )
+            time.sleep(3)
+        finally:
+            deployment.signal(frozen, signal.SIGCONT)
+        stopped_copy = f"trigger stopped; app {app_id} left running (still deferred)"
         wait_for(
-            "the other triggerer to take the trigger over",
-            lambda: follower() not in (None, first),
+            "the resumed triggerer to stop its copy of the trigger",
+            lambda: stopped_copy in deployment.task_log_events(dag_id, run_id, "train"),
             90,
+            interval=0.5,
+        )
+        # Its part is played: stopped (gracefully), so the trigger cannot go back to it.
+        deployment.stop(frozen)
+        wait_for(
+            "the task to succeed",
+            lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+            240,
             interval=1,
         )
-        time.sleep(3)
     finally:
-        deployment.signal(frozen, signal.SIGCONT)
-    wait_for(
-        "the task to succeed",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
-        240,
-        interval=1,
-    )
+        watching.set()
+        watcher.join(5)
+        if frozen not in deployment.procs:
+            deployment.start(frozen)
+        if "triggerer-2" in deployment.procs:
+            deployment.stop("triggerer-2")
+    print(f"followers of the job over time (s, triggerer id): {followers}")
     ti = deployment.ti(dag_id, run_id, "train")
     assert ti["try_number"] == 1, ti
     events = deployment.task_log_events(dag_id, run_id, "train")
@@ -987,6 +1033,10 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
         e for e in events if "trigger" in e.lower()
     ]
     assert not [e for e in events if e.startswith("task killed; cancelled app")]
+    assert [who for _, who in followers].count(first) == 1, (
+        f"the trigger went back to the first triggerer, whose log file Airflow then started "
+        f"anew: {followers}"
+    )
     repeats = every_tick_once_or_bounded(replica_ticks(events), FROZEN_LINES, 48)
     print(f"lines repeated across the frozen triggerer: {repeats}")
     record(
@@ -1033,7 +1083,8 @@ def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
         )
         cleared = time.monotonic()
         deployment.clear(dag_id, run_id, "train")
-        took = seconds_until_stopped(docker_engine, first, cleared)
+        # the next try is scheduled and started by a worker first: up to minutes under load
+        took = seconds_until_stopped(docker_engine, first, cleared, timeout=180)
         print(f"cleared while queued: the next try stopped the first job {took:.1f}s later")
         wait_for(
             "the next try to defer",

@@ -141,6 +141,25 @@ def rendered_fields(dag_run: Any, task_id: str) -> dict[str, Any]:
     return fields
 
 
+_MIGRATED: list[Path] = []
+
+
+def _migrated_database(env: dict[str, str]) -> Path:
+    """An SQLite database that ``airflow db migrate`` made, once per process."""
+    if not _MIGRATED:
+        import tempfile
+
+        home = Path(tempfile.mkdtemp(prefix="torchx-airflow-db-"))
+        subprocess.run(
+            [airflow_bin(), "db", "migrate"],
+            env={**env, "AIRFLOW_HOME": str(home)},
+            check=True,
+            capture_output=True,
+        )
+        _MIGRATED.append(home / "airflow.db")
+    return _MIGRATED[0]
+
+
 def run_example(
     dag_id: str,
     home: Path,
@@ -156,7 +175,9 @@ def run_example(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         **(extra_env or {}),
     }
-    subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True)
+    # a database migrated once per process, copied for each run (a migration from scratch
+    # takes half a minute or more on a busy machine)
+    shutil.copyfile(_migrated_database(env), home / "airflow.db")
     command = [airflow_bin(), "dags", "test", dag_id]
     if conf:
         command += ["--conf", json.dumps(conf)]

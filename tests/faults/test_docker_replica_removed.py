@@ -4,9 +4,11 @@ A 2-replica app whose replicas print a numbered line every 0.25 s is followed wi
 trigger's follow loop (:class:`JobFollower` over the real :class:`DockerAsyncClient`) at the
 trigger's default ``poll_interval``. A few seconds in, replica 1's container is removed from
 outside (``docker rm -f``, as a user or a clean-up script would); replica 0 runs on to its
-end. The engine never creates a removed container again: the follow must end ``FAILED``
-within a poll of replica 0's end, naming replica 1 and saying it was removed by something
-other than the task -- no hang -- with every line replica 0 printed in the task log once.
+end (the app runs with ``stop_on_failure=False``: by default the removal would stop replica
+0 at once, which ``tests/integration/docker/test_docker_failure_classes.py`` checks). The
+engine never creates a removed container again: the follow must end ``FAILED`` within a
+poll of replica 0's end, naming replica 1 and saying it was removed by something other than
+the task -- no hang -- with every line replica 0 printed in the task log once.
 
 Replica 1's log went with its container: its lines are not counted ("lines lost" compares
 the task log with what replica 0's container printed, read from the engine afterwards).
@@ -58,7 +60,9 @@ async def test_docker_replica_removed_row(engine: Any, reliability: Any) -> None
     url = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     scheduler = create_scheduler("faults", base_url=url)
     # kept after they exit: what replica 0 printed is read from the engine afterwards
-    app_id = scheduler.submit(numbered_app("replica-removed", LINES), {"remove": False})
+    app_id = scheduler.submit(
+        numbered_app("replica-removed", LINES), {"remove": False, "stop_on_failure": False}
+    )
     client = create_async_client(base_url=url)
     log = TaskLog()
 
@@ -90,7 +94,8 @@ async def test_docker_replica_removed_row(engine: Any, reliability: Any) -> None
     seen = compare(log.lines, printed)
     result = row_result(
         row_id="docker-replica-removed",
-        fault="Docker: one replica's container removed (docker rm -f) while it runs",
+        fault="Docker: one replica's container removed (docker rm -f) while it runs "
+        "(stop_on_failure=False)",
         expected="FAILED naming the removed replica within a poll of the other's end; "
         "every line of the other",
         event=event,

@@ -316,6 +316,16 @@ ROWS.append(
 )
 ROWS.append(
     Row(
+        "apiserver-down-90s-then-403",
+        "kube-apiserver stopped for 90 s, started again; its first 10 s of answers to the "
+        "follow are 403 (an authorizer that has not loaded the Roles yet)",
+        "followed to the end: the outage ridden out, the refusals within their grace",
+        90,
+        fault_for("pass"),  # replaced by the test: it needs the cluster's admin kubeconfig
+    )
+)
+ROWS.append(
+    Row(
         "jobset-restart",
         "JobSet: replica 0's container exits with 1 while it runs; the JobSet (max_retries=1) "
         "is restarted whole by its controller, new pods for every replica, and runs to the end",
@@ -588,9 +598,12 @@ async def run_row(
                 timeout,
             )
         except TimeoutError:
+            # a fault whose cluster did not come back says so (apiserver-restart)
+            broken = injector.exception() if injector.done() and not injector.cancelled() else None
             raise AssertionError(
                 f"not followed to its end in {timeout:.0f} s; "
                 + where_it_stands(kube_cluster, backend, name, row.job_namespace, first, started)
+                + (f"; the fault's injection failed: {broken}" if broken else "")
             ) from None
         events.append(event)
         for key in keys:
@@ -714,6 +727,8 @@ async def run_and_record(
     proxy, kubeconfig = fault_proxies()
     if row.id == "apiserver-restart":
         row.inject = apiserver_restart(kube_cluster.kubeconfig)
+    if row.id == "apiserver-down-90s-then-403":
+        row.inject = apiserver_restart(kube_cluster.kubeconfig, refusing=10.0)
     result = await run_row(
         row,
         kube_cluster,
@@ -739,17 +754,22 @@ async def test_fault_row(
     unique_name: Any,
     reliability: Any,
 ) -> None:
-    if row.id == "apiserver-restart" and not (
+    if row.id.startswith("apiserver-") and not (
         os.environ.get("CI") or os.environ.get("TORCHX_FAULTS_APISERVER_RESTART") == "1"
     ):
         pytest.skip(
             "restarting the API server disturbs everyone using the cluster: set "
             "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
         )
+    if row.id.startswith("apiserver-"):
+        # the row's pods get their Logs objects from kwok: it must see new ones before the
+        # outage (an earlier restart of the API server may have left it stale)
+        fresh = await asyncio.to_thread(kwok_serves_new_logs, kube_cluster)
+        print(f"kwok serves new Logs objects before the row: {fresh}")
     try:
         await run_and_record(row, kube_cluster, schedulers, fault_proxies, unique_name, reliability)
     finally:
-        if row.id == "apiserver-restart":
+        if row.id.startswith("apiserver-"):
             settled = await asyncio.to_thread(nodes_settled, kube_cluster.kubeconfig)
             print(f"nodes Ready again, and steadily, {settled} s after the row")
             healed = await asyncio.to_thread(kwok_serves_new_logs, kube_cluster)

@@ -23,6 +23,8 @@
 #   GO                         go binary (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 
+# shellcheck source=../cluster/alive.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../cluster/alive.sh"
 MODULE="github.com/distribution/distribution/v3"
 VERSION="${TORCHX_REGISTRY_VERSION:-v3.0.0}"
 CACHE="${TORCHX_REGISTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/registry/$VERSION}"
@@ -82,7 +84,7 @@ our_pid() {
   local pid
   [[ -f "$PID_FILE" ]] || return 1
   pid="$(cat "$PID_FILE")"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  pid_alive "$pid" || return 1
   echo "$pid"
 }
 
@@ -154,7 +156,8 @@ EOF
 start_registry() {
   : >"$LOG_FILE"
   # No tracing exporter: nothing listens for it and the registry would keep retrying.
-  OTEL_TRACES_EXPORTER=none setsid "$BINARY" serve "$CONFIG" >>"$LOG_FILE" 2>&1 </dev/null &
+  # (9>&-: the server must not hold this script's lock for as long as it runs)
+  OTEL_TRACES_EXPORTER=none setsid "$BINARY" serve "$CONFIG" >>"$LOG_FILE" 2>&1 </dev/null 9>&- &
   echo $! >"$PID_FILE"
   local deadline=$(($(date +%s) + 30))
   until answers; do
@@ -233,6 +236,18 @@ cmd_status() {
   return 1
 }
 
+# One registry.sh at a time may build, start or stop it (the test command's two lanes may
+# both ask for it, and CI may be building it in the background).
+case "${1:-}" in
+  build | up | down | clean)
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.lock"
+    if ! flock -n 9; then
+      log "waiting for another registry.sh to finish (lock $CACHE/.lock)"
+      flock 9
+    fi
+    ;;
+esac
 case "${1:-}" in
   build) cmd_build ;;
   up) cmd_up ;;

@@ -80,7 +80,10 @@ def crd_path(key: str) -> Path:
 def crd_schema(key: str) -> dict[str, Any]:
     path = crd_path(key)
     if not path.is_file():
-        reason = f"upstream CRD {path} not found (set TORCHX_CRDS_DIR, or build the test cluster)"
+        reason = (
+            f"upstream CRD {path} not found (set TORCHX_CRDS_DIR, or run "
+            "'bash tests/cluster/cluster.sh crds')"
+        )
         if os.environ.get("CI"):
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)

@@ -27,6 +27,8 @@ Faults (one at a time; ``path`` is a regular expression searched in the request 
             in scope are aborted when the fault is set.
 ``503``     ``503 Service Unavailable`` with a ``Status`` body; open connections in scope end.
 ``429``     ``429 Too Many Requests`` with ``Retry-After: <retry_after>``; likewise.
+``403``     ``403 Forbidden`` with a ``Status`` body, as an API server whose authorizer has
+            not loaded the Roles yet answers; open connections in scope end.
 ``stall``   requests in scope are held, and responses on open connections in scope stop
             flowing, until the fault is cleared (the bytes then flow on).
 ``gone``    a watch request with a ``resourceVersion`` gets an ``ERROR`` event with code 410
@@ -53,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-KINDS = frozenset({"pass", "reset", "503", "429", "stall", "gone"})
+KINDS = frozenset({"pass", "reset", "503", "429", "403", "stall", "gone"})
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ class FaultProxy:
 
         async def apply() -> None:
             self.fault = fault
-            if kind in ("reset", "503", "429"):
+            if kind in ("reset", "503", "429", "403"):
                 for conn in list(self._conns):
                     if conn.target and fault.applies(conn.target, conn.is_watch):
                         conn.abort()
@@ -421,11 +423,13 @@ class FaultProxy:
                         self.injected.append((time.monotonic(), "reset", target))
                         conn.abort()
                         return
-                    if fault.kind in ("503", "429"):
+                    if fault.kind in ("503", "429", "403"):
                         self.injected.append((time.monotonic(), fault.kind, target))
                         code = int(fault.kind)
                         extra = {"Retry-After": str(fault.retry_after)} if code == 429 else {}
-                        reason = "ServiceUnavailable" if code == 503 else "TooManyRequests"
+                        reason = {503: "ServiceUnavailable", 429: "TooManyRequests"}.get(
+                            code, "Forbidden"
+                        )
                         await self._answer(
                             writer, code, reason, "injected by the fault proxy", extra
                         )

@@ -66,6 +66,8 @@ class FakeKube:
         self.cluster_objects: dict[tuple[str, str], dict[str, Any]] | None = None
         #: plural -> the error every list of that resource raises
         self.list_errors: dict[str, Exception] = {}
+        #: plural -> the error every patch of that resource raises
+        self.patch_errors: dict[str, Exception] = {}
         self._n = 0
 
     def _check(self, res: CustomResource) -> None:
@@ -99,6 +101,8 @@ class FakeKube:
 
     def get(self, res: CustomResource, namespace: str, name: str) -> dict[str, Any] | None:
         self._check(res)
+        if res.plural in self.forbidden_plurals:
+            raise BackendConfigurationError(f"{res.plural} is forbidden", status=403)
         self.calls.append(("get", res.group, name))
         return copy.deepcopy(self._stored(res, (res.plural, namespace, name)))
 
@@ -134,6 +138,25 @@ class FakeKube:
             and self._stored(res, key) is not None
             and _matches(selector, o["metadata"].get("labels") or {})
         ]
+
+    def patch(
+        self, res: CustomResource, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> None:
+        """Apply a JSON patch of ``add`` operations (what cancel sends)."""
+        refused = self.patch_errors.get(res.plural)
+        if refused is not None:
+            raise refused
+        self.calls.append(("patch", res.plural, name))
+        obj = self.objects[(res.plural, namespace, name)]
+        for op in ops:
+            assert op["op"] == "add", op
+            *parents, last = [
+                p.replace("~1", "/").replace("~0", "~") for p in op["path"][1:].split("/")
+            ]
+            target = obj
+            for part in parents:
+                target = target.setdefault(part, {})
+            target[last] = op["value"]
 
     def delete(self, res: CustomResource, namespace: str, name: str) -> None:
         self.calls.append(("delete", res.group, name))
@@ -239,6 +262,24 @@ class FakeListWatch:
 
 #: the name suffix the translation tests place their apps with
 SUFFIX = "abcd1234"
+
+
+def add_local_queue(
+    fake: FakeKube, name: str = "lq", namespace: str = "ns", **status: Any
+) -> dict[str, Any]:
+    """Kueue LocalQueue ``name`` of ClusterQueue ``cq`` in ``namespace``, with ``status``,
+    stored in ``fake`` (an app naming a LocalQueue is refused unless it exists)."""
+    from torchx_provider.schedulers.kube.resources import KUEUE_LOCAL_QUEUE
+
+    queue = {
+        "apiVersion": KUEUE_LOCAL_QUEUE.api_version,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": "cq"},
+        "status": status,
+    }
+    fake.objects[("localqueues", namespace, name)] = queue
+    return queue
 
 
 def role(name: str = "worker", **kw: Any) -> specs.Role:

@@ -8,6 +8,7 @@ docs/reliability.md.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -25,9 +26,15 @@ NOT_COUNTED = "n/a"
 def record_row(row: dict[str, Any]) -> None:
     """Add (or replace) one row of the reliability table in the results file."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    rows[row["id"]] = row
-    RESULTS.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    # The test command runs two pytest processes at once (scripts/test.sh), and both write
+    # rows: read, change and write under one lock so that neither loses the other's.
+    with open(RESULTS.with_name(RESULTS.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        rows[row["id"]] = row
+        tmp = RESULTS.with_name(RESULTS.name + ".tmp")
+        tmp.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        tmp.replace(RESULTS)
 
 
 def outcome_row(

@@ -1,6 +1,7 @@
-"""The pages under docs/ stay true: their generated parts match the code, their code blocks
-compile, every page is in the site's navigation, and what they list is what the code has.
-The strict site build (``mkdocs build --strict``, run by CI) checks the links."""
+"""The pages under docs/ stay true: their generated parts match the code, their Python
+examples run, their other code blocks parse, every page is in the site's navigation, and what
+they list is what the code has. The strict site build (``mkdocs build --strict``, run by CI)
+checks the links."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
+from doc_blocks import blocks, run_python
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
+#: every Python block of the pages: (page, its index on the page)
+PYTHON_BLOCKS = [
+    (page, i) for page in PAGES for i, _ in enumerate(blocks(page.read_text(), "python"))
+]
 
 
 def _script(name: str) -> Any:
@@ -24,10 +31,6 @@ def _script(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.S | re.M)
 
 
 def test_generated_parts_are_current() -> None:
@@ -58,16 +61,55 @@ def test_the_measured_tables_sit_in_their_pages() -> None:
     assert "<!-- end generated: permissions -->" in rbac
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_python_block_compiles(page: Path) -> None:
-    for i, source in enumerate(blocks(page.read_text(), "python")):
-        compile(source, f"{page.name} block {i}", "exec")
+@pytest.mark.parametrize(
+    ("page", "index"), PYTHON_BLOCKS, ids=[f"{p.name}-{i}" for p, i in PYTHON_BLOCKS]
+)
+def test_every_python_block_runs(page: Path, index: int) -> None:
+    """Each block runs on its own, in a fresh namespace, inside a DAG (see
+    :func:`doc_blocks.run_python`): a name it uses without importing it fails here. The app
+    of every operator it builds resolves as the task would resolve it."""
+    import airflow.sdk
+
+    from torchx_provider.operators.app_source import resolve_app
+
+    source = blocks(page.read_text(), "python")[index]
+    if "torchx_provider.retry" in source and not hasattr(airflow.sdk, "ExceptionRetryPolicy"):
+        pytest.skip("Airflow before 3.3 has no retry policies (the page says so)")
+    dag = run_python(source, f"{page.name} block {index}")
+    for task in dag.tasks:
+        assert resolve_app(task.app, task.app_args, task.app_name).roles
+
+
+def test_the_pages_with_operators_have_their_examples_run() -> None:
+    assert {"concepts.md", "operator.md", "resources.md"} <= {p.name for p, _ in PYTHON_BLOCKS}
+
+
+def test_an_example_that_leaves_out_an_import_fails(tmp_path: Path) -> None:
+    """The check of :func:`test_every_python_block_runs`, on a page whose second block uses
+    what only its first imported: blocks do not share names, so the second fails; with its
+    import it runs and builds its operator."""
+    page = tmp_path / "example.md"
+    page.write_text(
+        "```python\n"
+        "from torchx_provider.operators import TorchXKubernetesOperator\n"
+        "```\n\n"
+        "```python\n"
+        "from datetime import timedelta\n\n"
+        'TorchXKubernetesOperator(task_id="train", app="dist.ddp", queue_timeout=timedelta(1))\n'
+        "```\n"
+    )
+    first, second = blocks(page.read_text(), "python")
+    run_python(first, "example.md block 0")
+    with pytest.raises(NameError, match="TorchXKubernetesOperator"):
+        run_python(second, "example.md block 1")
+    dag = run_python(first + second, "example.md blocks 0 and 1")
+    assert [t.task_id for t in dag.tasks] == ["train"]
 
 
 @pytest.mark.parametrize("page", [*PAGES, REPO / "README.md"], ids=lambda p: p.name)
 def test_every_shell_block_parses_and_its_yaml_and_json_load(page: Path) -> None:
     """``bash -n`` reads each shell block as bash would (quotes, heredocs, continuations);
-    every YAML block loads."""
+    every YAML block loads (a block may hold several documents, as ``kubectl apply`` takes)."""
     import subprocess
 
     text = page.read_text()
@@ -75,18 +117,21 @@ def test_every_shell_block_parses_and_its_yaml_and_json_load(page: Path) -> None
         checked = subprocess.run(["bash", "-n"], input=source, text=True, capture_output=True)
         assert checked.returncode == 0, f"{page.name} bash block {i}: {checked.stderr}"
     for source in blocks(text, "yaml"):
-        yaml.safe_load(source)
+        list(yaml.safe_load_all(source))
 
 
-def test_the_python_blocks_of_the_concept_and_resource_pages_run() -> None:
-    """They build apps and roles only (no DAG, no backend), so they run as they are."""
-    for name in ("concepts.md", "resources.md"):
-        for source in blocks((DOCS / name).read_text(), "python"):
-            exec(compile(source, name, "exec"), {})
+class _MkDocsConfigLoader(yaml.SafeLoader):
+    """A safe loader that reads ``!!python/name:...`` (a function mkdocs.yml names, as the
+    Mermaid fence's formatter) as its name, without importing it."""
+
+
+_MkDocsConfigLoader.add_multi_constructor(
+    "tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix
+)
 
 
 def test_every_page_is_in_the_navigation_and_every_entry_exists() -> None:
-    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=_MkDocsConfigLoader)
     nav = {next(iter(entry.values())) for entry in config["nav"]}
     assert nav == {p.name for p in PAGES}
 
@@ -143,3 +188,37 @@ def test_the_support_section_says_what_ci_runs_on_each_declared_version() -> Non
     for python in sorted(declared - run):
         said = rf"{re.escape(python)}\s+is\s+(checked statically only|not run)"
         assert re.search(said, section), f"Python {python} is declared, neither run nor said so"
+
+
+def test_the_diagrams_are_drawn_by_the_sites_own_mermaid() -> None:
+    """The ``mermaid`` fence is configured, the hook that adds Mermaid to the site is named,
+    and the page script it serves is the one ``extra_javascript`` lists: the diagrams render
+    without a CDN. The tarball's check is npm's integrity string."""
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=_MkDocsConfigLoader)
+    mermaid = _script("docs_mermaid")
+    fences = next(
+        e["pymdownx.superfences"]["custom_fences"]
+        for e in config["markdown_extensions"]
+        if isinstance(e, dict) and "pymdownx.superfences" in e
+    )
+    assert {"name": "mermaid", "class": "mermaid"}.items() <= fences[0].items()
+    assert "scripts/docs_mermaid.py" in config["hooks"]
+    assert config["extra_javascript"] == [mermaid.SITE_PATH]
+    assert mermaid.integrity(b"") == (
+        "sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBeoGlODJ6+SfaPg=="
+    )
+    drawn = [p.name for p in PAGES if blocks(p.read_text(), "mermaid")]
+    assert {"concepts.md", "operator.md"} <= set(drawn)
+
+
+def test_the_api_reference_shows_sphinx_markup_as_markdown() -> None:
+    pytest.importorskip("griffe")
+    api = _script("docs_api")
+    assert api.markdown_of(":class:`~torchx_provider.errors.UserCodeError`") == "`UserCodeError`"
+    assert api.markdown_of(":func:`torchx_provider.retry.retry_infrastructure_only`") == (
+        "`torchx_provider.retry.retry_infrastructure_only`"
+    )
+    assert api.markdown_of(":mod:`the trigger <torchx_provider.triggers.job>`") == "`the trigger`"
+    assert api.markdown_of("The tree::\n\n    a\n") == "The tree:\n\n    a\n"
+    text = "An example.\n\n>>> 1 + 1\n2\n\nAfter it."
+    assert api.markdown_of(text) == "An example.\n\n```pycon\n>>> 1 + 1\n2\n```\n\nAfter it."

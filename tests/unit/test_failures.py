@@ -12,6 +12,7 @@ from torchx_provider.failures import (
     kind_of,
     python_error,
     root_cause,
+    root_cause_time,
 )
 from torchx_provider.operators.finishing import (
     deferral_failure,
@@ -25,6 +26,8 @@ from torchx_provider.triggers.summary import failure_summary
 T0 = "2024-05-01T10:00:03.100000+00:00"
 T0_LATER_SAME_SECOND = "2024-05-01T10:00:03.900000+00:00"
 T1 = "2024-05-01T10:00:04+00:00"
+#: more than a second after T0
+T2 = "2024-05-01T10:00:04.200000+00:00"
 
 TRACEBACK = [
     "Traceback (most recent call last):",
@@ -95,6 +98,40 @@ def test_evidence(tail: list[str], strength: int) -> None:
     assert evidence(tail) == strength
 
 
+#: torchrun's summary of a worker that raised, with the traceback it recorded (``@record``)
+RECORDED_BLOCK = [
+    "Root Cause (first observed failure):",
+    "[1]:",
+    "  time      : 2024-05-01_10:00:03",
+    "  rank      : 3 (local_rank: 1)",
+    "  exitcode  : 1 (pid: 12)",
+    "  error_file: <N/A>",
+    "  traceback : Traceback (most recent call last):",
+    '    File "/app/train.py", line 109, in main',
+    '      raise RuntimeError(f"rank {rank} failed")',
+    "  RuntimeError: rank 3 failed at step 3",
+    "  ",
+    "============================================================",
+]
+
+
+def test_python_error_of_torchruns_summary_is_its_recorded_error_line() -> None:
+    tail = [*TRACEBACK, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    assert python_error([*tail, *RECORDED_BLOCK]) == "RuntimeError: rank 3 failed at step 3"
+    assert python_error([f"[1]:{line}" for line in RECORDED_BLOCK]) == (
+        "RuntimeError: rank 3 failed at step 3"
+    )
+
+
+def test_root_cause_time_is_the_last_blocks_time() -> None:
+    assert root_cause_time(ROOT_CAUSE_BLOCK) == "2024-05-01_10:00:03"
+    later = [line.replace("10:00:03", "10:00:33") for line in RECORDED_BLOCK]
+    assert root_cause_time([*ROOT_CAUSE_BLOCK, *later]) == "2024-05-01_10:00:33"
+    assert root_cause_time(TORN_DOWN_BLOCK) is None
+    assert root_cause_time(["  time      : 2024-05-01_10:00:03"]) is None  # no block
+    assert root_cause_time([]) is None
+
+
 # -- root cause --------------------------------------------------------------------------------
 def test_the_replica_that_failed_first_is_the_root_cause() -> None:
     rows = [failed(0, 1, T1), failed(1, 1, T0)]
@@ -108,6 +145,55 @@ def test_a_tie_within_one_second_is_broken_by_the_logs() -> None:
     assert root_cause(rows, tails) == rows[2]
     del tails["trainer/3"]
     assert root_cause(rows, tails) == rows[1]
+
+
+def test_of_two_torchrun_summaries_the_earlier_failure_is_first() -> None:
+    """torchrun's nodes wait for each other before they exit: the node whose worker raised
+    first may end after the node whose workers failed later, on the lost connection."""
+    raised = RECORDED_BLOCK
+    lost = [
+        line.replace("10:00:03", "10:00:13").replace("rank 3 failed", "Connection closed")
+        for line in RECORDED_BLOCK
+    ]
+    rows = [failed(0, 1, T0), failed(1, 1, T0_LATER_SAME_SECOND)]
+    assert root_cause(rows, {"trainer/0": lost, "trainer/1": raised}) == rows[1]
+    assert root_cause(rows, {"trainer/0": raised, "trainer/1": lost}) == rows[0]
+    # beyond the window the finish times still decide
+    rows = [failed(0, 1, T0), failed(1, 1, T2)]
+    assert root_cause(rows, {"trainer/0": lost, "trainer/1": raised}) == rows[0]
+
+
+@pytest.mark.parametrize(
+    ("killed_at", "exited_at", "first"),
+    [
+        # Docker's times: the window is a second from the first failure, wherever the
+        # seconds' boundaries fall
+        ("10:00:01.200", "10:00:02.110", "trainer/1"),  # 0.91 s, across a boundary
+        ("10:00:01.200", "10:00:01.860", "trainer/1"),  # 0.66 s
+        ("10:00:01.200", "10:00:01.550", "trainer/1"),  # 0.35 s
+        ("10:00:01.200", "10:00:02.200", "trainer/1"),  # a second: still the same moment
+        ("10:00:01.200", "10:00:02.300", "trainer/0"),  # 1.1 s: the first is first
+        # Kubernetes' times, whole seconds: the same second or the next one
+        ("10:00:01", "10:00:01", "trainer/1"),
+        ("10:00:01", "10:00:02", "trainer/1"),
+        ("10:00:01", "10:00:03", "trainer/0"),
+        # the exit that is no signal came first: it is first whatever the window
+        ("10:00:02.100", "10:00:01.200", "trainer/1"),
+    ],
+)
+def test_within_a_second_of_the_first_failure_a_non_signal_exit_is_first(
+    killed_at: str, exited_at: str, first: str
+) -> None:
+    """``exit 137`` on replica 0, ``exit 2`` on replica 1 a moment later: one moment when
+    within a second (``ROOT_CAUSE_WINDOW``), measured on the backend's own finish times."""
+    day = "2024-05-01T"
+    rows = [failed(0, 137, day + killed_at + "Z"), failed(1, 2, day + exited_at + "Z")]
+    assert root_cause(rows, {}).key == first
+
+
+def test_within_the_window_the_earliest_wins_when_nothing_else_tells() -> None:
+    rows = [failed(0, 1, "2024-05-01T10:00:01.900Z"), failed(1, 1, "2024-05-01T10:00:01.200Z")]
+    assert root_cause(rows, {}) == rows[1]
 
 
 def test_then_a_non_signal_exit_wins_over_137_and_143() -> None:
@@ -174,7 +260,7 @@ def test_a_failed_app_raises_its_root_causes_class(kind: str, cls: type[Exceptio
 
 
 def test_an_older_event_without_a_root_cause_names_the_first_by_time() -> None:
-    error = failure_error(finished(AppState.FAILED, failed(0, 1, T1), failed(1, 137, T0)))
+    error = failure_error(finished(AppState.FAILED, failed(0, 1, T2), failed(1, 137, T0)))
     assert isinstance(error, errors.UserCodeError) and error.replica_id == 1
 
 
@@ -217,6 +303,12 @@ def test_the_replicas_xcom_has_every_replicas_facts_and_marks_the_root_cause() -
         "restarts": 0,
         "host": "h0",
         "root_cause": False,
+        # no log was read: no progress
+        "last_line": "",
+        "last_line_at": "",
+        "step": None,
+        "step_at": "",
+        "stopped_first": False,
     }
     assert (got[1]["reason"], got[1]["failure"], got[1]["restarts"]) == ("OOMKilled", "user", 2)
     assert got[1]["root_cause"] is True and len(got[1]["message"]) == 300
@@ -355,3 +447,19 @@ def test_the_result_counts_in_cluster_restarts() -> None:
     event = JobEvent(EventKind.FINISHED, "a", AppState.SUCCEEDED, num_restarts=2)
     assert task_result(event, "h")["num_restarts"] == 2
     assert JobEvent.from_payload(event.to_payload()).num_restarts == 2
+
+
+def test_failures_sits_below_the_triggers() -> None:
+    """The failure rules read the replica rows of a lower module, not the triggers' events
+    (which use them): the events' row is that same class, still importable from there."""
+    import ast
+    import inspect
+
+    from torchx_provider import failures, replicas
+    from torchx_provider.triggers import events
+
+    tree = ast.parse(inspect.getsource(failures))
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in imported if m.startswith("torchx_provider.triggers")]
+    assert events.ReplicaRow is replicas.ReplicaRow

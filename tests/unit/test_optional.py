@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.abc
 import pickle
+import re
 import subprocess
 import sys
 import types
@@ -11,6 +12,7 @@ import types
 import pytest
 
 from torchx_provider import optional
+from torchx_provider.backends import BUILTIN_BACKENDS
 from torchx_provider.errors import TorchXProviderError
 from torchx_provider.optional import EXTRAS, MissingExtraError, missing_extra, require
 
@@ -76,8 +78,11 @@ def test_a_missing_library_names_the_extra_to_install(
 
 def test_the_message_says_which_backends_need_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     uninstall(monkeypatch, "kubernetes_asyncio")
-    both = r"^the Kubernetes backends \(kubernetes, kubernetes_mcad\) need "
-    with pytest.raises(MissingExtraError, match=both):
+    kube = (
+        r"^the Kubernetes backends \(kubernetes, kubernetes_mcad, kubernetes_appwrapper, "
+        r"kubernetes_jobset\) need "
+    )
+    with pytest.raises(MissingExtraError, match=kube):
         require("kubernetes_asyncio")
     uninstall(monkeypatch, "docker")
     with pytest.raises(MissingExtraError, match=r"^the local_docker backend needs "):
@@ -152,3 +157,15 @@ def test_raising_it_never_imports_airflow() -> None:
 
 def test_every_extra_has_a_message() -> None:
     assert set(EXTRAS.values()) == set(optional.NEEDED_BY)
+
+
+@pytest.mark.parametrize(
+    ("connection_type", "extra"), [("torchx_kubernetes", "kubernetes"), ("torchx_docker", "docker")]
+)
+def test_the_message_names_every_built_in_backend_of_the_extra(
+    connection_type: str, extra: str
+) -> None:
+    named = {b.name for b in BUILTIN_BACKENDS if b.connection_type == connection_type}
+    assert named
+    words = set(re.findall(r"\w+", optional.NEEDED_BY[extra]))
+    assert named <= words, named - words

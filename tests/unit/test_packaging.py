@@ -31,7 +31,7 @@ DIST = f"airflow_provider_torchx-{__version__}"
 #: Not part of the build: version control, virtualenvs, caches and earlier build output.
 SKIPPED = shutil.ignore_patterns(
     *(".git", ".venv", ".airflow", ".ci-logs", "build", "dist"),
-    *("*.egg-info", "__pycache__", ".*_cache", ".hypothesis"),
+    *("*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "node_modules"),
 )
 
 
@@ -126,6 +126,23 @@ def test_the_provider_entry_point(built: tuple[Path, Path]) -> None:
     entry_points = wheel_text(built[0], f"{DIST}.dist-info/entry_points.txt")
     assert "[apache_airflow_provider]" in entry_points
     assert "provider_info = torchx_provider.provider_info:get_provider_info" in entry_points
+
+
+def test_the_app_view_is_built_into_the_wheel_and_registered(built: tuple[Path, Path]) -> None:
+    """The view's bundle is built from ui/ when the wheel is built (the sdist holds its
+    sources, not the bundle), ships in the wheel, and its plugin has its entry point."""
+    wheel, sdist = built
+    bundle = wheel_text(wheel, "torchx_provider/plugins/static/app-view.js")
+    assert bundle.startswith("(function(") and "AirflowPlugin" in bundle[:2000]
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    assert f"{DIST}/ui/package-lock.json" in names and f"{DIST}/ui/src/main.tsx" in names
+    assert not [n for n in names if n.endswith("app-view.js") or "node_modules" in n]
+    entry_points = wheel_text(wheel, f"{DIST}.dist-info/entry_points.txt")
+    assert "[airflow.plugins]" in entry_points
+    assert "torchx_app_view = torchx_provider.plugins.app_view:TorchXAppViewPlugin" in (
+        entry_points
+    )
 
 
 def test_wheel_holds_the_package_and_license_only(built: tuple[Path, Path]) -> None:

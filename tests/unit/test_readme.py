@@ -9,14 +9,11 @@ from typing import Any
 
 import pytest
 
+from doc_blocks import blocks
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS_URL = "https://github.com/airflow-provider-torchx/airflow-provider-torchx/blob/main/docs/"
-
-
-def blocks(text: str, language: str) -> list[str]:
-    """The fenced blocks of ``language`` in ``text``, in order."""
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.S | re.M)
 
 
 def slug(heading: str) -> str:
@@ -71,8 +68,8 @@ def test_links_to_the_docs_name_pages_and_headings_that_exist() -> None:
 
 def readme_dags(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The DAGs the README's Python blocks make, built as a DAG file builds them (each block
-    run on its own; a ``with DAG(...)`` block binds no name, so the DAGs are caught as their
-    blocks close)."""
+    run on its own, in a fresh namespace: a name a block uses without importing it fails; a
+    ``with DAG(...)`` block binds no name, so the DAGs are caught as their blocks close)."""
     from airflow.sdk import DAG
 
     monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", raising=False)
@@ -90,7 +87,9 @@ def readme_dags(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 #: what the README's templates render to here
-RENDERED = {"{{ var.value.train_image }}": "registry.example.com/ml/train:1.4"}
+RENDERED = {"{{ params.image }}": "registry.example.com/ml/train:1.4"}
+#: the example DAG the README shows as its first DAG on Kubernetes, from ``import pendulum`` on
+KUBERNETES_EXAMPLE = REPO / "dags_examples" / "torchx_train_ddp.py"
 
 
 def test_every_dag_builds_and_the_app_of_every_task_resolves(
@@ -125,6 +124,22 @@ def test_the_readme_dags_are_what_they_say(monkeypatch: pytest.MonkeyPatch) -> N
     assert (role.num_replicas, role.resource.gpu) == (2, 4)
     assert "--nnodes 2 --nproc_per_node 4 " in role.args[-1]  # sh -c "torchrun ..."
     assert train.following.deferrable is True
+    # a 4-GPU node gets memory and CPUs of its size, not the component's 1 GiB and 2 CPUs
+    assert role.resource.memMB >= 16 * 1024 and role.resource.cpu >= 8
+    # the run options (queue, namespace) are the connection's, which a cfg would override
+    assert not train.cfg
+    # the image is a DAG param with a default, so the template renders in every run
+    assert train.dag.params["image"]
+
+
+def test_the_kubernetes_dag_is_the_example_dag_ci_parses() -> None:
+    """The README's Kubernetes DAG is dags_examples/torchx_train_ddp.py (from its imports
+    on), which the example DAG tiers parse."""
+    source = KUBERNETES_EXAMPLE.read_text()
+    body = source[source.index("\nimport pendulum\n") + 1 :]
+    assert body in blocks(README.read_text(), "python"), (
+        "README.md's first DAG on Kubernetes differs from dags_examples/torchx_train_ddp.py"
+    )
 
 
 def test_the_task_log_excerpt_is_found_in_a_log_that_says_it() -> None:

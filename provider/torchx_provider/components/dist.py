@@ -14,11 +14,18 @@ from torchx_provider.components.utils import one_role_app
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import AppDef, RetryPolicy, macros, resource
 from torchx_provider.specs.names import normalize_rfc1123_name
+from torchx_provider.triggers.progress import PROGRESS_METADATA_KEY
 
 #: TorchX's published image, which has torch and torchrun.
 DEFAULT_DDP_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"
 #: The rendezvous port on the rank-0 host.
 DEFAULT_RDZV_PORT = 29500
+#: The progress pattern ``ddp`` and ``spmd`` give their apps: a training script's
+#: ``step=3``, ``step: 3`` or ``step 3`` (the example ``train_ddp.py`` prints
+#: ``rank=1 world_size=4 step=3 loss=0.418726``). It starts with a word, which the regular
+#: expression engine looks for first: about 0.5 us a line (``\b`` before it costs ten times
+#: that). The operator's ``progress_pattern`` replaces it.
+DDP_PROGRESS_PATTERN = r"step[=: ]\s*(\d+)"
 
 __all__ = ["ddp", "parse_j", "spmd"]
 
@@ -79,7 +86,9 @@ def ddp(
         image: an image with torch installed.
         name: app name (and role name, made Kubernetes-safe).
         h: a named resource (overrides cpu/gpu/memMB).
-        cpu, gpu, memMB: resources per node.
+        cpu: CPUs per node.
+        gpu: GPUs per node.
+        memMB: memory per node, in MB.
         j: ``NODESxPROCS`` (e.g. ``2x4``), ``MIN:MAXxPROCS`` for elastic runs, or ``PROCS``.
         env: environment variables.
         max_retries: how many times the app is restarted after a failure (the whole
@@ -89,7 +98,10 @@ def ddp(
         mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
         debug: turn on NCCL/torch distributed debug logging.
         tee: which of the workers' streams ``torchrun`` copies to the console and its log
-            files (0 none, 1 stdout, 2 stderr, 3 both).
+            files (0 none, 1 stdout, 2 stderr, 3 both); the others reach the console
+            directly. torch 1.13 on Python 3.11 (Debian bookworm's ``python3-torch``) takes
+            only 1 or 2: with 0 or 3 its ``torchrun`` fails before starting a worker
+            (``'NoneType' object has no attribute 'get'``).
     """
     if tee not in (0, 1, 2, 3):
         raise InvalidAppError(f"tee={tee!r}: use 0 (none), 1 (stdout), 2 (stderr) or 3", "tee")
@@ -119,6 +131,11 @@ def ddp(
         "--role",
         "",
     ]
+    if tee in (1, 2):
+        # The same as --tee alone (torchrun redirects what it tees), but torch 1.13 on
+        # Python 3.11 (Debian bookworm's python3-torch) reads neither the default
+        # --redirects 0 nor 3, and stops before starting a worker.
+        cmd[-4:-4] = ["--redirects", str(tee)]
     if rdzv_backend == "static":
         # The static backend does no rendezvous: each node must be told its rank.
         cmd += ["--node_rank", macros.replica_id]
@@ -127,12 +144,17 @@ def ddp(
     else:
         cmd += [str(script)]
     cmd += list(script_args)
-    # The endpoint must reach the shell unquoted so that it expands the variable.
-    command = " ".join(a if a is endpoint else shlex.quote(a) for a in cmd)
+    # The endpoint must reach the shell unquoted so that it expands the variable. ``exec``
+    # makes torchrun, not the shell, the container's first process, so that the stop signal
+    # of a cancel, a pod deletion or ``docker stop`` (SIGTERM) reaches it and, through it,
+    # the workers: Debian's dash does not exec a ``-c`` command by itself, and as the first
+    # process of its PID namespace it ignores SIGTERM -- the workers would run on until the
+    # grace period's SIGKILL.
+    command = "exec " + " ".join(a if a is endpoint else shlex.quote(a) for a in cmd)
     role_env = {"LOGLEVEL": "INFO", **(env or {})}
     if debug:
         role_env.update({"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-    return one_role_app(
+    app = one_role_app(
         name,
         image,
         "sh",
@@ -147,6 +169,8 @@ def ddp(
         port_map={"c10d": rdzv_port},
         env=role_env,
     )
+    app.metadata[PROGRESS_METADATA_KEY] = DDP_PROGRESS_PATTERN
+    return app
 
 
 def spmd(
@@ -170,7 +194,8 @@ def spmd(
 
     Args:
         args: arguments passed to the script or module.
-        script, m: the script, or the module to run (exactly one).
+        script: the script to run (exactly one of script and m).
+        m: the module to run.
         image: an image with torch installed.
         name: app name.
         h: the named resource of each host (see ``specs.named_resources``).

@@ -68,7 +68,9 @@ def sh(
             ``sh("echo $$HOSTNAME && exit 3")`` keeps its shell syntax.
         image: an image with ``/bin/sh``.
         num_replicas: how many replicas run the command.
-        cpu, gpu, memMB: resources per replica (ignored when ``h`` is given).
+        cpu: CPUs per replica (ignored when ``h`` is given).
+        gpu: GPUs per replica (ignored when ``h`` is given).
+        memMB: memory per replica, in MB (ignored when ``h`` is given).
         h: a named resource such as ``cpu.small``.
         env: environment variables.
         max_retries: how many times a failed replica is retried.
@@ -119,7 +121,10 @@ def python(
         script: a script path inside the image.
         image: an image with ``python`` on its PATH.
         name: the app and role name.
-        cpu, gpu, memMB, h: resources per replica.
+        cpu: CPUs per replica (ignored when ``h`` is given).
+        gpu: GPUs per replica (ignored when ``h`` is given).
+        memMB: memory per replica, in MB (ignored when ``h`` is given).
+        h: a named resource such as ``cpu.small``.
         num_replicas: how many replicas run it.
         env: environment variables.
         mounts: mounts in ``type=bind,src=...,dst=...`` syntax.
@@ -179,7 +184,8 @@ def booth(
     """Evaluate the Booth function at ``(x1, x2)`` and record it (a hyper-parameter search demo).
 
     Args:
-        x1, x2: the point.
+        x1: the point's first coordinate.
+        x2: the point's second coordinate.
         trial_idx: the trial this evaluation belongs to.
         tracker_base: where TorchX's tracker writes the result.
         image: an image with TorchX installed (runs ``torchx.apps.utils.booth_main``).

@@ -14,6 +14,7 @@ from typing import Any
 from torchx_provider.failures import bounded, error_class, kind_of, root_cause
 from torchx_provider.operators.options import Lifecycle, OnKillAction
 from torchx_provider.specs.api import AppState
+from torchx_provider.tasklog import TaskLogger
 from torchx_provider.triggers.events import (
     ErrorKind,
     EventKind,
@@ -23,6 +24,9 @@ from torchx_provider.triggers.events import (
 )
 from torchx_provider.triggers.summary import failed_rows, replica_failure
 
+#: The XCom of the app's timeline once the task ended (the "TorchX app" view reads it).
+TIMELINE_XCOM_KEY = "timeline"
+
 #: How much of a replica's message the ``replicas`` XCom keeps.
 XCOM_MESSAGE_LIMIT = 300
 
@@ -30,10 +34,15 @@ XCOM_MESSAGE_LIMIT = 300
 def replica_results(event: JobEvent) -> list[dict[str, Any]]:
     """The ``replicas`` XCom: of every replica its role, replica id, state, exit code, the
     backend's reason and the kind of failure (for a failed one), its message (short),
-    restarts and host; ``root_cause`` marks the replica that failed first."""
+    restarts and host; ``root_cause`` marks the replica that failed first (or, for a stalled
+    app, stopped first). Its progress as its log showed it: ``last_line``, ``last_line_at``
+    (the backend's time of that line, ISO 8601), ``step`` and ``step_at`` (where a line
+    matched ``progress_pattern``; ``None`` and ``""`` otherwise, and for a replica whose
+    log was not read); ``stopped_first`` marks those a stalled app names."""
     root = root_row(event)
     return [
         {
+            **_progress_of(event, r.key),
             "role": r.role,
             "replica_id": r.replica_id,
             "state": r.state.name,
@@ -49,16 +58,32 @@ def replica_results(event: JobEvent) -> list[dict[str, Any]]:
     ]
 
 
+def _progress_of(event: JobEvent, key: str) -> dict[str, Any]:
+    shown = event.progress.get(key) or {}
+    return {
+        "last_line": str(shown.get("last_line") or ""),
+        "last_line_at": str(shown.get("last_line_at") or ""),
+        "step": shown.get("step"),
+        "step_at": str(shown.get("step_at") or ""),
+        "stopped_first": key in event.stalled,
+    }
+
+
 def root_row(event: JobEvent) -> ReplicaRow | None:
     """The replica that failed first: the one the follow named, else (an older event) the
-    first failed one by finish time, without logs to break ties."""
+    first failed one by finish time, without logs to break ties. Of a stalled app, the
+    replica that stopped first."""
+    if event.error == ErrorKind.STALL:
+        return next((r for r in event.replicas if r.key == event.root_cause), None)
     failed = failed_rows(event.replicas)
     named = [r for r in failed if r.key == event.root_cause]
     return named[0] if named else root_cause(failed, {})
 
 
-def failure_error(event: JobEvent) -> Exception | None:
-    """The exception a try fails with after ``event``, ``None`` when the app succeeded.
+def failure_error(event: JobEvent, deadline_cause: str = "") -> Exception | None:
+    """The exception a try fails with after ``event``, ``None`` when the app succeeded;
+    ``deadline_cause`` names what set the follow's deadline (``follow_timeout=3s``), for the
+    message of a timeout.
 
     Every follow that did not see the app succeed becomes one class of
     :mod:`torchx_provider.errors`: refused as configured -> ``AppConfigurationError``; a
@@ -67,18 +92,23 @@ def failure_error(event: JobEvent) -> Exception | None:
     ``InfrastructureError``), naming it as the root cause; lost
     (the backend unreachable past ``outage_budget``, the follow failing) -> ``AppLostError``;
     the deadline -> ``AppTimeoutError``; a wait past ``queue_timeout`` ->
-    ``QueueTimeoutError``; cancelled or deleted from outside ->
-    ``AppCancelledError``; failed -> the class of its first failed replica's kind
+    ``QueueTimeoutError``; no replica moving for ``stall_timeout`` -> ``AppStalledError``
+    (an ``InfrastructureError``), naming the replicas that stopped first; cancelled from
+    outside -> ``AppCancelledError``; taken off the backend from outside before it finished
+    -> ``InfrastructureError`` (its replicas' kind); failed -> the class of its first
+    failed replica's kind
     (:func:`torchx_provider.failures.error_class`), the base ``AppFailedError`` when the
     backend did not say.
     """
     from torchx_provider import errors
 
     state = event.state.name
-    not_seen_ending = unfinished(event)
+    not_seen_ending = unfinished(event, deadline_cause)
     if not_seen_ending is not None:
         if event.kind == EventKind.ERROR and event.error == ErrorKind.START:
             return start_error(event, not_seen_ending)
+        if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.STALL:
+            return stall_error(event, not_seen_ending)
         if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE:
             cls: type[errors.AppFailedError] = errors.QueueTimeoutError
         elif event.kind == EventKind.TIMEOUT:
@@ -122,9 +152,30 @@ def start_error(event: JobEvent, message: str) -> Exception:
     return cls(message, app_id=event.app_id, state=event.state.name, root_cause=cause)
 
 
-def unfinished(event: JobEvent) -> str | None:
+def stall_error(event: JobEvent, message: str) -> Exception:
+    """The exception of a follow that found the app stalled: ``AppStalledError``, the
+    replica that stopped first as its root cause."""
+    from torchx_provider import errors
+
+    row = root_row(event)
+    cause = (
+        None
+        if row is None
+        else errors.RootCause(row.role, row.replica_id, row.exit_code, row.reason, row.message)
+    )
+    return errors.AppStalledError(
+        message,
+        app_id=event.app_id,
+        state=event.state.name,
+        root_cause=cause,
+        stalled=event.stalled,
+    )
+
+
+def unfinished(event: JobEvent, deadline_cause: str = "") -> str | None:
     """The failure message of a follow that did not see the app's end: it lost the app
-    (``ERROR``) or the task's deadline passed (``TIMEOUT``); ``None``: it saw the end."""
+    (``ERROR``) or the task's deadline passed (``TIMEOUT``: ``deadline_cause`` names which
+    option set it, with its value); ``None``: it saw the end."""
     if event.kind == EventKind.ERROR and event.error == ErrorKind.START:
         return f"TorchX app {event.app_id} could not start as configured: {event.message}"
     if event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION:
@@ -140,10 +191,13 @@ def unfinished(event: JobEvent) -> str | None:
         )
     if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE:
         return f"TorchX app {event.app_id} did not start in time: {event.message}"
+    if event.kind == EventKind.TIMEOUT and event.error == ErrorKind.STALL:
+        return f"TorchX app {event.app_id} stalled: {event.message}"
     if event.kind == EventKind.TIMEOUT:
+        limit = deadline_cause or "execution_timeout / follow_timeout"
         return (
-            f"TorchX app {event.app_id} timed out (execution_timeout / follow_timeout) in "
-            f"state {event.state.name}: {event.message}"
+            f"TorchX app {event.app_id} timed out ({limit}) in state {event.state.name}: "
+            f"{event.message}"
         )
     return None
 
@@ -154,22 +208,35 @@ def deferral_timed_out(next_method: str, next_kwargs: Mapping[str, Any] | None) 
 
 
 def deferral_failure(
-    next_method: str, next_kwargs: Mapping[str, Any] | None, app_id: str | None
+    next_method: str,
+    next_kwargs: Mapping[str, Any] | None,
+    app_id: str | None,
+    deadline: str = "",
 ) -> Exception | None:
     """The exception a try fails with when Airflow resumes it only to fail it
     (``__fail__``: Airflow's ``TaskDeferralTimeout`` / ``TaskDeferralError``), ``None`` for
-    any other resumption: its deferral timeout (the backstop of the task's deadline) ->
-    ``AppTimeoutError``; the trigger failed or was lost -> ``AppLostError`` (the app may
-    still run; a retry reattaches to it)."""
+    any other resumption: its deferral timeout (the backstop of the task's deadline, which
+    ``deadline`` names: :func:`~.following.deadline_options`) -> ``AppTimeoutError``; the
+    trigger failed or was lost -> ``AppLostError`` (the app may still run; a retry
+    reattaches to it).
+
+    >>> timeout = deferral_failure("__fail__", {"error": "Trigger timeout"}, "a", "x=1s")
+    >>> str(timeout).endswith("the backstop of the follow's deadline, 120s after it; the "
+    ...                       "deadline: x=1s)")
+    True
+    """
     from torchx_provider import errors
+    from torchx_provider.triggers.policy import DEFER_TIMEOUT_GRACE
 
     if next_method != "__fail__":
         return None
     app = f"TorchX app {app_id}" if app_id else "the TorchX app"
     if deferral_timed_out(next_method, next_kwargs):
+        set_by = f"; the deadline: {deadline}" if deadline else ""
         return errors.AppTimeoutError(
-            f"{app} timed out (execution_timeout / follow_timeout): Airflow's deferral "
-            "timeout passed before the trigger reported its end",
+            f"{app} timed out: Airflow's deferral timeout passed before the trigger "
+            "reported its end (the deferral timeout is the backstop of the follow's "
+            f"deadline, {DEFER_TIMEOUT_GRACE:.0f}s after it{set_by})",
             app_id=app_id,
         )
     why = (next_kwargs or {}).get("error") or "unknown"
@@ -181,7 +248,7 @@ def deferral_failure(
 
 
 def cancel_after_deferral_timeout(
-    app_id: str | None, lifecycle: Lifecycle, new_scheduler: Callable[[], Any], log: Any
+    app_id: str | None, lifecycle: Lifecycle, new_scheduler: Callable[[], Any], log: TaskLogger
 ) -> None:
     """Airflow timed the deferral out (the trigger never acted on its deadline): cancel the
     app per ``on_kill_action``; the task fails with the timeout either way."""
@@ -205,7 +272,8 @@ def finish(
     handle: str,
     lifecycle: Lifecycle,
     clean_up: tuple[Any, Callable[[], Any]],
-    log: Any,
+    log: TaskLogger,
+    deadline_cause: str = "",
 ) -> dict[str, Any]:
     """The end of a followed task: the XComs of the outcome (``final_state``, ``replicas``,
     the job's link), the app deleted per ``on_finish_action`` (through ``clean_up``: an open
@@ -216,9 +284,12 @@ def finish(
 
     ti.xcom_push(key="final_state", value=event.state.name)
     ti.xcom_push(key="replicas", value=replica_results(event))
+    timeline = final_timeline(event)
+    if timeline is not None:
+        ti.xcom_push(key=TIMELINE_XCOM_KEY, value=timeline)
     if event.ui_url:
         TorchXJobLink.persist(ti, event.ui_url)
-    error = failure_error(event)
+    error = failure_error(event, deadline_cause)
     if unfinished(event) is None and lifecycle.deletes(event.succeeded):
         scheduler, new_scheduler = clean_up
         action = lifecycle.on_finish_action.value
@@ -230,7 +301,7 @@ def finish(
 
 
 def delete_app(
-    app_id: str, scheduler: Any, new_scheduler: Callable[[], Any], action: str, log: Any
+    app_id: str, scheduler: Any, new_scheduler: Callable[[], Any], action: str, log: TaskLogger
 ) -> None:
     """Delete the finished app per ``on_finish_action`` (``action``) through ``scheduler``,
     an open client, or when ``None`` one ``new_scheduler`` opens (closed here). The outcome
@@ -246,7 +317,7 @@ def delete_app(
         log.warning("could not delete app %s: %s", app_id, e)
 
 
-def drop_checkpoint(ti: Any, log: Any) -> None:
+def drop_checkpoint(ti: Any, log: TaskLogger) -> None:
     """Delete the trigger's progress XCom: bookkeeping of the try's deferral, not a result,
     read by nothing once the try has its event (a failure is only logged; the next try's
     start clears it anyway)."""
@@ -264,6 +335,24 @@ def drop_checkpoint(ti: Any, log: Any) -> None:
         )
     except Exception as e:
         log.warning("could not delete the XCom %s: %s", CHECKPOINT_XCOM_KEY, e)
+
+
+def live_checkpoint(ti: Any, log: TaskLogger) -> Callable[[dict[str, Any]], None]:
+    """Stores a follow's checkpoint on the worker (a task that does not defer), for the
+    "TorchX app" view; a failure is said once and only costs the view its freshness."""
+    from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
+
+    failed: list[Exception] = []
+
+    def publish(value: dict[str, Any]) -> None:
+        try:
+            ti.xcom_push(key=CHECKPOINT_XCOM_KEY, value=value)
+        except Exception as e:
+            if not failed:
+                log.warning("could not store the follow's progress for the app view: %s", e)
+            failed.append(e)
+
+    return publish
 
 
 def stored_app_id(ti: Any) -> str | None:
@@ -289,7 +378,37 @@ def task_result(event: JobEvent, handle: str) -> dict[str, Any]:
         "running_seconds": event.running_seconds,
         "preemptions": event.preemptions,
         "replicas": replica_results(event),
+        "timeline": final_timeline(event),
     }
+
+
+def final_timeline(event: JobEvent) -> dict[str, Any] | None:
+    """The app's timeline as the follow ended it, with its root cause (``None``: not told,
+    a follow of an older version)."""
+    from torchx_provider.triggers.timeline import merged_timeline
+
+    return merged_timeline(event.timeline, event.root_cause, event.root_error, event.replicas)
+
+
+def with_stored_timeline(ti: Any, event: JobEvent) -> JobEvent:
+    """``event``, with the timeline of the try's checkpoint when the event came without one
+    (too large for an event's payload): read before the checkpoint is dropped."""
+    import dataclasses
+
+    from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
+
+    if event.timeline is not None:
+        return event
+    try:
+        stored = ti.xcom_pull(
+            task_ids=ti.task_id, key=CHECKPOINT_XCOM_KEY, map_indexes=ti.map_index
+        )
+    except Exception:  # the view goes without; the task's outcome does not depend on it
+        return event
+    if not isinstance(stored, Mapping) or stored.get("app_id") != event.app_id:
+        return event
+    timeline = stored.get("timeline")
+    return dataclasses.replace(event, timeline=timeline) if isinstance(timeline, Mapping) else event
 
 
 def failure(event: JobEvent) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.triggers.policy import OUTAGE_BUDGET, positive_seconds
+from torchx_provider.triggers.progress import ProgressPattern
 from torchx_provider.triggers.selection import LogSelection
 
 
@@ -194,6 +195,13 @@ class Following:
         queue_timeout: seconds the app may wait to run, per wait (from the submission, and
             from each preemption or requeue), after which the job is cancelled (per
             ``on_kill_action``) and the task fails; ``None``: no limit of its own.
+        stall_timeout: seconds no replica of the running app may go without moving (a
+            line, or a new step) before the job is cancelled (per ``on_kill_action``) and
+            the task fails with ``AppStalledError``; ``None``: no limit.
+        straggler_after: seconds without moving after which a replica whose peers went on
+            is named in the task log; ``None``: none is named.
+        progress_pattern: a regular expression whose group (``step``, or the first) is a
+            replica's step in its lines; ``None``: the app's own (a component's), if any.
     """
 
     deferrable: bool = False
@@ -202,6 +210,9 @@ class Following:
     outage_budget: float = OUTAGE_BUDGET
     follow_timeout: float | None = None
     queue_timeout: float | None = None
+    stall_timeout: float | None = None
+    straggler_after: float | None = None
+    progress_pattern: str | None = None
 
     @classmethod
     def build(
@@ -212,6 +223,9 @@ class Following:
         outage_budget: float | timedelta = OUTAGE_BUDGET,
         follow_timeout: float | timedelta | None = None,
         queue_timeout: float | timedelta | None = None,
+        stall_timeout: float | timedelta | None = None,
+        straggler_after: float | timedelta | None = None,
+        progress_pattern: str | None = None,
     ) -> Following:
         replicas = LogSelection.parse(_log_replicas(log_replicas)).patterns
         return cls(
@@ -219,18 +233,59 @@ class Following:
             poll_interval=_seconds(poll_interval, "poll_interval"),
             log_replicas=replicas,
             outage_budget=_seconds(outage_budget, "outage_budget"),
-            follow_timeout=None
-            if follow_timeout is None
-            else _seconds(follow_timeout, "follow_timeout"),
-            queue_timeout=None
-            if queue_timeout is None
-            else _seconds(queue_timeout, "queue_timeout"),
+            follow_timeout=_optional_seconds(follow_timeout, "follow_timeout"),
+            queue_timeout=_optional_seconds(queue_timeout, "queue_timeout"),
+            stall_timeout=_optional_seconds(stall_timeout, "stall_timeout"),
+            straggler_after=_optional_seconds(straggler_after, "straggler_after"),
+            progress_pattern=None
+            if progress_pattern is None
+            else ProgressPattern.parse(progress_pattern).source,
         )
 
     @property
     def selection(self) -> LogSelection:
         """``log_replicas`` as the follow loop asks it."""
         return LogSelection(self.log_replicas)
+
+
+#: the run option (a key of a dict ``cfg``) that gives ``progress_pattern``; taken out of the
+#: run options before they reach the backend
+PROGRESS_OPTION = "progress_pattern"
+
+
+def split_progress_pattern(cfg: Any) -> tuple[Any, str | None]:
+    """``cfg`` without its ``progress_pattern`` run option, and that option (``None``: not
+    given). Only a dict ``cfg`` carries it (a regular expression does not fit TorchX's
+    ``"key=value,..."`` form).
+
+    >>> split_progress_pattern({"queue": "q", "progress_pattern": "step ([0-9]+)"})
+    ({'queue': 'q'}, 'step ([0-9]+)')
+    >>> split_progress_pattern("queue=q")
+    ('queue=q', None)
+    """
+    if not isinstance(cfg, Mapping) or PROGRESS_OPTION not in cfg:
+        return cfg, None
+    rest = {k: v for k, v in cfg.items() if k != PROGRESS_OPTION}
+    return rest, ProgressPattern.parse(cfg[PROGRESS_OPTION], f"cfg[{PROGRESS_OPTION!r}]").source
+
+
+def progress_following(following: Following, from_cfg: str | None, app: Any) -> Following:
+    """``following`` with the app's progress pattern settled: the operator's
+    ``progress_pattern``, else the run option's, else the one the app names in its metadata
+    (:data:`~torchx_provider.triggers.progress.PROGRESS_METADATA_KEY`: a built-in component
+    names its script's); checked as the operator's would be."""
+    from torchx_provider.triggers.progress import PROGRESS_METADATA_KEY
+
+    if following.progress_pattern is not None:
+        return following
+    pattern = from_cfg
+    if pattern is None:
+        named = (getattr(app, "metadata", None) or {}).get(PROGRESS_METADATA_KEY)
+        if named is None:
+            return following
+        where = f"the app's metadata {PROGRESS_METADATA_KEY!r}"
+        pattern = ProgressPattern.parse(named, where).source
+    return dataclasses.replace(following, progress_pattern=pattern)
 
 
 def _log_replicas(value: object) -> str | list[str] | None:
@@ -256,6 +311,11 @@ def _seconds(value: object, name: str) -> float:
             f"{name} must be at most {MAX_SECONDS:,} seconds (ten years), got {value!r}", name
         )
     return seconds
+
+
+def _optional_seconds(value: object, name: str) -> float | None:
+    """:func:`_seconds` of ``value``, or ``None`` where it is not set."""
+    return None if value is None else _seconds(value, name)
 
 
 class TaskOptions(NamedTuple):
@@ -291,6 +351,9 @@ def _build_options(
     outage_budget: Any,
     follow_timeout: Any,
     queue_timeout: Any,
+    stall_timeout: Any = None,
+    straggler_after: Any = None,
+    progress_pattern: Any = None,
 ) -> TaskOptions:
     """Check the operator's options, each failing with its own message."""
     return TaskOptions(
@@ -302,6 +365,9 @@ def _build_options(
             outage_budget,
             follow_timeout,
             queue_timeout,
+            stall_timeout,
+            straggler_after,
+            progress_pattern,
         ),
         deferrable is None,
     )

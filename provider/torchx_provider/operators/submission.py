@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import InvalidOptionError
 from torchx_provider.links import format_job_url
+from torchx_provider.tasklog import TaskLogger
 
 if TYPE_CHECKING:
     from torchx_provider.backends import Backend
+    from torchx_provider.errors import QueueTimeoutError, SubmissionWaitTimeout
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.schedulers.api import Scheduler
     from torchx_provider.schedulers.labels import TaskInstanceKey
@@ -123,6 +125,9 @@ class LiveApps:
     #: of tries since the task was last cleared, already SUCCEEDED (the try that submitted it
     #: died before it saw the end): followed for its logs and result, never run again
     succeeded: list[str] = field(default_factory=list)
+    #: app id -> how it ended (``FAILED``, ``CANCELLED``) and the try that submitted it, of
+    #: the apps of earlier tries that ended without success: told, left as they are
+    ended: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
 def first_try_since_clear(ti: Any, retries: Any) -> int:
@@ -143,7 +148,7 @@ def first_try_since_clear(ti: Any, retries: Any) -> int:
     return max(1, max_tries - retries + 1)
 
 
-def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) -> LiveApps:
+def live_apps(plan: SubmissionPlan, store: Any, log: TaskLogger, first_try: int = 1) -> LiveApps:
     """Live jobs of earlier tries of this task instance: the one in ``store`` (Airflow 3.3's
     ``task_state_store``) first, then those found by labels in every namespace the task's
     jobs may live in (:func:`job_namespaces`). Those of tries before ``first_try`` (see
@@ -156,12 +161,15 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
     scheduler = plan.scheduler
     found: list[str] = []
     done: list[str] = []
+    ended: dict[str, str] = {}
 
     def seen(app_id: str, state: AppState) -> None:
         if not is_terminal(state):
             found.append(app_id)
         elif state == AppState.SUCCEEDED:
             done.append(app_id)
+        else:
+            ended[app_id] = state.name
 
     if store is not None:
         try:
@@ -181,7 +189,7 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
         tries[listed.app_id] = listed.try_number
         if listed.incomplete:
             cut_short[listed.app_id] = listed.incomplete
-        elif listed.app_id not in found and listed.app_id not in done:
+        elif listed.app_id not in (*found, *done, *ended):
             seen(listed.app_id, listed.state)
 
     def since_clear(apps: list[str]) -> list[str]:
@@ -189,14 +197,21 @@ def live_apps(plan: SubmissionPlan, store: Any, log: Any, first_try: int = 1) ->
 
     resumable = since_clear(found)
     superseded = [a for a in found if a not in cut_short and a not in resumable]
-    return LiveApps(resumable, superseded, cut_short, since_clear(done))
+    failed = {a: (ended[a], tries.get(a)) for a in ended if a not in cut_short}
+    return LiveApps(resumable, superseded, cut_short, since_clear(done), failed)
 
 
-def settle_earlier_tries(apps: LiveApps, scheduler: Any, reattach: bool, log: Any) -> str | None:
+def settle_earlier_tries(
+    apps: LiveApps, scheduler: Any, reattach: bool, log: TaskLogger
+) -> str | None:
     """Act on what earlier tries left (``apps``): remove the jobs whose submission was cut
     short, cancel those from before a clear and every live one not followed; return the app
     to follow instead of submitting: the first live one, else the first that succeeded
-    (``None`` with ``reattach`` off, or when there is none)."""
+    (``None`` with ``reattach`` off, or when there is none). Those that ended otherwise are
+    told and left as their try's ``on_finish_action`` left them."""
+    for app_id, (state, try_number) in apps.ended.items():
+        which = f"try {try_number}" if try_number else "an earlier try"
+        log.info("app %s of %s ended %s; left as it is", app_id, which, state)
     for app_id, evidence in apps.cut_short.items():
         log.warning(
             "removing app %s: an earlier try's submission of it was cut short (%s), so it "
@@ -231,6 +246,28 @@ def settle_earlier_tries(apps: LiveApps, scheduler: Any, reattach: bool, log: An
     return None
 
 
+def submission_timed_out(
+    app_id: str, e: SubmissionWaitTimeout, waited: float, queue_timeout: float | None
+) -> QueueTimeoutError:
+    """The error of a submission whose wait to run -- what it waited on before the app
+    could run, Docker's image pulls -- outlasted ``queue_timeout`` (``e``): the wait cut
+    short, nothing of the app made, said as a follow says a queue timeout.
+
+    >>> from torchx_provider.errors import SubmissionWaitTimeout
+    >>> e = SubmissionWaitTimeout("cut", reason="image 'r:1' was still being pulled (...)")
+    >>> print(*str(submission_timed_out("a-1", e, 3.04, 3.0)).split("; "), sep="\\n")
+    app 'a-1' waited 3.0s without running (queue_timeout 3.0s)
+    the app was not created (the wait at its submission was cancelled)
+    the last reason given: image 'r:1' was still being pulled (...)
+    """
+    from torchx_provider.errors import QueueTimeoutError
+    from torchx_provider.triggers.waiting import QueueWait
+
+    wait = QueueWait(queue_timeout, since=0.0)
+    what = "not created (the wait at its submission was cancelled)"
+    return QueueTimeoutError(wait.timed_out(app_id, waited, what, e.reason), app_id=app_id)
+
+
 def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:
     """Refuse to go on when an earlier try of this task submitted its app on another backend
     (the DAG changed between tries): that app may still run, where this try cannot look, and
@@ -246,14 +283,14 @@ def check_stored_handle(handle: str, stored_backend: str, backend: str) -> None:
     )
 
 
-def announce(plan: SubmissionPlan, app_id: str, store: Any, doing: str, log: Any) -> None:
+def announce(plan: SubmissionPlan, app_id: str, store: Any, doing: str, log: TaskLogger) -> None:
     """Log the submitted app's handle and store it for a later try (:func:`remember`)."""
     handle = plan.scheduler.app_handle(app_id)
     log.info("submitted app %s%s", handle, doing)
     remember(store, handle, log)
 
 
-def remember(store: Any, handle: str, log: Any) -> None:
+def remember(store: Any, handle: str, log: TaskLogger) -> None:
     """Store the submitted app's handle in ``task_state_store`` (when Airflow has one)."""
     if store is None:
         return

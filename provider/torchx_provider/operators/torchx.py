@@ -25,6 +25,7 @@ No secret leaves the component that resolved it. docs/operator.md is the user's 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -40,6 +41,8 @@ from torchx_provider.operators.options import (
     check_scheduler,
     check_session_name,
     plain_data,
+    progress_following,
+    split_progress_pattern,
     task_options,
 )
 from torchx_provider.optional import MissingExtraError
@@ -57,7 +60,7 @@ if TYPE_CHECKING:
 
 
 class TorchXOperator(BaseOperator):
-    """Run a TorchX app on the backend named by ``scheduler`` (see the module documentation).
+    r"""Run a TorchX app on the backend named by ``scheduler`` (see the module documentation).
 
     :param app: an AppDef, a dict, the path of a YAML/JSON app file, YAML/JSON text, or a
         component name such as ``"dist.ddp"``. Templated (every string of the app).
@@ -83,6 +86,20 @@ class TorchXOperator(BaseOperator):
         it the job is cancelled (per ``on_kill_action``) and the task fails with
         :class:`~torchx_provider.errors.QueueTimeoutError`, naming the last reason the
         cluster gave. ``None`` (default): only ``execution_timeout`` bounds the wait.
+    :param stall_timeout: seconds (or a ``timedelta``) no replica of the running app may
+        go without moving -- writing a line, or a new step where its lines match
+        ``progress_pattern`` -- before the job is cancelled (per ``on_kill_action``) and the
+        task fails with :class:`~torchx_provider.errors.AppStalledError`, naming the
+        replicas that stopped first. Waiting to run is not stalling. ``None`` (default):
+        off.
+    :param straggler_after: seconds (or a ``timedelta``) after which a replica that has not
+        moved while its peers went on is named in the task log (once, again when what it
+        shows changes, and when it moves again). ``None`` (default): off.
+    :param progress_pattern: a regular expression that finds a replica's step in its log
+        lines: its group named ``step``, else its first group (``r"step (\d+)"``). Also
+        taken from ``cfg={"progress_pattern": ...}``; else the app's own (the built-in
+        components set one for the scripts they run). Each replica's last line and step are
+        in the ``replicas`` XCom.
     :param log_replicas: whose logs reach the task log: ``None`` (all), or patterns like
         ``["trainer"]`` or ``"trainer/0,ps/*"``; ``[]`` for none.
     :param wait_for_completion: ``False`` submits and succeeds at once.
@@ -105,6 +122,9 @@ class TorchXOperator(BaseOperator):
     default_scheduler: ClassVar[str | None] = None
     #: whether the app is being scheduled (worker side): ``on_kill`` stops its submission
     _submitting: bool = False
+    #: set by ``on_kill`` before it cancels the app: the follow on the worker then knows that
+    #: an app that vanished was taken by this task's kill, not from outside
+    _killed: bool = False
 
     # Set while the task runs (worker side). Class defaults: the dag-processor builds every
     # task at each parse, and each attribute an operator sets there is a pass through
@@ -112,6 +132,8 @@ class TorchXOperator(BaseOperator):
     _app_resolved: bool = False
     _scheduler_client: Scheduler[Any] | None = None
     _app_id: str | None = None
+    #: ``progress_pattern`` given in ``cfg`` (taken out of the run options)
+    _cfg_progress_pattern: str | None = None
 
     def __init__(
         self,
@@ -128,6 +150,9 @@ class TorchXOperator(BaseOperator):
         outage_budget: float = OUTAGE_BUDGET,
         follow_timeout: float | timedelta | None = None,
         queue_timeout: float | timedelta | None = None,
+        stall_timeout: float | timedelta | None = None,
+        straggler_after: float | timedelta | None = None,
+        progress_pattern: str | None = None,
         wait_for_completion: bool = True,
         on_kill_action: str = "cancel",
         on_finish_action: str = "delete_succeeded",
@@ -162,6 +187,9 @@ class TorchXOperator(BaseOperator):
             outage_budget,
             follow_timeout,
             queue_timeout,
+            stall_timeout,
+            straggler_after,
+            progress_pattern,
         )
 
     @property
@@ -231,9 +259,8 @@ class TorchXOperator(BaseOperator):
 
         try:
             target = self.get_hook().get_target()
-            plan = plan_submission(
-                target, self.session_name, self._load_app, self.cfg, context["ti"]
-            )
+            cfg, self._cfg_progress_pattern = split_progress_pattern(self.cfg)
+            plan = plan_submission(target, self.session_name, self._load_app, cfg, context["ti"])
         except (InvalidAppError, InvalidOptionError, MissingExtraError) as e:
             raise bad_input(e) from e
         self.log.info("backend %s, client %s", target.backend, target.redacted() or "defaults")
@@ -279,18 +306,29 @@ class TorchXOperator(BaseOperator):
         dry run fixed the app id (Docker), the handle is logged and stored before its first
         object is made: a kill stops the submission, and a try after a worker that died finds
         the app."""
-        from torchx_provider.operators.submission import announce
+        import time
+
+        from torchx_provider.errors import SubmissionWaitTimeout
+        from torchx_provider.operators.submission import announce, submission_timed_out
 
         planned = plan.scheduler.planned_app_id(plan.dryrun)
         if planned is not None:
             announce(plan, planned, store, "; creating it", self.log)
             self._app_id = planned
         self._submitting = True
+        queue_timeout = self.following.queue_timeout
+        started = time.monotonic()
         try:
-            app_id = plan.scheduler.schedule(plan.dryrun)
+            # what the app waits on at submission (Docker's image pulls) is part of its
+            # wait to run: queue_timeout bounds it
+            app_id = plan.scheduler.schedule_within(plan.dryrun, queue_timeout)
         except (InvalidAppError, InvalidOptionError) as e:
             # refused before anything was made (too large an app, a queue that does not exist)
             raise bad_input(e) from e
+        except SubmissionWaitTimeout as e:
+            raise submission_timed_out(
+                planned or plan.app.name, e, time.monotonic() - started, queue_timeout
+            ) from e
         finally:
             self._submitting = False
         self._app_id = app_id
@@ -300,6 +338,7 @@ class TorchXOperator(BaseOperator):
 
     # -- execute ----------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
+        from torchx_provider.operators.finishing import drop_checkpoint, live_checkpoint
         from torchx_provider.operators.following import follow_here
         from torchx_provider.operators.submission import job_url, try_header
 
@@ -317,17 +356,32 @@ class TorchXOperator(BaseOperator):
             return {"app_handle": handle, "app_id": app_id, "state": "SUBMITTED"}
         now = datetime.now(timezone.utc)
         deadline = self._deadline(ti, now)
-        if self.following.deferrable:
+        try:
+            following = progress_following(self.following, self._cfg_progress_pattern, plan.app)
+        except InvalidOptionError as e:
+            raise bad_input(e) from e
+        if following.deferrable:
             from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, checkpoint_value
 
             plan.scheduler.close()
             self._scheduler_client = None
             ti.xcom_push(key=CHECKPOINT_XCOM_KEY, value=checkpoint_value(app_id, {}))
-            self._defer(plan.target, app_id, plan.ti_key, deadline, now)
+            cause = self._deadline_cause(ti, now)
+            self._defer(plan.target, app_id, plan.ti_key, deadline, now, cause, following)
         event = asyncio.run(
-            follow_here(plan.target, app_id, self.following, self.lifecycle, self.log, deadline)
+            follow_here(
+                plan.target,
+                app_id,
+                following,
+                self.lifecycle,
+                self.log,
+                deadline,
+                publish=live_checkpoint(ti, self.log),
+                killed=lambda: self._killed,
+            )
         )
-        return self._finish(context, event, plan.scheduler)
+        drop_checkpoint(ti, self.log)
+        return self._finish(context, event, plan.scheduler, self._deadline_cause(ti, now))
 
     def _deadline(self, ti: Any, now: datetime) -> datetime | None:
         """When following must end: the earlier of ``execution_timeout`` (from the try's
@@ -341,6 +395,17 @@ class TorchXOperator(BaseOperator):
             now,
         )
 
+    def _deadline_cause(self, ti: Any, now: datetime) -> str:
+        """Which of the two sets :meth:`_deadline`, with its value."""
+        from torchx_provider.operators.following import deadline_cause
+
+        return deadline_cause(
+            getattr(ti, "start_date", None),
+            self.execution_timeout,
+            self.following.follow_timeout,
+            now,
+        )
+
     def _defer(
         self,
         target: BackendTarget,
@@ -348,24 +413,45 @@ class TorchXOperator(BaseOperator):
         ti_key: TaskInstanceKey,
         deadline: datetime | None,
         now: datetime,
+        cause: str = "",
+        following: Following | None = None,
     ) -> NoReturn:
         """Hand ``app_id`` to the triggerer; the app id rides along to
-        :meth:`execute_complete`, which checks that the event is about it."""
+        :meth:`execute_complete`, which checks that the event is about it, and so does
+        what sets ``deadline`` (``cause``), which a timeout's message names. ``following``:
+        the options with the app's progress pattern settled (default: the operator's)."""
         from torchx_provider.operators.following import defer_timeout, job_trigger
 
         trigger = job_trigger(
-            target, app_id, ti_key, self.following, self.lifecycle, deadline, waiting_since=now
+            target,
+            app_id,
+            ti_key,
+            following or self.following,
+            self.lifecycle,
+            deadline,
+            waiting_since=now,
         )
         timeout = defer_timeout(deadline, now)
+        kwargs = {"app_id": app_id}
+        if cause:
+            kwargs["deadline_cause"] = cause
+        pattern = (following or self.following).progress_pattern
+        if pattern is not None and pattern != self.following.progress_pattern:
+            kwargs["progress_pattern"] = pattern  # the app's or cfg's, for a deferral again
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
-            kwargs={"app_id": app_id},
+            kwargs=kwargs,
             timeout=timeout,
         )
 
     def execute_complete(
-        self, context: Context, event: Mapping[str, Any], app_id: str | None = None
+        self,
+        context: Context,
+        event: Mapping[str, Any],
+        app_id: str | None = None,
+        deadline_cause: str = "",
+        progress_pattern: str | None = None,
     ) -> Any:
         """Resumed from :class:`~torchx_provider.triggers.TorchXJobTrigger` with its event.
 
@@ -374,7 +460,7 @@ class TorchXOperator(BaseOperator):
         was cleared, whose event can reach the new deferral -- so it is set aside and this
         try defers again on its own app (from its log checkpoint: nothing is repeated).
         """
-        from torchx_provider.operators.finishing import drop_checkpoint
+        from torchx_provider.operators.finishing import drop_checkpoint, with_stored_timeline
         from torchx_provider.operators.submission import task_instance_key
         from torchx_provider.triggers.events import JobEvent
 
@@ -389,9 +475,15 @@ class TorchXOperator(BaseOperator):
             ti = context["ti"]
             now = datetime.now(timezone.utc)
             target = self.get_hook().get_target()
-            self._defer(target, app_id, task_instance_key(ti), self._deadline(ti, now), now)
+            key = task_instance_key(ti)
+            cause = self._deadline_cause(ti, now)
+            following = self.following
+            if progress_pattern is not None:
+                following = dataclasses.replace(following, progress_pattern=progress_pattern)
+            self._defer(target, app_id, key, self._deadline(ti, now), now, cause, following)
+        job_event = with_stored_timeline(context["ti"], job_event)
         drop_checkpoint(context["ti"], self.log)
-        return self._finish(context, job_event, None)
+        return self._finish(context, job_event, None, deadline_cause)
 
     def resume_execution(
         self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context
@@ -407,26 +499,45 @@ class TorchXOperator(BaseOperator):
             deferral_timed_out,
             stored_app_id,
         )
+        from torchx_provider.operators.following import deadline_options
 
         if next_method != "__fail__":
             return super().resume_execution(next_method, next_kwargs, context)
         app_id = stored_app_id(context["ti"])
         if deferral_timed_out(next_method, next_kwargs):
             cancel_after_deferral_timeout(app_id, self.lifecycle, self._new_scheduler, self.log)
-        error = deferral_failure(next_method, next_kwargs, app_id)
+        error = deferral_failure(
+            next_method,
+            next_kwargs,
+            app_id,
+            deadline_options(self.execution_timeout, self.following.follow_timeout),
+        )
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except Exception as e:
             raise (error or e) from e
 
-    def _finish(self, context: Context, event: JobEvent, scheduler: Scheduler[Any] | None) -> Any:
-        """Step 4 (module doc): :func:`~torchx_provider.operators.finishing.finish`."""
+    def _finish(
+        self,
+        context: Context,
+        event: JobEvent,
+        scheduler: Scheduler[Any] | None,
+        deadline_cause: str = "",
+    ) -> Any:
+        """Step 4 (module doc): :func:`~torchx_provider.operators.finishing.finish`;
+        ``deadline_cause`` names what set the follow's deadline (a deferral of an earlier
+        version did not carry it: then the options that may have, with their values)."""
         from torchx_provider.operators.finishing import finish
+        from torchx_provider.operators.following import deadline_options
         from torchx_provider.specs.names import make_app_handle
 
+        if not deadline_cause:
+            deadline_cause = deadline_options(self.execution_timeout, self.following.follow_timeout)
         handle = make_app_handle(self.scheduler, self.session_name, event.app_id)
         clean_up = (scheduler, self._new_scheduler)
-        return finish(context["ti"], event, handle, self.lifecycle, clean_up, self.log)
+        return finish(
+            context["ti"], event, handle, self.lifecycle, clean_up, self.log, deadline_cause
+        )
 
     def _new_scheduler(self) -> Scheduler[Any]:
         """A scheduler client of this task's backend (the caller closes it)."""
@@ -443,6 +554,7 @@ class TorchXOperator(BaseOperator):
         elif self.lifecycle.on_kill_action != OnKillAction.CANCEL:
             self.log.info("task killed; app %s left running (on_kill_action=keep)", self._app_id)
             return
+        self._killed = True
         try:
             self._scheduler_client.cancel(self._app_id)
             self.log.info("task killed; cancelled app %s", self._app_id)

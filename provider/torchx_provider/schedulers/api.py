@@ -86,6 +86,10 @@ class DescribeAppResponse:
     #: how often the cluster evicted or preempted the app and requeued it (Kueue counts
     #: them on its Workload), ``-1``: not told
     evictions: int = -1
+    #: the platform's words for each of its replicas' pods it ended (evicted, preempted, its
+    #: node gone), in the order seen, ``role/replica: reason: message`` (Kubernetes, from
+    #: the pods' ``DisruptionTarget`` conditions)
+    disruptions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +157,16 @@ class Scheduler(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[T]) -> str:
         """Create the app on the backend from a dry run; return its app id."""
+
+    def schedule_within(self, dryrun_info: AppDryRunInfo[T], wait_timeout: float | None) -> str:
+        """:meth:`schedule`, where what the backend waits on at submission before the app
+        can run takes at most ``wait_timeout`` seconds (``None``: no bound): past it, that
+        is cancelled, nothing of the app is left and
+        :class:`~torchx_provider.errors.SubmissionWaitTimeout` is raised. Docker pulls the
+        images at submission, so it bounds the pulls; a backend that waits after the
+        submission (a cluster's queue, its image pulls) leaves that to the follow, and this
+        default is :meth:`schedule`."""
+        return self.schedule(dryrun_info)
 
     def planned_app_id(self, dryrun_info: AppDryRunInfo[T]) -> str | None:
         """The id :meth:`schedule` will give the app of ``dryrun_info``, when the dry run
@@ -282,10 +296,12 @@ LOG_LATENCY = 1.0
 @dataclass(frozen=True)
 class Notice:
     """Something a follow tells the task log once: ``key`` says what it is about (of the
-    notices with one key, only the first is said), e.g. the permission it misses."""
+    notices with one key, only the first is said), e.g. the permission it misses;
+    ``warning=False``: news that needs no action (said as an info), e.g. an admission."""
 
     key: str
     text: str
+    warning: bool = True
 
 
 def refusal_key(e: BaseException) -> str:

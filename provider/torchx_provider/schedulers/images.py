@@ -10,11 +10,13 @@ period, and are said while they last.
 The decision is one table, read by every backend that pulls:
 
 * Kubernetes: the main container's ``state.waiting`` (:func:`pull_verdict` with its
-  ``reason`` and ``message``) in :mod:`~torchx_provider.schedulers.kube.status`, which both
-  the sync and the async describe use. The kubelet words ``ErrImagePull`` with the container
-  runtime's error, and ``ImagePullBackOff`` as ``Back-off pulling image "<image>":
-  ErrImagePull: <that error>`` (``pkg/kubelet/images/image_manager.go``), so both are read by
-  their message; ``InvalidImageName`` and ``ErrImageNeverPull`` say all in their reason.
+  ``reason`` and ``message``), through the rule for every reason to wait
+  (:mod:`~torchx_provider.schedulers.waiting_reasons`) that the status
+  (:mod:`~torchx_provider.schedulers.kube.status`, used by the sync and the async describe)
+  and the task log read. The kubelet words ``ErrImagePull`` with the container runtime's
+  error, and ``ImagePullBackOff`` as ``Back-off pulling image "<image>": ErrImagePull:
+  <that error>`` (``pkg/kubelet/images/image_manager.go``), so both are read by their
+  message; ``InvalidImageName`` and ``ErrImageNeverPull`` say all in their reason.
 * Docker: the engine's answer to a failed pull at submission (:func:`pull_answer`), where
   only a final verdict makes the submission the app's fault.
 

@@ -31,21 +31,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.timestamps import RFC3339, parse_timestamp
 
-_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2}) ?")
-
-
-def parse_timestamp(value: str) -> datetime:
-    """Parse an RFC 3339 timestamp with any number of fractional digits (to UTC, µs).
-
-    >>> parse_timestamp("2024-05-01T10:00:00.123456789Z").isoformat()
-    '2024-05-01T10:00:00.123456+00:00'
-    """
-    value = value.strip()
-    m = _TS.match(value)
-    if not m or m.end() != len(value):
-        raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
-    return key_time(_key_of(m))
+#: the timestamp a log line starts with, and the blank after it
+_TS = re.compile(rf"^{RFC3339} ?")
 
 
 # A line's time is kept as its *key*: ``YYYY-MM-DDTHH:MM:SS.ffffff`` in UTC, which sorts as
@@ -79,27 +68,21 @@ _LAST_KEY: tuple[str, datetime] | None = None
 
 
 def key_time(key: str) -> datetime:
-    """The aware UTC datetime of a key."""
+    """The aware UTC datetime of a key (a key is a UTC time without its ``Z``, read as any
+    other timestamp by :func:`~torchx_provider.timestamps.parse_timestamp`)."""
     global _LAST_KEY
     cached = _LAST_KEY
     if cached is not None and cached[0] == key:
         return cached[1]
-    value = datetime.fromisoformat(key).replace(tzinfo=timezone.utc)
+    value = parse_timestamp(key + "Z")
     _LAST_KEY = (key, value)
     return value
 
 
 def _key_of(m: re.Match[str]) -> str:
-    """The key of a matched timestamp (fractions past µs dropped, as a datetime would)."""
-    whole, frac, tz = m.groups()
-    if frac is None:
-        frac = "000000"
-    elif len(frac) != 6:
-        frac = frac[:6] if len(frac) > 6 else frac.ljust(6, "0")
-    if tz == "Z":
-        return f"{whole}.{frac}"
-    local = datetime.fromisoformat(f"{whole}.{frac}{tz}")
-    return time_key(local)
+    """The key of a matched timestamp, as :func:`~torchx_provider.timestamps.parse_timestamp`
+    reads it (fractions past µs dropped, any zone in UTC)."""
+    return time_key(parse_timestamp(m.group(0)))
 
 
 def format_timestamp(value: datetime) -> str:

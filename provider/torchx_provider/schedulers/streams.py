@@ -173,14 +173,3 @@ class StreamSlots:
 
 
 _SLOTS: PerLoop[StreamSlots] = PerLoop(lambda: StreamSlots(stream_cap()))
-
-
-async def any_of(*events: asyncio.Event, timeout: float | None = None) -> None:
-    """Until one of ``events`` is set, at most ``timeout`` seconds (a follower's pause that
-    news ends early)."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()

@@ -28,9 +28,15 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError, RejectedConfigurationError, SubmissionError
+from torchx_provider.errors import (
+    InvalidAppError,
+    RejectedConfigurationError,
+    SubmissionError,
+    SubmissionWaitTimeout,
+)
 from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.docker.client import DockerClientConfig, docker_call, make_client
+from torchx_provider.schedulers.docker.pull import PullBound, PullCut, bounded_pull
 from torchx_provider.schedulers.docker.transfer import Transfer
 from torchx_provider.schedulers.labels import LABEL_VERSION
 from torchx_provider.version import __version__
@@ -70,15 +76,22 @@ def split_image(image: str) -> tuple[str, str]:
     return image, "latest"
 
 
-def engine_progress(events: Iterable[Mapping[str, Any]], quiet: bool, what: str) -> str | None:
+def engine_progress(
+    events: Iterable[Mapping[str, Any]],
+    quiet: bool,
+    what: str,
+    transfer: Transfer | None = None,
+) -> str | None:
     """Log build/pull/push progress; raise on an error event; return a built image id.
 
     A build's output is said line by line; layers moving are said as a
-    :class:`~torchx_provider.schedulers.docker.transfer.Transfer` says them: a summary every
-    few seconds and one line at the end, not the engine's several events a second."""
+    :class:`~torchx_provider.schedulers.docker.transfer.Transfer` says them (``transfer``,
+    or a new one): a summary every few seconds and one line at the end, not the engine's
+    several events a second."""
     level = logging.DEBUG if quiet else logging.INFO
     image_id: str | None = None
-    transfer = Transfer(what, started=time.monotonic())
+    if transfer is None:
+        transfer = Transfer(what, started=time.monotonic())
     for event in events:
         if "error" in event or "errorDetail" in event:
             detail = event.get("errorDetail") or {}
@@ -112,11 +125,14 @@ def ensure_image(
     quiet: bool = False,
     role: str | None = None,
     auth_config: Mapping[str, str] | None = None,
+    bound: PullBound | None = None,
 ) -> None:
     """Make sure ``image`` is on the engine: use it when present, pull it only when missing.
 
     Raises :class:`SubmissionError` naming the image (and role) when it is neither there nor
-    pullable.
+    pullable. ``bound`` cuts the pull short (:mod:`~torchx_provider.schedulers.docker.pull`):
+    at its deadline with :class:`SubmissionWaitTimeout`, on its stop with
+    :class:`SubmissionError`, each naming the image and how far the pull got.
     """
     import docker.errors
 
@@ -133,13 +149,20 @@ def ensure_image(
         )
     repo, tag = split_image(image)
     log.log(logging.DEBUG if quiet else logging.INFO, "pulling image %s%s", image, whose)
+    bound = bound or PullBound()
+    transfer = Transfer(f"pulling {image}", started=time.monotonic())
     try:
         with docker_call(f"pulling image {image!r}{whose}"):
-            engine_progress(
-                client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth_config),
-                quiet,
-                f"pulling {image}",
-            )
+            events = bounded_pull(client.api, repo, tag, auth_config, bound)
+            engine_progress(events, quiet, transfer.what, transfer)
+    except PullCut:
+        progress = transfer.progress(time.monotonic())
+        if bound.stop.is_set():
+            raise SubmissionError(
+                f"the pull of image {image!r}{whose} was stopped with its submission ({progress})"
+            ) from None
+        reason = f"image {image!r}{whose} was still being pulled ({progress})"
+        raise SubmissionWaitTimeout(f"{reason}; the pull was cancelled", reason=reason) from None
     except SubmissionError as e:
         from torchx_provider.schedulers.docker.state import image_failure
 
@@ -200,6 +223,7 @@ def build_workspace_image(
     quiet: bool = False,
     role: str | None = None,
     labels: Mapping[str, str] | None = None,
+    bound: PullBound | None = None,
     **client_kwargs: Any,
 ) -> str:
     """Build ``base_image`` + ``workspace`` (see the module docstring); push with ``image_repo``.
@@ -215,6 +239,7 @@ def build_workspace_image(
         quiet: log progress at debug level.
         role: the role's name, for error messages.
         labels: extra image labels.
+        bound: what cuts the pull of ``base_image`` short (see :func:`ensure_image`).
 
     Returns:
         ``{image_repo}:{hash}`` when pushed, else the local image id (``sha256:...``).
@@ -231,7 +256,12 @@ def build_workspace_image(
     if client is None:
         client = make_client(config)
     ensure_image(
-        client, base_image, quiet=quiet, role=role, auth_config=config.auth_config(base_image)
+        client,
+        base_image,
+        quiet=quiet,
+        role=role,
+        auth_config=config.auth_config(base_image),
+        bound=bound,
     )
     what = f"building workspace {workspace!r}{whose} on {base_image!r}"
     log.log(logging.DEBUG if quiet else logging.INFO, "%s", what)

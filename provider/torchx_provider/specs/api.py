@@ -363,7 +363,8 @@ class ReplicaStatus:
     provider adds, for a replica that ended: ``reason``, the backend's word for how
     (``OOMKilled``, ``Evicted``, ``PreemptionByScheduler``...), ``failure``, the
     :class:`~torchx_provider.failures.FailureKind` its backend's table gives it (``None``:
-    none known), and ``finished_at``, when it ended (``None``: not told). For a replica that
+    none known), and ``finished_at``, when it ended (``None``: not told); for one that
+    started, ``started_at``, when it last did (``None``: not told). For a replica that
     does not start, ``reason`` and ``failure`` say why, and ``cannot_start`` that waiting
     will not heal it (an image that can never be pulled): its app cannot run as configured.
     """
@@ -380,6 +381,7 @@ class ReplicaStatus:
     failure: str | None = None
     finished_at: datetime | None = None
     cannot_start: bool = False
+    started_at: datetime | None = None
 
 
 @dataclass

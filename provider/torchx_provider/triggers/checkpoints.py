@@ -1,4 +1,5 @@
-"""A follow's checkpoints: its progress (log cursors, last state) stored while it changes.
+"""A follow's checkpoints: its progress (log cursors, last state, each replica's progress)
+stored while it changes.
 
 While progress is made, at most every ``every`` seconds, :class:`Checkpoints` takes the
 progress, lets :data:`CHECKPOINT_LATENESS` seconds pass (a line handed to the log reaches the
@@ -22,6 +23,7 @@ from typing import Any
 
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
+from torchx_provider.tasklog import TaskLogger
 from torchx_provider.triggers.pacing import Aging, CheckpointPacer
 
 #: Seconds between checkpoints of a follow's progress, at least.
@@ -33,16 +35,19 @@ CHECKPOINT_TIMEOUT = 3.0
 #: Seconds between checkpoints at most, after failed ones (which double the pause each).
 CHECKPOINT_BACKOFF = 60.0
 
-#: what a checkpoint stores: the cursors and the last state
-Progress = tuple[dict[str, LogCursor], "AppState | None"]
-#: persists ``(cursors, last state)``
-Checkpoint = Callable[[dict[str, LogCursor], "AppState | None"], Awaitable[None]]
+#: what a checkpoint stores: the cursors, the last state and (a follow's) the replicas'
+#: progress (:meth:`~torchx_provider.triggers.progress.ProgressBook.snapshot`)
+Progress = tuple[Any, ...]
+#: persists ``(cursors, last state, replicas' progress)``
+Checkpoint = Callable[
+    [dict[str, LogCursor], "AppState | None", "dict[str, dict[str, Any]]"], Awaitable[None]
+]
 
 
 class Checkpoints:
     """The checkpoints of one follow (see the module docstring).
 
-    :param write: persists a progress; ``None``: nothing is stored.
+    :param write: persists a progress (called with its parts); ``None``: nothing is stored.
     :param progress: the follow's progress now.
     :param log: where a failed (and a recovered) write is said, once each.
     :param every: seconds between checkpoints.
@@ -55,7 +60,7 @@ class Checkpoints:
         self,
         write: Checkpoint | None,
         progress: Callable[[], Progress],
-        log: Any,
+        log: TaskLogger,
         *,
         every: float = CHECKPOINT_EVERY,
         pacer: CheckpointPacer | None = None,
@@ -175,7 +180,7 @@ class Checkpoints:
         return max(0.0, self.every - lateness)
 
     async def _store(self, progress: Progress) -> None:
-        progress = (dict(progress[0]), progress[1])
+        progress = (dict(progress[0]), *progress[1:])
         if self.write is None or progress == self.stored:
             return
         try:

@@ -1,4 +1,5 @@
-"""The event a follow ends with, and the per-replica rows it carries. Pure data.
+"""The event a follow ends with, and the per-replica rows it carries
+(:class:`~torchx_provider.replicas.ReplicaRow`, also importable from here). Pure data.
 
 One :class:`JobEvent` is built in one place (:mod:`~torchx_provider.triggers.follow`) and
 read in one place (the operator's ``execute_complete``); in between it travels as the
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from torchx_provider.failures import bounded
+from torchx_provider.replicas import ReplicaRow
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.specs.api import NONE, AppState
 
@@ -27,6 +29,9 @@ _N = TypeVar("_N", int, float)
 
 #: bump when the payload changes shape; from_payload reads older versions it knows
 PAYLOAD_VERSION = 1
+#: the payload carries the app's timeline up to this size (bytes of JSON); a larger one
+#: stays in the checkpoint, where the task reads it
+PAYLOAD_TIMELINE_LIMIT = 32 * 1024
 
 
 class EventKind(str, enum.Enum):
@@ -44,7 +49,7 @@ class EventKind(str, enum.Enum):
 class ErrorKind(str, enum.Enum):
     """What kind of error ended an :attr:`EventKind.ERROR` (or :attr:`EventKind.TIMEOUT`)
     follow (the exception class the operator raises); absent: the backend was lost
-    (unreachable, the app unknown), or the task's deadline passed."""
+    (unreachable, the app unknown). A timeout carries the kind of its cause."""
 
     #: refused as configured: credentials, a permission, a certificate
     #: (:class:`~torchx_provider.errors.AppConfigurationError`)
@@ -52,72 +57,20 @@ class ErrorKind(str, enum.Enum):
     #: (with :attr:`EventKind.TIMEOUT`) the app waited to run longer than ``queue_timeout``
     #: (:class:`~torchx_provider.errors.QueueTimeoutError`)
     QUEUE = "queue"
+    #: (with :attr:`EventKind.TIMEOUT`) the task's deadline (``execution_timeout`` /
+    #: ``follow_timeout``) passed (:class:`~torchx_provider.errors.AppTimeoutError`)
+    DEADLINE = "deadline"
     #: a replica cannot start: it waits for a reason waiting does not heal (an image that
     #: can never be pulled), or it waited past ``START_GRACE`` for one Kubernetes retries
     #: without end (an image it cannot pull, a Secret missing); the app was cancelled. The
     #: class is that replica's kind (:attr:`JobEvent.root_cause` names it), else
     #: :class:`~torchx_provider.errors.AppConfigurationError`
     START = "start"
-
-
-@dataclass(frozen=True)
-class ReplicaRow:
-    """One replica as the backend last described it: for a failed one also the backend's
-    ``reason``, the ``failure`` kind its table gives (a
-    :class:`~torchx_provider.failures.FailureKind` value, ``""``: none known) and when it
-    ended (``finished_at``, ISO 8601, ``""``: not told); ``restarts`` where told. An
-    unfinished one that waits to start says why in ``reason``, ``failure`` and ``message``
-    (the backend's words), and ``cannot_start`` when waiting will not heal it (an image
-    that can never be pulled)."""
-
-    role: str
-    replica_id: int
-    state: AppState
-    exit_code: int | None = None
-    hostname: str = ""
-    message: str = ""
-    reason: str = ""
-    failure: str = ""
-    finished_at: str = ""
-    restarts: int | None = None
-    cannot_start: bool = False
-
-    @property
-    def key(self) -> str:
-        """``role/replica_id``: the key of this replica's log cursor."""
-        return f"{self.role}/{self.replica_id}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "replica_id": self.replica_id,
-            "state": self.state.name,
-            "exit_code": self.exit_code,
-            "hostname": self.hostname,
-            "message": self.message,
-            # added in place (older readers ignore them, older payloads lack them)
-            "reason": self.reason,
-            "failure": self.failure,
-            "finished_at": self.finished_at,
-            "restarts": self.restarts,
-            "cannot_start": self.cannot_start,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaRow:
-        return cls(
-            role=str(data["role"]),
-            replica_id=int(data["replica_id"]),
-            state=AppState[str(data["state"])],
-            exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
-            hostname=str(data.get("hostname") or ""),
-            message=str(data.get("message") or ""),
-            reason=str(data.get("reason") or ""),
-            failure=str(data.get("failure") or ""),
-            finished_at=str(data.get("finished_at") or ""),
-            restarts=None if data.get("restarts") is None else int(data["restarts"]),
-            cannot_start=bool(data.get("cannot_start")),
-        )
+    #: (with :attr:`EventKind.TIMEOUT`) no replica of the running app moved for
+    #: ``stall_timeout``; the app was cancelled unless ``on_kill_action="keep"``
+    #: (:class:`~torchx_provider.errors.AppStalledError`); :attr:`JobEvent.stalled` names
+    #: the replicas that stopped first
+    STALL = "stall"
 
 
 def replica_rows(resp: DescribeAppResponse) -> tuple[ReplicaRow, ...]:
@@ -139,6 +92,7 @@ def replica_rows(resp: DescribeAppResponse) -> tuple[ReplicaRow, ...]:
                     finished_at=r.finished_at.isoformat() if r.finished_at else "",
                     restarts=r.num_restarts,
                     cannot_start=r.cannot_start,
+                    started_at=r.started_at.isoformat() if r.started_at else "",
                 )
             )
     return tuple(rows)
@@ -216,6 +170,14 @@ class JobEvent:
         running_seconds: seconds it ran, likewise.
         preemptions: how often it was preempted or evicted and requeued (Kueue's count, or
             the returns to waiting the follow saw); ``None``: not told.
+        progress: ``role/replica`` -> its progress as its log showed it
+            (:meth:`~torchx_provider.triggers.progress.ReplicaProgress.to_dict`: last line,
+            when, last step); only replicas whose log was read.
+        stalled: for :attr:`ErrorKind.STALL`, the replicas that stopped first.
+        timeline: what the app and its replicas went through, when
+            (:meth:`~torchx_provider.triggers.timeline.Timeline.snapshot`); ``None``: not
+            told, or left out of the payload for its size (:data:`PAYLOAD_TIMELINE_LIMIT`:
+            the checkpoint holds it then).
     """
 
     kind: EventKind
@@ -232,6 +194,9 @@ class JobEvent:
     queued_seconds: float | None = None
     running_seconds: float | None = None
     preemptions: int | None = None
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stalled: tuple[str, ...] = ()
+    timeline: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def succeeded(self) -> bool:
@@ -239,7 +204,7 @@ class JobEvent:
 
     def to_payload(self) -> dict[str, Any]:
         """JSON-safe form (the ``TriggerEvent`` payload)."""
-        payload = {
+        payload: dict[str, Any] = {
             "version": PAYLOAD_VERSION,
             "kind": self.kind.value,
             "app_id": self.app_id,
@@ -259,6 +224,12 @@ class JobEvent:
         if self.root_cause:  # likewise
             payload["root_cause"] = self.root_cause
             payload["root_error"] = self.root_error
+        if self.progress:  # likewise
+            payload["progress"] = {k: dict(v) for k, v in self.progress.items()}
+        if self.stalled:  # likewise
+            payload["stalled"] = list(self.stalled)
+        if self.timeline and _fits(self.timeline, PAYLOAD_TIMELINE_LIMIT):  # likewise
+            payload["timeline"] = self.timeline
         return payload
 
     @classmethod
@@ -282,7 +253,21 @@ class JobEvent:
             queued_seconds=_number(payload.get("queued_seconds"), float),
             running_seconds=_number(payload.get("running_seconds"), float),
             preemptions=_number(payload.get("preemptions"), int),
+            progress={
+                str(k): dict(v)
+                for k, v in (payload.get("progress") or {}).items()
+                if isinstance(v, Mapping)
+            },
+            stalled=tuple(str(k) for k in payload.get("stalled") or ()),
+            timeline=payload["timeline"] if isinstance(payload.get("timeline"), Mapping) else None,
         )
+
+
+def _fits(value: Any, limit: int) -> bool:
+    """Whether ``value`` takes at most ``limit`` bytes as JSON."""
+    import json
+
+    return len(json.dumps(value, separators=(",", ":"))) <= limit
 
 
 def _number(value: Any, kind: Callable[[Any], _N]) -> _N | None:

@@ -12,9 +12,17 @@ It ends ``FINISHED`` on a terminal state (or the app gone after one; ``CANCELLED
 was deleted before), ``TIMEOUT`` at the deadline or past ``queue_timeout`` (the app
 cancelled unless told to keep it), and ``ERROR`` when the app is unknown, cannot start, or
 the backend stays unreachable past ``outage_budget`` (a refusal at once, unless it was
-allowed before: then for ``REFUSAL_GRACE``). A replica whose log cannot be read never ends
-the follow. Progress is checkpointed (:mod:`~torchx_provider.triggers.checkpoints`), so a
-follow rebuilt from the stored cursors loses nothing.
+allowed before: then for ``REFUSAL_GRACE``). Each replica's progress -- its last line and
+last step -- is read from the lines forwarded (:mod:`~torchx_provider.triggers.progress`);
+while the app runs, stragglers are named and a stalled app (``stall_timeout``) is cancelled
+and ends ``TIMEOUT`` (:mod:`~torchx_provider.triggers.watch`). A timeout is decided only
+after a describe was tried: a follow rebuilt late first sees what became of the app, and
+``queue_timeout`` ends it only on a describe that shows the app still waiting (one that
+falls during an outage is decided by the first describe after it). A replica whose log
+cannot be read never ends the follow. Progress -- log cursors, the app's state, each
+replica's progress -- is checkpointed (:mod:`~torchx_provider.triggers.checkpoints`) as it
+changes, so a follow rebuilt from it loses no line, knows whether the app ran and each
+replica's last step.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from torchx_provider.errors import (
@@ -33,13 +42,16 @@ from torchx_provider.errors import (
     UnknownAppError,
 )
 from torchx_provider.failures import (
+    REMOVED_FROM_OUTSIDE,
     python_error,
+    removed_from_outside,
     root_cause,
     with_log_errors,
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient
 from torchx_provider.schedulers.logs import LogCursor, LogSource, cursors_to_json
 from torchx_provider.specs.api import AppState, is_terminal
+from torchx_provider.tasklog import TaskLogger
 from torchx_provider.triggers.checkpoints import CHECKPOINT_EVERY, Checkpoint, Checkpoints
 from torchx_provider.triggers.events import (
     ErrorKind,
@@ -53,14 +65,18 @@ from torchx_provider.triggers.pacing import CheckpointPacer
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     OUTAGE_BUDGET,
-    REFUSAL_GRACE,
     START_GRACE,
     Outage,
+    Refusals,
     cannot_start,
     waiting_on_configuration,
 )
+from torchx_provider.triggers.progress import ProgressBook, ProgressPattern, ReplicaProgress
 from torchx_provider.triggers.selection import LogSelection
 from torchx_provider.triggers.summary import failed_rows, failure_summary, start_failure
+from torchx_provider.triggers.timeline import Timeline
+from torchx_provider.triggers.waiting import ran_unseen
+from torchx_provider.triggers.watch import Named, WatchLimits, assess, stall_report
 
 #: Seconds a follow waits, once the app is terminal, for every log to be read to its end.
 FINAL_DRAIN = 120.0
@@ -80,9 +96,9 @@ class JobFollower:
     :param selection: which replicas' logs to forward.
     :param cursors: where each replica's log was left (``role/replica`` keys).
     :param state: the last state a previous follow of this app persisted, if any.
-    :param checkpoint: called with the cursors and state to persist, at most every
-        ``checkpoint_every`` seconds while they change (see the module docstring), and once
-        more at the end.
+    :param checkpoint: called with the cursors, the state and the replicas' progress to
+        persist, at most every ``checkpoint_every`` seconds while they change (see the
+        module docstring), and once more at the end.
     :param checkpoint_every: seconds between checkpoints.
     :param pacer: whose turns checkpoint writes take; the event loop's by default.
     :param outage_budget: seconds of backend outage ridden out before giving up.
@@ -91,7 +107,13 @@ class JobFollower:
     :param queue_timeout: seconds the app may wait to run, per wait (see the module doc);
         ``None``: no limit of its own.
     :param waiting_since: when the first wait began, on :attr:`clock` (the submission);
-        default: the follow's start.
+        default: the follow's start. It counts only if the first describe shows the app
+        waiting and ``state`` does not say it ran.
+    :param progress_pattern: finds a replica's step in its lines (``None``: none).
+    :param progress: each replica's progress a previous follow of this app stored.
+    :param watch: ``straggler_after`` and ``stall_timeout`` (default: both off).
+    :param timeline: the app's timeline to go on with (a follow rebuilt from a checkpoint);
+        default: a new one. Its changes are checkpointed too (the checkpoint reads it).
     :param reconnect: returns a fresh client after a 401 (the follower then uses it; the
         caller owns and closes both).
     :param clock: monotonic seconds; :param sleep: waits; :param rand: [0, 1) for jitter
@@ -103,7 +125,7 @@ class JobFollower:
         client: AsyncSchedulerClient,
         app_id: str,
         *,
-        log: Any,
+        log: TaskLogger,
         poll_interval: float = 10.0,
         selection: LogSelection | None = None,
         cursors: Mapping[str, LogCursor] | None = None,
@@ -118,6 +140,12 @@ class JobFollower:
         waiting_since: float | None = None,
         reconnect: Reconnect | None = None,
         start_grace: float = START_GRACE,
+        progress_pattern: ProgressPattern | None = None,
+        progress: Mapping[str, ReplicaProgress] | None = None,
+        watch: WatchLimits | None = None,
+        timeline: Timeline | None = None,
+        hold_lines: Callable[[], Awaitable[None]] | None = None,
+        killed: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -131,6 +159,9 @@ class JobFollower:
         self.outage_budget = outage_budget
         self.deadline = deadline
         self.cancel_on_timeout = cancel_on_timeout
+        #: whether this task's own kill cancelled the app (the operator's ``on_kill`` on the
+        #: worker, while this follow runs there): an app gone then was taken by this task
+        self.killed = killed
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
@@ -141,7 +172,8 @@ class JobFollower:
         self.sleep = sleep
         self.rand = rand
         self._outage: Outage | None = None
-        self._described = False  # a describe of this follow succeeded
+        #: the refusals of this follow's describes
+        self._refusals = Refusals()
         self._reconnected = False
         self.seen = Observation(
             app_id,
@@ -152,12 +184,34 @@ class JobFollower:
             queue_timeout=queue_timeout,
             waiting_since=waiting_since,
         )
+        #: each replica's last line and step, from the lines forwarded
+        self.progress = ProgressBook(progress_pattern, progress)
+        self.watch = watch or WatchLimits()
+        #: replica key -> since when (``clock``) this follow has seen it running
+        self._running_since: dict[str, float] = {}
+        #: the stragglers named, and each watched replica's quiet start at the last look
+        self._said: dict[str, Named] = {}
+        self._quiet_since: dict[str, float] = {}
+        #: when the next straggler or stall decision falls due (``None``: none)
+        self._watch_due: float | None = None
+        self._watch_off = False
+        #: the replicas that stopped first, once the app was found stalled
+        self._stalled: tuple[str, ...] = ()
+        #: what the app and its replicas went through, when
+        self.timeline = timeline if timeline is not None else Timeline()
         self.checkpoints = Checkpoints(
-            checkpoint,
-            lambda: (dict(self.cursors), self.seen.state),
+            _timeline_moves(checkpoint),
+            lambda: (
+                dict(self.cursors),
+                self.seen.state,
+                self.progress.snapshot(),
+                self.timeline.version,
+            ),
             log,
             every=checkpoint_every,
             pacer=pacer,
+            clock=clock,
+            sleep=sleep,
         )
         self.pumps = LogPumps(
             lambda: self.client,
@@ -168,6 +222,8 @@ class JobFollower:
             reconnect=self._reconnect,
             rand=rand,
             on_progress=self.checkpoints.moved,
+            on_lines=self._lines,
+            hold=hold_lines,
             clock=clock,
         )
         #: the replica that failed first and its Python error (:meth:`_finish_logs`)
@@ -200,22 +256,16 @@ class JobFollower:
             await self.pumps.close()
 
     async def _run(self) -> JobEvent:
+        # Every timeout is decided right after a describe was tried: a follow rebuilt late
+        # (a triggerer restart) first sees what became of the app, and a wait to run is
+        # timed out only on a state a describe has just shown, never on one last seen
+        # before an outage.
         while True:
-            if self._past_deadline():
-                return await self._time_out()
-            if self.seen.queue.expired(self.clock()):
-                return await self._queue_timed_out()
             try:
                 resp = await self.client.describe(self.app_id)
             except BackendUnavailableError as e:
                 if e.status == 401 and await self._reconnect():
                     continue
-                if isinstance(e, BackendConfigurationError) and not self._described:
-                    # Refused as configured (credentials, a permission, a certificate):
-                    # waiting does not heal it.
-                    return self._event(EventKind.ERROR, str(e), error=ErrorKind.CONFIGURATION)
-                # Refused after it was allowed: an API server restarting answers 403 until
-                # its authorizer has the Roles again; ridden out, but briefly.
                 given_up = await self._ride_out(e)
                 if given_up is not None:
                     return given_up
@@ -225,22 +275,30 @@ class JobFollower:
             except TorchXProviderError as e:
                 return self._event(EventKind.ERROR, f"{type(e).__name__}: {e}")
             self._recovered()
-            self._described = True
             for notice in self.client.take_notices():
-                self.pumps.say_once(notice.key, notice.text)
-                self.last_notice = notice.text
+                self.pumps.say_once(notice.key, notice.text, warning=notice.warning)
+                self.timeline.notice(notice.text, warning=notice.warning)
+                if notice.warning:  # an admission is no reason to wait
+                    self.last_notice = notice.text
             if resp is None:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
                     return await self._gone()
                 # Seen ended just before it was removed (a TTL shorter than our wake-up):
                 # end with what the backend said, not with the disappearance.
-            self.seen.observe(resp)
+            if self.seen.observe(resp):
+                self.checkpoints.moved()  # a follow rebuilt later knows the app ran
+            if self.timeline.observe(self.state, self.rows, self.seen.ui_url):
+                self.checkpoints.moved()
             self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
                 await self._finish_logs()
                 await self.checkpoints.final()
                 return self._event(EventKind.FINISHED, self.seen.message)
+            if self._past_deadline():
+                return await self._time_out()
+            if self.seen.queue.expired(self.clock()):
+                return await self._queue_timed_out()
             self._waiting = waiting_on_configuration(self._waiting, self.rows, self.clock())
             stuck = cannot_start(
                 self._waiting,
@@ -250,7 +308,61 @@ class JobFollower:
             )
             if stuck is not None:
                 return await self._give_up_start(stuck)
+            stalled = self._watch_replicas()
+            if stalled:
+                return await self._stall(stalled)
             await self._until_changed(self.poll_interval)
+
+    # -- progress ----------------------------------------------------------------------------------
+    def _lines(self, key: str, texts: list[str], at: str) -> None:
+        self.progress.lines(key, texts, at, self.clock())
+
+    def _watch_replicas(self) -> tuple[str, ...]:
+        """Name stragglers and find a stall (:func:`~torchx_provider.triggers.watch.assess`)
+        among the running replicas whose logs are read; the replicas that stopped first
+        when the app is stalled, else ``()``. A replica's quiet starts no earlier than this
+        follow saw it running, nor than a read of its log last failed."""
+        self._watch_due = None
+        if not self.watch.on or self._watch_off:
+            return ()
+        now = self.clock()
+        running = [r for r in self.rows if r.state is AppState.RUNNING]
+        self._running_since = {r.key: self._running_since.get(r.key, now) for r in running}
+        if self.state is not AppState.RUNNING or not running:
+            return ()  # waiting is not stalling (queue_timeout covers it)
+        watched = [r.key for r in running if self.selection.wants(r.role, r.replica_id)]
+        if not watched:
+            return self._turn_off("log_replicas selects none of its replicas' logs")
+        refused = sorted(set(watched) & self.pumps.unread)
+        if refused:
+            return self._turn_off(f"the logs of {', '.join(refused)} cannot be read")
+        if self.pumps.unreadable_now() & set(watched):
+            return ()  # not known while a log cannot be read; its quiet starts again after
+        never = float("-inf")
+        quiet_since = {
+            key: max(
+                self._running_since[key],
+                self.progress.moved.get(key, never),
+                self.pumps.failed_at.get(key, never),
+            )
+            for key in watched
+        }
+        seen = assess(quiet_since, self.progress.replicas, now, self.watch, self._said)
+        for note in seen.notes:
+            (self.log.warning if note.warning else self.log.info)("%s", note.text)
+        self._said = dict(seen.said)
+        self._quiet_since = quiet_since
+        self._watch_due = seen.next_due
+        return seen.stalled
+
+    def _turn_off(self, why: str) -> tuple[str, ...]:
+        """Stragglers and stalls cannot be told for this app: said once, then not looked for."""
+        self._watch_off = True
+        self.pumps.say_once(
+            f"watch-off:{self.app_id}",
+            f"app {self.app_id}: stall and straggler detection are off for this app: {why}",
+        )
+        return ()
 
     def _sources(self) -> list[LogSource]:
         return [s for r in self.rows for s in self.selection.sources(r.role, r.replica_id)]
@@ -294,15 +406,40 @@ class JobFollower:
                 or f"app {self.app_id!r} ended {self.state.name} and was then removed "
                 "from the backend",
             )
-        # It existed and was removed before it finished (MCAD's cancel deletes the
-        # AppWrapper; a user may delete a job): it will not run on, so this is its end,
-        # not a lost track that a retry could reattach to.
+        if self.killed():
+            # This task's kill cancelled it (on_kill_action=cancel), and the cancel deleted it.
+            await self.pumps.finish(FINAL_DRAIN)
+            self.log.info(
+                "app %s: %s -> CANCELLED (cancelled by this task's kill, and removed)",
+                self.app_id,
+                self.state.name,
+            )
+            self.seen.state = AppState.CANCELLED
+            return self._event(
+                EventKind.FINISHED,
+                f"app {self.app_id!r} was cancelled by this task as it was killed "
+                "(on_kill_action=cancel), and removed from the backend",
+            )
+        # It existed and was removed before it finished: it will not run on, so this is
+        # its end, not a lost track that a retry could reattach to. Not by this task,
+        # which cancels only as its follow ends: something else took it (a user's delete,
+        # a clean-up, the platform), a failure of the platform's, as when one container of
+        # several is removed. (So is a cancel from outside that deletes the app, MCAD's.)
         await self.pumps.finish(FINAL_DRAIN)
-        self.log.info("app %s: %s -> CANCELLED (deleted)", self.app_id, self.state.name)
-        self.seen.state = AppState.CANCELLED
+        rows = removed_from_outside(self.rows, sorted(self.cursors), datetime.now(timezone.utc))
+        self.log.info(
+            "app %s: %s -> FAILED (removed from the backend, not by this task)",
+            self.app_id,
+            self.state.name,
+        )
+        self.seen.state = AppState.FAILED
+        self.seen.rows = rows
+        first = next((r for r in rows if r.reason == REMOVED_FROM_OUTSIDE), None)
+        self._root_cause = "" if first is None else first.key
         return self._event(
             EventKind.FINISHED,
-            f"app {self.app_id!r} was deleted from the backend before it finished",
+            f"app {self.app_id!r} was removed from the backend before it finished, by "
+            "something other than this task",
         )
 
     def _past_deadline(self) -> bool:
@@ -312,7 +449,9 @@ class JobFollower:
         what = await self._cancel("left running (on_kill_action=keep)")
         self.log.warning("app %s: deadline passed; the app was %s", self.app_id, what)
         return self._event(
-            EventKind.TIMEOUT, f"the task's deadline passed while following; the app was {what}"
+            EventKind.TIMEOUT,
+            f"the task's deadline passed while following; the app was {what}",
+            error=ErrorKind.DEADLINE,
         )
 
     async def _queue_timed_out(self) -> JobEvent:
@@ -321,6 +460,31 @@ class JobFollower:
         message = self.seen.queue.timed_out(self.app_id, waited, what, self.last_notice)
         self.log.warning("%s", message)
         return self._event(EventKind.TIMEOUT, message, error=ErrorKind.QUEUE)
+
+    async def _stall(self, stalled: tuple[str, ...]) -> JobEvent:
+        """No watched replica moved for ``stall_timeout``: the task log shows each one's last
+        lines, the app is cancelled (unless ``on_kill_action="keep"``) and the follow ends
+        naming the replicas that stopped first (the first is the event's root cause)."""
+        timeout = self.watch.stall_timeout or 0.0
+        message, lines = stall_report(
+            self.app_id,
+            self._quiet_since,
+            self.progress.replicas,
+            self.pumps.tails,
+            stalled,
+            self.clock(),
+            timeout,
+        )
+        self.log.warning("%s", message)
+        for line in lines:
+            self.log.info("%s", line)
+        what = await self._cancel("left running (on_kill_action=keep)")
+        self.log.warning("app %s: stalled; the app was %s", self.app_id, what)
+        self._stalled = stalled
+        self._root_cause = stalled[0]
+        return self._event(
+            EventKind.TIMEOUT, f"{message}; the app was {what}", error=ErrorKind.STALL
+        )
 
     async def _give_up_start(self, key: str) -> JobEvent:
         """Replica ``key`` cannot start: it waits for a reason waiting does not heal, or it
@@ -338,13 +502,19 @@ class JobFollower:
         return self._event(EventKind.ERROR, message, error=ErrorKind.START)
 
     async def _cancel(self, kept: str) -> str:
-        """Cancel the app unless ``on_kill_action="keep"`` (``kept`` says so); what was done."""
+        """Cancel the app unless ``on_kill_action="keep"`` (``kept`` says so); what was done,
+        to follow "the app was"."""
         if not self.cancel_on_timeout:
             return kept
         try:
             await asyncio.wait_for(self.client.cancel(self.app_id), CANCEL_TIMEOUT)
         except Exception as e:  # the event still says why it ended, and what failed
-            return f"could not be cancelled ({type(e).__name__}: {e})"
+            why = (
+                f"no answer in {CANCEL_TIMEOUT:.0f}s"
+                if isinstance(e, asyncio.TimeoutError)
+                else f"{type(e).__name__}: {e}"
+            )
+            return f"not cancelled (the cancel failed: {why}; it may still be running)"
         return "cancelled"
 
     async def _wait(self, seconds: float) -> None:
@@ -352,10 +522,17 @@ class JobFollower:
         await self.sleep(self._clipped(seconds))
 
     def _clipped(self, seconds: float) -> float:
-        """``seconds``, but never past the deadline or the end of the queue wait."""
-        for at in (self.deadline, self.seen.queue.expires_at()):
-            if at is not None:
-                seconds = max(0.0, min(seconds, at - self.clock()))
+        """``seconds``, but never past the deadline, the end of the queue wait (one that
+        ended during an outage is decided by the next describe: no wait is cut to nothing
+        for it) or the next straggler or stall decision."""
+        now = self.clock()
+        if self.deadline is not None:
+            seconds = max(0.0, min(seconds, self.deadline - now))
+        queue_ends = self.seen.queue.expires_at()
+        if queue_ends is not None and queue_ends > now:
+            seconds = min(seconds, queue_ends - now)
+        if self._watch_due is not None and self._watch_due > now:
+            seconds = min(seconds, self._watch_due - now)
         return seconds
 
     async def _until_changed(self, seconds: float) -> None:
@@ -381,43 +558,72 @@ class JobFollower:
         return True
 
     async def _ride_out(self, e: BackendUnavailableError) -> JobEvent | None:
-        """One failed ``describe`` of an outage: wait and retry, or give up past the budget."""
+        """One failed ``describe`` of an outage: wait and retry, or give up -- a refusal at
+        once unless a describe was allowed before, then :data:`REFUSAL_GRACE` after the
+        first refusal; anything else past the outage budget; at the deadline, either."""
         now = self.clock()
         if self._outage is None:
             # Timed from when the backend was first found failing (a shared watch may
             # have broken before this describe), not from this describe.
             self._outage = Outage(started=now - max(0.0, e.unreachable_for))
         outage = self._outage
+        refusals = self._refusals
         refused = isinstance(e, BackendConfigurationError)
-        budget = min(self.outage_budget, REFUSAL_GRACE) if refused else self.outage_budget
-        lasted = now - outage.started
-        if outage.exceeded(now, budget) and refused:
+        if refused and (refusals.refused(now) or outage.exceeded(now, self.outage_budget)):
+            if not refusals.was_allowed:
+                # Refused as configured (credentials, a permission, a certificate): waiting
+                # does not heal it.
+                return self._event(EventKind.ERROR, str(e), error=ErrorKind.CONFIGURATION)
             return self._event(
                 EventKind.ERROR,
-                f"refused for {lasted:.0f}s after it was allowed: {e}",
+                f"refused for {refusals.lasted(now):.0f}s after it was allowed: {e}",
                 error=ErrorKind.CONFIGURATION,
             )
-        if outage.exceeded(now, budget):
+        if not refused:
+            refusals.unanswered()
+        if self._past_deadline():  # the task's own limit holds through an outage
+            return await self._time_out()
+        lasted = now - outage.started
+        if outage.exceeded(now, self.outage_budget):
             return self._event(
                 EventKind.ERROR,
                 f"backend unreachable for {lasted:.0f}s (outage_budget "
                 f"{self.outage_budget:.0f}s), giving up on following app {self.app_id!r} "
                 f"(it may still be running): {e}",
             )
-        delay = outage.next_delay(now, budget, self.poll_interval, self.rand())
-        self.log.warning(
-            "backend unreachable for %.0fs (retry %d, next in %.1fs; giving up after %.0fs): %s",
-            lasted,
-            outage.attempts,
-            delay,
-            budget,
-            e,
-        )
+        ends = outage.started + self.outage_budget
+        refusal_ends = refusals.ends_at()
+        if refused and refusal_ends is not None:
+            # Refused after it was allowed: an API server restarting answers 403 until its
+            # authorizer has the Roles again; ridden out, but briefly.
+            ends = min(ends, refusal_ends)
+        delay = outage.next_delay(now, ends - outage.started, self.poll_interval, self.rand())
+        if refused:
+            self.log.warning(
+                "the backend refused a describe it allowed before, for %.0fs (retry %d, next "
+                "in %.1fs; final %.0fs after the first refusal): %s",
+                refusals.lasted(now),
+                outage.attempts,
+                delay,
+                refusals.grace,
+                e,
+            )
+        else:
+            self.log.warning(
+                "backend unreachable for %.0fs (retry %d, next in %.1fs; giving up after "
+                "%.0fs): %s",
+                lasted,
+                outage.attempts,
+                delay,
+                self.outage_budget,
+                e,
+            )
         await self._wait(delay)
         return None
 
     def _recovered(self) -> None:
         self._reconnected = False
+        self._refusals.allowed()
         if self._outage is not None:
             self.log.info(
                 "backend reachable again after %.0fs", self.clock() - self._outage.started
@@ -426,7 +632,11 @@ class JobFollower:
 
     def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
         seen = self.seen
-        queued, running = seen.phases.totals(self.clock())
+        self.timeline.observe(self.state, self.rows, seen.ui_url)
+        root = next((r for r in self.rows if r.key == self._root_cause), None)
+        said = root.message if root is not None else ""
+        self.timeline.found_root_cause(self._root_cause, self._root_error, said)
+        queued, running = ran_unseen(*seen.phases.totals(self.clock()), self.rows)
         return JobEvent(
             kind=kind,
             app_id=self.app_id,
@@ -442,4 +652,24 @@ class JobFollower:
             queued_seconds=round(queued, 3),
             running_seconds=round(running, 3),
             preemptions=seen.preemptions,
+            progress=self.progress.snapshot(),
+            stalled=self._stalled,
+            timeline=self.timeline.snapshot(),
         )
+
+
+def _timeline_moves(checkpoint: Checkpoint | None) -> Any:
+    """``checkpoint`` called with the progress but the timeline's version: a change of the
+    timeline makes a checkpoint due, whose writer reads the timeline itself."""
+    if checkpoint is None:
+        return None
+
+    async def write(
+        cursors: dict[str, LogCursor],
+        state: AppState | None,
+        progress: dict[str, dict[str, Any]],
+        _version: int,
+    ) -> None:
+        await checkpoint(cursors, state, progress)
+
+    return write

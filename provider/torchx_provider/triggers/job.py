@@ -63,12 +63,15 @@ from torchx_provider.triggers.policy import (
     monotonic_deadline,
     positive_seconds,
 )
+from torchx_provider.triggers.thaw import LOOP_WATCH
 
 if TYPE_CHECKING:
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.schedulers.api import AsyncSchedulerClient
     from torchx_provider.schedulers.logs import LogCursor
     from torchx_provider.specs.api import AppState
+    from torchx_provider.triggers.progress import ReplicaProgress
+    from torchx_provider.triggers.timeline import Timeline
 
 _FOLLOW_MODULE = "torchx_provider.triggers.follow"
 
@@ -103,6 +106,11 @@ class JobTriggerArgs:
         deadline: when to stop following (POSIX seconds, UTC); ``None``: never.
         queue_timeout: seconds the app may wait to run, per wait; ``None``: no limit.
         waiting_since: when its first wait began (POSIX seconds): the submission.
+        stall_timeout: seconds no replica of the running app may go without moving;
+            ``None``: no limit.
+        straggler_after: seconds without moving after which a replica whose peers went on
+            is named; ``None``: none is named.
+        progress_pattern: the regular expression that finds a replica's step in its lines.
     """
 
     scheduler: str
@@ -117,13 +125,17 @@ class JobTriggerArgs:
     deadline: float | None = None
     queue_timeout: float | None = None
     waiting_since: float | None = None
+    stall_timeout: float | None = None
+    straggler_after: float | None = None
+    progress_pattern: str | None = None
 
     def __post_init__(self) -> None:
         # A stored row is checked as a new one is: a wait that never ends is refused.
         positive_seconds(self.poll_interval, "poll_interval")
         positive_seconds(self.outage_budget, "outage_budget")
-        if self.queue_timeout is not None:
-            positive_seconds(self.queue_timeout, "queue_timeout")
+        for name in ("queue_timeout", "stall_timeout", "straggler_after"):
+            if getattr(self, name) is not None:
+                positive_seconds(getattr(self, name), name)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The trigger kwargs: one entry per field, JSON-safe."""
@@ -158,6 +170,9 @@ class TorchXJobTrigger(BaseTrigger):
         self._legacy_client_kwargs: dict[str, Any] | None = None if legacy is None else dict(legacy)
         self._checkpoints = bool(self.args.task_instance)
         self._fired = False
+        #: the app's timeline, as the checkpoint stored it and as the follow goes on with it
+        self._stored_timeline: Any = None
+        self._timeline: Timeline | None = None
         self._target: BackendTarget | None = None
         self._clients: list[AsyncSchedulerClient] = []
 
@@ -204,10 +219,17 @@ class TorchXJobTrigger(BaseTrigger):
         args = self.args
         follow = await asyncio.to_thread(_follow_module)
         from torchx_provider.schedulers.logs import cursors_from_json, merge_cursors  # loaded
+        from torchx_provider.triggers.watch import watch_options  # loaded with it
 
         try:
             client = await self._client()
-            stored_cursors, stored_state = await self._load_checkpoint()
+            stored_cursors, stored_state, stored_progress = await self._load_checkpoint()
+            from torchx_provider.triggers.timeline import Timeline  # loaded with follow
+
+            self._timeline = Timeline.from_dict(self._stored_timeline)
+            if args.waiting_since is not None:
+                self._timeline.submitted(args.waiting_since)
+            pattern, watch = watch_options(args)
             follower = follow.JobFollower(
                 client,
                 args.app_id,
@@ -226,6 +248,11 @@ class TorchXJobTrigger(BaseTrigger):
                 else monotonic_deadline(args.waiting_since),
                 # an older row has no connection id to resolve again
                 reconnect=None if self._legacy_client_kwargs is not None else self._reconnect,
+                progress_pattern=pattern,
+                progress=stored_progress,
+                watch=watch,
+                timeline=self._timeline,
+                hold_lines=LOOP_WATCH.get().wait_if_back,
             )
             event = await follower.run()
         except asyncio.CancelledError:
@@ -303,10 +330,13 @@ class TorchXJobTrigger(BaseTrigger):
             "map_index": key.map_index,
         }
 
-    async def _load_checkpoint(self) -> tuple[dict[str, LogCursor], AppState | None]:
-        """The cursors and last state a predecessor stored (empty without a checkpoint)."""
+    async def _load_checkpoint(
+        self,
+    ) -> tuple[dict[str, LogCursor], AppState | None, dict[str, ReplicaProgress]]:
+        """The cursors, last state and replicas' progress a predecessor stored (empty
+        without a checkpoint)."""
         if not self.args.task_instance:
-            return {}, None
+            return {}, None, {}
         try:
             from torchx_provider.compat import xcom_get_one
 
@@ -316,14 +346,16 @@ class TorchXJobTrigger(BaseTrigger):
             # nothing to resume from, and nowhere to store progress.
             self.log.info("log cursors are not checkpointed in this process")
             self._checkpoints = False
-            return {}, None
+            return {}, None, {}
         except Exception as e:
             self.log.warning("could not read stored log cursors (%s); starting from kwargs", e)
-            return {}, None
+            return {}, None, {}
         if not isinstance(stored, Mapping) or stored.get("app_id") != self.args.app_id:
-            return {}, None
+            return {}, None, {}
+        self._stored_timeline = stored.get("timeline")  # absent in earlier checkpoints
         follow = _follow_module()
         from torchx_provider.schedulers.logs import cursors_from_json  # loaded with it
+        from torchx_provider.triggers.progress import progress_from_json  # loaded with it
 
         cursors: dict[str, LogCursor] = cursors_from_json(stored.get("cursors"))
         state = stored.get("state")  # absent in checkpoints of earlier versions
@@ -331,27 +363,44 @@ class TorchXJobTrigger(BaseTrigger):
         last: AppState | None = follow.AppState[state] if known else None
         if cursors:
             self.log.info("resuming logs from stored cursors of %d replica(s)", len(cursors))
-        return cursors, last
+        progress = stored.get("progress")  # absent in checkpoints of earlier versions
+        return cursors, last, progress_from_json(progress if isinstance(progress, Mapping) else {})
 
     async def _store_checkpoint(
-        self, cursors: dict[str, LogCursor], state: AppState | None = None
+        self,
+        cursors: dict[str, LogCursor],
+        state: AppState | None = None,
+        progress: Mapping[str, Any] | None = None,
     ) -> None:
         from torchx_provider.compat import xcom_set
 
-        value = checkpoint_value(self.args.app_id, cursors, state)
+        timeline = self._timeline.snapshot() if self._timeline is not None else None
+        value = checkpoint_value(self.args.app_id, cursors, state, progress, timeline)
         await xcom_set(CHECKPOINT_XCOM_KEY, value, **self._xcom_scope())
 
 
 def checkpoint_value(
-    app_id: str, cursors: Mapping[str, LogCursor], state: AppState | None = None
+    app_id: str,
+    cursors: Mapping[str, LogCursor],
+    state: AppState | None = None,
+    progress: Mapping[str, Any] | None = None,
+    timeline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The XCom value of a checkpoint: the app, its log cursors and (once seen) its last
-    state. The operator stores the first one before deferring, so that a trigger always finds
-    one (and Airflow logs no "XCom not found")."""
+    """The XCom value of a checkpoint: the app, its log cursors, (once seen) its last state,
+    (once lines were read) each replica's progress
+    (:meth:`~torchx_provider.triggers.progress.ProgressBook.snapshot`) and (once seen) the
+    app's timeline (:meth:`~torchx_provider.triggers.timeline.Timeline.snapshot`), which
+    the task's "TorchX app" view shows while the app runs. The operator stores
+    the first one before deferring, so that a trigger always finds one (and Airflow logs no
+    "XCom not found")."""
     value: dict[str, Any] = {
         "app_id": app_id,
         "cursors": {k: c.to_dict() for k, c in sorted(cursors.items())},
     }
     if state is not None:
         value["state"] = state.name
+    if progress:
+        value["progress"] = {str(k): dict(v) for k, v in sorted(progress.items())}
+    if timeline:
+        value["timeline"] = timeline
     return value

@@ -24,7 +24,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from torchx_provider.errors import (
     BackendConfigurationError,
@@ -34,7 +33,8 @@ from torchx_provider.errors import (
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient, refusal_key
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
-from torchx_provider.triggers.policy import REFUSAL_GRACE, retry_delay
+from torchx_provider.tasklog import TaskLogger
+from torchx_provider.triggers.policy import Refusals, retry_delay
 
 #: Last lines of each source kept for the failure summary.
 SUMMARY_LINES = 50
@@ -55,13 +55,18 @@ class LogPumps:
     :param reconnect: after a 401, asks the follow loop for fresh credentials; whether it
         got them.
     :param on_progress: called after each batch (a cursor moved).
+    :param on_lines: called with a replica's key, lines of its main container just written
+        (in order, without newlines) and when the backend recorded the last of them (ISO
+        8601, ``""``: not told): what its progress is read from.
+    :param hold: awaited before each write: may hold the lines for a while (a triggerer
+        back from a freeze, :mod:`torchx_provider.triggers.thaw`).
     """
 
     def __init__(
         self,
         client: Callable[[], AsyncSchedulerClient],
         app_id: str,
-        log: Any,
+        log: TaskLogger,
         cursors: dict[str, LogCursor],
         *,
         retry_base: float = 10.0,
@@ -69,6 +74,8 @@ class LogPumps:
         rand: Callable[[], float] = random.random,
         summary_lines: int = SUMMARY_LINES,
         on_progress: Callable[[], None] = lambda: None,
+        on_lines: Callable[[str, list[str], str], None] | None = None,
+        hold: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -79,6 +86,8 @@ class LogPumps:
         self.reconnect = reconnect
         self.rand = rand
         self.on_progress = on_progress
+        self.on_lines = on_lines
+        self.hold = hold
         self.clock = clock
         self.ended = asyncio.Event()
         self.tails: dict[str, deque[str]] = {}
@@ -86,6 +95,8 @@ class LogPumps:
         self.unread: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._unreadable: set[str] = set()
+        #: source key -> when (:attr:`clock`) a read of it last failed
+        self.failed_at: dict[str, float] = {}
         self._said: set[str] = set()
         self._summary_lines = summary_lines
         self._last_yield = time.monotonic()
@@ -121,8 +132,7 @@ class LogPumps:
     async def _pump(self, source: LogSource) -> None:
         key = source.key
         attempt = final = 0
-        read_once = False  # a read of this source succeeded
-        refused_since: float | None = None
+        refusals = Refusals()
         while True:
             start = self.cursors.get(key, LogCursor())
             try:
@@ -130,7 +140,7 @@ class LogPumps:
                 async for lines, cursor in client.follow_logs(
                     self.app_id, source, start, self.ended
                 ):
-                    read_once, refused_since = True, None
+                    refusals.allowed()
                     if lines:
                         await self._write(source, lines)
                         attempt = 0
@@ -150,12 +160,12 @@ class LogPumps:
                     # again does not heal it. Said once (for every source it stops); the
                     # app is followed on without them. Refused after reads succeeded (an
                     # API server restarting) it is retried first, for a while.
-                    now = self.clock()
-                    refused_since = now if refused_since is None else refused_since
-                    if not read_once or now - refused_since >= REFUSAL_GRACE:
+                    if refusals.refused(self.clock()):
                         self.say_once(refusal_key(e), f"logs of {key} are not forwarded: {e}")
                         self.unread.add(key)
                         return
+                else:
+                    refusals.unanswered()
                 self._unreadable_source(key, e)
                 # No answer at all (the engine or API server is down) is an outage, ridden
                 # out; an answer refusing this source (its node is down) is the source's own.
@@ -184,27 +194,38 @@ class LogPumps:
             attempt += 1
 
     async def _write(self, source: LogSource, lines: list[TimestampedLine]) -> None:
+        if self.hold is not None:
+            # a triggerer back from a freeze: its copy of the trigger may no longer be its
+            # own (triggers/thaw.py); cancelled while it holds, it writes nothing twice
+            await self.hold()
         prefix = f"[{source.key}] "
         tail = self.tails[source.key]
         info = self.log.info
+        on_lines = self.on_lines if source.container is None else None
         for start in range(0, len(lines), WRITE_SLICE):
-            texts = [line.text.rstrip("\n") for line in lines[start : start + WRITE_SLICE]]
+            batch = lines[start : start + WRITE_SLICE]
+            texts = [line.text.rstrip("\n") for line in batch]
             for text in texts:
                 info("%s", prefix + text)
             tail.extend(texts)
+            if on_lines is not None:
+                key = batch[-1].key
+                on_lines(source.key, texts, "" if key is None else key + "Z")
             if time.monotonic() - self._last_yield > YIELD_EVERY:
                 await asyncio.sleep(0)  # a big batch must not hold the event loop
                 self._last_yield = time.monotonic()
 
-    def say_once(self, key: str, text: str) -> None:
-        """Warn ``text`` unless something was said under ``key`` already (this follow's
-        notices and refusals share the keys: each missing permission is said once)."""
+    def say_once(self, key: str, text: str, *, warning: bool = True) -> None:
+        """Warn ``text`` (``warning=False``: say it as an info) unless something was said
+        under ``key`` already (this follow's notices and refusals share the keys: each
+        missing permission is said once)."""
         if key not in self._said:
             self._said.add(key)
-            self.log.warning("%s", text)
+            (self.log.warning if warning else self.log.info)("%s", text)
 
     def _unreadable_source(self, key: str, e: TorchXProviderError) -> None:
         """One source's log could not be read: say so once, keep following the app."""
+        self.failed_at[key] = self.clock()
         if key in self._unreadable:
             return
         self._unreadable.add(key)
@@ -214,6 +235,10 @@ class LogPumps:
             key,
             e,
         )
+
+    def unreadable_now(self) -> set[str]:
+        """The sources whose last read failed (read again from their cursors meanwhile)."""
+        return set(self._unreadable)
 
     def _readable(self, key: str) -> None:
         if key in self._unreadable:

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from torchx_provider.perloop import PerLoop
 
@@ -37,11 +37,13 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class CheckpointPacer:
-    """One checkpoint write at a time per event loop (see the module docstring)."""
+    """One checkpoint write at a time per event loop (see the module docstring);
+    ``clock`` (monotonic seconds) and ``sleep`` (waits) are replaced in tests."""
 
     min_gap: float = MIN_GAP
     share_factor: float = SHARE_FACTOR
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
     _busy: bool = field(default=False, init=False)
     _next: float = field(default=float("-inf"), init=False)
     _final: deque[asyncio.Future[None]] = field(default_factory=deque, init=False)
@@ -75,7 +77,7 @@ class CheckpointPacer:
             if not final:
                 delay = self._next - self.clock()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    await self.sleep(delay)
             started = self.clock()
             try:
                 await produce()

@@ -10,14 +10,16 @@
   not trusted) on the first read fails at once: waiting does not grant a permission. The same
   refusal of a read that already succeeded in this follow is what an API server answers
   while it restarts (its authorizer has not loaded the Roles yet), or while a Role is being
-  replaced; it is retried like an outage for at most :data:`REFUSAL_GRACE` seconds.
+  replaced; it is retried like an outage for at most :data:`REFUSAL_GRACE` seconds from the
+  first refusal (:class:`Refusals`, for describes and log reads alike).
 * **A deadline** (``execution_timeout`` or ``follow_timeout``) ends a follow with a timeout;
   the job is cancelled first unless ``on_kill_action="keep"``. A cancel is bounded by
   :data:`CANCEL_TIMEOUT`.
 * **A queue timeout** (``queue_timeout``) bounds each wait of an app to run: from the
   follow's start (the submission) until the app is ``RUNNING``, and again from each return to
   waiting (a preemption, a requeue). Past it the app is cancelled unless told to keep it
-  (:class:`~torchx_provider.triggers.waiting.QueueWait`).
+  (:class:`~torchx_provider.triggers.waiting.QueueWait`) -- decided on a describe that shows
+  it still waiting, never on a state seen before an outage or by an earlier follow.
 * **A trigger's kill** cancels the job only for a real user action (:func:`kill_cancels`).
 
 >>> [round(retry_delay(n, 10.0, 0.5), 1) for n in range(6)]
@@ -36,6 +38,7 @@ from datetime import timedelta
 from typing import Any
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.failures import FailureKind, kind_of
 
 #: default seconds a follow rides out an unreachable backend before it gives up
 OUTAGE_BUDGET = 600.0
@@ -61,15 +64,17 @@ START_GRACE = 300.0
 #: bounds: the app's configuration (an image it cannot pull, a Secret missing) and the
 #: platform's (a registry limiting the rate of pulls or out of reach); a crash loop is the
 #: replica's own code, and is left to the app's restart policy
-_START_WAITS = frozenset({"configuration", "infrastructure"})
+_START_WAITS = frozenset({FailureKind.CONFIGURATION, FailureKind.INFRASTRUCTURE})
 
 
 def waiting_on_configuration(
     since: Mapping[str, float], rows: Iterable[Any], now: float
 ) -> dict[str, float]:
     """Since when each unfinished replica of ``rows`` has waited to start for a reason
-    Kubernetes retries without end (its row's ``failure`` is ``"configuration"``, or
-    ``"infrastructure"``: a registry limiting the pulls), without a break: the time in
+    Kubernetes retries without end (its row's ``failure`` names
+    :attr:`~torchx_provider.failures.FailureKind.CONFIGURATION`, or
+    :attr:`~torchx_provider.failures.FailureKind.INFRASTRUCTURE`: a registry limiting the
+    pulls), without a break: the time in
     ``since`` if it already waited at the last describe, else ``now``. A replica that
     stopped waiting (it started, it ended) is dropped.
 
@@ -90,7 +95,7 @@ def waiting_on_configuration(
     return {
         row.key: since.get(row.key, now)
         for row in rows
-        if row.failure in _START_WAITS and not is_terminal(row.state)
+        if kind_of(row.failure) in _START_WAITS and not is_terminal(row.state)
     }
 
 
@@ -145,6 +150,51 @@ class Outage:
         delay = min(retry_delay(self.attempts, cap, rand), self.started + budget - now)
         self.attempts += 1
         return delay
+
+
+@dataclass
+class Refusals:
+    """The refusals of one kind of read (a describe, one source's log): final at once
+    unless a read was allowed before, then after ``grace`` seconds from the first refusal
+    in a row -- not from the start of an outage before it: an API server down for minutes
+    answers 403 for its first seconds back. An answer starts the count over.
+
+    >>> r = Refusals()
+    >>> r.refused(5.0)  # never allowed: final
+    True
+    >>> r.allowed(); r.refused(100.0), r.refused(159.0), r.lasted(159.0), r.refused(160.0)
+    (False, False, 59.0, True)
+    >>> r.allowed(); r.refused(170.0), r.ends_at()
+    (False, 230.0)
+    """
+
+    grace: float = REFUSAL_GRACE
+    #: a read of this kind was answered before
+    was_allowed: bool = False
+    #: when the current run of refusals began (the follow's monotonic clock)
+    since: float | None = None
+
+    def allowed(self) -> None:
+        """A read was answered."""
+        self.was_allowed, self.since = True, None
+
+    def refused(self, now: float) -> bool:
+        """A read was refused at ``now``: whether the refusal is final."""
+        if self.since is None:
+            self.since = now
+        return not self.was_allowed or now - self.since >= self.grace
+
+    def unanswered(self) -> None:
+        """A read got no answer (an outage): the next refusal begins a new run."""
+        self.since = None
+
+    def lasted(self, now: float) -> float:
+        """Seconds since the first refusal in a row (0: none)."""
+        return 0.0 if self.since is None else now - self.since
+
+    def ends_at(self) -> float | None:
+        """When the current run of refusals becomes final (``None``: none)."""
+        return None if self.since is None else self.since + self.grace
 
 
 #: Airflow task-instance states in which a trigger's kill is no user action: the task is still

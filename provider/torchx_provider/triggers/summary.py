@@ -96,25 +96,15 @@ def restart_notes(
     return notes
 
 
-#: What a replica waiting for one of these reasons needs (Kubernetes retries without end).
-WAITING_HINTS: dict[str, str] = {
-    "ErrImagePull": "the image cannot be pulled: check its name, its tag and the pull secret",
-    "ImagePullBackOff": "the image cannot be pulled: check its name, its tag and the pull secret",
-    "InvalidImageName": "the image name is not valid",
-    "ErrImageNeverPull": "the image is not on the node and imagePullPolicy is Never",
-    "CreateContainerConfigError": "a Secret or ConfigMap it names (or a key in one) is missing",
-    "CrashLoopBackOff": "its container keeps exiting and is restarted with a growing delay",
-}
-
-
 def _hint(row: ReplicaRow) -> str:
-    """What a replica's reason to wait means, in a few words (``""``: nothing to add): for a
-    pull, by the image table (:mod:`~torchx_provider.schedulers.images`) from the backend's
-    message, else :data:`WAITING_HINTS`."""
-    from torchx_provider.schedulers.images import pull_verdict
+    """What a replica's reason to wait means, in a few words (``""``: nothing to add), by
+    the one rule the replica's status reads too
+    (:func:`~torchx_provider.schedulers.waiting_reasons.waiting_verdict`), from the
+    backend's message."""
+    from torchx_provider.schedulers.waiting_reasons import waiting_verdict
 
-    verdict = pull_verdict(row.reason, row.message)
-    return verdict.why if verdict is not None else WAITING_HINTS.get(row.reason, "")
+    verdict = waiting_verdict(row.reason, row.message)
+    return verdict.why if verdict is not None else ""
 
 
 def _words(row: ReplicaRow) -> str:

@@ -3,21 +3,31 @@ in each phase, for the task's result. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torchx_provider.specs.api import AppState
+from torchx_provider.specs.api import AppState, is_terminal
+from torchx_provider.timestamps import read_timestamp
+
+if TYPE_CHECKING:
+    from torchx_provider.triggers.events import ReplicaRow
+
+#: The states in which an app waits to run (queued, admitted but not started, requeued).
+WAITING = frozenset({AppState.SUBMITTED, AppState.PENDING})
 
 
 @dataclass
 class QueueWait:
     """How long an app has waited to run (see the module docstring); times on the follow's
     monotonic clock. ``since``: when the current wait began; ``None`` while the app runs or
-    after it ended.
+    after it ended. A state the backend cannot tell (``UNKNOWN``) leaves it as it is.
 
     >>> q = QueueWait(timeout=60.0, since=0.0)
     >>> q.expires_at(), q.observe(AppState.RUNNING, 10.0), q.expires_at()
     (60.0, None, None)
-    >>> q.observe(AppState.PENDING, 100.0); q.expired(159.0), q.expired(160.0)
+    >>> q.observe(AppState.PENDING, 100.0); q.observe(AppState.UNKNOWN, 130.0)
+    >>> q.expired(159.0), q.expired(160.0)
     (False, True)
     """
 
@@ -26,7 +36,9 @@ class QueueWait:
 
     def observe(self, state: AppState, now: float) -> None:
         """Take in the app's state at ``now``."""
-        if state in (AppState.SUBMITTED, AppState.PENDING):
+        if state is AppState.UNKNOWN:
+            return
+        if state in WAITING:
             if self.since is None:
                 self.since = now  # waiting again: preempted, evicted, requeued
         else:
@@ -63,17 +75,15 @@ def duration(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
-#: The states in which an app waits to run (queued, admitted but not started, requeued).
-WAITING = frozenset({AppState.SUBMITTED, AppState.PENDING})
-
-
 @dataclass
 class PhaseTimes:
     """Seconds an app spent waiting to run (``queued``) and running (``running``), and how
     often it went back from running to waiting (``returns``: preempted, evicted, requeued),
     as a follow saw it; times on the follow's monotonic clock. ``phase``: ``"queued"``,
     ``"running"`` or ``None`` (not counted: ended, or not seen yet), since ``since``. A state
-    the backend cannot tell (``UNKNOWN``) keeps the current phase.
+    the backend cannot tell (``UNKNOWN``) keeps the current phase. ``resumed``: the phase a
+    resumed follow's stored state names, until its first state: no time is counted for it,
+    but a return to waiting from it is a return like any other.
 
     >>> t = PhaseTimes(phase="queued", since=0.0)
     >>> t.observe(AppState.RUNNING, 5.0); t.observe(AppState.PENDING, 15.0)
@@ -87,16 +97,18 @@ class PhaseTimes:
     returns: int = 0
     phase: str | None = None
     since: float | None = None
+    resumed: str | None = None
 
     def observe(self, state: AppState, now: float) -> None:
         """Take in the app's state at ``now``."""
         if state is AppState.UNKNOWN:
             return
         phase = "queued" if state in WAITING else "running" if state is AppState.RUNNING else None
+        before, self.resumed = self.phase or self.resumed, None
         if phase == self.phase:
             return
         self._close(now)
-        if phase == "queued" and self.phase == "running":
+        if phase == "queued" and before == "running":
             self.returns += 1
         self.phase, self.since = phase, (now if phase is not None else None)
 
@@ -120,3 +132,34 @@ class PhaseTimes:
             else:
                 running += spent
         return queued, running
+
+
+def ran_unseen(queued: float, running: float, rows: Iterable[ReplicaRow]) -> tuple[float, float]:
+    """``(queued, running)`` seconds as a follow counted them (:meth:`PhaseTimes.totals`),
+    for an app it never saw running: one that ran and ended before the follow's first
+    describe (a short app, a deferral the triggerer picked up late) was counted waiting all
+    along. Then the backend's own times of its replicas tell how long it ran -- from the
+    first start to the last end -- and that much of the wait was running. Unchanged when
+    the follow saw it run, or the backend tells no such times.
+
+    >>> from torchx_provider.triggers.events import ReplicaRow
+    >>> row = ReplicaRow("w", 0, AppState.SUCCEEDED, 0, started_at="2024-01-01T00:00:00Z",
+    ...                  finished_at="2024-01-01T00:00:01.25Z")
+    >>> ran_unseen(3.0, 0.0, [row]), ran_unseen(3.0, 2.0, [row]), ran_unseen(3.0, 0.0, [])
+    ((1.75, 1.25), (3.0, 2.0), (3.0, 0.0))
+    """
+    if running > 0:
+        return queued, running
+    starts, ends = [], []
+    for row in rows:
+        started, finished = read_timestamp(row.started_at), read_timestamp(row.finished_at)
+        if started is not None:
+            starts.append(started)
+        if finished is not None and is_terminal(row.state):
+            ends.append(finished)
+    if not starts or not ends:
+        return queued, running
+    ran = (max(ends) - min(starts)).total_seconds()
+    if ran <= 0:
+        return queued, running
+    return max(0.0, queued - ran), ran

@@ -48,10 +48,11 @@ def network(docker_engine: Any) -> Iterator[str]:
 def remove_network(docker_engine: Any, net: Any) -> None:
     """Remove ``net`` and every container on it. The engine may still hold the endpoint of
     a container it has just removed ("has active endpoints"): disconnect what is left and
-    try again, for up to 15 s."""
+    try again, for up to 60 s (the endpoints of a 40-container app were seen to take more
+    than 15 s to go on a busy engine)."""
     import docker
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while True:
         for container in docker_engine.containers.list(all=True, filters={"network": net.id}):
             with contextlib.suppress(docker.errors.NotFound):

@@ -28,13 +28,13 @@ async def test_three_apps_one_stream_woken_by_their_events(
     clients = [create_async_client() for _ in app_ids]
     inspections = [0] * len(clients)
     for i, client in enumerate(clients):
-        describe = client.engine.describe
+        describe = client.engine.follow_describe
 
         def counted(app_id: str, i: int = i, describe: Any = describe) -> Any:
             inspections[i] += 1
             return describe(app_id)
 
-        client.engine.describe = counted
+        client.engine.follow_describe = counted
 
     async def follow(i: int) -> tuple[AppState, int, float]:
         client, app_id = clients[i], app_ids[i]

@@ -7,21 +7,21 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from docker_operator_harness import TI, Log, Operator
 from torchx_provider.errors import (
     AppCancelledError,
     AppConfigurationError,
     AppFailedError,
     AppTimeoutError,
+    InfrastructureError,
     RejectedConfigurationError,
     SubmissionError,
     UserCodeError,
 )
-from torchx_provider.operators import TorchXDockerOperator
 from torchx_provider.schedulers.docker import create_scheduler
 from torchx_provider.specs.api import AppState
 
@@ -30,48 +30,16 @@ pytestmark = pytest.mark.docker
 IMAGE = "torchx-provider/busybox:latest"
 
 
-class Log:
-    """The operator's logger, kept in a list."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def _add(self, msg: str, *args: Any, **_: Any) -> None:
-        self.lines.append(msg % args if args else msg)
-
-    info = warning = error = exception = debug = _add
-
-
-class Operator(TorchXDockerOperator):
-    recorded: Log
-
-    @property
-    def log(self) -> Any:
-        return self.recorded
-
-
-class TI(SimpleNamespace):
-    def __init__(self) -> None:
-        super().__init__(
-            dag_id="failures",
-            task_id="t",
-            run_id=f"r-{secrets.token_hex(4)}",
-            map_index=-1,
-            try_number=1,
-            max_tries=0,
-            start_date=None,
-        )
-        self.xcoms: dict[str, Any] = {}
-        self.started = time.monotonic()
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
+def new_ti() -> TI:
+    return TI("failures", "t")
 
 
 @pytest.fixture
 def run(docker_engine: Any, network: str) -> Iterator[Callable[..., tuple[Any, TI, Log]]]:
-    """``run(script, **operator_kwargs)``: run one replica of ``sh -c script`` as a task;
-    returns what the task raised (or returned), its TI and its log. Its app is deleted."""
+    """``run(script, **operator_kwargs)``: run one replica of ``sh -c script`` as a task
+    (``entrypoint`` instead of ``sh``, ``cfg`` beside the network, ``mounts`` as an app
+    file writes them, ``ti`` for another try of a task instance); returns what the task
+    raised (or returned), its TI and its log. Its app is deleted."""
     apps: list[str] = []
 
     def run_task(
@@ -81,27 +49,33 @@ def run(docker_engine: Any, network: str) -> Iterator[Callable[..., tuple[Any, T
         resource: dict[str, Any] | None = None,
         during: Callable[[str], None] | None = None,
         replicas: int = 1,
+        entrypoint: str = "sh",
+        cfg: dict[str, Any] | None = None,
+        mounts: list[str] | None = None,
+        ti: TI | None = None,
         **kwargs: Any,
     ) -> tuple[Any, TI, Log]:
         role: dict[str, Any] = {
             "name": "trainer",
             "image": image,
-            "entrypoint": "sh",
+            "entrypoint": entrypoint,
             "args": ["-c", script],
             "num_replicas": replicas,
         }
         if resource is not None:
             role["resource"] = resource
+        if mounts is not None:
+            role["mounts"] = mounts
         op = Operator(
             task_id="t",
             app={"name": "failing", "roles": [role]},
-            cfg={"network": network},
+            cfg={"network": network, **(cfg or {})},
             poll_interval=0.5,
             deferrable=False,
             **kwargs,
         )
         op.recorded = Log()
-        ti = TI()
+        ti = ti or new_ti()
         watcher = None
         if during is not None:
             watcher = threading.Thread(target=lambda: during_app(ti, during), daemon=True)
@@ -309,6 +283,164 @@ def test_follow_timeout_is_an_app_timeout_error(run: Any) -> None:
     assert type(error) is AppTimeoutError, error
     assert time.monotonic() - started < 30
     assert error.app_id == ti.xcoms["app_id"]
+    assert "timed out (follow_timeout=3s) in state RUNNING" in str(error), error
     with create_scheduler("check") as scheduler:
         desc = scheduler.describe(ti.xcoms["app_id"])
     assert desc is not None and desc.state == AppState.CANCELLED  # on_kill_action=cancel
+
+
+@pytest.mark.parametrize("entrypoint", ["/no/such/binary", "python"])
+def test_an_entrypoint_not_in_the_image_is_a_configuration_error(run: Any, entrypoint: str) -> None:
+    """The container's init cannot start it: it says so in the log and exits 127."""
+    error, ti, _ = run("true", entrypoint=entrypoint)
+    assert type(error) is AppConfigurationError, error
+    assert (error.role, error.replica_id, error.exit_code, error.reason) == (
+        "trainer",
+        0,
+        127,
+        "EntrypointNotFound",
+    )
+    text = str(error)
+    assert f"entrypoint {entrypoint!r} is not in image {IMAGE!r}" in text, text
+    assert "No such file or directory" in text, text
+    [replica] = ti.xcoms["replicas"]
+    assert (replica["reason"], replica["failure"]) == ("EntrypointNotFound", "configuration")
+
+
+def test_a_command_a_script_does_not_find_stays_a_user_code_error(run: Any) -> None:
+    """127 from the script's own shell (``sh: x: not found``) is the code's doing."""
+    error, _, _ = run("no-such-command")
+    assert type(error) is UserCodeError, error
+    assert (error.exit_code, error.reason) == (127, "Error")
+
+
+def test_a_bind_mount_whose_source_does_not_exist_is_a_configuration_error(run: Any) -> None:
+    """The engine refuses to create the container: no retry makes the source appear."""
+    source = f"/no/such/dir-{secrets.token_hex(3)}"
+    error, ti, _ = run(
+        "true",
+        replicas=2,
+        mounts=["type=bind,src=/tmp,dst=/t", f"type=bind,src={source},dst=/data"],
+    )
+    assert isinstance(error, RejectedConfigurationError), error
+    text = str(error)
+    assert f"roles[0].mounts[1] (bind {source} -> /data) of role 'trainer'" in text, text
+    assert "does not exist on the Docker host" in text, text
+    assert "app_id" not in ti.xcoms  # nothing was left to follow
+
+
+def test_the_only_container_removed_from_outside_is_an_infrastructure_error(
+    run: Any, containers_of: Any
+) -> None:
+    """``docker rm -f`` of a one-replica app's container: the platform's doing, as when one
+    container of several goes (test_docker_removed_replica), not a cancel by the task."""
+
+    def remove(app_id: str) -> None:
+        for container in containers_of(app_id):
+            container.remove(force=True)
+
+    error, ti, log = run("echo up; sleep 60", during=remove)
+    assert type(error) is InfrastructureError, (error, log.lines)
+    assert (error.state, error.role, error.replica_id, error.reason) == (
+        "FAILED",
+        "trainer",
+        0,
+        "RemovedFromOutside",
+    )
+    assert "removed by something other than this task" in str(error), error
+    [replica] = ti.xcoms["replicas"]
+    assert (replica["state"], replica["failure"]) == ("FAILED", "infrastructure")
+
+
+def test_within_a_second_across_a_seconds_boundary_the_exit_that_is_no_signal_is_first(
+    run: Any, containers_of: Any
+) -> None:
+    """Replica 0 runs ``exit 137`` at 0.75 s past a whole second, replica 1 prints and runs
+    ``exit 2`` 0.7 s later, in the next second (the engine's own finish times are checked):
+    within a second of each other, so the one not killed by a signal is the root cause."""
+    from datetime import datetime
+
+    start = int(time.time()) + 5  # both containers run by then, and wait for it
+    script = (
+        f"while [ $(date +%s) -lt {start} ]; do usleep 5000; done; "
+        'if [ "$TORCHX_REPLICA_IDX" = 0 ]; then usleep 750000; exit 137; fi; '
+        "usleep 1450000; echo 'cannot open shard 7'; exit 2"
+    )
+    error, ti, log = run(script, replicas=2, cfg={"remove": False})
+    ends = {}
+    for container in containers_of(ti.xcoms["app_id"]):
+        at = container.attrs["State"]["FinishedAt"]
+        ends[container.attrs["Config"]["Env"].count("TORCHX_REPLICA_IDX=1")] = (
+            datetime.fromisoformat(at[:26].rstrip("Z") + "+00:00")
+        )
+    gap = (ends[1] - ends[0]).total_seconds()
+    print(f"replica 1 ended {gap:.3f} s after replica 0: {ends}")
+    assert 0 < gap < 1 and ends[0].second != ends[1].second, f"not across a boundary: {ends}"
+    assert type(error) is UserCodeError, (error, log.lines)
+    assert (error.role, error.replica_id, error.exit_code) == ("trainer", 1, 2), error
+    causes = [r["replica_id"] for r in ti.xcoms["replicas"] if r["root_cause"]]
+    assert causes == [1], ti.xcoms["replicas"]
+
+
+def test_a_retry_tells_that_the_earlier_try_s_app_ended_failed_and_keeps_it(
+    run: Any, containers_of: Any
+) -> None:
+    """Try 1's app runs, one of its containers is removed from outside and the other fails:
+    try 2 says try 1's app ended FAILED (not that its submission was cut short) and keeps
+    its container, as on_finish_action (delete_succeeded) says for a failed app."""
+    script = 'if [ "$TORCHX_REPLICA_IDX" = 0 ]; then sleep 3; exit 1; fi; sleep 6'
+
+    def remove_replica_1(app_id: str) -> None:
+        for container in containers_of(app_id):
+            if "TORCHX_REPLICA_IDX=1" in container.attrs["Config"]["Env"]:
+                container.remove(force=True)
+
+    first, ti, _ = run(script, replicas=2, during=remove_replica_1, retries=1)
+    assert isinstance(first, InfrastructureError), first
+    old = ti.xcoms["app_id"]
+    assert len(containers_of(old)) == 1
+
+    retry = new_ti()
+    retry.run_id, retry.try_number, retry.max_tries = ti.run_id, 2, 1
+    second, retry, log = run(script, replicas=2, ti=retry, retries=1)
+    assert isinstance(second, UserCodeError), (second, log.lines)
+    assert retry.xcoms["app_id"] != old
+    notices = [ln for ln in log.lines if old in ln]
+    assert notices == [f"app {old} of try 1 ended FAILED; left as it is"], log.lines
+    assert len(containers_of(old)) == 1  # kept for inspection
+
+
+#: replica 0 fails after 2 s; replica 1 would run on for half a minute
+FAILS_EARLY = (
+    'if [ "$TORCHX_REPLICA_IDX" = 0 ]; then sleep 2; echo "ValueError: bad batch"; exit 1; fi; '
+    'trap "echo stopped; exit 143" TERM; sleep 30 & wait'
+)
+
+
+def test_a_replica_failed_for_good_stops_the_others_and_ends_the_task(run: Any) -> None:
+    """As JobSet's and Volcano's failure policies do: the survivors get SIGTERM (then the
+    grace) instead of blocking until their own end."""
+    started = time.monotonic()
+    error, ti, log = run(FAILS_EARLY, replicas=2)
+    took = time.monotonic() - started
+    print(f"task ended {took:.1f} s after it began (replica 0 failed at about 2 s)")
+    assert type(error) is UserCodeError, (error, log.lines)
+    assert (error.role, error.replica_id, error.exit_code) == ("trainer", 0, 1), error
+    assert took < 15, f"the task took {took:.1f} s: the survivor was not stopped"
+    rows = {r["replica_id"]: r for r in ti.xcoms["replicas"]}
+    assert (rows[0]["state"], rows[0]["root_cause"]) == ("FAILED", True)
+    assert rows[1]["state"] == "CANCELLED" and "stop_on_failure" in rows[1]["message"], rows
+    assert any(
+        "trainer/0 failed with no restarts left; stopping its other replicas trainer/1" in ln
+        for ln in log.lines
+    ), log.lines
+
+
+def test_with_stop_on_failure_off_the_others_run_to_their_end(run: Any) -> None:
+    script = FAILS_EARLY.replace("sleep 30", "sleep 6")
+    started = time.monotonic()
+    error, ti, _ = run(script, replicas=2, cfg={"stop_on_failure": False})
+    took = time.monotonic() - started
+    assert type(error) is UserCodeError and error.replica_id == 0, error
+    rows = {r["replica_id"]: r for r in ti.xcoms["replicas"]}
+    assert rows[1]["state"] == "SUCCEEDED" and took >= 6, (rows, took)

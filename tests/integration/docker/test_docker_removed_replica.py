@@ -1,6 +1,7 @@
 """A replica's container removed from outside (``docker rm -f``) while the app runs, on a
-real engine: the follow ends FAILED once the other replica has finished, naming the
-removed replica -- it never waits for a container that no longer exists."""
+real engine: the follow ends FAILED naming the removed replica -- it never waits for a
+container that no longer exists. By default the other replica is stopped at once (the run
+option ``stop_on_failure``); without it, the follow ends once that replica has finished."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ async def test_a_removed_replica_ends_the_follow_failed_naming_it(
     )
     role = Role("w", image=IMAGE, entrypoint="sh", args=["-c", script], num_replicas=2)
     app = AppDef("removed", [role])
-    app_id = scheduler.submit(app, cfg)
+    app_id = scheduler.submit(app, {**cfg, "stop_on_failure": False})
     client = create_async_client()
     log = TaskLog()
     loop = asyncio.get_running_loop()
@@ -84,3 +85,38 @@ async def test_a_removed_replica_ends_the_follow_failed_naming_it(
     assert desc is not None and desc.state == AppState.FAILED, desc
     assert "w/1" in desc.msg
     assert [c.labels[LABEL_REPLICA_ID] for c in containers_of(app_id)] == ["0"]
+
+
+async def test_by_default_a_removed_replica_stops_the_other_at_once(
+    scheduler: Any, cfg: dict[str, Any], containers_of: Any
+) -> None:
+    script = 'echo "w/$TORCHX_REPLICA_IDX started"; sleep 60'
+    role = Role("w", image=IMAGE, entrypoint="sh", args=["-c", script], num_replicas=2)
+    app_id = scheduler.submit(AppDef("removed", [role]), cfg)
+    client = create_async_client()
+    log = TaskLog()
+    loop = asyncio.get_running_loop()
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=10.0).run())
+    try:
+        for _ in range(400):
+            if (log.of("w/0"), log.of("w/1")) == (["w/0 started"], ["w/1 started"]):
+                break
+            await asyncio.sleep(0.05)
+        by_replica = {c.labels[LABEL_REPLICA_ID]: c for c in containers_of(app_id)}
+        await asyncio.to_thread(by_replica["1"].remove, force=True)
+        removed = loop.time()
+        done, _ = await asyncio.wait({follow}, timeout=30)
+        assert done, f"the follow still waited 30 s after replica 1 was removed: {log.lines}"
+        took = loop.time() - removed
+        event = follow.result()
+    finally:
+        follow.cancel()
+        await client.close()
+    print(f"the follow ended {took:.1f} s after replica 1 was removed")
+    assert took < ENDS_WITHIN + 2, f"the follow ended {took:.1f} s after the removal"
+    assert (event.kind, event.state) == (EventKind.FINISHED, AppState.FAILED), event
+    rows = {r.key: r for r in event.replicas}
+    assert rows["w/1"].reason == "RemovedFromOutside" and rows["w/0"].state == AppState.CANCELLED
+    error = failure_error(event)
+    assert isinstance(error, InfrastructureError) and error.replica_id == 1, error
+    assert any("w/1 failed with no restarts left" in ln for ln in log.lines), log.lines

@@ -267,3 +267,38 @@ async def test_an_evicted_replica_ends_the_job_as_the_platforms_failure_and_is_r
         assert action == RetryAction.DEFAULT
         assert retry_action(UserCodeError("exit 1", app_id=app_id)) == RetryAction.FAIL
     print(f"eviction -> InfrastructureError {took:.1f} s after the eviction: {error}")
+
+
+async def test_a_replica_evicted_then_restarted_by_its_job_counts_as_an_eviction(
+    kube_cluster: Any, volcano_scheduler: Any, wait_until: Callable[..., Any]
+) -> None:
+    """Volcano restarts a job whose pod was evicted (max_retries=1): the app runs again and
+    succeeds, and its end counts the eviction as one (``preemptions``), said by the
+    platform's word, not taken for a failure of the replica's."""
+    app = one_replica_app(kube_cluster, "evicted-again", run_seconds=20)
+    app.roles[0].max_retries = 1
+    app_id = submit("volcano", volcano_scheduler, app)
+    log = TaskLog()
+    followed = asyncio.ensure_future(follow("volcano", kube_cluster, app_id, log))
+    try:
+        pod = await asyncio.to_thread(
+            wait_until,
+            lambda: running_pod(kube_cluster, app_id),
+            timeout=60,
+            message="the replica's pod running",
+        )
+        await asyncio.sleep(2)  # followed while it runs
+        await asyncio.to_thread(evict, kube_cluster, kube_cluster.namespace, pod)
+        event = await asyncio.wait_for(asyncio.shield(followed), 150)
+    finally:
+        if not followed.done():
+            followed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await followed
+    assert event.kind == EventKind.FINISHED and event.state.name == "SUCCEEDED", (
+        event,
+        log.lines,
+    )
+    assert event.preemptions == 1, (event.preemptions, log.lines)
+    said = [ln for ln in log.lines if "the platform ended a replica's pod" in ln]
+    assert len(said) == 1 and "worker/0: EvictionByEvictionAPI" in said[0], log.lines

@@ -89,7 +89,9 @@ def test_success_runs_every_replica(kube_cluster: Any, scheduler: Any) -> None:
         for e in c.env or []
         if e.name == "TORCHX_RANK0_HOST"
     }
-    assert rank0 == {f"{name}-trainer-0-0.{name}"} and rank0 <= hosts
+    # rank 0's host is the full name of one of them, as its pod's /etc/hosts has it
+    full = f"{name}-trainer-0-0.{name}.{kube_cluster.namespace}.svc.cluster.local"
+    assert rank0 == {full} and f"{name}-trainer-0-0.{name}" in hosts
     assert resp.num_restarts == 0
 
 

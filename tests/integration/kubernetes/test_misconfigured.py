@@ -23,7 +23,6 @@ from torchx_provider import specs
 from torchx_provider.errors import (
     AppConfigurationError,
     BackendConfigurationError,
-    InvalidOptionError,
 )
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.triggers.events import ErrorKind, EventKind
@@ -163,7 +162,8 @@ def test_a_queue_that_does_not_exist_is_refused_where_queues_may_be_read(
         "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
     )
     try:
-        with pytest.raises(InvalidOptionError, match="Volcano queue 'nope' does not exist"):
+        # a configuration a retry cannot heal: AppConfigurationError, before any submission
+        with pytest.raises(AppConfigurationError, match="Volcano queue 'nope' does not exist"):
             submit(scheduler, app(kube_cluster), queue="nope")
         found = [a.app_id for a in scheduler.list() if a.name.startswith("misconf")]
     finally:

@@ -14,9 +14,11 @@ import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from rbac_accounts import Accounts
 
 from kube_apps import one_replica_app, restricted_async_client, submit, tracked
 from task_log import TaskLog
@@ -238,18 +240,35 @@ def kueue(kube_cluster: Any) -> Any:
 
 
 async def test_kueue_says_why_an_appwrapper_is_not_admitted_once_within_seconds(
-    kube_cluster: Any, scheduler: Any, kueue: Any
+    kube_cluster: Any, scheduler: Any, kueue: Any, tmp_path: Path
 ) -> None:
     """Two AppWrappers Kueue will not admit, followed from the shared Workload watch: one
     asks for more CPU than the ClusterQueue ever holds (never admissible), the other names
-    a LocalQueue that does not exist. Neither takes any quota."""
+    a LocalQueue that does not exist (submitted by an account that may not read
+    LocalQueues: the documented one refuses it before submission). Neither takes any
+    quota."""
     big = one_replica_app(kube_cluster, "kq-big", run_seconds=1)
     big.roles[0].resource = specs.Resource(cpu=64, gpu=0, memMB=256)
     lost = one_replica_app(kube_cluster, "kq-lost", run_seconds=1)
+    accounts = Accounts(kube_cluster, tmp_path)
+    blind = accounts.without("kueue.x-k8s.io", "localqueues", "get")
     apps = []
-    for app, queue in ((big, kueue.local_queue), (lost, "no-such-queue")):
-        app_id, _ = submit(scheduler, app, local_queue=queue)
-        apps.append(app_id)
+    with contextlib.ExitStack() as stack:
+        stack.callback(accounts.delete)
+        unread = stack.enter_context(
+            tracked(create_scheduler("it", kubeconfig=blind, namespace=kube_cluster.namespace))
+        )
+        for submitter, app, queue in (
+            (scheduler, big, kueue.local_queue),
+            (unread, lost, "no-such-queue"),
+        ):
+            app_id, _ = submit(submitter, app, local_queue=queue)
+            apps.append(app_id)
+        await said_not_admitted(kube_cluster, scheduler, apps)
+
+
+async def said_not_admitted(kube_cluster: Any, scheduler: Any, apps: list[str]) -> None:
+    """What the test above checks of its two apps, once submitted."""
     clients = [restricted_async_client(create_async_client, kube_cluster) for _ in apps]
     async with followed(clients[0], apps[0]) as log_big, followed(clients[1], apps[1]) as log_lost:
         never, took_big = await first_said(log_big, "can never be admitted", 30)

@@ -22,7 +22,9 @@ def _command(app: specs.AppDef, replica_id: int = 0) -> list[str]:
     )
     role = values.apply(app.roles[0])
     assert role.entrypoint == "sh" and role.args[0] == "-c" and len(role.args) == 2
-    return shlex.split(role.args[1])
+    words = shlex.split(role.args[1])
+    assert words[0] == "exec"
+    return words[1:]
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -85,6 +87,14 @@ def test_ddp_single_node_defaults() -> None:
     assert _flag(cmd, "--rdzv_id") == "ddp-x1"
     assert _flag(cmd, "--rdzv_backend") == "c10d"
     assert cmd[-1] == "train.py"
+
+
+def test_ddp_execs_torchrun_so_that_the_stop_signal_reaches_it() -> None:
+    """The shell runs torchrun with ``exec``: torchrun is the container's first process and
+    gets the SIGTERM of a cancel (a shell there would ignore it, and the workers would run on
+    until the grace period's SIGKILL)."""
+    args = dist.ddp(script="train.py", j="2x2").roles[0].args
+    assert args[0] == "-c" and args[1].startswith("exec torchrun --rdzv_backend c10d ")
 
 
 def test_ddp_multi_node_rendezvous_on_rank0_host() -> None:
@@ -186,3 +196,17 @@ def test_ddp_docstring_documents_every_parameter() -> None:
     doc = inspect.getdoc(dist.ddp) or ""
     for name in inspect.signature(dist.ddp).parameters:
         assert name in doc, f"ddp does not document {name}"
+
+
+@pytest.mark.parametrize("tee", [1, 2])
+def test_ddp_tee_of_one_stream_names_the_same_redirects(tee: int) -> None:
+    """torch 1.13 on Python 3.11 cannot read torchrun's default ``--redirects 0``: a tee of
+    one stream says its redirects (what the tee implies anyway), so that torchrun starts."""
+    command = dist.ddp(script="t.py", j="2x2", tee=tee).roles[0].args[1]
+    assert f"--nproc_per_node 2 --redirects {tee} --tee {tee} --role '' t.py" in command
+
+
+@pytest.mark.parametrize("tee", [0, 3])
+def test_ddp_tee_of_none_or_both_streams_leaves_redirects_to_torchrun(tee: int) -> None:
+    command = dist.ddp(script="t.py", tee=tee).roles[0].args[1]
+    assert "--redirects" not in command and f"--tee {tee} --role" in command

@@ -157,8 +157,9 @@ def test_a_retry_follows_an_app_that_already_succeeded_instead_of_running_it_aga
     assert op.submit_or_reattach(retry, torchx_fakes.task_context(TI())) == (done, True)
     assert fake_cluster.submitted == [cancelled, done]
     assert op.recorder.lines == [
+        f"app {cancelled} of try 1 ended CANCELLED; left as it is",
         f"reattaching to app {done} of an earlier try: it already succeeded, so it is "
-        "followed for its logs and result instead of run again"
+        "followed for its logs and result instead of run again",
     ]
 
     class Cleared:
@@ -230,3 +231,23 @@ def test_an_input_refused_when_scheduled_fails_without_retries(
             torchx_fakes.plan_for(scheduler, 1), torchx_fakes.task_context(TI())
         )
     assert torchx_fakes.CLUSTER.submitted == []
+
+
+def test_a_retry_tells_how_an_earlier_try_s_app_ended_and_leaves_it(fake_cluster: Any) -> None:
+    """Try 1's app ran and failed: try 2 says so and submits anew; the failed app is kept
+    (as try 1's on_finish_action left it), not removed as a submission cut short."""
+    scheduler = PlannedScheduler()
+    first = torchx_fakes.plan_for(scheduler, 1)
+    old = scheduler.schedule(first.dryrun)
+    fake_cluster.apps[old].app.metadata["fake.outcome"] = "FAILED"
+    fake_cluster.apps[old].ticks = 1000  # past its run: FAILED
+
+    retry = torchx_fakes.plan_for(scheduler, 2)
+    apps = live_apps(retry, Store(), Recorder(), 1)
+    assert (apps.resumable, apps.succeeded, apps.cut_short) == ([], [], {})
+    assert apps.ended == {old: ("FAILED", 1)}
+    op = operator()
+    app_id, reattached = op.submit_or_reattach(retry, torchx_fakes.task_context(TI()))
+    assert not reattached and app_id != old
+    assert fake_cluster.deleted == [] and fake_cluster.submitted == [old, app_id]
+    assert op.recorder.lines[0] == f"app {old} of try 1 ended FAILED; left as it is"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import torchx_fakes
+from follow_fakes import Clock, Scripted, follower
 from task_log import TaskLog as ListLog
 from torchx_fakes import submit, trigger_args
 from torchx_provider.errors import (
@@ -25,25 +26,8 @@ from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
-from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger, checkpoint_value
 from torchx_provider.triggers.policy import REFUSAL_GRACE, retry_delay
-
-
-class Clock:
-    """A fake monotonic clock whose sleeps advance it (and yield to the loop)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)
 
 
 class DownUntil(torchx_fakes.FakeAsyncClient):
@@ -57,19 +41,6 @@ class DownUntil(torchx_fakes.FakeAsyncClient):
         if self.clock() < self.until:
             raise BackendUnavailableError("API server down", status=503)
         return await super().describe(app_id)
-
-
-def follower(client: Any, app_id: str, clock: Clock, log: Any = None, **kw: Any) -> JobFollower:
-    kw.setdefault("poll_interval", 10.0)
-    return JobFollower(
-        client,
-        app_id,
-        log=log or ListLog(),
-        clock=clock,
-        sleep=clock.sleep,
-        rand=lambda: 0.5,
-        **kw,
-    )
 
 
 # -- outages -------------------------------------------------------------------------------------
@@ -253,32 +224,6 @@ async def test_what_the_client_works_around_is_said_once(fake_cluster: Any) -> N
 
 
 # -- queue_timeout -------------------------------------------------------------------------------
-class Scripted(torchx_fakes.FakeAsyncClient):
-    """An app whose state at each describe is ``script(now)`` on the fake clock; it gives a
-    reason it waits while it waits, and records cancels."""
-
-    def __init__(self, clock: Clock, script: Any) -> None:
-        super().__init__()
-        self.clock, self.script = clock, script
-        self.cancels: list[str] = []
-        self._waiting = False
-
-    async def describe(self, app_id: str) -> Any:
-        from torchx_provider.schedulers.api import DescribeAppResponse
-
-        state = self.script(self.clock())
-        self._waiting = state is AppState.PENDING
-        return DescribeAppResponse(app_id=app_id, state=state)
-
-    def take_notices(self) -> list[Notice]:
-        if not self._waiting:
-            return []
-        return [Notice("wait", "pod p is not scheduled: Unschedulable: 2 Insufficient cpu.")]
-
-    async def cancel(self, app_id: str) -> None:
-        self.cancels.append(app_id)
-
-
 async def test_a_wait_past_queue_timeout_cancels_and_names_the_last_reason() -> None:
     clock = Clock()
     client = Scripted(clock, lambda now: AppState.PENDING)
@@ -331,7 +276,7 @@ async def test_a_preemption_is_a_suspension_with_its_time_and_count_in_the_resul
     assert "back to waiting (preempted, evicted or requeued by the cluster): not a failure" in back
     first, again = [ln for ln in log.lines if "PENDING -> RUNNING" in ln]
     assert "running again" not in first
-    assert again.endswith("running again, after 1 preemption/eviction")
+    assert again.endswith("running again, after 1 preemption or eviction")
     assert JobEvent.from_payload(event.to_payload()) == event
     from torchx_provider.operators.finishing import task_result
 
@@ -566,15 +511,16 @@ async def test_an_app_removed_between_two_looks_ends_as_the_watch_last_saw_it(
     assert event.kind == EventKind.FINISHED and event.state == last, event.message
 
 
-async def test_without_a_last_sight_a_running_app_that_vanished_was_cancelled(
+async def test_without_a_last_sight_a_running_app_that_vanished_failed_on_the_platform(
     fake_cluster: Any,
 ) -> None:
+    # Not cancelled: the task did not cancel it, something else took it off the backend.
     app_id = submit()
     fake_cluster.apps[app_id].deleted = True
     event = await follower(
         torchx_fakes.FakeAsyncClient(), app_id, Clock(), state=AppState.RUNNING
     ).run()
-    assert event.kind == EventKind.FINISHED and event.state == AppState.CANCELLED
+    assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
 
 
 async def test_a_restarted_trigger_reports_the_stored_state_of_a_vanished_app(
@@ -610,13 +556,13 @@ async def test_a_restarted_trigger_reports_the_stored_state_of_a_vanished_app(
     payload = JobEvent.from_payload(event.payload)
     assert payload.kind == EventKind.FINISHED and payload.state == AppState.SUCCEEDED
 
-    # seen running, then gone: deleted before it finished
+    # seen running, then gone: taken off the backend before it finished, not by the task
     store[CHECKPOINT_XCOM_KEY] = checkpoint_value(app_id, {}, AppState.RUNNING)
     [event] = [
         e async for e in TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).run()
     ]
     payload = JobEvent.from_payload(event.payload)
-    assert payload.kind == EventKind.FINISHED and payload.state == AppState.CANCELLED
+    assert payload.kind == EventKind.FINISHED and payload.state == AppState.FAILED
 
     # a checkpoint of an earlier version (no state): never seen, so an error as before
     store[CHECKPOINT_XCOM_KEY] = {"app_id": app_id, "cursors": {}}

@@ -159,6 +159,55 @@ def test_on_kill_cancels_unless_keep(fake_cluster: Any) -> None:
     assert kept != app_id and kept not in fake_cluster.cancelled
 
 
+def test_a_kill_on_the_worker_whose_cancel_deletes_the_app_is_said_as_this_tasks(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Followed on the worker, killed there (``on_kill`` from Airflow's SIGTERM handler) with
+    a cancel that deletes the app: the try ends saying this task cancelled it, not that
+    something else removed it."""
+    import threading
+
+    from torchx_provider.errors import AppCancelledError
+
+    monkeypatch.setattr(
+        torchx_fakes.FakeScheduler, "_cancel_existing", torchx_fakes.FakeScheduler._delete_existing
+    )
+
+    class TI:
+        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
+
+        def xcom_push(self, key: str, value: Any) -> None:
+            pass
+
+    op = TorchXOperator(
+        task_id="t",
+        app=torchx_fakes.make_app(ticks=1_000_000),
+        scheduler="fake",
+        deferrable=False,
+        poll_interval=0.01,
+    )
+    ended: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op.execute(torchx_fakes.task_context(TI()))
+        except BaseException as e:
+            ended.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    for _ in range(500):
+        if fake_cluster.apps and any(a.ticks for a in fake_cluster.apps.values()):
+            break
+        threading.Event().wait(0.01)
+    op.on_kill()
+    worker.join(timeout=20)
+    assert not worker.is_alive()
+    assert len(ended) == 1 and type(ended[0]) is AppCancelledError, ended
+    assert "cancelled by this task as it was killed" in str(ended[0])
+    assert fake_cluster.deleted == [op._app_id]
+
+
 def test_a_kill_while_the_new_handle_is_stored_cancels_the_app(fake_cluster: Any) -> None:
     """The app exists once ``schedule`` returned: a kill while its handle is being written
     to ``task_state_store`` (a call to Airflow's API server) cancels it."""
@@ -400,6 +449,50 @@ def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
     with pytest.raises(AppLostError, match="lost track") as e2:
         op.execute_complete(torchx_fakes.task_context(TI()), lost.to_payload(), app_id="a")
     assert (e2.value.app_id, e2.value.state) == ("a", "RUNNING")
+
+
+def test_a_timeout_names_the_option_that_set_the_deadline_and_its_value(
+    fake_cluster: Any,
+) -> None:
+    """The deferral carries which limit is the earlier (``follow_timeout=3s`` here, not the
+    hour of ``execution_timeout``), and the timeout's error names it."""
+    from datetime import timedelta
+
+    try:
+        from airflow.sdk.exceptions import TaskDeferred
+    except ImportError:  # Airflow 3.1
+        from airflow.exceptions import TaskDeferred  # type: ignore[no-redef]
+
+    from torchx_provider.errors import AppTimeoutError
+    from torchx_provider.specs import AppState
+    from torchx_provider.triggers.events import EventKind, JobEvent
+
+    class TI:
+        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
+
+        def xcom_push(self, key: str, value: Any) -> None:
+            pass
+
+    op = TorchXOperator(
+        task_id="t",
+        app=APP,
+        scheduler="fake",
+        deferrable=True,
+        follow_timeout=3,
+        execution_timeout=timedelta(hours=1),
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(torchx_fakes.task_context(TI()))
+    kwargs = deferred.value.kwargs
+    assert kwargs["deadline_cause"] == "follow_timeout=3s", kwargs
+    timeout = JobEvent(
+        EventKind.TIMEOUT, kwargs["app_id"], AppState.RUNNING, "the app was cancelled"
+    )
+    with pytest.raises(AppTimeoutError) as e:
+        op.execute_complete(torchx_fakes.task_context(TI()), timeout.to_payload(), **kwargs)
+    assert f"TorchX app {kwargs['app_id']} timed out (follow_timeout=3s) in state RUNNING" in str(
+        e.value
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Checkpoint writes taking turns in one process (``triggers/pacing.py``), and the follow
-storing the newest progress old enough when its turn comes."""
+storing the newest progress old enough when its turn comes. The pacer and the checkpoints
+run on simulated time (:mod:`virtual_time`); the tests that run a whole follow of the fake
+backend, in real time."""
 
 from __future__ import annotations
 
@@ -17,22 +19,26 @@ from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.checkpoints import Checkpoints
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.pacing import Aging, CheckpointPacer
+from virtual_time import VirtualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(100.0)
 
-    def __call__(self) -> float:
-        return self.now
+
+def paced(clock: VirtualClock, **kw: Any) -> CheckpointPacer:
+    """A pacer on ``clock``."""
+    return CheckpointPacer(clock=clock, sleep=clock.sleep, **kw)
 
 
 class Supervisor:
-    """Serves one write at a time, each taking ``service`` seconds (as a triggerer's
-    supervisor serves its triggers' requests); records when each write ran."""
+    """Serves one write at a time, each taking ``service`` seconds of ``clock`` (as a
+    triggerer's supervisor serves its triggers' requests); records when each write ran."""
 
-    def __init__(self, service: float) -> None:
+    def __init__(self, service: float, clock: VirtualClock) -> None:
         self.service = service
+        self.clock = clock
         self.lock = asyncio.Lock()
         self.in_flight = 0
         self.most_in_flight = 0
@@ -43,29 +49,32 @@ class Supervisor:
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             async with self.lock:
-                loop = asyncio.get_running_loop()
-                start = loop.time()
-                await asyncio.sleep(self.service)
-                self.spans.append((who, start, loop.time()))
+                start = self.clock()
+                await self.clock.sleep(self.service)
+                self.spans.append((who, start, self.clock()))
         finally:
             self.in_flight -= 1
 
 
-async def test_writes_go_one_at_a_time_in_order_with_a_pause_after_each() -> None:
-    supervisor = Supervisor(0.01)
-    pacer = CheckpointPacer(min_gap=0.02, share_factor=3.0)
-    await asyncio.gather(
-        *(pacer.write(functools.partial(supervisor.serve, f"w{i}")) for i in range(5))
+async def test_writes_go_one_at_a_time_in_order_with_a_pause_after_each(
+    clock: VirtualClock,
+) -> None:
+    supervisor = Supervisor(0.01, clock)
+    pacer = paced(clock, min_gap=0.02, share_factor=3.0)
+    await clock.run(
+        asyncio.gather(
+            *(pacer.write(functools.partial(supervisor.serve, f"w{i}")) for i in range(5))
+        )
     )
     assert [who for who, _, _ in supervisor.spans] == [f"w{i}" for i in range(5)]
     assert supervisor.most_in_flight == 1
     gaps = [b[1] - a[2] for a, b in zip(supervisor.spans, supervisor.spans[1:], strict=False)]
     # the pause is the larger of min_gap (0.02) and 3 x the write (0.03)
-    assert all(g >= 0.029 for g in gaps), gaps
+    assert gaps == pytest.approx([0.03] * 4), gaps
 
 
 async def test_a_slow_write_makes_a_longer_pause() -> None:
-    clock = Clock()
+    clock = VirtualClock(100.0)
     pacer = CheckpointPacer(min_gap=0.05, share_factor=4.0, clock=clock)
 
     async def slow() -> None:
@@ -75,23 +84,27 @@ async def test_a_slow_write_makes_a_longer_pause() -> None:
     assert pacer.next_turn == pytest.approx(clock.now + 2.0)
 
 
-async def test_final_writes_go_before_waiting_periodic_ones_and_skip_the_pause() -> None:
-    supervisor = Supervisor(0.005)
-    pacer = CheckpointPacer(min_gap=0.2)
+async def test_final_writes_go_before_waiting_periodic_ones_and_skip_the_pause(
+    clock: VirtualClock,
+) -> None:
+    supervisor = Supervisor(0.005, clock)
+    pacer = paced(clock, min_gap=0.2)
     first = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("p0")))
     await asyncio.sleep(0)  # p0 has the turn
     periodic = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("p1")))
     await asyncio.sleep(0)
     final = asyncio.ensure_future(pacer.write(lambda: supervisor.serve("f"), final=True))
-    await asyncio.wait_for(asyncio.gather(first, final, periodic), 5)
+    await clock.run(asyncio.gather(first, final, periodic), limit=5)
     assert [who for who, _, _ in supervisor.spans] == ["p0", "f", "p1"]
     # f did not wait out p0's pause of 0.2 s; p1 waited out f's
-    assert supervisor.spans[1][1] - supervisor.spans[0][2] < 0.1
-    assert supervisor.spans[2][1] - supervisor.spans[1][2] >= 0.19
+    assert supervisor.spans[1][1] == supervisor.spans[0][2]
+    assert supervisor.spans[2][1] - supervisor.spans[1][2] == pytest.approx(0.2)
 
 
-async def test_a_waiter_cancelled_in_the_queue_or_on_its_turn_does_not_block_the_rest() -> None:
-    supervisor = Supervisor(0.0)
+async def test_a_waiter_cancelled_in_the_queue_or_on_its_turn_does_not_block_the_rest(
+    clock: VirtualClock,
+) -> None:
+    supervisor = Supervisor(0.0, clock)
     pacer = CheckpointPacer(min_gap=0.0)
     release = asyncio.Event()
 
@@ -129,7 +142,7 @@ async def test_each_event_loop_has_its_own_pacer() -> None:
 
 
 def test_aging_gives_the_newest_snapshot_old_enough() -> None:
-    clock = Clock()
+    clock = VirtualClock(100.0)
     aging: Aging[str] = Aging(0.5, clock)
     aging.take("a")
     assert aging.settles_in() == pytest.approx(0.5)
@@ -174,7 +187,7 @@ async def test_a_follow_waiting_for_its_turn_stores_progress_taken_while_it_wait
     stored: list[dict[str, LogCursor]] = []
     log = ListLog()
 
-    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         stored.append(cursors)
 
     pacer = CheckpointPacer(min_gap=0.0)
@@ -216,7 +229,7 @@ async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluste
     stored: list[dict[str, LogCursor]] = []
     log = ListLog()
 
-    async def flaky(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def flaky(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         attempts.append(len(attempts))
         if len(attempts) <= 4:
             raise RuntimeError("supervisor busy")
@@ -231,7 +244,7 @@ async def test_failed_checkpoints_are_tried_again_later_not_given_up(fake_cluste
 
 
 class Progressing:
-    """A follow's progress, set by hand, and its running checkpoints."""
+    """A follow's progress, set by hand, and its running checkpoints on ``pacer``'s clock."""
 
     def __init__(self, checkpoint: Any, every: float, pacer: CheckpointPacer) -> None:
         self.cursors: dict[str, LogCursor] = {}
@@ -242,6 +255,8 @@ class Progressing:
             ListLog(),
             every=every,
             pacer=pacer,
+            clock=pacer.clock,
+            sleep=pacer.sleep,
         )
         self.checkpoints.start()
 
@@ -258,34 +273,35 @@ def moved(follower: Progressing, second: int) -> None:
     follower.checkpoints.moved()
 
 
-async def test_a_failed_write_is_tried_again_though_the_follow_went_quiet() -> None:
+async def test_a_failed_write_is_tried_again_though_the_follow_went_quiet(
+    clock: VirtualClock,
+) -> None:
     attempts: list[int] = []
 
-    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         attempts.append(len(attempts))
         if len(attempts) == 1:
             raise RuntimeError("supervisor busy")
 
-    follower = idle_follower(checkpoint, 0.05, CheckpointPacer(min_gap=0.0))
+    follower = idle_follower(checkpoint, 0.05, paced(clock, min_gap=0.0))
     moved(follower, 1)  # and nothing after: the replica is quiet
-    for _ in range(300):
-        if len(attempts) >= 2:
-            break
-        await asyncio.sleep(0.01)
+    await clock.until(lambda: len(attempts) >= 2, limit=3)
     await follower.checkpoints.stop()
     assert len(attempts) == 2, "tried again after its pause (0.1 s), not only on new lines"
     assert follower.checkpoints.stored[0]["trainer/0"].since is not None
 
 
-async def test_no_periodic_write_of_a_follow_lands_after_its_final_one() -> None:
+async def test_no_periodic_write_of_a_follow_lands_after_its_final_one(
+    clock: VirtualClock,
+) -> None:
     """The follow ends while its periodic turn waits behind another follow's write: that turn
     is dropped before the final write, not handed the pacer after it."""
     written: list[AppState | None] = []
 
-    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         written.append(state)
 
-    pacer = CheckpointPacer()
+    pacer = paced(clock)
     release = asyncio.Event()
 
     async def other_follow_writing() -> None:
@@ -295,57 +311,56 @@ async def test_no_periodic_write_of_a_follow_lands_after_its_final_one() -> None
     await asyncio.sleep(0)
     follower = idle_follower(checkpoint, 0.05, pacer)
     moved(follower, 1)
-    for _ in range(300):  # its periodic turn queues behind the other follow's write
-        if pacer.waiting:
-            break
-        await asyncio.sleep(0.01)
+    # its periodic turn queues behind the other follow's write
+    await clock.until(lambda: pacer.waiting > 0, limit=3)
     assert pacer.waiting == 1
     moved(follower, 2)
     follower.state = AppState.SUCCEEDED
     final = asyncio.ensure_future(follower.checkpoints.final())
-    await asyncio.sleep(0.01)
+    await clock.advance(0.01)
     release.set()
-    await asyncio.wait_for(final, 5)
+    await clock.run(final, limit=5)
     # run() stops the periodic checkpoints only later: give a stray turn time to write
-    await asyncio.sleep(0.3)
+    await clock.advance(1)
     await blocker
     assert written == [AppState.SUCCEEDED]
 
 
-async def test_stored_progress_was_taken_at_least_lateness_before_its_write() -> None:
+async def test_stored_progress_was_taken_at_least_lateness_before_its_write(
+    clock: VirtualClock,
+) -> None:
     """Whatever the queue, a write stores cursors the follow had at least ``lateness``
     (here 0.1 s) before: the lines they cover have had that long to reach the task log."""
     lateness = 0.1
-    loop = asyncio.get_running_loop()
     moved_at: dict[int, float] = {}
     stored: list[tuple[float, int]] = []
 
-    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         since = cursors["trainer/0"].since
         assert since is not None
-        stored.append((loop.time(), since.second * 1000 + since.microsecond // 1000))
+        stored.append((clock(), since.second * 1000 + since.microsecond // 1000))
 
-    pacer = CheckpointPacer(min_gap=0.0)
+    pacer = paced(clock, min_gap=0.0)
     follower = idle_follower(checkpoint, lateness, pacer)
 
     async def others_writing() -> None:  # other follows hold the turn now and then
         for _ in range(6):
-            await pacer.write(lambda: asyncio.sleep(0.15))
-            await asyncio.sleep(0.05)
+            await pacer.write(lambda: clock.sleep(0.15))
+            await clock.sleep(0.05)
 
     others = asyncio.ensure_future(others_writing())
     for i in range(150):  # a line every 10 ms, numbered by milliseconds
         follower.cursors["trainer/0"] = LogCursor(
             since=datetime(2026, 1, 1, 0, 0, i // 100, (i % 100) * 10_000, tzinfo=timezone.utc)
         )
-        moved_at[(i // 100) * 1000 + (i % 100) * 10] = loop.time()
+        moved_at[(i // 100) * 1000 + (i % 100) * 10] = clock()
         follower.checkpoints.moved()
-        await asyncio.sleep(0.01)
-    await others
+        await clock.advance(0.01)
+    await clock.run(others, limit=5)
     await follower.checkpoints.stop()
     assert len(stored) >= 3
     ages = [written_at - moved_at[n] for written_at, n in stored]
-    assert min(ages) >= lateness, ages
+    assert min(ages) >= lateness - 1e-9, ages  # (sums of simulated seconds round)
     # and not the progress of when a turn was first asked for: taken again while waiting
     assert sorted(ages)[len(ages) // 2] < 0.15 + 2 * lateness + 0.1, ages
 
@@ -364,7 +379,9 @@ async def test_follows_stopped_together_all_send_their_final_write(
     never = asyncio.Event()
 
     def unanswered(name: str) -> Any:
-        async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+        async def checkpoint(
+            cursors: dict[str, LogCursor], state: AppState | None, *_: Any
+        ) -> None:
             sent.append(name)
             await never.wait()  # served, but its answer never read
 

@@ -124,3 +124,14 @@ def test_rows_status_line_and_table_from_a_describe() -> None:
     ]
     assert "trainer  1        FAILED     137                          h1    OOMKilled" in table
     assert status_line([]) == "(no replicas yet)"
+
+
+def test_a_large_roles_status_line_counts_by_state_and_names_a_few_failures() -> None:
+    from torchx_provider.triggers.status import folded_line
+
+    rows = [ReplicaRow("w", i, AppState.RUNNING) for i in range(30)]
+    rows += [ReplicaRow("w", 30 + i, AppState.FAILED, 1) for i in range(7)]
+    rows += [ReplicaRow("ps", 0, AppState.RUNNING)]
+    assert folded_line(rows) == (
+        "w[37: 30 RUNNING, 7 FAILED: 30(1), 31(1), 32(1), 33(1), 34(1) and 2 more] ps[0 RUNNING]"
+    )

@@ -146,3 +146,23 @@ async def test_an_error_no_translation_knew_is_said_and_retried_not_a_silent_end
     warned = [ln for ln in log.lines if "cannot be read" in ln]
     assert len(warned) == 1 and "RuntimeError: Connection broken" in warned[0], log.lines
     assert not pumps.unread
+
+
+class LevelLog:
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str]] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.said.append(("info", msg % args))
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.said.append(("warning", msg % args))
+
+
+async def test_a_notice_is_said_once_at_its_level() -> None:
+    log = LevelLog()
+    pumps = LogPumps(lambda: Flaky(0, []), "app", log, {})
+    pumps.say_once("wait", "waits for quota")
+    pumps.say_once("admitted", "admitted", warning=False)
+    pumps.say_once("admitted", "admitted", warning=False)
+    assert log.said == [("warning", "waits for quota"), ("info", "admitted")]

@@ -12,6 +12,8 @@ import pytest
 import torchx_fakes
 from task_log import TaskLog as ListLog
 from torchx_fakes import submit, trigger_args
+from torchx_provider import errors
+from torchx_provider.operators.finishing import failure_error
 from torchx_provider.schedulers.logs import LogCursor, advance, merge_cursors
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.events import EventKind, JobEvent
@@ -135,8 +137,10 @@ async def test_a_vanished_app_ends_with_an_error_event(fake_cluster: Any) -> Non
     assert event.kind == EventKind.ERROR and "does not exist" in event.message
 
 
-async def test_an_app_deleted_before_it_finished_ends_cancelled(fake_cluster: Any) -> None:
-    # MCAD's cancel deletes the AppWrapper; a user may delete a job: the app ended.
+async def test_an_app_deleted_before_it_finished_failed_on_the_platform(
+    fake_cluster: Any,
+) -> None:
+    # A user's delete, a clean-up: not this task, which cancels only as its follow ends.
     app_id = submit(ticks=100_000)
     follower = JobFollower(
         torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
@@ -149,8 +153,62 @@ async def test_an_app_deleted_before_it_finished_ends_cancelled(fake_cluster: An
     assert follower.state in (AppState.PENDING, AppState.RUNNING)
     fake_cluster.apps[app_id].deleted = True
     event = await asyncio.wait_for(running, timeout=5)
-    assert event.kind == EventKind.FINISHED and event.state == AppState.CANCELLED
-    assert "deleted from the backend before it finished" in event.message
+    assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
+    assert "removed from the backend before it finished" in event.message
+    assert {(r.state, r.reason, r.failure) for r in event.replicas} == {
+        (AppState.FAILED, "RemovedFromOutside", "infrastructure")
+    }
+    error = failure_error(event)
+    assert type(error) is errors.InfrastructureError, error
+    assert error.reason == "RemovedFromOutside" and event.root_cause == f"{error.role}/0"
+
+
+async def test_an_app_deleted_by_this_tasks_kill_is_said_cancelled_by_it(
+    fake_cluster: Any,
+) -> None:
+    # The operator's on_kill on the worker cancels (a cancel that deletes) while the follow
+    # runs there: the app was taken by this task, not from outside.
+    app_id = submit(ticks=100_000)
+    killed = [False]
+    follower = JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=ListLog(),
+        poll_interval=0.001,
+        killed=lambda: killed[0],
+    )
+    running = asyncio.create_task(follower.run())
+    for _ in range(5000):  # until the follower saw the app once
+        if follower.state is not None:
+            break
+        await asyncio.sleep(0.001)
+    killed[0] = True
+    fake_cluster.apps[app_id].deleted = True
+    event = await asyncio.wait_for(running, timeout=5)
+    assert event.kind == EventKind.FINISHED and event.state == AppState.CANCELLED, event
+    assert "cancelled by this task as it was killed" in event.message
+    assert "something other than this task" not in event.message
+    assert not any(r.reason == "RemovedFromOutside" for r in event.replicas)
+
+
+async def test_a_resumed_follow_that_finds_its_app_gone_fails_it_on_the_platform(
+    fake_cluster: Any,
+) -> None:
+    # Rebuilt after the app went: it knows the replicas by its log cursors only.
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        "gone-1",
+        log=ListLog(),
+        poll_interval=0.001,
+        state=AppState.RUNNING,
+        cursors={"worker/0": LogCursor(), "worker/1": LogCursor()},
+    ).run()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
+    assert [(r.key, r.reason) for r in event.replicas] == [
+        ("worker/0", "RemovedFromOutside"),
+        ("worker/1", "RemovedFromOutside"),
+    ]
+    assert type(failure_error(event)) is errors.InfrastructureError
 
 
 async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_two_periods(
@@ -160,7 +218,7 @@ async def test_resuming_from_a_checkpoint_loses_nothing_and_repeats_at_most_two_
     app_id = submit(lines=40, ticks=20, replicas=2)
     stored: dict[str, LogCursor] = {}
 
-    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None) -> None:
+    async def checkpoint(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
         stored.clear()
         stored.update(cursors)
 

@@ -40,6 +40,11 @@ Behaviour worth knowing:
 * **Retries**: ``max_retries`` restarts a failed container (Docker's ``on-failure``
   policy); only that replica restarts, whatever the ``retry_policy`` (no whole-app or
   whole-role restarts on this backend).
+* **A failed replica ends the app** (run option ``stop_on_failure``, on by default): once a
+  replica has failed with no restarts left (or its container is gone), the follow stops
+  the app's other containers (SIGTERM, SIGKILL after 10 s) a second later -- a replica
+  that fails on its own within that second keeps its own exit --, marked so that they
+  report CANCELLED saying why, and the app ends FAILED.
 * **Cancel** stops the unfinished containers (SIGTERM, SIGKILL after 10 s) and marks them, so
   they report CANCELLED rather than FAILED.
 * **Removal** (``remove``, on by default): once the app has finished and the log of every

@@ -20,18 +20,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
 from torchx_provider.errors import (
     BackendUnavailableError,
+    RejectedConfigurationError,
     SubmissionError,
     TorchXProviderError,
     UnknownAppError,
 )
-from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
+from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse, Notice
 from torchx_provider.schedulers.docker.client import (
     DockerClientConfig,
     EngineConnection,
@@ -43,24 +43,31 @@ from torchx_provider.schedulers.docker.creation import (
     cut_short,
     progress_line,
 )
+from torchx_provider.schedulers.docker.inflight import InFlight
 from torchx_provider.schedulers.docker.logbody import RawLogStream, close_quietly, lines_of
 from torchx_provider.schedulers.docker.netlock import network_lock
+from torchx_provider.schedulers.docker.pull import PullBound
 from torchx_provider.schedulers.docker.state import (
     CANCELLED_SUFFIX,
     REMOVING_SUFFIX,
+    STOPPED_SUFFIX,
     ContainerInfo,
     describe_app,
+    exec_failure,
     list_apps,
     may_be_stopped_by_engine,
+    may_have_failed_exec,
     oldest_network,
     ready_to_remove,
     replica_state,
+    survivors_to_stop,
 )
 from torchx_provider.schedulers.docker.translation import (
     DockerJob,
     check_engine_resources,
     check_network_room,
     log_params,
+    missing_mount,
     spec_replica,
     with_image,
 )
@@ -94,6 +101,13 @@ PROBE_TIMEOUT = 5.0
 #: Seconds within which a creation notices it was asked to stop.
 STOP_POLL = 0.2
 
+#: Lines read from the end of the log of a container whose init may have failed to start its
+#: entrypoint (:meth:`DockerEngine.exec_errors`): the init's words are its last line.
+EXEC_TAIL_LINES = 5
+
+#: How many apps an engine remembers the end of after it removed them (:meth:`removed_app`).
+REMOVED_KEPT = 256
+
 #: One replica's creation: its container id (if created) and its error (if any).
 Outcome = tuple[str | None, BaseException | None]
 
@@ -111,6 +125,14 @@ class DockerEngine(EngineConnection):
         self._submitting: dict[str, threading.Event] = {}
         # containers seen ended by SIGKILL/SIGTERM, the engine probed since (``describe``).
         self._probed: set[str] = set()
+        # (container id, finish time) -> the init's words on why it could not start the
+        # entrypoint, "" for none (``exec_errors``); forgotten when the app is removed.
+        self._exec_errors: dict[tuple[str, datetime | None], str] = {}
+        # app id -> how it ended, for the apps this engine removed once they had ended and
+        # their logs were read (``removed_app``), the latest REMOVED_KEPT.
+        self._removed: dict[str, DescribeAppResponse] = {}
+        # what a follow tells the task log once (``take_notices``)
+        self._notices: list[Notice] = []
 
     # -- submitting ------------------------------------------------------------------------------
     def engine_limits(self) -> tuple[int, int]:
@@ -167,7 +189,7 @@ class DockerEngine(EngineConnection):
                 log.debug("could not remove duplicate network %s: %s", created, e)
         return str(found["Id"])
 
-    def run(self, job: DockerJob) -> str:
+    def run(self, job: DockerJob, wait_timeout: float | None = None) -> str:
         """Create and start every container of ``job``; return the app id.
 
         Workspaces are built first. Then, concurrently: the engine's size is read, the images
@@ -176,9 +198,16 @@ class DockerEngine(EngineConnection):
         (:meth:`_create_all`). If one cannot be created or started, or the submission is
         stopped (:meth:`stop_submission`) or interrupted, none is begun after it, the app's
         containers are removed and the error is raised.
+
+        The image pulls (a workspace's base image too) are cut short when the submission is
+        stopped, and ``wait_timeout`` seconds after this call (``None``: never), the time the
+        app may wait before it runs: :class:`~torchx_provider.errors.SubmissionWaitTimeout`
+        names the image and how far its pull got (:mod:`.pull`); nothing of the app is made
+        by then.
         """
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         with self._submission(job.app_id) as stop:
-            self._run(job, stop)
+            self._run(job, PullBound(stop, deadline))
         return job.app_id
 
     @contextlib.contextmanager
@@ -205,7 +234,7 @@ class DockerEngine(EngineConnection):
         stop.set()
         return True
 
-    def _run(self, job: DockerJob, stop: threading.Event) -> None:
+    def _run(self, job: DockerJob, bound: PullBound) -> None:
         client = self.client
         for ws in job.workspaces:
             image = build_workspace_image(
@@ -217,6 +246,7 @@ class DockerEngine(EngineConnection):
                 quiet=job.quiet,
                 role=ws.role,
                 labels={LABEL_APP_ID: job.app_id},
+                bound=bound,
             )
             job = with_image(job, ws.role, image)
 
@@ -234,6 +264,7 @@ class DockerEngine(EngineConnection):
                     quiet=job.quiet,
                     role=role,
                     auth_config=self.config.auth_config(img),
+                    bound=bound,
                 )
                 for img, role in images.items()
             ),
@@ -244,18 +275,19 @@ class DockerEngine(EngineConnection):
         check_engine_resources(job, ncpu, mem)
         with self.call(f"inspecting Docker network {job.network!r}"):
             check_network_room(job, client.api.inspect_network(network_id))
-        self._create_all(job, network_id, stop)
+        self._create_all(job, network_id, bound.stop)
 
     def _create_all(self, job: DockerJob, network_id: str, stop: threading.Event) -> None:
         """Create and start the containers, at most :func:`.creation.creation_window` at a
         time, logging progress every :data:`.creation.PROGRESS_INTERVAL` seconds; on the
         first error, a stop or an interruption (a timeout or signal raised in this thread),
-        wait for those in flight, remove every one created and raise."""
+        wait for those in flight, remove every one created and raise. The creations in
+        flight are waited for through :class:`.inflight.InFlight`, which takes no lock an
+        interruption could leave held."""
         total = len(job.containers)
         window = creation_window(self.config.max_pool_size, total)
-        pool = self._executor()
+        running: InFlight[Outcome] = InFlight(self._executor(), lambda e: (None, e))
         specs = iter(job.containers)
-        running: set[Future[Outcome]] = set()
         created: list[str] = []
         error: BaseException | None = None
         started = reported = time.monotonic()
@@ -277,11 +309,12 @@ class DockerEngine(EngineConnection):
                     spec = next(specs, None)
                     if spec is None:
                         break
-                    running.add(pool.submit(self._create_and_start, spec, network_id))
+                    running.submit(partial(self._create_and_start, spec, network_id))
                 if not running:
                     break
-                done, running = wait(running, timeout=STOP_POLL, return_when=FIRST_COMPLETED)
-                error = _collect(done, created, error)
+                outcome = running.next(timeout=STOP_POLL)
+                if outcome is not None:
+                    error = _collect([outcome], created, error)
                 now = time.monotonic()
                 if error is None and now - reported >= PROGRESS_INTERVAL:
                     log.info(progress_line(job.app_id, len(created), total, now - started))
@@ -303,12 +336,17 @@ class DockerEngine(EngineConnection):
     def _roll_back(
         self,
         app_id: str,
-        running: set[Future[Outcome]],
+        running: InFlight[Outcome],
         created: list[str],
         why: BaseException,
     ) -> None:
-        """Wait for the creations in flight, then remove every container of the app made."""
-        _collect(wait(running).done, created, None)
+        """Wait for the creations in flight, then remove every container of the app made:
+        those this submission saw created, and any other the engine lists with the app's
+        labels (one whose outcome an interruption kept from being seen)."""
+        _collect(running.drain(quiet=self.config.timeout + 5.0), created, None)
+        with contextlib.suppress(SubmissionError, UnknownAppError):
+            seen = set(created)
+            created.extend(c.id for c in self.summaries(app_id) if c.id not in seen)
         if created:
             reason = str(why) or type(why).__name__
             log.warning(
@@ -326,7 +364,9 @@ class DockerEngine(EngineConnection):
         try:
             with self.call(f"creating {what}"):
                 container = self.client.containers.create(**kwargs)
-        except Exception as e:  # reported once the others are cleaned up
+        except SubmissionError as e:  # reported once the others are cleaned up
+            return None, _refused_as_configured(spec, what, e)
+        except Exception as e:  # likewise
             return None, e
         try:
             with self.call(f"starting {what}"):
@@ -384,9 +424,75 @@ class DockerEngine(EngineConnection):
         """The app, its replicas judged with the engine's outages seen so far
         (:func:`~.state.describe_app`); a replica newly seen ended by SIGKILL/SIGTERM first
         has the engine probed (:meth:`probe_on_new_signal_exits`)."""
-        containers = self.containers(app_id)
+        return self.follow_describe(app_id, stop_on_failure=False)[0]
+
+    def follow_describe(
+        self, app_id: str, *, stop_on_failure: bool = True
+    ) -> tuple[DescribeAppResponse | None, float | None]:
+        """:meth:`describe` for a follow, which enforces the app's ``stop_on_failure``: once
+        a replica has failed for good, the app's other replicas are stopped first
+        (:func:`~.state.survivors_to_stop`) and the app described as they ended. Also in
+        how many seconds to describe it again for that (``None``: no need)."""
+        containers = self.exec_errors(self.containers(app_id))
         self.probe_on_new_signal_exits(containers)
-        return describe_app(app_id, containers, self.outages)
+        again: float | None = None
+        if stop_on_failure:
+            decided = survivors_to_stop(containers, datetime.now(timezone.utc))
+            again = decided.again_in
+            if decided.survivors:
+                self.stop_survivors(app_id, decided.failed, decided.survivors)
+                containers = self.exec_errors(self.containers(app_id))
+        return describe_app(app_id, containers, self.outages), again
+
+    def stop_survivors(self, app_id: str, failed: str, survivors: Sequence[ContainerInfo]) -> None:
+        """Stop ``survivors`` because replica ``failed`` failed for good (SIGTERM, SIGKILL
+        after :data:`STOP_TIMEOUT` seconds), marking them first (by name) so that they
+        report why they ended; said once in the task log (:meth:`take_notices`)."""
+        names = ", ".join(f"{c.role_name}/{c.replica_id}" for c in survivors)
+        text = (
+            f"app {app_id}: {failed} failed with no restarts left; stopping its other "
+            f"replicas {names} (SIGTERM, SIGKILL after {STOP_TIMEOUT} s; the run option "
+            "stop_on_failure=False lets them run on)"
+        )
+        log.info("%s", text)
+        with self._lock:
+            self._notices.append(Notice(f"stop survivors of {app_id}", text))
+        self._stop_marked(app_id, survivors, STOPPED_SUFFIX)
+
+    def take_notices(self) -> list[Notice]:
+        """What a follow of this engine's apps tells the task log once, since last asked."""
+        with self._lock:
+            notices, self._notices = self._notices, []
+        return notices
+
+    def exec_errors(self, containers: Sequence[ContainerInfo]) -> list[ContainerInfo]:
+        """``containers``, each one that ended as a container whose init could not start
+        the entrypoint (:func:`~.state.may_have_failed_exec`) with the init's words from the
+        end of its log (:func:`~.state.exec_failure`); read once per container and run."""
+
+        def read(c: ContainerInfo) -> str:
+            try:
+                with self.call(f"reading the end of the log of {_replica(c)}", app_id=""):
+                    raw = self.client.api.logs(c.id, stdout=True, stderr=True, tail=EXEC_TAIL_LINES)
+            except UnknownAppError:
+                return ""  # removed meanwhile
+            return exec_failure(bytes(raw).decode("utf-8", "replace").splitlines())
+
+        todo = [c for c in containers if may_have_failed_exec(c)]
+        with self._answers:
+            todo = [c for c in todo if (c.id, c.finished) not in self._exec_errors]
+        for c, f in zip(todo, self._map(read, todo), strict=True):
+            found = f.result()
+            with self._answers:
+                self._exec_errors[(c.id, c.finished)] = found
+        with self._answers:
+            known = dict(self._exec_errors)
+        return [
+            dataclasses.replace(c, exec_error=known.get((c.id, c.finished), ""))
+            if may_have_failed_exec(c)
+            else c
+            for c in containers
+        ]
 
     def probe_on_new_signal_exits(self, containers: Iterable[ContainerInfo]) -> None:
         """Probe the engine once for the replicas among ``containers`` newly seen ended by
@@ -552,20 +658,27 @@ class DockerEngine(EngineConnection):
     # -- stopping and removing ---------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
         """Stop the app's unfinished containers, marking them cancelled first (by name)."""
+        live = [c for c in self.summaries(app_id) if not is_terminal(replica_state(c))]
+        self._stop_marked(app_id, live, CANCELLED_SUFFIX)
+
+    def _stop_marked(self, app_id: str, containers: Sequence[ContainerInfo], suffix: str) -> None:
+        """Stop ``containers`` concurrently, each renamed with ``suffix`` first (unless it
+        carries it already); one removed meanwhile is skipped."""
 
         def stop(c: ContainerInfo) -> None:
             api = self.client.api
+            cancelling = suffix == CANCELLED_SUFFIX
+            what = "cancelled" if cancelling else "stopped"
             try:
-                if not c.cancelled:
-                    with self.call(f"marking container {c.name} cancelled", app_id=app_id):
-                        api.rename(c.id, c.name + CANCELLED_SUFFIX)
+                if not (c.cancelled if cancelling else c.stopped_after_failure):
+                    with self.call(f"marking container {c.name} {what}", app_id=app_id):
+                        api.rename(c.id, c.name + suffix)
                 with self.call(f"stopping container {c.name}", app_id=app_id):
                     api.stop(c.id, timeout=STOP_TIMEOUT)
             except UnknownAppError:
                 pass  # removed meanwhile
 
-        live = [c for c in self.summaries(app_id) if not is_terminal(replica_state(c))]
-        for f in self._map(stop, live):
+        for f in self._map(stop, list(containers)):
             f.result()
 
     def delete(self, app_id: str) -> None:
@@ -582,7 +695,19 @@ class DockerEngine(EngineConnection):
         containers = self.summaries(app_id)
         if ready_to_remove(containers, drained):
             log.debug("app %s finished and its logs were read: removing it", app_id)
+            ended = self.describe(app_id)
+            if ended is not None:
+                with self._lock:
+                    self._removed[app_id] = ended
+                    for old in list(self._removed)[:-REMOVED_KEPT]:
+                        del self._removed[old]
             self._remove_app(app_id, containers)
+
+    def removed_app(self, app_id: str) -> DescribeAppResponse | None:
+        """How ``app_id`` ended, if this engine removed it once it had ended and its logs
+        were read (:meth:`mark_drained`); ``None`` if it did not."""
+        with self._lock:
+            return self._removed.get(app_id)
 
     def _remove_app(self, app_id: str, containers: Sequence[ContainerInfo]) -> None:
         """Remove the app's containers, then its workspace images. One container is marked
@@ -594,6 +719,10 @@ class DockerEngine(EngineConnection):
             self._remove_ids([last])
         with self._lock:
             self._drained.pop(app_id, None)
+        gone = {c.id for c in containers}
+        with self._answers:
+            for key in [k for k in self._exec_errors if k[0] in gone]:
+                del self._exec_errors[key]
         # Workspace images built for this app (labelled with its id) are of no further use
         # here; a pushed copy stays in its registry. An image still in use is kept.
         api = self.client.api
@@ -623,16 +752,31 @@ class DockerEngine(EngineConnection):
         return None
 
 
+def _refused_as_configured(
+    spec: Mapping[str, Any], what: str, e: SubmissionError
+) -> SubmissionError:
+    """The engine's refusal ``e`` to create ``spec``'s container: a
+    :class:`RejectedConfigurationError` naming the mount when a bind mount's source does not
+    exist (:func:`~.translation.missing_mount`: it never will by trying again), else ``e``."""
+    problem = missing_mount(spec, str(e.body or e))
+    if not problem:
+        return e
+    refused = RejectedConfigurationError(
+        f"cannot create {what}: {problem}", status=e.status, body=e.body
+    )
+    refused.__cause__ = e
+    return refused
+
+
 def _replica(c: ContainerInfo) -> str:
     return f"replica {c.role_name}/{c.replica_id} of app {c.app_id!r}"
 
 
 def _collect(
-    done: Iterable[Future[Outcome]], created: list[str], error: BaseException | None
+    done: Iterable[Outcome], created: list[str], error: BaseException | None
 ) -> BaseException | None:
     """Add the ids of finished creations to ``created``; the first error (``error`` first)."""
-    for f in done:
-        container_id, failed = f.result()
+    for container_id, failed in done:
         if container_id:
             created.append(container_id)
         if error is None:
@@ -643,11 +787,16 @@ def _collect(
 def _listed(
     containers: Sequence[ContainerInfo], app_handle: Callable[[str], str]
 ) -> list[ListAppResponse]:
-    """:func:`.state.list_apps`, each app saying whether its creation was cut short."""
+    """:func:`.state.list_apps`, each unfinished app saying whether its creation was cut
+    short. A finished app is told by how it ended: one that ran and ended with containers
+    missing (removed from outside, its failure) is not mistaken for one whose creation
+    was cut short, nor removed as one by the next try."""
     by_app: dict[str, list[ContainerInfo]] = {}
     for c in containers:
         by_app.setdefault(c.app_id, []).append(c)
     return [
-        dataclasses.replace(app, incomplete=cut_short(by_app.get(app.app_id, [])))
+        app
+        if is_terminal(app.state)
+        else dataclasses.replace(app, incomplete=cut_short(by_app.get(app.app_id, [])))
         for app in list_apps(containers, app_handle)
     ]

@@ -219,20 +219,8 @@ class RawLogStream:
         return sock if hasattr(sock, "read1") else None
 
     def close(self) -> None:
-        """End the stream, also for a thread blocked reading it: closing alone waits for that
-        read (the response's buffer is locked while it reads) -- until the container writes
-        again or exits -- so the socket is shut down first, which ends the read at once."""
-        raw = self.response.raw
-        try:
-            if hasattr(raw, "shutdown"):  # urllib3 2.3 and later
-                raw.shutdown()
-            else:
-                sock = getattr(getattr(raw, "_connection", None), "sock", None)
-                if sock is not None:
-                    sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, ValueError, RuntimeError):
-            pass  # already shut, or released: nothing is blocked on it
-        self.response.close()
+        """End the stream, also for a thread blocked reading it (:func:`shut`)."""
+        shut(self.response)
 
 
 class Dechunked:
@@ -299,6 +287,24 @@ def broken_stream(message: str) -> Exception:
     from urllib3.exceptions import ProtocolError
 
     return ProtocolError(message)
+
+
+def shut(response: Any) -> None:
+    """Close a streamed response of the engine, also for a thread blocked reading it:
+    closing alone waits for that read (the response's buffer is locked while it reads) --
+    until the engine sends again -- so the socket is shut down first, which ends the read at
+    once."""
+    raw = response.raw
+    try:
+        if hasattr(raw, "shutdown"):  # urllib3 2.3 and later
+            raw.shutdown()
+        else:
+            sock = getattr(getattr(raw, "_connection", None), "sock", None)
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, RuntimeError):
+        pass  # already shut, or released: nothing is blocked on it
+    response.close()
 
 
 def close_quietly(stream: Any) -> None:

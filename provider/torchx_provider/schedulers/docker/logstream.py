@@ -27,7 +27,8 @@ from torchx_provider.schedulers.docker.logbody import FrameLines, RawLogStream, 
 from torchx_provider.schedulers.docker.state import ContainerInfo, replica_state
 from torchx_provider.schedulers.docker.translation import log_params
 from torchx_provider.schedulers.logs import LogCursor, LogSource, Resumed, TimestampedLine
-from torchx_provider.schedulers.streams import StreamSlots, any_of
+from torchx_provider.schedulers.pauses import Sleep, any_of
+from torchx_provider.schedulers.streams import StreamSlots
 from torchx_provider.specs.api import is_terminal
 
 #: Chunks of the body in flight between a reader thread and the loop, each up to
@@ -43,10 +44,19 @@ _END = object()
 
 class ContainerLogFollower:
     """Reads one replica's log (the contract of
-    :meth:`~torchx_provider.schedulers.api.AsyncSchedulerClient.follow_logs`)."""
+    :meth:`~torchx_provider.schedulers.api.AsyncSchedulerClient.follow_logs`).
+
+    :param sleep: waits (replaced in tests).
+    """
 
     def __init__(
-        self, engine: DockerEngine, app_id: str, source: LogSource, ended: asyncio.Event
+        self,
+        engine: DockerEngine,
+        app_id: str,
+        source: LogSource,
+        ended: asyncio.Event,
+        *,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         if source.container is not None:
             raise InvalidOptionError(
@@ -58,6 +68,7 @@ class ContainerLogFollower:
         self.app_id = app_id
         self.source = source
         self.ended = ended
+        self.sleep = sleep
 
     async def follow(
         self, cursor: LogCursor
@@ -96,7 +107,7 @@ class ContainerLogFollower:
                 await self._pause()
 
     async def _pause(self) -> None:
-        await any_of(self.ended, timeout=RECHECK)
+        await any_of(self.ended, timeout=RECHECK, sleep=self.sleep)
 
     async def _stream(
         self, container: ContainerInfo, cursor: LogCursor, *, follow: bool

@@ -74,7 +74,19 @@ class DockerOpts:
         metadata={
             "type": bool,
             "help": "remove the app's containers once it has finished and every replica's "
-            "log has been read to its end",
+            "log has been read to its end; TorchXDockerOperator turns it off unless its "
+            "task sets it: there on_finish_action decides (delete_succeeded keeps failed "
+            "and cancelled apps)",
+        },
+    )
+    stop_on_failure: bool = field(
+        default=True,
+        metadata={
+            "type": bool,
+            "help": "when a replica fails with no restarts left (max_retries), stop the app's "
+            "other replicas (SIGTERM, SIGKILL 10 s later) so that the app ends FAILED at once "
+            "instead of waiting for replicas blocked on the failed one; false: they run on "
+            "to their own end",
         },
     )
     max_replicas: int = field(

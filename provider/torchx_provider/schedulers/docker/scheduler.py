@@ -22,12 +22,14 @@ from torchx_provider.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
     LogQuery,
+    Notice,
     Scheduler,
 )
 from torchx_provider.schedulers.docker.client import DockerClientConfig
 from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.schedulers.docker.events import AppEvents, EngineEvents
 from torchx_provider.schedulers.docker.options import DockerOpts
+from torchx_provider.schedulers.docker.state import removed_from_outside
 from torchx_provider.schedulers.docker.translation import (
     DockerJob,
     app_to_containers,
@@ -69,6 +71,14 @@ class DockerScheduler(Scheduler[DockerJob]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         return self.engine.run(dryrun_info.request)
+
+    def schedule_within(
+        self, dryrun_info: AppDryRunInfo[DockerJob], wait_timeout: float | None
+    ) -> str:
+        """As :meth:`Scheduler.schedule_within`: the image pulls are what an app waits on
+        before it runs, and are cancelled ``wait_timeout`` seconds after the call
+        (:meth:`DockerEngine.run`)."""
+        return self.engine.run(dryrun_info.request, wait_timeout)
 
     def planned_app_id(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         return dryrun_info.request.app_id
@@ -140,10 +150,11 @@ class DockerAsyncClient(AsyncSchedulerClient):
         self.config = DockerClientConfig.from_kwargs(**client_kwargs)
         self.engine = engine or DockerEngine(self.config, client)
         self.events = events
-        #: Each followed app's subscription to the engine's event stream, and what
-        #: describe said last.
+        #: Each followed app's subscription to the engine's event stream, what describe
+        #: said last, and the last description it found.
         self._events: dict[str, AppEvents] = {}
         self._described: dict[str, DescribeAppResponse | None] = {}
+        self._found: dict[str, DescribeAppResponse] = {}
 
     def _subscription(self, app_id: str) -> AppEvents:
         found = self._events.get(app_id)
@@ -161,11 +172,31 @@ class DockerAsyncClient(AsyncSchedulerClient):
             return self._described[app_id]
         sub.stale = False  # an event during the inspection sets it again
         sub.changed.clear()
-        found = await asyncio.to_thread(self.engine.describe, app_id)
+        # A follow enforces the app's stop_on_failure (the engine has no controller that
+        # would): a replica failed for good stops the others, once the root-cause window
+        # has passed -- the follow is woken for it then.
+        found, again = await asyncio.to_thread(self.engine.follow_describe, app_id)
+        if again is not None:
+            asyncio.get_running_loop().call_later(again, sub.mark)
         self._described[app_id] = found
+        if found is not None:
+            self._found[app_id] = found
         return found
 
+    async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
+        """See :meth:`AsyncSchedulerClient.last_seen`: how the app ended when this client's
+        engine removed it after its end; else, when this client saw it before its end, the
+        app FAILED with each replica not seen finished removed from outside
+        (:func:`~.state.removed_from_outside`); ``None`` when it never saw the app."""
+        ended = self.engine.removed_app(app_id)
+        return ended if ended is not None else removed_from_outside(self._found.get(app_id))
+
     reports_changes = True
+
+    def take_notices(self) -> builtins.list[Notice]:
+        """See :meth:`AsyncSchedulerClient.take_notices`: the replicas stopped because
+        another failed (:meth:`DockerEngine.stop_survivors`)."""
+        return self.engine.take_notices()
 
     async def wait_changed(self, app_id: str, timeout: float) -> bool:
         """See :meth:`AsyncSchedulerClient.wait_changed`: woken by the app's containers'
@@ -193,6 +224,7 @@ class DockerAsyncClient(AsyncSchedulerClient):
 
     async def close(self) -> None:
         subscriptions, self._events = self._events, {}
+        self._found.clear()
         for sub in subscriptions.values():
             sub.close()
         await asyncio.to_thread(self.engine.close)

@@ -21,22 +21,31 @@ A replica the app declares but whose container is gone counts as FAILED
 (:func:`missing_replica`): the engine never creates a container again, so the replica has
 ended, and how is lost. The app is then FAILED once its other replicas are finished, like
 after any failure; only while the provider itself removes the app (its mark on a container
-left) is the gap UNKNOWN, for the moment the removal takes.
+left) is the gap UNKNOWN, for the moment the removal takes. An app whose containers are
+all gone before it was seen finished ended the same way (:func:`removed_from_outside`):
+whether one container or all of them went, something other than the task removed them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
-from torchx_provider.failures import SIGNAL_EXITS, FailureKind
+from torchx_provider.failures import (
+    SIGKILL_EXIT,
+    SIGNAL_EXITS,
+    SIGTERM_EXIT,
+    FailureKind,
+    exit_failure,
+)
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.docker.translation import (
     LABEL_REMOVE,
     LABEL_ROLE,
+    LABEL_STOP_ON_FAILURE,
     LABEL_TASK_INSTANCE,
     replica_name,
 )
@@ -49,7 +58,6 @@ from torchx_provider.schedulers.labels import (
     TaskInstanceKey,
     stored_json,
 )
-from torchx_provider.schedulers.logs import parse_timestamp
 from torchx_provider.specs.api import (
     NONE,
     AppState,
@@ -60,6 +68,7 @@ from torchx_provider.specs.api import (
     is_terminal,
 )
 from torchx_provider.specs.serialization import role_from_dict
+from torchx_provider.timestamps import read_timestamp
 
 #: Docker's ``State.Status`` -> ReplicaState. ``None``: decided by the exit code.
 CONTAINER_STATE: dict[str, ReplicaState | None] = {
@@ -82,32 +91,46 @@ CONTAINER_STATE: dict[str, ReplicaState | None] = {
     "dead": ReplicaState.FAILED,
 }
 
-#: How a failed replica's container ended (:func:`container_reason`) -> what ended it. The
-#: exception a failed app raises is its first failed replica's kind
+#: How a failed replica's container ended when its process ended (:func:`container_reason`):
+#: its kind is the exit's (:func:`failure_kind`), by the rule every backend shares
+#: (:func:`~torchx_provider.failures.exit_failure`), from its exit code and ``State.OOMKilled``.
+EXIT_REASONS = frozenset(
+    {
+        # exited non-zero on its own (a raised exception, ``sys.exit(3)``, torchrun
+        # reporting a failed worker): the user's
+        "Error",
+        # ``State.OOMKilled``: the kernel killed it for exceeding its own memory limit (the
+        # role's ``resource.memMB``): the user's, the code needs more memory than it asked
+        "OOMKilled",
+        # died of a signal other than SIGKILL/SIGTERM (128 + n: SIGSEGV 139, SIGABRT 134):
+        # nothing outside sends those; its own process raised it: the user's
+        "Signal",
+        # SIGKILL (137) without ``OOMKilled``, or SIGTERM (143), and not stopped by this
+        # task (its stop marks the container): ``docker kill``/``docker stop`` from outside,
+        # or the process itself -- the engine does not say which: no kind
+        "Killed",
+        "Terminated",
+    }
+)
+
+#: How a failed replica's container ended otherwise (:func:`container_reason`) -> what ended
+#: it. The exception a failed app raises is its first failed replica's kind
 #: (:func:`torchx_provider.failures.error_class`); ``None``: the engine does not say who, and
 #: the app fails with the base class rather than a guess.
 CONTAINER_FAILURE: dict[str, FailureKind | None] = {
-    # Exited non-zero on its own (a raised exception, ``sys.exit(3)``, torchrun reporting a
-    # failed worker).
-    "Error": FailureKind.USER,
-    # ``State.OOMKilled``: the kernel killed it for exceeding its own memory limit (the
-    # role's ``resource.memMB``): the code needs more memory than it asked for.
-    "OOMKilled": FailureKind.USER,
-    # Died of a signal other than SIGKILL/SIGTERM (128 + n: SIGSEGV 139, SIGABRT 134, ...):
-    # nothing outside sends those; its own process raised it.
-    "Signal": FailureKind.USER,
-    # SIGKILL (137) without ``OOMKilled``, or SIGTERM (143), and not stopped by this task
-    # (its stop marks the container): ``docker kill``/``docker stop`` from outside, or the
-    # process itself -- the engine does not say which.
-    "Killed": None,
-    "Terminated": None,
-    # The same exits, finished within an outage of the engine the provider saw
+    # SIGKILL or SIGTERM (137/143), finished within an outage of the engine the provider saw
     # (:func:`stopped_by_engine`): the engine was stopped or restarted (its shutdown stops
     # every container), and the replica ended with it, not by its own doing.
     "EngineStopped": FailureKind.INFRASTRUCTURE,
     # ``State.Error`` set: the engine could not start it (its entrypoint is not in the image,
     # a mount source is missing): it cannot run as configured.
     "ContainerCannotRun": FailureKind.CONFIGURATION,
+    # Exited 127 (or 126) with the init's own words in its log (:func:`exec_failure`): the
+    # init the container runs as PID 1 could not start the role's entrypoint, which is not
+    # in the image (126: it is there but cannot be run). Without those words a 127 is a
+    # command its own script did not find: "Error".
+    "EntrypointNotFound": FailureKind.CONFIGURATION,
+    "EntrypointNotExecutable": FailureKind.CONFIGURATION,
     # Its container is gone before the app ended (:func:`missing_replica`): removed by
     # something other than this task.
     "RemovedFromOutside": FailureKind.INFRASTRUCTURE,
@@ -116,6 +139,15 @@ CONTAINER_FAILURE: dict[str, FailureKind | None] = {
 #: Appended to the names of the containers ``cancel`` stops: the engine keeps no other record
 #: of a stop request, and a stopped replica would otherwise look like a failure (exit 143).
 CANCELLED_SUFFIX = ".cancelled"
+#: Appended to the names of the containers the provider stops because another replica of
+#: their app failed for good (:func:`survivors_to_stop`): they report CANCELLED, saying why
+#: (:data:`STOPPED_AFTER_FAILURE`), not FAILED with the exit code of the stop.
+STOPPED_SUFFIX = ".stopped"
+#: Why a replica stopped so ended.
+STOPPED_AFTER_FAILURE = (
+    "stopped by the provider after another replica failed with no restarts left (run "
+    "option stop_on_failure)"
+)
 #: Appended to the name of the container the provider removes last when it removes an app:
 #: while any container is left, the ones already gone are the provider's doing, not a
 #: replica removed from outside (:func:`missing_replica`).
@@ -125,6 +157,9 @@ REMOVED_FROM_OUTSIDE = (
     "its container was removed by something other than this task before the app ended; "
     "its exit code and unread log lines are lost"
 )
+
+#: What a replica whose container is gone says while the provider removes its app.
+PROVIDER_REMOVING = "the provider is removing the app"
 
 #: Why a replica the engine stopped on its way down failed.
 ENGINE_STOPPED = (
@@ -142,6 +177,14 @@ ENGINE_STOPPED = (
 #: down is the one case taken for the engine's. An end seen later than that stays unknown.
 ENGINE_STOP_MARGIN = timedelta(seconds=2)
 
+#: Exit codes of the container's init (``docker run --init``: tini, which every replica runs
+#: as PID 1) when it could not start the entrypoint: 127 not found, 126 found but not
+#: executable (tini's ``spawn``, https://github.com/krallin/tini/blob/master/src/tini.c).
+INIT_EXEC_EXITS = {127: "EntrypointNotFound", 126: "EntrypointNotExecutable"}
+#: What the init writes to stderr then:
+#: ``[FATAL tini (7)] exec /no/such/binary failed: No such file or directory``.
+_INIT_EXEC_FAILED = re.compile(r"\[FATAL tini \(\d+\)\] (exec .* failed: .*?)\s*$")
+
 T = TypeVar("T")
 
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
@@ -149,13 +192,13 @@ _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 def _time(value: Any) -> datetime | None:
+    """A time as the engine tells it: seconds since the epoch (a list entry) or RFC 3339
+    (inspect, read by :func:`~torchx_provider.timestamps.read_timestamp`); its zero time,
+    and anything else, is ``None``."""
     if isinstance(value, (int, float)) and value > 0:
         return datetime.fromtimestamp(value, tz=timezone.utc)
-    if isinstance(value, str) and value and value != _ZERO_TIME:
-        try:
-            return parse_timestamp(value)
-        except ValueError:
-            return None
+    if isinstance(value, str) and value != _ZERO_TIME:
+        return read_timestamp(value)
     return None
 
 
@@ -174,6 +217,13 @@ class ContainerInfo:
     hostname: str = ""
     created: datetime | None = None
     finished: datetime | None = None
+    #: when it last started (inspect only)
+    started: datetime | None = None
+    #: the image it runs (inspect only)
+    image: str = ""
+    #: the init's words when it could not start the entrypoint, read from the log of a
+    #: container that exited as it does then (:func:`may_have_failed_exec`)
+    exec_error: str = ""
 
     @classmethod
     def from_inspect(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -192,6 +242,8 @@ class ContainerInfo:
             hostname=config.get("Hostname", ""),
             created=_time(attrs.get("Created")),
             finished=_time(state.get("FinishedAt")),
+            started=_time(state.get("StartedAt")),
+            image=str(config.get("Image") or ""),
         )
 
     @classmethod
@@ -238,6 +290,17 @@ class ContainerInfo:
     @property
     def cancelled(self) -> bool:
         return self.name.removesuffix(REMOVING_SUFFIX).endswith(CANCELLED_SUFFIX)
+
+    @property
+    def stopped_after_failure(self) -> bool:
+        """Whether the provider stopped it because another replica failed
+        (:data:`STOPPED_SUFFIX`; a cancel may have marked it after)."""
+        name = self.name.removesuffix(REMOVING_SUFFIX).removesuffix(CANCELLED_SUFFIX)
+        return name.endswith(STOPPED_SUFFIX)
+
+    @property
+    def stop_on_failure(self) -> bool:
+        return self.labels.get(LABEL_STOP_ON_FAILURE) == "true"
 
     @property
     def removing(self) -> bool:
@@ -299,6 +362,7 @@ def may_be_stopped_by_engine(c: ContainerInfo) -> bool:
         and not c.oom_killed
         and not c.error
         and not c.cancelled
+        and not c.stopped_after_failure
         and c.finished is not None
     )
 
@@ -321,7 +385,17 @@ def replica_state(c: ContainerInfo) -> ReplicaState:
         state = ReplicaState.FAILED
     if c.cancelled and (is_terminal(state) or c.status == "created"):
         return ReplicaState.CANCELLED
+    if c.stopped_after_failure and (c.status == "created" or _ended_by_the_stop(c, state)):
+        return ReplicaState.CANCELLED
     return state
+
+
+def _ended_by_the_stop(c: ContainerInfo, state: ReplicaState) -> bool:
+    """Whether a container stopped because another replica failed ended by that stop
+    (SIGTERM, or SIGKILL after the grace): one that exited with a code of its own between the
+    describe that chose to stop it and the stop (a replica failing within the root-cause
+    window on a busy engine) failed or succeeded by itself, and is said as such."""
+    return is_terminal(state) and (exit_code(c) in SIGNAL_EXITS or state == ReplicaState.CANCELLED)
 
 
 def exit_code(c: ContainerInfo) -> int | None:
@@ -331,10 +405,34 @@ def exit_code(c: ContainerInfo) -> int | None:
     return None
 
 
+def exec_failure(lines: Iterable[str]) -> str:
+    """The init's words in ``lines`` (the end of a container's log) saying that it could
+    not start the entrypoint, ``""`` when it said none.
+
+    >>> exec_failure(["[FATAL tini (7)] exec python failed: No such file or directory\\n"])
+    'exec python failed: No such file or directory'
+    >>> exec_failure(["sh: python: not found"])
+    ''
+    """
+    found = ""
+    for line in lines:
+        m = _INIT_EXEC_FAILED.search(line)
+        if m:
+            found = m.group(1)
+    return found
+
+
+def may_have_failed_exec(c: ContainerInfo) -> bool:
+    """Whether ``c`` ended as a container whose init could not start the entrypoint does
+    (exited for good with :data:`INIT_EXEC_EXITS`), so that its log is worth reading for
+    the init's words (:func:`exec_failure`)."""
+    return c.status in ("exited", "dead") and c.exit_code in INIT_EXEC_EXITS and not c.error
+
+
 def container_reason(c: ContainerInfo, outages: Iterable[EngineOutage] = ()) -> str:
-    """How a finished container ended, as a key of :data:`CONTAINER_FAILURE` (``""``: it
-    exited 0, or has not ended). ``outages``: the engine's outages the provider saw
-    (:func:`stopped_by_engine`)."""
+    """How a finished container ended, one of :data:`EXIT_REASONS` or a key of
+    :data:`CONTAINER_FAILURE` (``""``: it exited 0, or has not ended). ``outages``: the
+    engine's outages the provider saw (:func:`stopped_by_engine`)."""
     if c.error:
         return "ContainerCannotRun"
     if c.oom_killed:
@@ -342,13 +440,24 @@ def container_reason(c: ContainerInfo, outages: Iterable[EngineOutage] = ()) -> 
     code = exit_code(c)
     if code is None or code == 0:
         return ""
+    if code in INIT_EXEC_EXITS and c.exec_error:
+        return INIT_EXEC_EXITS[code]
     if stopped_by_engine(c, outages):
         return "EngineStopped"
-    if code == 137:
+    if code == SIGKILL_EXIT:
         return "Killed"
-    if code == 143:
+    if code == SIGTERM_EXIT:
         return "Terminated"
     return "Signal" if code > 128 else "Error"
+
+
+def failure_kind(c: ContainerInfo, reason: str) -> FailureKind | None:
+    """The kind of a failed container that ended for ``reason`` (:func:`container_reason`):
+    for one of :data:`EXIT_REASONS`, its exit's (:func:`~torchx_provider.failures.
+    exit_failure`); else :data:`CONTAINER_FAILURE`'s."""
+    if reason in EXIT_REASONS:
+        return exit_failure(exit_code(c), c.oom_killed)
+    return CONTAINER_FAILURE.get(reason)
 
 
 def image_failure(text: str) -> FailureKind | None:
@@ -393,17 +502,33 @@ def missing_replica(
         state=ReplicaState.UNKNOWN if removing else ReplicaState.FAILED,
         role=role,
         hostname=replica_name(app_id, role, replica_id),
-        structured_error_msg=(
-            "the provider is removing the app" if removing else REMOVED_FROM_OUTSIDE
-        ),
+        structured_error_msg=PROVIDER_REMOVING if removing else REMOVED_FROM_OUTSIDE,
         reason="" if removing else "RemovedFromOutside",
         failure=None if removing else CONTAINER_FAILURE["RemovedFromOutside"],
+    )
+
+
+def entrypoint_problem(c: ContainerInfo) -> str:
+    """What keeps ``c``'s entrypoint from running, naming it and the image, for a container
+    whose init could not start it (``""`` for any other)."""
+    reason = INIT_EXEC_EXITS.get(c.exit_code or 0) if c.exec_error else None
+    if reason is None:
+        return ""
+    role = c.role
+    entrypoint = role.entrypoint if role is not None else ""
+    image = c.image or (role.image if role is not None else "")
+    where = "is not in" if reason == "EntrypointNotFound" else "cannot be run from"
+    return (
+        f"its entrypoint {entrypoint!r} {where} image {image!r} ({c.exec_error}); fix the "
+        "role's entrypoint, or use an image that has it"
     )
 
 
 def _failure_msg(role: str, c: ContainerInfo, reason: str) -> str:
     if c.error:
         return f"{role}/{c.replica_id} failed to start: {c.error}"
+    if reason in INIT_EXEC_EXITS.values():
+        return f"{role}/{c.replica_id} could not start: {entrypoint_problem(c)}"
     msg = f"{role}/{c.replica_id} exited with code {c.exit_code}"
     if c.oom_killed:
         msg += " (killed for exceeding its memory limit: raise resource.memMB)"
@@ -449,20 +574,25 @@ def describe_app(
             seen.add(c.replica_id)
             restarts = max(restarts, c.restart_count or 0)
             reason = container_reason(c, outages) if state == ReplicaState.FAILED else ""
-            kind = CONTAINER_FAILURE.get(reason)
+            kind = failure_kind(c, reason)
+            if state == ReplicaState.CANCELLED and c.stopped_after_failure:
+                message = STOPPED_AFTER_FAILURE
+            else:
+                message = c.error or entrypoint_problem(c)
+                message = message or (ENGINE_STOPPED if reason == "EngineStopped" else NONE)
             replicas.append(
                 ReplicaStatus(
                     id=c.replica_id,
                     state=state,
                     role=name,
                     hostname=c.hostname or replica_name(app_id, name, c.replica_id),
-                    structured_error_msg=c.error
-                    or (ENGINE_STOPPED if reason == "EngineStopped" else NONE),
+                    structured_error_msg=message,
                     exit_code=exit_code(c),
                     num_restarts=c.restart_count,
                     reason=reason,
                     failure=None if kind is None else kind.value,
                     finished_at=c.finished if is_terminal(state) else None,
+                    started_at=c.started,
                 )
             )
             if state == ReplicaState.FAILED:
@@ -485,6 +615,41 @@ def describe_app(
         msg=msg,
         roles_statuses=statuses,
         roles=[role for _, (_, role) in sorted(roles.items(), key=lambda kv: (kv[1][0], kv[0]))],
+    )
+
+
+def removed_from_outside(last: DescribeAppResponse | None) -> DescribeAppResponse | None:
+    """What an app whose containers are now all gone ended as, from ``last``, its description
+    before they went (``None``: never described; nothing to tell).
+
+    Seen finished: as it was seen (removed after its end). Else every replica not seen
+    finished is :func:`missing_replica` (FAILED, ``RemovedFromOutside``) and the app FAILED,
+    as when one replica's container of several goes: the task never removes an app that
+    has not finished, so something else did, whether it took one container or all of them.
+    (The provider's own removal once the app has finished and its logs were read is known to
+    the engine that made it, and told before this is asked.)
+    """
+    if last is None or is_terminal(last.state):
+        return last
+    statuses: list[RoleStatus] = []
+    failures = [] if last.msg in (NONE, "") else [last.msg]
+    states: list[ReplicaState] = []
+    for role_status in last.roles_statuses:
+        replicas: list[ReplicaStatus] = []
+        for r in role_status.replicas:
+            if not is_terminal(r.state):
+                r = missing_replica(last.app_id, role_status.role, r.id)
+                failures.append(f"{role_status.role}/{r.id}: {REMOVED_FROM_OUTSIDE}")
+            replicas.append(r)
+            states.append(r.state)
+        statuses.append(RoleStatus(role_status.role, replicas))
+    return DescribeAppResponse(
+        app_id=last.app_id,
+        state=app_state(states),
+        num_restarts=last.num_restarts,
+        msg="; ".join(failures) if failures else NONE,
+        roles_statuses=statuses,
+        roles=list(last.roles),
     )
 
 
@@ -519,6 +684,69 @@ def list_apps(
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     out.sort(key=lambda a: (a.created or epoch, a.app_id))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A failed replica ends the app
+
+
+@dataclass(frozen=True)
+class SurvivorStop:
+    """What :func:`survivors_to_stop` decided: the replica that failed first (``""``: none
+    failed for good), the containers to stop now, and in how many seconds to look again
+    when their stop waits for the root-cause window (``None``: no need)."""
+
+    failed: str = ""
+    survivors: tuple[ContainerInfo, ...] = ()
+    again_in: float | None = None
+
+
+def survivors_to_stop(containers: Sequence[ContainerInfo], now: datetime) -> SurvivorStop:
+    """Whether a replica of the app made of ``containers`` failed for good, and which of
+    its containers to stop because of it at ``now``.
+
+    A replica has failed for good when its container exited non-zero with no restart left
+    (one with restarts left is ``restarting``, not FAILED), could not start, or is gone
+    (:func:`missing_replica`). Its app's other replicas most likely wait for it -- a
+    collective blocks until its timeout -- so, as the failure policies of the Kubernetes
+    backends do, the unfinished ones are stopped and the app ends FAILED. Not before
+    :data:`~torchx_provider.failures.ROOT_CAUSE_WINDOW` has passed since the first failure
+    ended, though: a replica that fails within it on its own counts as failing at the same
+    moment, and its own exit (not the stop's) may show where the failure began. Only for
+    an app created with ``stop_on_failure`` (its label), not while the provider removes
+    it, and never a container already stopped or cancelled.
+    """
+    from torchx_provider.failures import ROOT_CAUSE_WINDOW
+
+    if not containers or not all(c.stop_on_failure for c in containers):
+        return SurvivorStop()
+    if any(c.removing for c in containers):
+        return SurvivorStop()
+    present = {(c.role_name, c.replica_id) for c in containers}
+    ended = [c for c in containers if replica_state(c) == ReplicaState.FAILED]
+    failed = sorted((c.role_index, c.role_name, c.replica_id) for c in ended)
+    index = {c.role_name: c.role_index for c in containers}
+    failed += sorted((index[r], r, k) for r, k in replica_keys(containers) - present)
+    if not failed:
+        return SurvivorStop()
+    _, role, replica = failed[0]
+    key = f"{role}/{replica}"
+    live = sorted(
+        (
+            c
+            for c in containers
+            if not is_terminal(replica_state(c)) and not (c.cancelled or c.stopped_after_failure)
+        ),
+        key=lambda c: (c.role_index, c.replica_id),
+    )
+    if not live:
+        return SurvivorStop(key)
+    finished = [c.finished for c in ended if c.finished is not None]
+    if finished:
+        wait = (min(finished) + ROOT_CAUSE_WINDOW - now).total_seconds()
+        if wait > 0:
+            return SurvivorStop(key, (), min(wait, ROOT_CAUSE_WINDOW.total_seconds()))
+    return SurvivorStop(key, tuple(live))
 
 
 # ---------------------------------------------------------------------------------------------

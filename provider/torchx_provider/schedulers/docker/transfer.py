@@ -105,6 +105,23 @@ class Transfer:
             parts.append(megabytes(moved))
         return f"{took}: {', '.join(parts)}"
 
+    def progress(self, now: float) -> str:
+        """How far it got by ``now``, for a transfer cut short.
+
+        >>> t = Transfer("pulling app:1", started=0.0)
+        >>> t.progress(3.0)
+        'nothing received yet after 3.0 s'
+        >>> _ = t.feed({"status": "Downloading", "id": "a",
+        ...             "progressDetail": {"current": 1_000_000, "total": 4_000_000}}, 1.0)
+        >>> t.progress(3.0)
+        '0/1 layers, 1.0 of 4.0 MB after 3.0 s'
+        """
+        took = f"after {now - self.started:.1f} s"
+        if not self.steps:
+            said = "the engine named no layer yet" if self.seen else "nothing received yet"
+            return f"{said} {took}"
+        return f"{self._summary()} {took}"
+
     def _summary(self) -> str:
         done = sum(s in LAYER_DONE or s in LAYER_PRESENT for s in self.steps.values())
         text = f"{done}/{len(self.steps)} layers"

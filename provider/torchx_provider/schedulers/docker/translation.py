@@ -40,6 +40,7 @@ import dataclasses
 import fnmatch
 import ipaddress
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,14 +60,17 @@ from torchx_provider.schedulers.labels import (
     RANK0_HOST_ENV,
     TaskInstanceKey,
     replica_labels,
+    stored_json,
     stored_role_json,
 )
 from torchx_provider.schedulers.logs import require_aware
 from torchx_provider.specs.api import (
     AppDef,
+    BindMount,
     macros,
 )
 from torchx_provider.specs.names import make_unique, normalize_rfc1123_name
+from torchx_provider.specs.serialization import role_from_dict
 from torchx_provider.specs.yaml_text import yaml_text
 
 ENV_APP_ID = "TORCHX_APP_ID"
@@ -79,6 +83,9 @@ ENV_REPLICA_IDX = "TORCHX_REPLICA_IDX"
 LABEL_ROLE = ANNOTATION_ROLE
 #: Label saying whether the container is removed once finished and its log read.
 LABEL_REMOVE = "torchx.pytorch.org/remove"
+#: Label saying whether the app's other replicas are stopped once one has failed for good
+#: (the run option ``stop_on_failure``).
+LABEL_STOP_ON_FAILURE = "torchx.pytorch.org/stop-on-failure"
 #: Label holding the full task-instance values (JSON of ``TaskInstanceKey.annotations()``):
 #: containers have no annotations, and the ``airflow.apache.org/*`` labels may be hashed.
 LABEL_TASK_INSTANCE = "airflow.apache.org/task-instance"
@@ -233,6 +240,7 @@ def app_to_containers(
             **ti_labels,
             LABEL_ROLE: role_json,
             LABEL_REMOVE: "true" if opts.remove else "false",
+            LABEL_STOP_ON_FAILURE: "true" if opts.stop_on_failure else "false",
             LABEL_CONTAINERS: str(total),
         }
         # Replica 0's spec with a placeholder for the replica id; each replica is a copy of
@@ -392,6 +400,48 @@ def check_network_room(job: DockerJob, network: Mapping[str, Any]) -> None:
         "attached to it now: wait for other apps to end, or use another network (run option "
         "network)",
         status=400,
+    )
+
+
+#: The engine's answer to a container whose bind mount has no source on the engine's host
+#: (``invalid mount config for type "bind": bind source path does not exist: /data``).
+_MISSING_BIND_SOURCE = re.compile(r"bind source path does not exist: (.+?)\s*$")
+
+
+def missing_mount(spec: Mapping[str, Any], answer: str) -> str:
+    """What the engine's ``answer`` to creating ``spec``'s container says of a bind mount
+    whose source does not exist on its host, naming the mount (``""``: it says nothing of
+    the kind). Such a container can never be created as asked.
+
+    >>> from torchx_provider.specs.api import Role
+    >>> role = Role("trainer", image="i", mounts=[BindMount("/no/data", "/data")])
+    >>> spec = app_to_containers(AppDef("a", [role]), DockerOpts(), "a-1", {}).containers[0]
+    >>> missing_mount(spec, 'invalid mount config for type "bind": bind source path does '
+    ...               'not exist: /no/data')  # doctest: +NORMALIZE_WHITESPACE
+    "roles[0].mounts[0] (bind /no/data -> /data) of role 'trainer': its source /no/data does
+    not exist on the Docker host; create it there, or fix the mount"
+    """
+    m = _MISSING_BIND_SOURCE.search(answer)
+    if m is None:
+        return ""
+    source = m.group(1)
+    env = spec.get("environment") or {}
+    role_name, role_idx = env.get(ENV_ROLE_NAME, ""), env.get(ENV_ROLE_IDX, "0")
+    role = stored_json((spec.get("labels") or {}).get(LABEL_ROLE), role_from_dict)
+    mounts = role.mounts if role is not None else []
+    found = [
+        (j, mount)
+        for j, mount in enumerate(mounts)
+        if isinstance(mount, BindMount) and mount.src_path.rstrip("/") == source.rstrip("/")
+    ]
+    if found:
+        j, mount = found[0]
+        what = f"roles[{role_idx}].mounts[{j}] (bind {mount.src_path} -> {mount.dst_path})"
+    else:
+        what = f"a bind mount of roles[{role_idx}]"
+    return (
+        f"{what} of role {role_name!r}: its source {source} does not exist on the Docker "
+        "host; create it there, or fix the mount"
     )
 
 

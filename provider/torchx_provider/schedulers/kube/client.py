@@ -168,6 +168,10 @@ class KubeAsyncClient(AsyncSchedulerClient):
     def take_notices(self) -> builtins.list[Notice]:
         return self.core.take_notices()
 
+    def notice(self, text: str, key: str) -> None:
+        """Tell the task log ``text`` at the next describe, once per ``key``."""
+        self.core.notice(text, key=key)
+
     async def last_seen(self, app_id: str) -> DescribeAppResponse | None:
         """What the app was when the cache last saw it, if it has been deleted since (by its
         TTL, or by someone) while this client followed it; ``None`` if it was not.
@@ -262,12 +266,24 @@ class EndsSeen(Protocol):
     def failures(self) -> Mapping[tuple[str, int], PodDetails]:
         """``(role, replica)`` -> how its last failed pod ended."""
 
+    @property
+    def disrupted(self) -> Mapping[str, str]:
+        """The app's pods the platform said it was ending, by UID, with its words."""
+
 
 def with_failures(resp: DescribeAppResponse, watch: EndsSeen) -> DescribeAppResponse:
     """``resp`` with the exit code, error, reason, failure kind and end time of each failed
     replica whose pod is gone filled in from how the watch saw it end
     (:attr:`.hub.AppWatch.failures`): Volcano deletes the other pods of a job that failed,
-    and the replica that failed first must keep what names its cause."""
+    and the replica that failed first must keep what names its cause. And with the
+    evictions of its pods the watch saw (:attr:`.hub.AppWatch.disrupted`: a
+    ``DisruptionTarget`` each, an eviction or a preemption by the platform), where they are
+    more than the backend counts (Kueue's Workload counts its own, which suspend the
+    workload rather than mark its pods): a replica the platform evicted and its job
+    restarted is an eviction, not a failure of the replica's."""
+    if watch.disrupted:
+        resp.evictions = max(resp.evictions, len(watch.disrupted))
+        resp.disruptions = list(watch.disrupted.values())
     for role_status in resp.roles_statuses:
         for replica in role_status.replicas:
             seen = watch.failures.get((role_status.role, replica.id))

@@ -217,11 +217,12 @@ class KubeClientConfig:
                 await load(config.load_kube_config_from_dict, src.data, context=self.context)
             elif src.kind == "file":
                 await load(config.load_kube_config, config_file=src.path, context=self.context)
+            elif (found := find_kubeconfig(os.environ)) is not None:
+                # the kubeconfig found (and checked) is the one used: what fails in it is
+                # said, not hidden behind the in-cluster configuration's absence
+                await load(config.load_kube_config, config_file=str(found), context=self.context)
             else:
-                try:
-                    await load(config.load_kube_config, context=self.context)
-                except config.ConfigException:
-                    config.load_incluster_config(client_configuration=configuration)
+                config.load_incluster_config(client_configuration=configuration)
 
     def _tune(self, configuration: Any) -> None:
         if self.disable_verify_ssl:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
+from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
@@ -30,7 +32,7 @@ from torchx_provider.schedulers.api import (
 )
 from torchx_provider.schedulers.kube.errors import Permission
 from torchx_provider.schedulers.kube.io import ObjectIO
-from torchx_provider.schedulers.kube.kueue import evictions, workload_waits
+from torchx_provider.schedulers.kube.kueue import evictions, missing_queue, workload_waits
 from torchx_provider.schedulers.kube.pending import event_waits, pod_waits
 from torchx_provider.schedulers.kube.podlogs import (
     app_selector,
@@ -41,15 +43,18 @@ from torchx_provider.schedulers.kube.request import (
     JsonPatch,
     KubeRequest,
     KubeTranslation,
+    OwnedPatch,
     make_app_id,
     parse_app_id,
 )
 from torchx_provider.schedulers.kube.resources import CustomResource
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR, TaskInstanceKey
-from torchx_provider.schedulers.logs import parse_timestamp
 from torchx_provider.specs.api import is_terminal
+from torchx_provider.timestamps import read_timestamp
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -153,20 +158,41 @@ class KubeCore:
         return make_app_id(request.namespace, name)
 
     async def check_prerequisites(self, request: KubeRequest) -> None:
-        """Refuse an app whose prerequisites (a Volcano queue) do not exist or admit nothing,
-        before anything is created: the controller would leave it waiting without a word.
-        What the account may not read (a namespaced Role cannot read cluster-scoped objects)
-        or the cluster does not serve is skipped: the controller decides then."""
-        for res, name in self.translation.prerequisites(request.body):
+        """Refuse an app whose prerequisites (a Volcano queue, a Kueue LocalQueue) do not
+        exist or admit nothing, before anything is created: the controller would leave it
+        waiting without end. A LocalQueue that does not exist is refused naming those of its
+        namespace (where the account may list them). What the account may not read (a
+        namespaced Role cannot read cluster-scoped objects) or the cluster does not serve
+        is skipped: the controller decides then."""
+        for queued, name in self.translation.prerequisites(request.body):
             try:
-                obj = await self.io.get_cluster_object(res, name)
+                if queued.namespaced:
+                    obj = await self.io.get(queued.resource, request.namespace, name)
+                else:
+                    obj = await self.io.get_cluster_object(queued.resource, name)
             except BackendUnavailableError as e:
                 if e.status in (403, 404):
                     continue
                 raise
-            problem = self.translation.prerequisite_problem(res, name, obj)
+            others = None
+            if obj is None and queued.namespaced:
+                others = await self._names(queued.resource, request.namespace)
+            problem = self.translation.prerequisite_problem(
+                queued, name, obj, namespace=request.namespace, others=others
+            )
             if problem is not None:
                 raise problem
+
+    async def _names(self, res: CustomResource, namespace: str) -> builtins.list[str] | None:
+        """The names of the objects of ``res`` in ``namespace``, sorted; ``None`` where the
+        account may not list them."""
+        try:
+            found = await self.io.list_objects(res, namespace, "")
+        except BackendUnavailableError as e:
+            if e.status in (403, 404):
+                return None
+            raise
+        return sorted(str((o.get("metadata") or {}).get("name")) for o in found)
 
     async def describe(self, app_id: str) -> DescribeAppResponse | None:
         namespace, name = parse_app_id(app_id)
@@ -290,28 +316,25 @@ class KubeCore:
                 self.notice(wait.text, key=wait.key)
         for workload in owned:
             for wait in workload_waits(workload, app_of, queue):
-                self.notice(wait.text, key=wait.key)
+                self.notice(wait.text, key=wait.key, warning=wait.warning)
         for wait in self.translation.queue_waits(obj, queue) if queue is not None else ():
             self.notice(wait.text, key=wait.key)
-        created = (obj.get("metadata") or {}).get("creationTimestamp")
-        if not created or not self.translation.unclaimed(obj):
+        created = read_timestamp((obj.get("metadata") or {}).get("creationTimestamp"))
+        if created is None or not self.translation.unclaimed(obj):
             return
-        try:
-            age = (datetime.now(timezone.utc) - parse_timestamp(str(created))).total_seconds()
-        except ValueError:
-            return
+        age = (datetime.now(timezone.utc) - created).total_seconds()
         stalled = self.translation.stalled(obj, age)
         if stalled is not None:
             meta = obj.get("metadata") or {}
             self.notice(stalled, key=f"stalled:{meta.get('uid') or meta.get('name')}")
 
-    def notice(self, text: str, key: str) -> None:
+    def notice(self, text: str, key: str, *, warning: bool = True) -> None:
         """Keep ``text`` for the task log, once per ``key`` (see :meth:`take_notices`)."""
         if key not in self._noticed:
             self._noticed[key] = None
             if len(self._noticed) > NOTICES_KEPT:
                 del self._noticed[next(iter(self._noticed))]
-            self._notices.append(Notice(key, text))
+            self._notices.append(Notice(key, text, warning))
 
     def take_notices(self) -> builtins.list[Notice]:
         """The notices kept since the last call (each said once per core)."""
@@ -377,6 +400,10 @@ class KubeCore:
             return
         home, obj = found
         plan = self.translation.cancel_plan(obj)
+        hold = self.translation.cancel_hold(obj) if isinstance(plan, JsonPatch) else None
+        if hold is not None:
+            # held: its controller stops it; else a suspension would not hold: delete it
+            plan = hold.then if await self._hold(app_id, namespace, hold) else None
         if plan is None:
             await self.io.delete(home, namespace, name)
         elif isinstance(plan, JsonPatch):
@@ -384,6 +411,34 @@ class KubeCore:
         else:
             res, body = plan
             await self.io.create(res, namespace, body)
+
+    async def _hold(self, app_id: str, namespace: str, hold: OwnedPatch) -> bool:
+        """Apply ``hold`` (deactivate app ``app_id``'s Kueue Workload) in place of a
+        suspension; whether it was applied. Where there is nothing to apply it to (Kueue has
+        not made the Workload yet) or the account may not, it is said, and the cancel
+        deletes the app instead: a suspended app would be started again."""
+        why = ""
+        try:
+            owned = await self.io.list_objects(hold.resource, namespace, hold.selector)
+            if not owned:
+                why = f"it has no {hold.resource.kind} yet"
+            for item in owned:
+                name = str((item.get("metadata") or {}).get("name"))
+                await self.io.patch(hold.resource, namespace, name, hold.patch.ops)
+        except BackendUnavailableError as e:
+            if e.status not in (403, 404):
+                raise
+            permission = getattr(e, "permission", None) or Permission.from_message(str(e))
+            why = permission.fix() if permission is not None else str(e)
+        if not why:
+            return True
+        text = (
+            f"app {app_id!r} is deleted rather than suspended: a suspension holds only if the "
+            f"cancel can {hold.what}, and {why}"
+        )
+        log.warning("%s", text)
+        self.notice(text, key=f"hold:{app_id}")
+        return False
 
     async def delete(self, app_id: str) -> None:
         """Delete the app's object (and, with it, everything it owns) if it exists."""
@@ -417,7 +472,25 @@ class KubeCore:
 def with_owned(
     resp: DescribeAppResponse, owned: Sequence[Mapping[str, Any]]
 ) -> DescribeAppResponse:
-    """``resp`` with the evictions its owned objects count (Kueue's Workload), if any."""
-    if owned:
-        resp.evictions = max(evictions(o) for o in owned)
+    """``resp`` with the evictions its owned objects count (Kueue's Workload), if any; and,
+    where a Workload cannot be admitted for a queue that does not exist
+    (:func:`~.kueue.missing_queue`), its first replica waiting for that configuration
+    reason, so that the follow gives the app up after its start grace as it does a
+    replica whose image cannot be pulled."""
+    if not owned:
+        return resp
+    resp.evictions = max(evictions(o) for o in owned)
+    why = next(filter(None, map(missing_queue, owned)), None)
+    if why is None or is_terminal(resp.state):
+        return resp
+    for role in resp.roles_statuses:
+        for i, replica in enumerate(role.replicas):
+            if not is_terminal(replica.state):
+                role.replicas[i] = dataclasses.replace(
+                    replica,
+                    reason="Inadmissible",
+                    failure=FailureKind.CONFIGURATION.value,
+                    structured_error_msg=why,
+                )
+                return resp
     return resp

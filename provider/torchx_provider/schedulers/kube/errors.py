@@ -22,6 +22,12 @@ type                    controller not installed)
 429, 5xx                :class:`~torchx_provider.errors.BackendUnavailableError`
 untrusted certificate   :class:`~torchx_provider.errors.BackendConfigurationError` (the fix:
                         the cluster's CA in the kubeconfig, or ``disable_verify_ssl``)
+kubeconfig unusable     :class:`~torchx_provider.errors.BackendConfigurationError`: a file
+                        it is or names missing, not YAML, a ``exec`` entry malformed or its
+                        command missing, no in-cluster service account
+credential plugin       :class:`~torchx_provider.errors.BackendUnavailableError`: the
+failed                  kubeconfig's ``exec`` plugin ran and failed, or an OIDC token could
+                        not be refreshed -- a token service may be down for a while
 no connection, timeout  :class:`~torchx_provider.errors.BackendUnavailableError`
 ======================  ===============================================================
 """
@@ -132,9 +138,40 @@ def _is_connection_error(e: BaseException) -> bool:
     module = type(e).__module__
     if module.startswith(("urllib3.", "aiohttp.")):
         return True
-    if isinstance(e, (TimeoutError, ConnectionError)):
-        return True
-    return type(e).__name__ == "ConfigException"
+    return isinstance(e, (TimeoutError, ConnectionError))
+
+
+#: How either client's ``ConfigException`` says that a credential plugin ran and failed
+#: (``exec: process returned 1. ...``, an output it cannot decode) or that an OIDC token
+#: could not be refreshed: what a token service down for a while gives. ``exec: malformed
+#: request`` is the kubeconfig's own ``exec`` entry lacking a key.
+_CREDENTIALS_FAILED = re.compile(r"^(?:exec: (?!malformed request)|oidc: failed to refresh)")
+
+
+def _kubeconfig_error(e: BaseException, action: str, what: str) -> TorchXProviderError | None:
+    """The provider exception for a client configuration that cannot be loaded: either
+    client's ``ConfigException``, a kubeconfig that is not YAML, a file it names missing
+    (the ``exec`` command of a plugin); ``None`` for anything else."""
+    name, module = type(e).__name__, type(e).__module__
+    if name == "ConfigException" and _CREDENTIALS_FAILED.match(str(e)):
+        return BackendUnavailableError(
+            f"cannot {action} {what}: the kubeconfig's credential plugin failed ({e}); retried "
+            "as an outage, since a plugin fails while its token service is unreachable; if it "
+            "keeps failing, run the plugin's command where the task runs to see why"
+        )
+    if name == "ConfigException" or module.startswith("yaml.") or isinstance(e, FileNotFoundError):
+        detail = str(e)
+        if module.startswith("yaml."):  # not quoted: the text may hold a token
+            mark = getattr(e, "problem_mark", None)
+            where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+            detail = f"the kubeconfig is not valid YAML{where}"
+        return BackendConfigurationError(
+            f"cannot {action} {what}: no usable Kubernetes configuration ({detail}); give a "
+            "kubeconfig (a file that exists and parses, or its content) whose context names "
+            "a cluster and user with the files and commands they name present, or run inside "
+            "a cluster"
+        )
+    return None
 
 
 #: What to do about an object too large for the cluster.
@@ -153,6 +190,9 @@ def translate(
     if isinstance(e, TorchXProviderError):
         return None
     if not _is_api_exception(e):
+        configuration = _kubeconfig_error(e, action, what)
+        if configuration is not None:
+            return configuration
         if _is_connection_error(e) or isinstance(e, OSError):
             untrusted = untrusted_certificate(e)
             if untrusted is not None:
@@ -164,11 +204,6 @@ def translate(
                     app_id=app_id,
                 )
         if _is_connection_error(e):
-            if type(e).__name__ == "ConfigException":
-                return BackendUnavailableError(
-                    f"cannot {action} {what}: no usable Kubernetes configuration ({e}); give a "
-                    "kubeconfig (path or content), a context, or run inside a cluster"
-                )
             return BackendUnavailableError(
                 f"cannot {action} {what}: the Kubernetes API server cannot be reached ({e}); "
                 "check the kubeconfig's server address and the network"

@@ -74,7 +74,13 @@ from torchx_provider.schedulers.kube.resources import (
     OwnedBy,
     QueuedIn,
 )
-from torchx_provider.schedulers.kube.status import PodDetails, pod_details, replica_of, telling
+from torchx_provider.schedulers.kube.status import (
+    DISRUPTION_FAILURE,
+    PodDetails,
+    pod_details,
+    replica_of,
+    telling,
+)
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
 
 #: Seconds an informer keeps running after its last subscriber left.
@@ -107,6 +113,20 @@ def metadata_and_status(obj: dict[str, Any]) -> dict[str, Any]:
     {'metadata': {'name': 'w'}, 'status': {}}
     """
     return {"metadata": obj.get("metadata") or {}, "status": obj.get("status") or {}}
+
+
+def queue_shape(obj: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of a queue object: its metadata and status, and of its spec only the
+    ClusterQueue a Kueue LocalQueue points to (named when the LocalQueue admits nothing).
+
+    >>> queue_shape({"metadata": {}, "spec": {"clusterQueue": "cq", "x": 1}, "status": {}})
+    {'metadata': {}, 'status': {}, 'spec': {'clusterQueue': 'cq'}}
+    """
+    kept = metadata_and_status(obj)
+    cluster_queue = (obj.get("spec") or {}).get("clusterQueue")
+    if cluster_queue:
+        kept["spec"] = {"clusterQueue": cluster_queue}
+    return kept
 
 
 def cache_key(config: KubeClientConfig) -> str:
@@ -183,6 +203,11 @@ class AppWatch:
         #: after the pod is replaced or removed (Volcano and the Job controller delete
         #: failed pods, often before a describe could see them)
         self.failures: dict[tuple[str, int], PodDetails] = {}
+        #: the pods the platform said it was ending (``DisruptionTarget``: an eviction, a
+        #: preemption by the scheduler, a node going away), by UID, with its words
+        #: (``role/replica: reason: message``), kept after they are gone: what the app's
+        #: evictions count outside Kueue
+        self.disrupted: dict[str, str] = {}
         #: ``(object, pods)`` as last seen when the object was deleted, else ``None``.
         self.last_seen: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
         self.closed = False
@@ -270,7 +295,11 @@ class AppWatch:
             details = pod_details(pod)
             if not telling(details):
                 continue
-            key = replica_of(pod.get("metadata") or {})
+            meta = pod.get("metadata") or {}
+            key = replica_of(meta)
+            if details.reason in DISRUPTION_FAILURE and meta.get("uid"):
+                who = "" if key is None else f"{key.role}/{key.replica_id}: "
+                self.disrupted.setdefault(str(meta["uid"]), who + (details.error or details.reason))
             if key is not None:
                 self.failures[(key.role, key.replica_id)] = details
 
@@ -425,9 +454,8 @@ class InformerHub:
                 shared = self.informers[key] = _Shared(informer, followed_only=True)
                 informer.index = partial(_followed, shared, index)
             elif owned or kept:
-                informer = Informer(
-                    source(), index, forbidden_wait=UNSERVED_RETRY, shape=metadata_and_status
-                )
+                shape = queue_shape if kept else metadata_and_status
+                informer = Informer(source(), index, forbidden_wait=UNSERVED_RETRY, shape=shape)
                 shared = self.informers[key] = _Shared(informer)
                 if owned:
                     informer.listener = partial(self._woken, shared)

@@ -7,6 +7,13 @@ in the completion index the Job controller gives each pod (label and annotation
 :func:`~torchx_provider.schedulers.kube.status.replica_of`). ``${replica_id}`` becomes
 ``$(TORCHX_REPLICA_ID)``, an env var set from that annotation and expanded by the kubelet in
 the command, args and env values.
+
+Rank 0's host (``TORCHX_RANK0_HOST``) is the same in every replica, rank 0's own included
+(one template per role), so it is its full name, ``{hostname}.{subdomain}.{namespace}.svc.
+{cluster domain}`` (:func:`rank0_host`): torchrun's c10d rendezvous hosts its store on the
+replica whose host is its own name, as the pod's ``/etc/hosts`` gives it in full; with the
+short ``{hostname}.{subdomain}``, which every other pod resolves just as well, no replica
+takes itself for rank 0 and every agent waits for a store nobody hosts.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube import status as readback
 from torchx_provider.schedulers.kube.naming import Placement
+from torchx_provider.schedulers.kube.options import option
 from torchx_provider.schedulers.kube.pod import (
     ANNOTATION_ROLE_NAME,
     PodSettings,
@@ -32,6 +40,29 @@ from torchx_provider.schedulers.labels import (
     RANK0_HOST_ENV,
 )
 from torchx_provider.specs.api import NONE, AppDef, AppState, Role, is_terminal, macros
+
+#: The cluster DNS domain unless run option ``cluster_domain`` names another.
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+def cluster_domain_option() -> Any:
+    """The ``cluster_domain`` run option of the backends whose roles are Indexed Jobs."""
+    return option(
+        str,
+        "the cluster's DNS domain (the kubelet's clusterDomain; default cluster.local): rank "
+        "0's host is named in full in it, as torchrun's rendezvous needs",
+        name="subdomain",
+    )
+
+
+def rank0_host(hostname: str, subdomain: str, namespace: str, domain: str | None) -> str:
+    """Rank 0's full host name (see the module docstring).
+
+    >>> rank0_host("a-trainer-0-0", "a", "ml", None)
+    'a-trainer-0-0.a.ml.svc.cluster.local'
+    """
+    return f"{hostname}.{subdomain}.{namespace}.svc.{domain or DEFAULT_CLUSTER_DOMAIN}"
+
 
 #: The env var holding a replica's id, from the Job's completion index annotation.
 REPLICA_ID_ENV = "TORCHX_REPLICA_ID"

@@ -18,7 +18,8 @@ condition           status    reason                           what the task log
                                                                ("LocalQueue X doesn't exist",
                                                                "ClusterQueue X is inactive")
 ``QuotaReserved``   False     any other                        not admitted, reason and message
-``QuotaReserved``   True      ``QuotaReserved``                admitted (quota reserved)
+``QuotaReserved``   True      ``QuotaReserved``                admitted (quota reserved), as
+                                                               an info: the wait is over
 ``Evicted``         True      ``Preempted``                    preempted (the ``Preempted``
                                                                condition's reason:
                                                                ``InClusterQueue``,
@@ -127,14 +128,42 @@ def waits_for_admission(workload: Mapping[str, Any]) -> bool:
     return (conds.get("QuotaReserved") or {}).get("status") != "True"
 
 
-def never_admissible(workload: Mapping[str, Any]) -> bool:
-    """Whether Kueue says the Workload asks for more than its queue can ever hold."""
-    cond = _conditions(workload).get("QuotaReserved") or {}
+def never_fits(quota_reserved: Mapping[str, Any]) -> bool:
+    """Whether a Workload's ``QuotaReserved`` condition says it asks for more than its
+    queue can ever hold (read in Kueue's whole message, not the shortened one said).
+
+    >>> never_fits({"type": "QuotaReserved", "status": "False", "reason": "Pending",
+    ...     "message": "current podset request (8) > maximum capacity (4)"})
+    True
+    """
     return (
-        cond.get("status") == "False"
-        and cond.get("reason") == "Pending"
-        and NEVER_FITS in str(cond.get("message") or "")
+        quota_reserved.get("status") == "False"
+        and quota_reserved.get("reason") == "Pending"
+        and NEVER_FITS in str(quota_reserved.get("message") or "")
     )
+
+
+#: Words of an ``Inadmissible`` message about a queue that is not there (``LocalQueue X
+#: doesn't exist``, ``ClusterQueue X doesn't exist``): Kueue retries it without end.
+MISSING_QUEUE = "doesn't exist"
+
+
+def missing_queue(workload: Mapping[str, Any]) -> str | None:
+    """Kueue's words when the Workload cannot be admitted because its LocalQueue (or that
+    one's ClusterQueue) does not exist, ``None`` otherwise: a configuration waiting does not
+    heal, unless the queue is made (what the start grace allows for).
+
+    >>> missing_queue({"status": {"conditions": [{"type": "QuotaReserved", "status":
+    ...     "False", "reason": "Inadmissible", "message": "LocalQueue nope doesn't exist"}]}})
+    "Inadmissible: LocalQueue nope doesn't exist"
+    """
+    if not waits_for_admission(workload):
+        return None
+    cond = _conditions(workload).get("QuotaReserved") or {}
+    message = short(cond.get("message"))
+    if cond.get("reason") != "Inadmissible" or MISSING_QUEUE not in message:
+        return None
+    return f"Inadmissible: {message}"
 
 
 def evictions(workload: Mapping[str, Any]) -> int:
@@ -188,6 +217,39 @@ def queue_summary(queue: Mapping[str, Any] | None) -> str:
     return f"; LocalQueue {name} holds {pending} pending {noun}{more}"
 
 
+def local_queue_waits(queue: Mapping[str, Any], job: str) -> list[Wait]:
+    """That LocalQueue ``queue`` admits no workload (its ``Active`` condition is false: it
+    is stopped, or its ClusterQueue is stopped, inactive or missing), for job ``job`` (its
+    uid) that waits in it; ``[]`` while it is active. Said from the LocalQueue itself: when
+    a ClusterQueue stops, Kueue updates its LocalQueues at once, but not always the
+    Workloads already waiting there, whose last reason (no quota) then stands.
+
+    >>> lq = {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}, "status": {
+    ...     "conditions": [{"type": "Active", "status": "False", "reason":
+    ...     "ClusterQueueIsInactive", "message": "Can't submit new workloads to clusterQueue"}]}}
+    >>> print(local_queue_waits(lq, "u1")[0].text)  # doctest: +ELLIPSIS
+    Kueue LocalQueue lq (ClusterQueue cq) admits no workload: ClusterQueueIsInactive: Can't ...
+    """
+    active = _conditions(queue).get("Active") or {}
+    if active.get("status") != "False":
+        return []
+    name = str((queue.get("metadata") or {}).get("name") or "?")
+    cluster_queue = (queue.get("spec") or {}).get("clusterQueue")
+    of = f" (ClusterQueue {cluster_queue})" if cluster_queue else ""
+    reason = str(active.get("reason") or "")
+    message = short(active.get("message"))
+    said = f"{reason}: {message}" if message else reason
+    when = str(active.get("lastTransitionTime") or "")
+    return [
+        Wait(
+            f"kueue-localqueue:{name}:{job}:{reason}:{when}",
+            f"Kueue LocalQueue {name}{of} admits no workload: {said}; the app waits until an "
+            "administrator makes it active again, or cancel it and name another LocalQueue "
+            "in run option local_queue",
+        )
+    ]
+
+
 def _line(
     workload_name: str,
     kind: str,
@@ -205,7 +267,7 @@ def _line(
         evicted = conds.get("Evicted") or {}
         if evicted.get("status") == "True" and short(evicted.get("message")) == message:
             return None  # the eviction's own words, said with it
-        if reason == "Pending" and NEVER_FITS in message:
+        if never_fits(cond):
             return (
                 f"{what} can never be admitted: it asks for more than its ClusterQueue can "
                 f"ever hold ({said}); change the request or the queue"
@@ -268,5 +330,6 @@ def workload_waits(
             f"kueue:{uid}:{kind}:{cond.get('status')}:{cond.get('reason')}:{when}:"
             f"{short(cond.get('message'))}"
         )
-        found.append((when, rank, Wait(key, text)))
+        admitted = kind == "QuotaReserved" and cond.get("status") == "True"
+        found.append((when, rank, Wait(key, text, warning=not admitted)))
     return [wait for _, _, wait in sorted(found, key=lambda f: (f[0], f[1]))]

@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+from torchx_provider.schedulers.pauses import Sleep
+
 #: Bytes read from a stream at once (the most a single parse handles between yields).
 READ_BYTES = 64 * 1024
 #: A read smaller than this many bytes means the server sends lines as they come: the
@@ -25,11 +27,13 @@ GATHER = 0.005
 
 class LogBody:
     """The reads of one log response's body, one at a time: what the HTTP client already
-    holds is taken at once; else a read task waits for more (:meth:`pending`)."""
+    holds is taken at once; else a read task waits for more (:meth:`pending`). Its pauses
+    are waited by ``sleep``."""
 
-    def __init__(self, resp: Any) -> None:
+    def __init__(self, resp: Any, sleep: Sleep = asyncio.sleep) -> None:
         self.resp = resp
         self.content = resp.content
+        self.sleep = sleep
         self._task: asyncio.Future[bytes] | None = None
 
     def take(self) -> bytes | None:
@@ -56,7 +60,7 @@ class LogBody:
         """After reading ``chunk``: when it was small (a trickling stream), leave the
         socket unread for :data:`GATHER` seconds (:func:`gather`)."""
         if len(chunk) < GATHER_BELOW:
-            await gather(self.resp)
+            await gather(self.resp, self.sleep)
 
     def close(self) -> None:
         """Stop reading and give the connection back (a body left half-read is closed)."""
@@ -66,7 +70,7 @@ class LogBody:
         self.resp.release()
 
 
-async def gather(resp: Any) -> None:
+async def gather(resp: Any, sleep: Sleep = asyncio.sleep) -> None:
     """Leave ``resp``'s socket unread for :data:`GATHER` seconds: what the server sends
     meanwhile waits in the socket (TCP holds the sender back past its window) and comes in
     one read. Only the transport is paused, never the HTTP client's protocol (whose pause
@@ -86,7 +90,7 @@ async def gather(resp: Any) -> None:
         except (AttributeError, NotImplementedError, RuntimeError):
             pass
     try:
-        await asyncio.sleep(GATHER)
+        await sleep(GATHER)
     finally:
         if paused and not transport.is_closing():
             with contextlib.suppress(AttributeError, NotImplementedError, RuntimeError):

@@ -56,7 +56,8 @@ from torchx_provider.schedulers.logs import (
     TimestampedLine,
     split_timestamp,
 )
-from torchx_provider.schedulers.streams import Slot, StreamSlots, any_of
+from torchx_provider.schedulers.pauses import Clock, Sleep, any_of, first_of
+from torchx_provider.schedulers.streams import Slot, StreamSlots
 
 #: Seconds an ended container's stream must be quiet before it is closed.
 DRAIN_IDLE = 1.0
@@ -125,18 +126,33 @@ class FollowedApp(Protocol):
     async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
         """A pod's log as a raw response (see :meth:`~.io.AsyncKubeIO.open_log`)."""
 
+    def notice(self, text: str, key: str) -> None:
+        """Tell the task log ``text``, once per ``key`` (see :meth:`~.core.KubeCore.notice`)."""
+
 
 class ReplicaLogFollower:
-    """Reads one :class:`LogSource` of one app (see the module docstring)."""
+    """Reads one :class:`LogSource` of one app (see the module docstring).
+
+    :param clock: monotonic seconds; :param sleep: waits (both replaced in tests).
+    """
 
     def __init__(
-        self, client: FollowedApp, app_id: str, source: LogSource, ended: asyncio.Event
+        self,
+        client: FollowedApp,
+        app_id: str,
+        source: LogSource,
+        ended: asyncio.Event,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.client = client
         self.app_id = app_id
         self.source = source
         self.ended = ended
-        self.warn: list[str] = []  # instances whose end could not be read (for the caller)
+        self.clock = clock
+        self.sleep = sleep
+        self.warn: list[str] = []  # instances whose end could not be read
         self._caught_up: set[str] = set()  # instances whose backlog has been read
 
     async def follow(
@@ -161,7 +177,7 @@ class ReplicaLogFollower:
                 if not todo:
                     if ended_before:
                         return
-                    await any_of(changed, self.ended, timeout=RECHECK)
+                    await any_of(changed, self.ended, timeout=RECHECK, sleep=self.sleep)
                     continue
                 instance = todo[0]
                 progressed = False
@@ -183,7 +199,7 @@ class ReplicaLogFollower:
                     # The kubelet ended the stream, so the container has exited, but the
                     # cache does not show it yet (the watch is a moment behind): wait for
                     # the change, then look again. Not a failure, and no busy loop.
-                    await any_of(changed, self.ended, timeout=EOF_RECHECK)
+                    await any_of(changed, self.ended, timeout=EOF_RECHECK, sleep=self.sleep)
                     continue
                 breaks = 0 if progressed else breaks + 1
                 if breaks > BREAKS_TOLERATED:
@@ -191,7 +207,7 @@ class ReplicaLogFollower:
                         f"the log stream of {self.source.key} (pod {instance.namespace}/"
                         f"{instance.pod}) keeps breaking"
                     )
-                await any_of(changed, timeout=1.0)
+                await any_of(changed, timeout=1.0, sleep=self.sleep)
         finally:
             watch.unlisten(changed)
 
@@ -214,7 +230,34 @@ class ReplicaLogFollower:
         if cursor.since is None and not any(i.started for i in instances):
             return None  # nothing of it was read: maybe not listed yet
         self.warn.append(current)
+        pod_uid, _, rest = current.partition("/")
+        container, _, restart = rest.rpartition("/")
+        after = "" if cursor.since is None else f" after {cursor.since.isoformat()}"
+        self.client.notice(
+            f"[{self.source.key}] the end of an earlier run's log cannot be read: its pod "
+            f"(uid {pod_uid}, container {container}, restart {restart}) was removed before "
+            f"its log was read to the end; what it wrote{after} is not in the task log",
+            key=f"log end lost:{self.app_id}:{current}",
+        )
         return current
+
+    def _gone(self, instance: ContainerInstance, cursor: LogCursor) -> LogCursor:
+        """``instance``, a container's previous run, finished unread: the API answers 400
+        for its log. The kubelet keeps the log of one ended run of a container, and of none
+        once its pod has ended (it removes the dead container, and ``lastState`` with it),
+        so a follow that comes to it late -- resumed, or started after the pod ended --
+        cannot read it; waiting would hold up every later run's lines."""
+        self.warn.append(instance.key)
+        what = "its lines are"
+        if cursor.instance == instance.key and cursor.since is not None:
+            what = f"what it wrote after {cursor.since.isoformat()} is"
+        self.client.notice(
+            f"[{self.source.key}] an earlier run's log cannot be read: the kubelet no longer "
+            f"keeps it (pod {instance.pod}, uid {instance.uid}, container {instance.container}, "
+            f"restart {instance.restart}); {what} not in the task log",
+            key=f"log gone:{self.app_id}:{instance.key}",
+        )
+        return cursor.finished(instance.key)
 
     async def _read(
         self,
@@ -255,10 +298,10 @@ class ReplicaLogFollower:
             yield opened
             return
         decoder = LineDecoder()
-        body = LogBody(opened)
+        body = LogBody(opened, sleep=self.sleep)
         woken: asyncio.Future[Any] | None = None  # the pods changed, or the app ended
         ended_at: float | None = None  # when the cache showed the instance ended
-        last_data = time.monotonic()
+        last_data = self.clock()
         clean = server_ended = app_over = False
         try:
             while True:
@@ -270,7 +313,7 @@ class ReplicaLogFollower:
                     if not chunk:  # the server ended it
                         clean = server_ended = True
                         break
-                    last_data = time.monotonic()
+                    last_data = self.clock()
                     new = resume.feed([split_timestamp(r) for r in decoder.decode(chunk)])
                     if new:
                         yield new, resume.cursor, None
@@ -287,9 +330,7 @@ class ReplicaLogFollower:
                         else any_of(changed, self.ended, slot.slots.wanted)
                     )
                 timeout = QUIET_CHECK if ended_at is not None or self.ended.is_set() else IDLE_CHECK
-                done, _ = await asyncio.wait(
-                    {body.pending(), woken}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
+                done = await first_of({body.pending(), woken}, timeout, self.sleep)
                 if woken in done:
                     changed.clear()
                     woken = None
@@ -298,8 +339,8 @@ class ReplicaLogFollower:
                 if slot.should_yield:
                     break  # others wait for a stream: queue again, resume at the cursor
                 if ended_at is None and self._has_ended(instance, watch):
-                    ended_at = time.monotonic()
-                now = time.monotonic()
+                    ended_at = self.clock()
+                now = self.clock()
                 # (A backlog ends by itself: one that stalls is read again, as if broken.)
                 if ended_at is not None and now - max(ended_at, last_data) >= DRAIN_IDLE:
                     clean = not backlog
@@ -349,7 +390,10 @@ class ReplicaLogFollower:
         except SubmissionError as e:
             if not no_log_yet(e):
                 raise
-            await any_of(changed, timeout=1.0)  # (re)starting: no log to read yet
+            if instance.previous:
+                # Not "no log yet": an ended run whose log the kubelet no longer keeps.
+                return [], self._gone(instance, resume.cursor), StreamEnd.FINISHED
+            await any_of(changed, timeout=1.0, sleep=self.sleep)  # (re)starting: no log to read yet
             return [], resume.cursor, StreamEnd.AGAIN
         if resp is not None:
             return resp
@@ -397,7 +441,7 @@ class ReplicaLogFollower:
         )
         if not follow:
             return await opening
-        started = time.monotonic()
+        started = self.clock()
         woken: asyncio.Future[Any] | None = None
         try:
             while True:
@@ -406,17 +450,15 @@ class ReplicaLogFollower:
                     woken = asyncio.ensure_future(
                         changed.wait() if quick else any_of(changed, self.ended)
                     )
-                done, _ = await asyncio.wait(
-                    {opening, woken},
-                    timeout=QUIET_CHECK if quick else IDLE_CHECK,
-                    return_when=asyncio.FIRST_COMPLETED,
+                done = await first_of(
+                    {opening, woken}, QUIET_CHECK if quick else IDLE_CHECK, self.sleep
                 )
                 if opening in done:
                     return opening.result()
                 if woken in done:
                     changed.clear()
                     woken = None
-                waited = time.monotonic() - started
+                waited = self.clock() - started
                 if self._has_ended(instance, watch) and waited >= DRAIN_IDLE:
                     return None
                 if quick and waited >= APP_ENDED_IDLE:

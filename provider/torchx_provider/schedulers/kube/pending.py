@@ -32,10 +32,12 @@ MESSAGE_CHARS = 500
 @dataclass(frozen=True)
 class Wait:
     """One reason a pod waits: ``key`` identifies the pod and the reason (said once per
-    key), ``text`` is the line for the task log."""
+    key), ``text`` is the line for the task log; ``warning=False``: the wait is over (an
+    admission), said as an info."""
 
     key: str
     text: str
+    warning: bool = True
 
 
 def short(message: Any) -> str:
@@ -144,12 +146,25 @@ def readable(message: str) -> str:
     return _GO_POINTER.sub("", text.removeprefix(COMBINED))
 
 
+#: Words of an Event that says only that a job waits, not why (Volcano's gang summary,
+#: written in the same instant as the reason, e.g. queue quota): of Events of one instant,
+#: these come first, so that the reason is said last (the one a queue timeout names).
+VAGUE_EVENTS = ("tasks in gang unschedulable",)
+
+
+def _specific(event: Mapping[str, Any]) -> bool:
+    """Whether an Event says why a job waits (not only that it does: :data:`VAGUE_EVENTS`)."""
+    message = str(event.get("message") or event.get("note") or "")
+    return not any(words in message for words in VAGUE_EVENTS)
+
+
 def event_waits(
     events: Iterable[Mapping[str, Any]], routine: Collection[str] = frozenset()
 ) -> list[Wait]:
     """Why a job waits, from the Events its controllers wrote on the objects that gate it (a
     Volcano PodGroup: queue quota, gang not ready; a Volcano job: pods it cannot create),
-    oldest first; Events of a ``routine`` reason say nothing.
+    oldest first (of one instant, the most specific last: :data:`VAGUE_EVENTS`); Events of
+    a ``routine`` reason say nothing.
 
     Each distinct ``(reason, message)`` of an object is one reason, whatever its count: a
     scheduler repeats the same Event every cycle, and the task log says it once.
@@ -163,7 +178,7 @@ def event_waits(
     []
     """
     waits: dict[str, Wait] = {}
-    for event in sorted(events, key=_when):
+    for event in sorted(events, key=lambda e: (_when(e), _specific(e))):
         involved = event.get("involvedObject") or {}
         reason = str(event.get("reason") or "")
         message = short(readable(str(event.get("message") or event.get("note") or "")))

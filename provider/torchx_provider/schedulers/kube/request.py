@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.errors import AppConfigurationError, InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
 from torchx_provider.schedulers.kube.options import KubeOpts
@@ -29,11 +29,11 @@ from torchx_provider.schedulers.kube.resources import (
     OwnedBy,
     QueuedIn,
 )
-from torchx_provider.schedulers.kube.status import parse_time
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, TaskInstanceKey
 from torchx_provider.specs.api import AppDef, AppState
 from torchx_provider.specs.runopts import CfgVal, runopts
 from torchx_provider.specs.yaml_text import yaml_text
+from torchx_provider.timestamps import read_timestamp
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,22 @@ class JsonPatch:
     app through its spec (AppWrapper ``spec.suspend``) cancels it."""
 
     ops: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class OwnedPatch:
+    """A JSON patch of the objects of ``resource`` that label ``selector`` finds in the
+    app's namespace (Kueue's Workload of a job): what a cancel that keeps the app's object
+    applies instead of suspending it, so that the controller that owns its ``spec.suspend``
+    stops it and does not start it again; ``then`` is the patch of the app's own object
+    that follows (its cancelled mark). ``what`` says what the patch does, for the line said
+    when it cannot be applied."""
+
+    resource: CustomResource
+    selector: str
+    patch: JsonPatch
+    what: str
+    then: JsonPatch
 
 
 #: Bytes of one object the cluster stores: etcd's default request limit (1.5 MiB), which
@@ -267,16 +283,24 @@ class KubeTranslation(abc.ABC):
         seconds after it was created (and what usually causes it); ``None``: nothing."""
         return None
 
-    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
-        """Cluster-scoped objects a manifest names that must exist, and be usable, before it
-        is created (a Volcano queue): checked where the account may read them."""
+    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[QueuedIn, str]]:
+        """The queues a manifest names that must exist, and be usable, before it is created
+        (a Volcano queue, a Kueue LocalQueue): checked where the account may read them."""
         return ()
 
     def prerequisite_problem(
-        self, resource: CustomResource, name: str, obj: Mapping[str, Any] | None
-    ) -> InvalidOptionError | None:
+        self,
+        queued: QueuedIn,
+        name: str,
+        obj: Mapping[str, Any] | None,
+        *,
+        namespace: str = "",
+        others: Sequence[str] | None = None,
+    ) -> AppConfigurationError | None:
         """Why a prerequisite (``obj``; ``None``: it does not exist) makes the app unable to
-        run, naming the run option to change; ``None``: usable."""
+        run, naming the run option to change (and, for one that does not exist in the app's
+        ``namespace``, the ``others`` of its kind there, where the account could list them);
+        ``None``: usable."""
         return None
 
     @abc.abstractmethod
@@ -302,6 +326,13 @@ class KubeTranslation(abc.ABC):
         """What stops a live app: an object to create, a patch of the app's object, or
         ``None``: delete it instead."""
 
+    def cancel_hold(self, obj: Mapping[str, Any]) -> OwnedPatch | None:
+        """What a cancel by a patch of app ``obj`` (:meth:`cancel_plan`) applies instead to
+        the objects another controller made for it (Kueue's Workload: deactivated, or Kueue
+        admits the suspended object again), then its own patch; ``None``: nothing (the
+        default)."""
+        return None
+
     def list_item(self, namespace: str, obj: Mapping[str, Any], handle: str) -> ListAppResponse:
         """One entry of ``list``."""
         from torchx_provider.schedulers.kube.pod import ANNOTATION_APP_NAME
@@ -312,5 +343,5 @@ class KubeTranslation(abc.ABC):
             state=self.app_state(obj),
             app_handle=handle,
             name=str((metadata.get("annotations") or {}).get(ANNOTATION_APP_NAME, "")),
-            created=parse_time(metadata.get("creationTimestamp")),
+            created=read_timestamp(metadata.get("creationTimestamp")),
         )

@@ -15,12 +15,11 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from torchx_provider.failures import FailureKind, bounded
+from torchx_provider.failures import FailureKind, bounded, exit_failure
 from torchx_provider.schedulers.api import DescribeAppResponse
-from torchx_provider.schedulers.images import pull_verdict
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
     ANNOTATION_ROLE,
@@ -29,6 +28,7 @@ from torchx_provider.schedulers.labels import (
     LABEL_ROLE_NAME,
     stored_json,
 )
+from torchx_provider.schedulers.waiting_reasons import WAITING_REASONS, waiting_verdict
 from torchx_provider.specs.api import (
     NONE,
     AppState,
@@ -37,6 +37,7 @@ from torchx_provider.specs.api import (
     RoleStatus,
     is_terminal,
 )
+from torchx_provider.timestamps import read_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,10 @@ POD_PHASE_STATE: dict[str, AppState] = {
 # (:func:`torchx_provider.failures.error_class`). A pod's kind is read, in this order, from:
 # its ``DisruptionTarget`` condition (the platform's own word that it ended the pod), its
 # ``status.reason``, its container's ``state.waiting.reason`` (it never started), its
-# container's ``state.terminated.reason``. A reason no table knows gives no kind: the app
-# fails with the base class, never a guessed subclass. A Kueue preemption suspends the
-# workload rather than failing a pod, and never reaches these tables.
+# container's ``state.terminated.reason`` (and its exit code, when its process ended). A
+# reason no table knows gives no kind: the app fails with the base class, never a guessed
+# subclass. A Kueue preemption suspends the workload rather than failing a pod, and never
+# reaches these tables.
 
 #: ``status.conditions[type=DisruptionTarget].reason`` (condition ``True``) -> kind.
 #: https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions
@@ -94,32 +96,24 @@ POD_REASON_FAILURE: dict[str, FailureKind] = {
     "UnexpectedAdmissionError": FailureKind.INFRASTRUCTURE,
 }
 
-#: The main container's ``state.waiting.reason`` -> kind: it could not start as asked. A
-#: pull's kind, and whether waiting can heal it, is refined from the kubelet's message by
-#: the image table every backend shares (:func:`~torchx_provider.schedulers.images.
-#: pull_verdict`): a rate limit or a registry out of reach is the platform's, and an image
-#: that does not exist is final (the app fails at once, :attr:`PodFailure.final`).
-WAITING_FAILURE: dict[str, FailureKind] = {
-    # the image cannot be pulled: no such image or tag, no right to it, a bad name
-    "ErrImagePull": FailureKind.CONFIGURATION,
-    "ImagePullBackOff": FailureKind.CONFIGURATION,
-    "InvalidImageName": FailureKind.CONFIGURATION,
-    "ErrImageNeverPull": FailureKind.CONFIGURATION,
-    # the container runtime's words for a registry out of reach, an image not trusted
-    "RegistryUnavailable": FailureKind.INFRASTRUCTURE,
-    "SignatureValidationFailed": FailureKind.CONFIGURATION,
-    # a Secret or ConfigMap it names does not exist, or a key in it
-    "CreateContainerConfigError": FailureKind.CONFIGURATION,
-    # started, exited, and restarted too often: its own code fails
-    "CrashLoopBackOff": FailureKind.USER,
+# The main container's ``state.waiting.reason`` (it could not start as asked): its kind, and
+# whether waiting can heal it (:attr:`PodFailure.final`), are the one rule every reader of a
+# waiting reason shares (:func:`~torchx_provider.schedulers.waiting_reasons.waiting_verdict`:
+# a pull by the image table, from the kubelet's message; a Secret missing; a crash loop).
+
+#: The main container's ``state.terminated.reason`` when its process ended -> whether the
+#: runtime says its memory limit killed it. The kind is the exit's, by the rule every backend
+#: shares (:func:`~torchx_provider.failures.exit_failure`): a SIGKILL or SIGTERM (137/143)
+#: the pod's status does not explain has none.
+EXIT_REASONS: dict[str, bool] = {
+    # killed for exceeding its own memory limit (the role's resource.memMB)
+    "OOMKilled": True,
+    # exited non-zero, or died of a signal
+    "Error": False,
 }
 
 #: The main container's ``state.terminated.reason`` -> kind.
 TERMINATED_FAILURE: dict[str, FailureKind] = {
-    # killed for exceeding its own memory limit (the role's resource.memMB)
-    "OOMKilled": FailureKind.USER,
-    # exited non-zero (or died of a signal) on its own
-    "Error": FailureKind.USER,
     # the runtime could not start it: its entrypoint is not in the image, a bad mount
     "ContainerCannotRun": FailureKind.CONFIGURATION,
     "StartError": FailureKind.CONFIGURATION,
@@ -160,14 +154,16 @@ def pod_failure(pod: Mapping[str, Any], container: Mapping[str, Any]) -> PodFail
     cstate = container.get("state") or {}
     waits = cstate.get("waiting") or {}
     waiting = str(waits.get("reason") or "")
-    if waiting in WAITING_FAILURE:
-        message = " ".join(str(waits.get("message") or "").split())
-        pull = pull_verdict(waiting, message, str(container.get("image") or ""))
-        if pull is not None:
-            return PodFailure(waiting, pull.kind, pull.final, message)
-        return PodFailure(waiting, WAITING_FAILURE[waiting], message=message)
+    message = " ".join(str(waits.get("message") or "").split())
+    verdict = waiting_verdict(waiting, message, str(container.get("image") or ""))
+    if verdict is not None:
+        return PodFailure(waiting, verdict.kind, verdict.final, message)
     terminated = cstate.get("terminated") or (container.get("lastState") or {}).get("terminated")
     reason = str((terminated or {}).get("reason") or "")
+    if reason in EXIT_REASONS:
+        code = (terminated or {}).get("exitCode")
+        kind = exit_failure(code if isinstance(code, int) else None, EXIT_REASONS[reason])
+        return PodFailure(reason, kind)
     if reason:
         return PodFailure(reason, TERMINATED_FAILURE.get(reason))
     return PodFailure(waiting, None)
@@ -258,6 +254,8 @@ class PodDetails:
     finished_at: datetime | None = None
     #: its container waits for a reason waiting cannot heal (:attr:`PodFailure.final`)
     cannot_start: bool = False
+    #: when its container last started (``None``: not yet, or not told)
+    started_at: datetime | None = None
 
 
 def pod_details(pod: Mapping[str, Any]) -> PodDetails:
@@ -286,7 +284,7 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
     # read whatever the phase: a backend may call the replica failed from its job's state
     # before the pod's phase says so (:func:`assemble` keeps it for failed replicas only)
     failure = pod_failure(pod, cstatus)
-    if error == NONE and failure.message and failure.reason in WAITING_FAILURE:
+    if error == NONE and failure.message and failure.reason in WAITING_REASONS:
         # why it does not start, in the kubelet's words (an image it cannot pull: the
         # registry's answer)
         error = f"{failure.reason}: {bounded(failure.message)}"
@@ -307,8 +305,12 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         reason=failure.reason,
         failure=failure.kind,
         # a pod the platform ends: when it said so, until its container's end is known
-        finished_at=parse_time(terminated.get("finishedAt")) or parse_time(failure.at),
+        finished_at=read_timestamp(terminated.get("finishedAt")) or read_timestamp(failure.at),
         cannot_start=failure.final,
+        started_at=read_timestamp(
+            terminated.get("startedAt")
+            or ((cstatus.get("state") or {}).get("running") or {}).get("startedAt")
+        ),
     )
 
 
@@ -345,6 +347,7 @@ class ReplicaRecord:
     failure: FailureKind | None = None
     finished_at: datetime | None = None
     cannot_start: bool = False
+    started_at: datetime | None = None
 
     def with_pod(self, pod: Mapping[str, Any] | None, prefer_pod_state: bool) -> ReplicaRecord:
         """This record completed by its pod's details (state too if ``prefer_pod_state``)."""
@@ -362,16 +365,19 @@ class ReplicaRecord:
             failure=d.failure,
             finished_at=d.finished_at,
             cannot_start=d.cannot_start,
+            started_at=d.started_at,
         )
 
 
 def told(record: ReplicaRecord) -> bool:
     """Whether a replica's reason is worth telling: it failed, or it is not finished and its
-    container waits for a reason of :data:`WAITING_FAILURE` (an image it cannot pull, a
-    Secret missing, a crash loop), which Kubernetes keeps retrying without failing it."""
+    container waits for a reason of
+    :data:`~torchx_provider.schedulers.waiting_reasons.WAITING_REASONS` (an image it cannot
+    pull, a Secret missing, a crash loop), which Kubernetes keeps retrying without failing
+    it."""
     if record.state == AppState.FAILED:
         return True
-    return not is_terminal(record.state) and record.reason in WAITING_FAILURE
+    return not is_terminal(record.state) and record.reason in WAITING_REASONS
 
 
 def assemble(
@@ -409,6 +415,7 @@ def assemble(
                     failure=r.failure.value if r.failure is not None and told(r) else None,
                     finished_at=r.finished_at,
                     cannot_start=r.cannot_start and told(r) and not is_terminal(r.state),
+                    started_at=r.started_at,
                 )
             )
         statuses.append(RoleStatus(role=name, replicas=replicas))
@@ -460,13 +467,3 @@ def describe_app(
         roles_statuses=statuses,
         roles=role_list,
     )
-
-
-def parse_time(value: Any) -> datetime | None:
-    """A Kubernetes timestamp (``2024-05-01T10:00:00Z``) as an aware UTC datetime."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(timezone.utc)
-    except ValueError:
-        return None

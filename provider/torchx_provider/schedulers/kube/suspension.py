@@ -9,8 +9,16 @@ each role is one.
 Cancel (the run option ``cancel_by``, recorded on the object as :data:`ANNOTATION_CANCEL_BY`):
 ``suspend`` patches ``spec.suspend: true`` and marks the object :data:`ANNOTATION_CANCELLED`
 -- its controller deletes the pods and the object stays with its status; ``delete`` removes
-it with everything it made (the default under Kueue, which owns ``spec.suspend`` and would
-admit a suspended object again).
+it with everything it made (the default under Kueue). Kueue owns ``spec.suspend`` of the
+objects of a LocalQueue and would admit a suspended one again: a cancel by suspension there
+deactivates the object's Workload instead (``spec.active: false``, Kueue's own way to hold
+one: it evicts it, suspends the object and never admits it again while it is inactive;
+:data:`DEACTIVATE`) and marks the object cancelled; where it cannot (the account may not
+patch Workloads, or Kueue has not made one yet) it deletes the object. An object marked
+cancelled is ``CANCELLED`` whatever runs it again, so that no later try follows it.
+
+Before an object of a LocalQueue is created, the LocalQueue is read: one that does not exist
+is refused (:func:`local_queue_problem`), naming those of the namespace.
 """
 
 from __future__ import annotations
@@ -19,17 +27,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torchx_provider.errors import InvalidAppError, InvalidOptionError
+from torchx_provider.errors import AppConfigurationError, InvalidAppError, InvalidOptionError
 from torchx_provider.schedulers.kube.kueue import (
     QUEUE_LABEL,
+    local_queue_waits,
     queued_job_selector,
     waits_for_admission,
 )
 from torchx_provider.schedulers.kube.options import KubeOpts, option
+from torchx_provider.schedulers.kube.pending import Wait
 from torchx_provider.schedulers.kube.pod import PodSettings
-from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation
+from torchx_provider.schedulers.kube.request import JsonPatch, KubeTranslation, OwnedPatch
 from torchx_provider.schedulers.kube.resources import (
     KUEUE_LOCAL_QUEUES,
+    KUEUE_WORKLOAD,
     CustomResource,
     QueuedIn,
 )
@@ -95,8 +106,8 @@ def queued_message(obj: Mapping[str, Any]) -> str:
     return f"Suspended: queued{where}, waiting for admission"
 
 
-def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
-    """The JSON patch that cancels by suspension: ``spec.suspend`` and the cancelled mark."""
+def cancelled_mark(obj: Mapping[str, Any]) -> JsonPatch:
+    """The JSON patch that marks ``obj`` cancelled (:data:`ANNOTATION_CANCELLED`)."""
     key = ANNOTATION_CANCELLED.replace("~", "~0").replace("/", "~1")
     has_annotations = bool((obj.get("metadata") or {}).get("annotations"))
     mark: dict[str, Any] = (
@@ -104,7 +115,14 @@ def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
         if has_annotations
         else {"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_CANCELLED: "true"}}
     )
-    return JsonPatch([mark, {"op": "add", "path": "/spec/suspend", "value": True}])
+    return JsonPatch([mark])
+
+
+def suspend_patch(obj: Mapping[str, Any]) -> JsonPatch:
+    """The JSON patch that cancels by suspension: ``spec.suspend`` and the cancelled mark."""
+    return JsonPatch(
+        [*cancelled_mark(obj).ops, {"op": "add", "path": "/spec/suspend", "value": True}]
+    )
 
 
 def cancel_plan(obj: Mapping[str, Any]) -> JsonPatch | None:
@@ -113,6 +131,55 @@ def cancel_plan(obj: Mapping[str, Any]) -> JsonPatch | None:
     if annotations.get(ANNOTATION_CANCEL_BY, CANCEL_SUSPEND) == CANCEL_SUSPEND:
         return suspend_patch(obj)
     return None
+
+
+#: The patch that deactivates a Kueue Workload: Kueue evicts it (its job is suspended, its
+#: pods removed, its quota freed) and does not admit it again while ``spec.active`` is false.
+#: https://kueue.sigs.k8s.io/docs/concepts/workload/#active
+DEACTIVATE = JsonPatch([{"op": "add", "path": "/spec/active", "value": False}])
+
+
+def cancel_hold(obj: Mapping[str, Any]) -> OwnedPatch | None:
+    """What a cancel by suspension of ``obj`` does first: deactivate the Workload Kueue made
+    for it, while it is Kueue's (its LocalQueue label) -- else Kueue admits the suspended
+    object again; ``None`` for an object that is not Kueue's. Once it is deactivated, Kueue
+    evicts the Workload and suspends the object itself: the cancel then only marks it
+    cancelled (a suspension of its own, racing Kueue's view of a Workload still admitted,
+    was seen undone by Kueue for a moment).
+
+    >>> job = {"metadata": {"uid": "u1", "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
+    >>> cancel_hold(job).selector
+    'kueue.x-k8s.io/job-uid=u1'
+    """
+    selector = queued_job_selector(obj, live=True)
+    if selector is None:
+        return None
+    return OwnedPatch(
+        KUEUE_WORKLOAD, selector, DEACTIVATE, "deactivate its Kueue Workload", cancelled_mark(obj)
+    )
+
+
+def local_queue_problem(
+    name: str, namespace: str, others: Sequence[str] | None
+) -> AppConfigurationError:
+    """Why an app naming Kueue LocalQueue ``name``, which does not exist in ``namespace``,
+    is refused: Kueue would keep it waiting without end. ``others``: the LocalQueues of the
+    namespace (``None``: they could not be listed).
+
+    >>> str(local_queue_problem("nope", "ml", ["team-a", "team-b"])).split(": name")[0]
+    "Kueue LocalQueue 'nope' does not exist in namespace 'ml' (its LocalQueues: team-a, team-b)"
+    """
+    if others is None:
+        which = f" (kubectl get localqueues -n {namespace})"
+    elif others:
+        which = f" (its LocalQueues: {', '.join(others)})"
+    else:
+        which = " (it has none)"
+    return AppConfigurationError(
+        f"Kueue LocalQueue {name!r} does not exist in namespace {namespace!r}{which}: name "
+        f"{'one of them' if others else 'an existing one'} in run option local_queue, or ask "
+        "an administrator to create it (nothing was submitted)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,20 +195,28 @@ class QueuedOpts(KubeOpts):
     )
     priority_class: str | None = option(
         str,
-        "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class)",
+        "Kueue WorkloadPriorityClass of the {kind} (label kueue.x-k8s.io/priority-class); "
+        "needs local_queue",
         name="labelled",
     )
     pod_priority_class: str | None = option(str, "PriorityClass of the pods", name="subdomain")
     cancel_by: str | None = option(
         str,
         "what cancel does: 'suspend' keeps the {kind} (status, conditions) and removes its "
-        "pods; 'delete' removes it all (default: suspend, or delete with local_queue, where "
-        "Kueue owns spec.suspend)",
+        "pods, with local_queue deactivating its Kueue Workload so that Kueue does not start "
+        "it again; 'delete' removes it all (default: suspend, or delete with local_queue)",
     )
 
     def check(self) -> None:
         super().check()
         check_cancel_by(self.cancel_by)
+        if self.priority_class and not self.local_queue:
+            raise InvalidOptionError(
+                f"run option priority_class={self.priority_class!r} is a Kueue "
+                "WorkloadPriorityClass, which only Kueue reads: set local_queue too, or leave "
+                "it out (pod_priority_class sets the pods' PriorityClass)",
+                option="priority_class",
+            )
 
     def cancel_action(self) -> str:
         """What cancel does (``cancel_by``, else suspend -- or delete under Kueue, which would
@@ -179,3 +254,30 @@ class QueuedTranslation(KubeTranslation):
         self, obj: Mapping[str, Any]
     ) -> tuple[CustomResource, dict[str, Any]] | JsonPatch | None:
         return cancel_plan(obj)
+
+    def cancel_hold(self, obj: Mapping[str, Any]) -> OwnedPatch | None:
+        return cancel_hold(obj)
+
+    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[QueuedIn, str]]:
+        """The LocalQueue the object names (its label), if any."""
+        queue = KUEUE_LOCAL_QUEUES.name(body)
+        return ((KUEUE_LOCAL_QUEUES, queue),) if queue else ()
+
+    def prerequisite_problem(
+        self,
+        queued: QueuedIn,
+        name: str,
+        obj: Mapping[str, Any] | None,
+        *,
+        namespace: str = "",
+        others: Sequence[str] | None = None,
+    ) -> AppConfigurationError | None:
+        if obj is not None:
+            return None
+        return local_queue_problem(name, namespace, others)
+
+    def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
+        """That the LocalQueue admits nothing (stopped, or its ClusterQueue inactive), as
+        the LocalQueue's ``Active`` condition says: Kueue may not say it on the Workload."""
+        meta = obj.get("metadata") or {}
+        return local_queue_waits(queue, str(meta.get("uid") or meta.get("name")))

@@ -225,8 +225,8 @@ class BlockingEngine:
         self.threads.append(threading.current_thread().name)
         return self.release.wait(timeout=5)
 
-    def describe(self, app_id: str) -> Any:
-        return "released" if self._block() else "loop was blocked"
+    def follow_describe(self, app_id: str) -> Any:
+        return ("released" if self._block() else "loop was blocked"), None
 
     def read_logs(self, app_id: str, role: str, k: int, cursor: LogCursor) -> Any:
         return ([], cursor) if self._block() else "loop was blocked"

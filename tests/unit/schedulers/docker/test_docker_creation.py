@@ -14,7 +14,12 @@ from typing import Any
 import docker.errors
 import pytest
 
-from torchx_provider.errors import InvalidAppError, SubmissionError
+from torchx_provider.errors import (
+    AppConfigurationError,
+    InvalidAppError,
+    RejectedConfigurationError,
+    SubmissionError,
+)
 from torchx_provider.schedulers.docker import creation
 from torchx_provider.schedulers.docker.engine import DockerEngine
 from torchx_provider.schedulers.docker.options import DockerOpts
@@ -27,7 +32,7 @@ from torchx_provider.schedulers.docker.translation import (
     network_capacity,
 )
 from torchx_provider.schedulers.labels import LABEL_APP_ID, TaskInstanceKey
-from torchx_provider.specs.api import AppDef, Role
+from torchx_provider.specs.api import AppDef, BindMount, Role, VolumeMount
 
 IMAGE = "torchx-provider/busybox:latest"
 
@@ -53,14 +58,22 @@ class FakeClient:
     """What ``DockerEngine.run`` asks of a ``docker.DockerClient``; creations take ``delay``
     seconds each, and the one named in ``fail`` raises."""
 
-    def __init__(self, delay: float = 0.01, fail: str | None = None, attached: int = 0) -> None:
-        self.delay, self.fail, self.attached = delay, fail, attached
+    def __init__(
+        self,
+        delay: float = 0.01,
+        fail: str | None = None,
+        attached: int = 0,
+        answer: str = "no space left on device",
+    ) -> None:
+        self.delay, self.fail, self.attached, self.answer = delay, fail, attached, answer
         self.lock = threading.Lock()
         self.in_flight = self.most_in_flight = 0
         self.attempts: list[str] = []
         self.failed_at: int | None = None
         self.started: list[str] = []
         self.removed: list[str] = []
+        #: container id -> the labels it was created with
+        self.made: dict[str, dict[str, str]] = {}
         self.api = self
         self.images = self
         self.containers = self
@@ -89,12 +102,25 @@ class FakeClient:
         try:
             if kwargs["name"] == self.fail:
                 self.failed_at = len(self.attempts)
-                raise docker.errors.APIError("500", explanation="no space left on device")
+                raise docker.errors.APIError("400", explanation=self.answer)
             time.sleep(self.delay)
+            with self.lock:
+                self.made[f"id-{kwargs['name']}"] = dict(kwargs.get("labels") or {})
             return FakeContainer(self, f"id-{kwargs['name']}")
         finally:
             with self.lock:
                 self.in_flight -= 1
+
+    # client.api.containers(all=True, filters=...): the list call (client.containers is
+    # this object too, so the call is this object's)
+    def __call__(self, filters: dict[str, Any] | None = None, **_: Any) -> list[Any]:
+        wanted = dict(kv.split("=", 1) for kv in (filters or {}).get("label", []) if "=" in kv)
+        with self.lock:
+            return [
+                {"Id": cid, "Names": [f"/{cid[3:]}"], "State": "created", "Labels": labels}
+                for cid, labels in self.made.items()
+                if cid not in self.removed and all(labels.get(k) == v for k, v in wanted.items())
+            ]
 
     def remove_container(self, container_id: str, force: bool = False) -> None:
         with self.lock:
@@ -151,6 +177,38 @@ def test_the_first_error_stops_the_creation_and_removes_what_was_made() -> None:
     assert client.failed_at is not None
     assert len(client.attempts) <= client.failed_at + 2 * creation.CREATE_WINDOW < 200
     assert sorted(client.removed) == sorted(client.started) and client.started
+
+
+def test_a_bind_mount_without_its_source_is_refused_as_configured_naming_it() -> None:
+    answer = 'invalid mount config for type "bind": bind source path does not exist: /no/data'
+    client = FakeClient(answer=answer)
+    role = Role(
+        "trainer",
+        image=IMAGE,
+        entrypoint="true",
+        num_replicas=3,
+        mounts=[VolumeMount("cache", "/cache"), BindMount("/no/data", "/data")],
+    )
+    scheduler, info = submit(
+        client, AppDef("m", [Role("ps", image=IMAGE, entrypoint="true"), role])
+    )
+    client.fail = info.request.containers[2]["name"]
+    with pytest.raises(RejectedConfigurationError) as raised:
+        scheduler.schedule(info)
+    text = str(raised.value)
+    assert "roles[1].mounts[1] (bind /no/data -> /data) of role 'trainer'" in text, text
+    assert "does not exist on the Docker host" in text, text
+    assert isinstance(raised.value, SubmissionError)
+    assert sorted(client.removed) == sorted(client.started)
+
+
+def test_other_refusals_stay_submission_errors() -> None:
+    client = FakeClient(answer="Conflict. The container name is already in use")
+    scheduler, info = submit(client, app(3))
+    client.fail = info.request.containers[1]["name"]
+    with pytest.raises(SubmissionError) as raised:
+        scheduler.schedule(info)
+    assert not isinstance(raised.value, AppConfigurationError)
 
 
 def test_a_stop_from_another_thread_removes_what_was_made() -> None:
@@ -336,3 +394,106 @@ def test_find_apps_marks_an_app_whose_creation_was_cut_short() -> None:
     assert [(a.app_id, a.incomplete) for a in found] == [("big-1", "2 of its 3 containers exist")]
     rows.append({**rows[0], "Id": "id2", "Labels": job.containers[2]["labels"]})
     assert engine.find_apps(TaskInstanceKey("dag", "task", "run"), str)[0].incomplete == ""
+
+
+def test_a_finished_app_with_containers_missing_is_not_cut_short() -> None:
+    """Try 1's app ran, one container was removed from outside, the other failed: the app
+    ended FAILED, which is what a retry is told, not a creation cut short to remove."""
+    key = TaskInstanceKey("dag", "task", "run", try_number=1)
+    job = app_to_containers(app(2), DockerOpts(), "big-1", {}, key)
+    spec = job.containers[1]
+    rows = [
+        {
+            "Id": "id1",
+            "Names": [f"/{spec['name']}"],
+            "State": "exited",
+            "Status": "Exited (1) 3 seconds ago",
+            "Labels": spec["labels"],
+        }
+    ]
+
+    class Listing:
+        @property
+        def api(self) -> Listing:
+            return self
+
+        def containers(self, all: bool, filters: dict[str, Any]) -> list[dict[str, Any]]:
+            return rows
+
+    engine = DockerEngine(client=Listing())
+    found = engine.find_apps(TaskInstanceKey("dag", "task", "run", try_number=2), str)
+    assert [(a.app_id, a.state.name, a.incomplete) for a in found] == [("big-1", "FAILED", "")]
+
+
+def test_the_submitting_thread_never_holds_a_creations_lock_while_taking_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exception a signal handler raises in the submitting thread (Airflow's task
+    timeout) while it holds futures' locks leaves them held: the workers that finish those
+    futures then block forever, and so does the roll back that waits for them (seen:
+    ``concurrent.futures.wait`` interrupted while it took its futures' locks one after the
+    other). The submitting thread never holds one while it takes another: the creations'
+    outcomes come through a queue."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    submitting = threading.get_ident()
+    held = [0]
+    nested: list[int] = []
+
+    def taking() -> None:
+        if threading.get_ident() == submitting:
+            if held[0]:
+                nested.append(held[0])
+            held[0] += 1
+
+    def giving() -> None:
+        if threading.get_ident() == submitting:
+            held[0] -= 1
+
+    class Watched(threading.Condition):
+        """A future's lock that counts what the submitting thread holds of such locks
+        (``with``, and ``acquire``/``release`` as ``concurrent.futures.wait`` calls them)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            acquire, release = self.acquire, self.release
+
+            def acquire_counted(*args: Any) -> bool:
+                got = acquire(*args)
+                if got:
+                    taking()
+                return got
+
+            def release_counted() -> None:
+                giving()
+                release()
+
+            self.acquire, self.release = acquire_counted, release_counted  # type: ignore[method-assign]
+
+        def __enter__(self) -> bool:
+            got = super().__enter__()
+            taking()
+            return got
+
+        def __exit__(self, *exc: Any) -> None:
+            giving()
+            super().__exit__(*exc)
+
+    class Recording(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            future = super().submit(fn, *args, **kwargs)
+            future._condition = Watched()  # type: ignore[attr-defined]
+            return future
+
+    pool = Recording(max_workers=4)
+    client = FakeClient(delay=0.01)
+    scheduler, info = submit(client, app(60))
+    client.fail = info.request.containers[30]["name"]
+    monkeypatch.setattr(scheduler.engine, "_executor", lambda: pool)
+    try:
+        with pytest.raises(SubmissionError):
+            scheduler.schedule(info)
+    finally:
+        pool.shutdown(wait=True)
+    assert nested == [], f"{len(nested)} times a lock taken while another was held"
+    assert sorted(client.removed) == sorted(client.started)

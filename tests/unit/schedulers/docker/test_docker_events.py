@@ -55,9 +55,9 @@ class CountingEngine:
     def __init__(self) -> None:
         self.describes = 0
 
-    def describe(self, app_id: str) -> str:
+    def follow_describe(self, app_id: str) -> tuple[str, None]:
         self.describes += 1
-        return f"{app_id}#{self.describes}"
+        return f"{app_id}#{self.describes}", None
 
     def close(self) -> None:
         pass

@@ -1,6 +1,7 @@
 """Following one Docker replica's log: the follower stops once the replica's container is
 gone (removed from outside), whether or not the app has ended -- the engine never creates
-it again, so there is nothing more to wait for."""
+it again, so there is nothing more to wait for. Its pauses advance a fake clock (the engine
+is read in threads, so time moves at each sleep rather than when a test says)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
-import pytest
-
+from follow_fakes import Clock
 from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.docker import logstream
 from torchx_provider.schedulers.docker.logstream import ContainerLogFollower
@@ -66,13 +66,11 @@ async def follow(follower: ContainerLogFollower) -> list[list[TimestampedLine]]:
     return await asyncio.wait_for(run(), 5)
 
 
-@pytest.fixture(autouse=True)
-def quick_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(logstream, "RECHECK", 0.01)
-
-
-def follower(engine: Engine, cls: type[ContainerLogFollower] = Follower) -> Any:
-    return cls(engine, APP_ID, LogSource("w", 1), asyncio.Event())  # type: ignore[arg-type]
+def follower(engine: Engine, clock: Clock | None = None) -> Any:
+    """A follower of replica w/1 whose pauses are ``clock``'s sleeps."""
+    sleep = (clock or Clock()).sleep
+    source = LogSource("w", 1)
+    return Follower(engine, APP_ID, source, asyncio.Event(), sleep=sleep)  # type: ignore[arg-type]
 
 
 async def test_a_replica_without_a_container_is_not_waited_for() -> None:
@@ -85,10 +83,12 @@ async def test_a_container_removed_while_followed_ends_its_follow() -> None:
     """Its stream ended (the engine closes it with the container); the next look finds
     no container: the follow ends, its lines forwarded, the app still running."""
     engine = Engine(RUNNING, UnknownAppError(APP_ID))
-    f = follower(engine)
+    clock = Clock()
+    f = follower(engine, clock)
     f.lines = [LINE]
     assert await follow(f) == [[LINE]]
     assert engine.looks == 2
+    assert clock.sleeps == [logstream.RECHECK]  # one pause between the looks
 
 
 async def test_a_container_removed_as_its_log_is_opened_ends_its_follow_quietly() -> None:

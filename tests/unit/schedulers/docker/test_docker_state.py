@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -20,22 +21,28 @@ from torchx_provider.schedulers.docker.state import (
     ENGINE_STOPPED,
     OUTAGES_KEPT,
     REMOVED_FROM_OUTSIDE,
+    STOPPED_AFTER_FAILURE,
+    STOPPED_SUFFIX,
     ContainerInfo,
     EngineOutage,
     app_state,
     container_reason,
     describe_app,
+    exec_failure,
     exit_code,
+    failure_kind,
     image_failure,
     list_apps,
+    may_have_failed_exec,
     missing_replica,
     oldest_network,
     ready_to_remove,
     record_answer,
     replica_state,
     stopped_by_engine,
+    survivors_to_stop,
 )
-from torchx_provider.schedulers.docker.translation import app_to_containers
+from torchx_provider.schedulers.docker.translation import LABEL_STOP_ON_FAILURE, app_to_containers
 from torchx_provider.schedulers.labels import TaskInstanceKey
 from torchx_provider.specs.api import AppState, is_terminal
 
@@ -333,7 +340,7 @@ def test_role_json_survives_in_labels() -> None:
 def test_exited_containers(code: int, extra: dict[str, Any], reason: str, kind: Any) -> None:
     c = info("trainer", 0, "exited", code, **extra)
     assert container_reason(c) == reason
-    assert CONTAINER_FAILURE.get(reason) is kind
+    assert failure_kind(c, reason) is kind
 
 
 def test_a_container_the_engine_could_not_start_is_a_configuration_failure() -> None:
@@ -432,7 +439,7 @@ def test_signal_exits_within_an_engine_outage_are_the_engines(
 ) -> None:
     c = ended_at(code, seconds, **extra)
     assert container_reason(c, outages) == reason
-    assert CONTAINER_FAILURE.get(reason) is kind
+    assert failure_kind(c, reason) is kind
 
 
 def test_an_outage_covers_its_span_and_the_margin_on_each_side() -> None:
@@ -532,3 +539,163 @@ def test_only_the_latest_outages_are_kept() -> None:
 )
 def test_image_failures(answer: str, kind: FailureKind | None) -> None:
     assert image_failure(answer) is kind
+
+
+# ---------------------------------------------------------------- an entrypoint not in the image
+TINI_NOT_FOUND = "[FATAL tini (7)] exec /no/such/binary failed: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("code", "words", "reason", "kind"),
+    [
+        (
+            127,
+            "exec /no/such/binary failed: No such file or directory",
+            "EntrypointNotFound",
+            FailureKind.CONFIGURATION,
+        ),
+        (
+            126,
+            "exec /etc/passwd failed: Permission denied",
+            "EntrypointNotExecutable",
+            FailureKind.CONFIGURATION,
+        ),
+        # a command its own script did not find (``sh: x: not found``): its code's doing
+        (127, "", "Error", FailureKind.USER),
+        # the init's words but another exit: the entrypoint ran, and failed on its own
+        (1, "exec x failed: No such file or directory", "Error", FailureKind.USER),
+    ],
+)
+def test_an_entrypoint_the_init_could_not_start_is_a_configuration_failure(
+    code: int, words: str, reason: str, kind: FailureKind
+) -> None:
+    c = replace(info("trainer", 0, "exited", code), exec_error=words)
+    assert container_reason(c) == reason
+    assert failure_kind(c, reason) is kind
+
+
+def test_the_init_words_are_found_at_the_end_of_the_log() -> None:
+    assert exec_failure(["starting", TINI_NOT_FOUND]) == (
+        "exec /no/such/binary failed: No such file or directory"
+    )
+    assert exec_failure(["sh: python: not found", "done"]) == ""
+
+
+def test_only_a_container_that_exited_as_the_init_does_is_read_for_its_words() -> None:
+    assert may_have_failed_exec(info("trainer", 0, "exited", 127))
+    assert may_have_failed_exec(info("trainer", 0, "exited", 126))
+    assert not may_have_failed_exec(info("trainer", 0, "exited", 1))
+    assert not may_have_failed_exec(info("trainer", 0, "running"))
+    assert not may_have_failed_exec(info("trainer", 0, "restarting", 127))
+
+
+def test_describe_names_the_entrypoint_and_the_image() -> None:
+    attrs = inspect_attrs("trainer", 0, "exited", 127)
+    attrs["Config"]["Image"] = "team/app:1"
+    failed = replace(ContainerInfo.from_inspect(attrs), exec_error=TINI_NOT_FOUND[19:])
+    resp = describe_app(APP_ID, [failed, info("trainer", 1, "exited", 0), info("ps", 0, "exited")])
+    assert resp is not None and resp.state == AppState.FAILED
+    replica = resp.roles_statuses[0].replicas[0]
+    assert (replica.reason, replica.failure) == ("EntrypointNotFound", "configuration")
+    for text in (str(replica.structured_error_msg), resp.msg):
+        assert "entrypoint 'python'" in text and "image 'team/app:1'" in text, text
+        assert "No such file or directory" in text, text
+
+
+# ------------------------------------------------------------- a failed replica ends the app
+def survivors(*containers: ContainerInfo) -> tuple[str, list[str]]:
+    decided = survivors_to_stop(list(containers), datetime.now(timezone.utc))
+    assert decided.again_in is None  # no finish time told: no window to wait out
+    return decided.failed, [f"{c.role_name}/{c.replica_id}" for c in decided.survivors]
+
+
+def test_a_replica_failed_for_good_stops_the_apps_unfinished_ones() -> None:
+    running = info("trainer", 0, "running")
+    failed = info("trainer", 1, "exited", 1)
+    waiting = info("ps", 0, "restarting", 1, restarts=1)
+    assert survivors(running, failed, waiting) == ("trainer/1", ["trainer/0", "ps/0"])
+    # a replica that is restarting has restarts left: not failed for good
+    assert survivors(running, info("trainer", 1, "restarting", 1), waiting) == ("", [])
+    # nothing left to stop
+    ended = (info("trainer", 0, "exited", 0), failed, info("ps", 0, "exited", 2))
+    assert survivors(*ended) == ("trainer/1", [])
+
+
+def test_a_replica_whose_container_is_gone_has_failed_for_good_too() -> None:
+    assert survivors(info("trainer", 0, "running"), info("ps", 0, "running")) == (
+        "trainer/1",
+        ["trainer/0", "ps/0"],
+    )
+    # but not while the provider removes the app
+    removing = info("ps", 0, "running", removing=True)
+    assert survivors(info("trainer", 0, "running"), removing) == ("", [])
+
+
+def test_replicas_stopped_or_cancelled_already_are_not_stopped_again() -> None:
+    stopped = ContainerInfo.from_inspect(
+        {**inspect_attrs("trainer", 0, "running"), "Name": f"/{APP_ID}-trainer-0{STOPPED_SUFFIX}"}
+    )
+    cancelled = info("ps", 0, "running", cancelled=True)
+    assert survivors(stopped, info("trainer", 1, "exited", 1), cancelled) == ("trainer/1", [])
+
+
+def test_an_app_created_without_stop_on_failure_runs_on() -> None:
+    def without(c: ContainerInfo) -> ContainerInfo:
+        return replace(c, labels={**c.labels, LABEL_STOP_ON_FAILURE: "false"})
+
+    app = [info("trainer", 0, "running"), info("trainer", 1, "exited", 1), info("ps", 0, "running")]
+    assert survivors(*map(without, app)) == ("", [])
+    # containers made before the option existed carry no label: they run on too
+    bare = [
+        replace(c, labels={k: v for k, v in c.labels.items() if k != LABEL_STOP_ON_FAILURE})
+        for c in app
+    ]
+    assert survivors(*bare) == ("", [])
+
+
+def test_a_stopped_replica_is_cancelled_saying_why_and_the_app_failed() -> None:
+    attrs = inspect_attrs("trainer", 0, "exited", 143)
+    attrs["Name"] += STOPPED_SUFFIX
+    stopped = ContainerInfo.from_inspect(attrs)
+    assert replica_state(stopped) == AppState.CANCELLED
+    resp = describe_app(APP_ID, [stopped, info("trainer", 1, "exited", 1), info("ps", 0, "exited")])
+    assert resp is not None and resp.state == AppState.FAILED
+    replica = resp.roles_statuses[0].replicas[0]
+    assert (replica.state, replica.reason) == (AppState.CANCELLED, "")
+    assert replica.structured_error_msg == STOPPED_AFTER_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (143, AppState.CANCELLED),
+        (137, AppState.CANCELLED),
+        (2, AppState.FAILED),
+        (0, AppState.SUCCEEDED),
+    ],
+)
+def test_a_replica_that_ended_on_its_own_as_it_was_being_stopped_says_how_it_ended(
+    code: int, expected: AppState
+) -> None:
+    """On a busy engine a survivor chosen for the stop may exit with its own code before the
+    stop reaches it: its own exit counts (it may be the root cause), not the stop."""
+    attrs = inspect_attrs("trainer", 1, "exited", code)
+    attrs["Name"] += STOPPED_SUFFIX
+    assert replica_state(ContainerInfo.from_inspect(attrs)) == expected
+
+
+def test_survivors_are_stopped_once_the_root_cause_window_has_passed() -> None:
+    """A replica that fails on its own within a second of the first failure counts as
+    failing at the same moment: its own exit, not the stop's, may name the root cause."""
+    attrs = inspect_attrs("trainer", 1, "exited", 137)
+    attrs["State"]["FinishedAt"] = "2024-05-01T10:00:03.250000Z"
+    failed = ContainerInfo.from_inspect(attrs)
+    app = [info("trainer", 0, "running"), failed, info("ps", 0, "running")]
+    ended = datetime(2024, 5, 1, 10, 0, 3, 250000, tzinfo=timezone.utc)
+    soon = survivors_to_stop(app, ended + timedelta(seconds=0.4))
+    assert (soon.failed, soon.survivors, soon.again_in) == ("trainer/1", (), pytest.approx(0.6))
+    later = survivors_to_stop(app, ended + timedelta(seconds=1.01))
+    assert [f"{c.role_name}/{c.replica_id}" for c in later.survivors] == ["trainer/0", "ps/0"]
+    assert later.again_in is None
+    # an engine clock ahead of ours: never more than the window
+    assert survivors_to_stop(app, ended - timedelta(seconds=30)).again_in == 1.0

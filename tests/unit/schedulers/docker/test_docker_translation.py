@@ -25,6 +25,7 @@ from torchx_provider.schedulers.docker.translation import (
     app_to_containers,
     check_engine_resources,
     log_params,
+    missing_mount,
     new_app_id,
     replica_name,
     select_env,
@@ -313,6 +314,7 @@ def test_run_opts_declare_every_option() -> None:
         "quiet",
         "network",
         "remove",
+        "stop_on_failure",
         "max_replicas",
     ]
     resolved = opts.resolve(opts.cfg_from_str("copy_env=A*;B,env=K:V,privileged=true,remove=0"))
@@ -410,3 +412,21 @@ def test_each_replica_gets_what_values_apply_gives_it() -> None:
         assert spec["environment"]["TORCHX_REPLICA_IDX"] == str(i)
         assert spec["labels"][LABEL_REPLICA_ID] == str(i)
     assert job.containers[0]["entrypoint"] is not job.containers[1]["entrypoint"]
+
+
+def test_a_missing_bind_source_is_named_by_its_place_in_the_role() -> None:
+    role = Role(
+        "trainer",
+        image="img",
+        entrypoint="python",
+        mounts=[DeviceMount("/dev/fuse", "/dev/fuse"), BindMount("/data/", "/data")],
+    )
+    spec = app_to_containers(AppDef("a", [role]), DockerOpts(), "a-1", {}).containers[0]
+    answer = 'invalid mount config for type "bind": bind source path does not exist: /data'
+    assert missing_mount(spec, answer).startswith(
+        "roles[0].mounts[1] (bind /data/ -> /data) of role 'trainer': its source /data does "
+        "not exist on the Docker host"
+    )
+    other = answer.replace("/data", "/elsewhere")
+    assert missing_mount(spec, other).startswith("a bind mount of roles[0] of role 'trainer'")
+    assert missing_mount(spec, "no space left on device") == ""

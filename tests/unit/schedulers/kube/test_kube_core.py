@@ -15,6 +15,7 @@ import pytest
 
 from kube_fakes import T0, FakeAsyncKube, FakeKube, add_pod, app, set_phase
 from torchx_provider.errors import (
+    AppConfigurationError,
     BackendUnavailableError,
     InvalidOptionError,
     SubmissionError,
@@ -74,9 +75,11 @@ def test_a_queue_that_does_not_exist_or_is_closed_is_refused_before_anything_is_
     fake.cluster_objects = {("queues", "open"): {"status": {"state": "Open"}}}
     fake.cluster_objects[("queues", "shut")] = {"status": {"state": "Closed"}}
     for queue, why in (("nope", "does not exist"), ("shut", "is Closed and admits no new job")):
-        with pytest.raises(InvalidOptionError, match=why) as raised:
+        # what a retry cannot heal: AppConfigurationError, as the docs' retry section says
+        with pytest.raises(AppConfigurationError, match=why) as raised:
             volcano.schedule(volcano.submit_dryrun(app(), {"queue": queue}))
-        assert raised.value.option == "queue"
+        assert "run option queue" in str(raised.value)
+        assert str(raised.value).endswith("(nothing was submitted)")
     assert not [c for c in fake.calls if c[0] == "create"]
     assert volcano.schedule(volcano.submit_dryrun(app(), {"queue": "open"}))
     # A Role that may not read queues (they are cluster-scoped): Volcano decides.
@@ -96,7 +99,7 @@ async def test_the_async_face_checks_the_queue_and_validates_with_a_dry_run(
     request = scheduler.submit_dryrun(app(), {"queue": "q", "validate_spec": True}).request
     fake.cluster_objects = {}
     core = KubeCore(VolcanoTranslation(), FakeAsyncKube(fake))
-    with pytest.raises(InvalidOptionError, match="does not exist"):
+    with pytest.raises(AppConfigurationError, match="does not exist"):
         await core.create(request)
     fake.cluster_objects = {("queues", "q"): {"status": {"state": "Open"}}}
     await core.create(request)

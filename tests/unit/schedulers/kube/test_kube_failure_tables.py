@@ -161,3 +161,16 @@ def test_a_replica_waiting_on_its_configuration_says_why_while_it_waits() -> Non
         "configuration",
     )
     assert (second.reason, second.failure) == ("", None)
+
+
+def test_a_pod_tells_when_its_container_started_running_or_ended() -> None:
+    ended = pod_details(pod(terminated=exited(0, "Completed", startedAt="2024-05-01T10:00:01Z")))
+    assert ended.started_at is not None and ended.started_at.isoformat() == (
+        "2024-05-01T10:00:01+00:00"
+    )
+    running = pod("Running")
+    running["status"]["containerStatuses"][0]["state"] = {
+        "running": {"startedAt": "2024-05-01T10:00:02Z"}
+    }
+    assert pod_details(running).started_at is not None
+    assert pod_details(pod("Pending", waiting="ContainerCreating")).started_at is None

@@ -4,7 +4,7 @@ the replica that failed first still names its cause."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,9 +12,12 @@ from torchx_provider.failures import FailureKind
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube.client import with_failures
 from torchx_provider.schedulers.kube.status import PodDetails
+from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, LABEL_ROLE_NAME
 from torchx_provider.specs.api import AppState, ReplicaStatus, RoleStatus
 
 ENDED = datetime(2026, 11, 27, 16, 0, 1, tzinfo=timezone.utc)
+#: the labels that make a pod replica w/0 of the app
+REPLICA_LABELS = {LABEL_ROLE_NAME: "w", LABEL_REPLICA_ID: "0"}
 
 
 @dataclass
@@ -22,6 +25,7 @@ class Watched:
     """What an app's watch saw of its failed pods' ends."""
 
     failures: dict[tuple[str, int], PodDetails]
+    disrupted: dict[str, str] = field(default_factory=dict)
 
 
 def response(replica: ReplicaStatus) -> DescribeAppResponse:
@@ -109,3 +113,44 @@ def test_only_failed_or_disrupted_pods_are_kept() -> None:
         PodDetails(AppState.FAILED, 1, "h", "Error", 0, reason="Error", failure=FailureKind.USER)
     )
     assert not telling(PodDetails(AppState.FAILED, None, "h", "", 0))
+
+
+def test_the_pods_the_platform_ended_count_as_the_apps_evictions() -> None:
+    """Outside Kueue no object counts evictions: a replica the platform evicted (and its job
+    restarted) counts from the pods the watch saw marked, each pod once, and a count the
+    backend keeps (Kueue's Workload) is not lowered."""
+    running = ReplicaStatus(0, AppState.RUNNING, "w", "h")
+    resp = DescribeAppResponse(
+        app_id="ns:a", state=AppState.RUNNING, roles_statuses=[RoleStatus("w", [running])]
+    )
+    assert with_failures(resp, Watched(failures={})).evictions == -1  # not told
+    two = {"uid-1": "w/0: EvictionByEvictionAPI", "uid-2": "w/0: PreemptionByScheduler"}
+    told = with_failures(resp, Watched(failures={}, disrupted=two))
+    assert told.evictions == 2
+    assert told.disruptions == ["w/0: EvictionByEvictionAPI", "w/0: PreemptionByScheduler"]
+    resp.evictions = 3  # Kueue's count
+    assert with_failures(resp, Watched(failures={}, disrupted={"uid-1": "w/0: x"})).evictions == 3
+
+
+async def test_the_watch_notes_each_disrupted_pod_once() -> None:
+    """:meth:`AppWatch.note_failures` keeps the UID of each pod with a ``DisruptionTarget``,
+    whatever its phase, and only those."""
+    from torchx_provider.schedulers.kube.hub import AppWatch
+
+    marked = evicted_pod()
+    marked["metadata"] |= {"uid": "uid-1", "labels": REPLICA_LABELS}
+    plain = evicted_pod()
+    plain["metadata"] |= {"uid": "uid-2", "labels": REPLICA_LABELS}
+    plain["status"]["conditions"] = []
+    pods = [marked, plain]
+
+    class Pods(AppWatch):
+        def pods(self) -> list[dict[str, Any]]:
+            return pods
+
+    watch = Pods.__new__(Pods)
+    watch.failures, watch.disrupted = {}, {}
+    watch.note_failures()
+    watch.note_failures()
+    assert watch.disrupted == {"uid-1": "w/0: EvictionByEvictionAPI: Eviction API: evicting"}
+    assert set(watch.failures) == {("w", 0)}

@@ -15,6 +15,7 @@ from kube_fakes import (
     FakeAsyncKube,
     FakeKube,
     FakeListWatch,
+    add_local_queue,
     add_pod,
     app,
     job_event,
@@ -554,6 +555,7 @@ async def test_a_workload_change_wakes_its_apps_follower_and_names_a_followed_pr
     from torchx_provider.schedulers.kube.resources import APPWRAPPER_WORKLOADS, KUEUE_WORKLOAD
 
     fake = FakeKube()
+    add_local_queue(fake)
     sched = aw.create_scheduler("s", namespace="ns", kube=fake)
     low = sched.schedule(sched.submit_dryrun(app(), {"local_queue": "lq"}))
     high = sched.schedule(sched.submit_dryrun(app(), {"local_queue": "lq"}))

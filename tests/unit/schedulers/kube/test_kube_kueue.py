@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kube_fakes import FakeAsyncKube, FakeKube
+import pytest
+
+from kube_fakes import FakeAsyncKube, FakeKube, add_local_queue
 from torchx_provider import specs
 from torchx_provider.errors import BackendConfigurationError, BackendUnavailableError
 from torchx_provider.schedulers.kube.appwrapper import create_async_client, create_scheduler
@@ -15,7 +17,7 @@ from torchx_provider.schedulers.kube.hub import InformerHub
 from torchx_provider.schedulers.kube.kueue import (
     JOB_UID_LABEL,
     evictions,
-    never_admissible,
+    never_fits,
     owner_name,
     preemptor_uid,
     waits_for_admission,
@@ -72,12 +74,30 @@ def test_waiting_for_quota_is_said_in_kueues_words() -> None:
 
 
 def test_a_request_larger_than_the_queue_is_never_admissible() -> None:
-    wl = workload(cond("QuotaReserved", "False", "Pending", TOO_BIG))
-    assert never_admissible(wl)
-    [text] = texts(wl)
+    too_big = cond("QuotaReserved", "False", "Pending", TOO_BIG)
+    assert never_fits(too_big)
+    [text] = texts(workload(too_big))
     assert text.startswith("Kueue workload appwrapper-a-1 can never be admitted")
     assert "maximum capacity (4)" in text
-    assert not never_admissible(workload(cond("QuotaReserved", "False", "Pending", PENDING)))
+    assert not never_fits(cond("QuotaReserved", "False", "Pending", PENDING))
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        cond("QuotaReserved", "False", "Pending", TOO_BIG),
+        cond("QuotaReserved", "False", "Pending", PENDING),
+        cond("QuotaReserved", "False", "Inadmissible", TOO_BIG),
+        cond("QuotaReserved", "True", "Pending", TOO_BIG),
+        # a long message whose "maximum capacity" comes after what the task log shows
+        cond("QuotaReserved", "False", "Pending", "x" * 600 + " " + TOO_BIG),
+    ],
+)
+def test_the_task_log_says_never_admitted_exactly_when_the_rule_says_so(
+    condition: dict[str, Any],
+) -> None:
+    said = any("can never be admitted" in text for text in texts(workload(condition)))
+    assert said is never_fits(condition)
 
 
 def test_inadmissible_names_the_missing_or_inactive_queue() -> None:
@@ -116,6 +136,8 @@ def test_other_evictions_and_the_admission_are_said() -> None:
         "timeout; the app is suspended and requeued",
         "Kueue workload appwrapper-a-1 admitted: QuotaReserved: Quota reserved in ClusterQueue cq",
     ]
+    # the eviction asks for attention; the admission is news that the wait is over
+    assert [w.warning for w in workload_waits(wl)] == [True, False]
 
 
 def test_each_reason_is_keyed_by_its_transition_and_message() -> None:
@@ -170,6 +192,7 @@ def pending_workload(kind: str, owner: dict[str, Any], message: str) -> dict[str
 def queued(fake: FakeKube) -> tuple[str, dict[str, Any]]:
     """An AppWrapper of a LocalQueue, and the Workload Kueue made for it (over quota)."""
     aws = create_scheduler("s", namespace="ns", kube=fake)
+    add_local_queue(fake)
     app_id = aws.schedule(aws.submit_dryrun(app(), {"local_queue": "lq"}))
     _, name = app_id.split(":")
     obj = fake.objects[("appwrappers", "ns", name)]
@@ -273,6 +296,7 @@ def test_a_jobset_of_a_local_queue_reads_its_workload_the_same_way() -> None:
 
     fake = FakeKube()
     js = jobset.create_scheduler("s", namespace="ns", kube=fake)
+    add_local_queue(fake)
     app_id = js.schedule(js.submit_dryrun(app(), {"local_queue": "lq"}))
     name = app_id.split(":")[1]
     obj = fake.objects[("jobsets", "ns", name)]
@@ -328,6 +352,7 @@ def test_the_worker_reads_the_local_queue_only_while_its_workload_waits() -> Non
     aws = create_scheduler("s", namespace="ns", kube=fake)
     app_id, wl = queued(fake)
     fake.objects[("localqueues", "ns", "lq")] = local_queue(2, 5)
+    fake.calls.clear()  # the LocalQueue read before submission
     for _ in range(2):
         aws.describe(app_id)
     assert [c for c in fake.calls if c[:2] == ("get", "kueue.x-k8s.io")] == [
@@ -348,6 +373,7 @@ async def test_the_triggerer_reads_local_queues_from_one_watch_quiet_when_refuse
         fake = FakeKube()
         app_id, wl = queued(fake)
         fake.objects[("localqueues", "ns", "lq")] = local_queue(1, 0)
+        fake.calls.clear()  # the LocalQueue read before submission
         if refused:
             fake.forbidden_plurals = {"localqueues"}
         hub = InformerHub.current()
@@ -366,3 +392,46 @@ async def test_the_triggerer_reads_local_queues_from_one_watch_quiet_when_refuse
         assert said == [
             f"Kueue workload {wl['metadata']['name']} waits for quota: Pending: {PENDING}{summary}"
         ]
+
+
+# ------------------------------------------------------------------ a LocalQueue that stops
+INACTIVE = cond(
+    "Active", "False", "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue", "t9"
+)
+
+
+def test_a_cluster_queue_stopped_while_a_job_waits_is_said_from_its_local_queue() -> None:
+    """Kueue updates the LocalQueue of a stopped ClusterQueue at once but may leave the
+    waiting Workload's last reason (no quota) standing: the LocalQueue's own ``Active``
+    condition is said, once, naming its ClusterQueue."""
+    fake = FakeKube()
+    aws = create_scheduler("s", namespace="ns", kube=fake)
+    app_id, _ = queued(fake)
+    fake.objects[("localqueues", "ns", "lq")] = local_queue(1, 0)
+    aws.describe(app_id)
+    [first] = [n.text for n in aws.core.take_notices()]
+    assert first.endswith("LocalQueue lq holds 1 pending workload, 0 admitted"), first
+    fake.objects[("localqueues", "ns", "lq")] = local_queue(1, 0, conditions=[INACTIVE])
+    for _ in range(2):
+        aws.describe(app_id)
+    assert [n.text for n in aws.core.take_notices()] == [
+        "Kueue LocalQueue lq (ClusterQueue cq) admits no workload: ClusterQueueIsInactive: "
+        "Can't submit new workloads to clusterQueue; the app waits until an administrator "
+        "makes it active again, or cancel it and name another LocalQueue in run option "
+        "local_queue"
+    ]
+
+
+async def test_the_triggerer_says_a_stopped_local_queue_from_its_watch() -> None:
+    fake = FakeKube()
+    app_id, _ = queued(fake)
+    fake.objects[("localqueues", "ns", "lq")] = local_queue(1, 0, conditions=[INACTIVE])
+    hub = InformerHub.current()
+    client = create_async_client(namespace="ns", kube=FakeAsyncKube(fake))
+    try:
+        await client.describe(app_id)
+        said = [n.text for n in client.take_notices()]
+    finally:
+        await client.close()
+        await hub.close()
+    assert any(t.startswith("Kueue LocalQueue lq (ClusterQueue cq) admits no") for t in said), said

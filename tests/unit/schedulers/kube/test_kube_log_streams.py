@@ -3,6 +3,8 @@
 The stream reader runs against a stand-in API (pods from a cache, logs as chunked streams
 that, like kwok's, stay open after the container ended) so that every way an instance can
 end is exercised without a cluster; the local cluster tests run the same code for real.
+It runs on simulated time (:mod:`virtual_time`): each test is a timeline of what the
+cluster does when, and takes no real time however long the follower's waits.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from typing import Any
 
 import pytest
 
-from torchx_provider.errors import UnknownAppError
-from torchx_provider.schedulers.kube.logfollow import ReplicaLogFollower
+from torchx_provider.errors import SubmissionError, UnknownAppError
+from torchx_provider.schedulers.kube.logfollow import (
+    APP_ENDED_IDLE,
+    DRAIN_IDLE,
+    EOF_RECHECK,
+    ReplicaLogFollower,
+)
 from torchx_provider.schedulers.kube.podlogs import replica_instances
 from torchx_provider.schedulers.labels import LABEL_REPLICA_ID, LABEL_ROLE_NAME
 from torchx_provider.schedulers.logs import LogCursor, LogSource, format_timestamp
 from torchx_provider.schedulers.streams import StreamSlots
+from virtual_time import VirtualClock, settle
 
 BASE = datetime(2024, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
@@ -256,6 +264,8 @@ class FakeClient:
         self.kube = LogServingKube(watch)
         #: what answers ``open_log`` (a test may wrap the fake server's)
         self.serve: OpenLog = self.kube.open_log
+        #: what the follower told the task log: ``(key, text)``
+        self.notices: list[tuple[str, str]] = []
 
     async def watch(self, app_id: str) -> FakeWatch:
         return self.pod_cache
@@ -268,10 +278,21 @@ class FakeClient:
     async def open_log(self, namespace: str, pod: str, query: list[tuple[str, str]]) -> Any:
         return await self.serve(namespace, pod, query)
 
+    def notice(self, text: str, key: str) -> None:
+        self.notices.append((key, text))
 
-def follower_of(client: FakeClient, ended: asyncio.Event, replica: int = 0) -> ReplicaLogFollower:
-    """A follower of replica ``trainer/<replica>`` of app ``ns:job``."""
-    return ReplicaLogFollower(client, "ns:job", LogSource("trainer", replica), ended)
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+def follower_of(
+    client: FakeClient, ended: asyncio.Event, clock: VirtualClock, replica: int = 0
+) -> ReplicaLogFollower:
+    """A follower of replica ``trainer/<replica>`` of app ``ns:job``, on ``clock``."""
+    source = LogSource("trainer", replica)
+    return ReplicaLogFollower(client, "ns:job", source, ended, clock=clock, sleep=clock.sleep)
 
 
 async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[str], LogCursor]:
@@ -284,43 +305,32 @@ async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[
 
 
 def follow_from_the_start(
-    client: FakeClient,
+    client: FakeClient, clock: VirtualClock
 ) -> tuple[asyncio.Event, asyncio.Future[tuple[list[str], LogCursor]]]:
     """Start following replica trainer/0 from the start, until the app ends: the event that
     says it ended, and the task that collects what the follow reads."""
     ended = asyncio.Event()
-    return ended, asyncio.ensure_future(collect(follower_of(client, ended), LogCursor()))
+    return ended, asyncio.ensure_future(collect(follower_of(client, ended, clock), LogCursor()))
 
 
 async def follow_until_pod_a_succeeds(
-    client: FakeClient, watch: FakeWatch, followed: bool = True
+    client: FakeClient, watch: FakeWatch, clock: VirtualClock, followed: bool = True
 ) -> tuple[list[str], LogCursor]:
     """Follow replica trainer/0 from the start; 0.1 s after its log was first followed (or
-    first read, when not ``followed``), however long a loaded machine takes to get there, its
-    pod ``a`` succeeds and the app ends. What the follow read, and its cursor."""
-    ended, task = follow_from_the_start(client)
-    for _ in range(500):
-        if any(q.get("follow") == "true" or not followed for _, q in client.kube.opened):
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError(f"the log was never followed: {client.kube.opened}")
-    await asyncio.sleep(0.1)
+    first read, when not ``followed``), its pod ``a`` succeeds and the app ends. What the
+    follow read, and its cursor."""
+    ended, task = follow_from_the_start(client, clock)
+    await clock.until(
+        lambda: any(q.get("follow") == "true" or not followed for _, q in client.kube.opened),
+        limit=60,
+    )
+    await clock.advance(0.1)
     watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
     ended.set()
-    return await asyncio.wait_for(task, 5)
+    return await clock.run(task, limit=60)
 
 
-@pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchx_provider.schedulers.kube import logfollow
-
-    monkeypatch.setattr(logfollow, "DRAIN_IDLE", 0.05)
-    monkeypatch.setattr(logfollow, "QUIET_CHECK", 0.01)
-    monkeypatch.setattr(logfollow, "APP_ENDED_IDLE", 0.1)
-
-
-async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement() -> None:
+async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement(clock: VirtualClock) -> None:
     """Volcano replaces a crashed pod by one with the same name; kwok's streams stay open:
     the crashed instance's traceback is read before its replacement's first line."""
     watch = FakeWatch([pod("a")])
@@ -328,35 +338,39 @@ async def test_a_replaced_pod_is_read_to_its_end_then_its_replacement() -> None:
     client.kube.logs["a"] = [cri(0, "start a"), cri(1, "Traceback (most recent call last):")]
     client.kube.logs["b"] = [cri(2, "start b"), cri(3, "done")]
     ended = asyncio.Event()
-    follower = follower_of(client, ended)
+    follower = follower_of(client, ended, clock)
     task = asyncio.ensure_future(collect(follower, LogCursor()))
-    await asyncio.sleep(0.05)
+    await clock.advance(1)
     watch.set_pods([pod("a", phase="Failed", state="terminated")])
-    await asyncio.sleep(0.2)
+    await clock.advance(2 * DRAIN_IDLE)
     watch.set_pods([pod("b", created="2024-05-01T10:00:02Z")])  # a is gone
-    await asyncio.sleep(0.05)
+    await clock.advance(1)
     watch.set_pods(
         [pod("b", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated")]
     )
     ended.set()
-    lines, cursor = await asyncio.wait_for(task, 5)
+    lines, cursor = await clock.run(task, limit=60)
     assert lines == ["start a", "Traceback (most recent call last):", "start b", "done"]
     assert cursor.done == ("a/trainer/0", "b/trainer/0")
     assert not follower.warn
 
 
-async def test_a_broken_stream_is_reopened_from_its_cursor_without_repeats() -> None:
+async def test_a_broken_stream_is_reopened_from_its_cursor_without_repeats(
+    clock: VirtualClock,
+) -> None:
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "l0"), cri(0.5, "l1"), cri(0.7, "l2"), cri(1.2, "l3")]
     client.kube.break_first.add("a")
-    lines, _ = await follow_until_pod_a_succeeds(client, watch)
+    lines, _ = await follow_until_pod_a_succeeds(client, watch, clock)
     assert lines == ["l0", "l1", "l2", "l3"]
     reopened = client.kube.opened[1][1]
     assert reopened["sinceTime"] == "2024-05-01T10:00:00Z"
 
 
-async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its_cursor() -> None:
+async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its_cursor(
+    clock: VirtualClock,
+) -> None:
     """The backlog comes from a read that does not follow (the API server sends it in large
     pieces); the follow then starts at the backlog's last second, and what it sends again of
     that second is dropped."""
@@ -372,7 +386,7 @@ async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its
         return resp
 
     client.serve = open_log
-    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch, clock)
     assert lines == ["l0", "l1", "l2", "l3"]
     assert cursor.is_done("a/trainer/0")
     backlog, follow = (q for _, q in client.kube.opened[:2])
@@ -391,7 +405,7 @@ async def test_a_running_instance_s_backlog_is_read_then_it_is_followed_from_its
     ids=["unfinished-line", "stalled-mid-line"],
 )
 async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
-    backlog_end: bytes, ends: bool
+    backlog_end: bytes, ends: bool, clock: VirtualClock
 ) -> None:
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
@@ -405,12 +419,12 @@ async def test_a_line_still_being_written_at_the_backlog_s_end_is_read_whole(
         return await opened(namespace, name, query)
 
     client.serve = open_log
-    lines, cursor = await follow_until_pod_a_succeeds(client, watch, followed=ends)
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch, clock, followed=ends)
     assert lines == ["l0", "hello world", "l2"]
     assert cursor.is_done("a/trainer/0")
 
 
-async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
+async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot(clock: VirtualClock) -> None:
     """At the stream cap, an instance whose backlog was read does not queue again for its
     follow behind the others (a turn may last a slice: 20 s)."""
     slots = StreamSlots(limit=1, slice=3600.0)
@@ -421,11 +435,11 @@ async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
     client.kube.logs["a"] = [cri(0, "a0"), cri(1, "a1")]
     client.kube.logs["b"] = [cri(0, "b0"), cri(1, "b1")]
     ended = asyncio.Event()
-    followers = [follower_of(client, ended, r) for r in (0, 1)]
+    followers = [follower_of(client, ended, clock, r) for r in (0, 1)]
     first = asyncio.ensure_future(collect(followers[0], LogCursor()))
-    await asyncio.sleep(0.01)
+    await settle()
     second = asyncio.ensure_future(collect(followers[1], LogCursor()))
-    await asyncio.sleep(0.1)
+    await clock.advance(1)
     assert [(uid, q.get("follow")) for uid, q in client.kube.opened] == [
         ("a", None),
         ("a", "true"),  # in the same turn: b still waits for the slot
@@ -437,24 +451,28 @@ async def test_a_backlog_is_followed_on_in_the_same_turn_of_its_slot() -> None:
         ]
     )
     ended.set()
-    (a, _), (b, _) = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    (a, _), (b, _) = await clock.run(asyncio.gather(first, second), limit=60)
     assert (a, b) == (["a0", "a1"], ["b0", "b1"])
     assert slots.held == 0
 
 
-async def test_an_instance_ended_before_it_is_read_is_read_once_without_following() -> None:
+async def test_an_instance_ended_before_it_is_read_is_read_once_without_following(
+    clock: VirtualClock,
+) -> None:
     watch = FakeWatch([pod("a", phase="Succeeded", state="terminated")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "l0"), cri(1, "l1")]
     ended = asyncio.Event()
     ended.set()
-    follower = follower_of(client, ended)
-    lines, cursor = await asyncio.wait_for(collect(follower, LogCursor()), 5)
+    follower = follower_of(client, ended, clock)
+    lines, cursor = await clock.run(collect(follower, LogCursor()), limit=1)
     assert lines == ["l0", "l1"] and cursor.is_done("a/trainer/0")
     assert [q.get("follow") for _, q in client.kube.opened] == [None]
 
 
-async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current_one() -> None:
+async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current_one(
+    clock: VirtualClock,
+) -> None:
     watch = FakeWatch(
         [
             pod("a", phase="Failed", state="terminated"),
@@ -469,13 +487,15 @@ async def test_a_resumed_follow_skips_finished_instances_and_resumes_the_current
     ended = asyncio.Event()
     ended.set()
     cursor = LogCursor(BASE + timedelta(seconds=2), 1, "b/trainer/0", ("a/trainer/0",))
-    follower = follower_of(client, ended)
-    lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
+    follower = follower_of(client, ended, clock)
+    lines, cursor = await clock.run(collect(follower, cursor), limit=1)
     assert lines == ["b1", "b2"]
     assert [uid for uid, _ in client.kube.opened] == ["b"]
 
 
-async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost() -> None:
+async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost(
+    clock: VirtualClock,
+) -> None:
     watch = FakeWatch(
         [pod("b", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated")]
     )
@@ -484,26 +504,73 @@ async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost() -> Non
     ended = asyncio.Event()
     ended.set()
     cursor = LogCursor(BASE, 1, "a/trainer/0")  # a was being read when the follow stopped
-    follower = follower_of(client, ended)
-    lines, cursor = await asyncio.wait_for(collect(follower, cursor), 5)
+    follower = follower_of(client, ended, clock)
+    lines, cursor = await clock.run(collect(follower, cursor), limit=1)
     assert lines == ["b0"]
     assert follower.warn == ["a/trainer/0"]
     assert cursor.done == ("a/trainer/0", "b/trainer/0")
+    # and the task log says so: which run, from when on its lines are missing
+    ((key, text),) = client.notices
+    assert key == "log end lost:ns:job:a/trainer/0"
+    assert text.startswith("[trainer/0] the end of an earlier run's log cannot be read"), text
+    assert "(uid a, container trainer, restart 0)" in text, text
+    assert f"after {BASE.isoformat()}" in text, text
 
 
-async def test_a_container_lingering_after_the_app_ended_is_read_then_left() -> None:
+async def test_a_previous_run_the_kubelet_no_longer_keeps_is_skipped_not_waited_for(
+    clock: VirtualClock,
+) -> None:
+    """A container restarted in place, then its pod ended: the kubelet removes the dead
+    container of the earlier run (``lastState`` goes, ``restartCount`` stays), and the API
+    answers its ``previous`` log with 400, as a real kubelet does. A follow that comes to it
+    late reads the run after it, says the earlier one is missing, and does not wait."""
+    watch = FakeWatch([pod("a", phase="Succeeded", state="terminated", restarts=1)])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(5, "second run"), cri(6, "done")]
+
+    async def serve(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        if ("previous", "true") in query:
+            raise SubmissionError(
+                f'previous terminated container "trainer" in pod "{name}" not found', status=400
+            )
+        return await client.kube.open_log(namespace, name, query)
+
+    client.serve = serve
+    ended = asyncio.Event()
+    ended.set()
+    follower = follower_of(client, ended, clock)
+    lines, cursor = await clock.run(collect(follower, LogCursor()), limit=1)
+    assert lines == ["second run", "done"]
+    assert cursor.done == ("a/trainer/0", "a/trainer/1")
+    assert follower.warn == ["a/trainer/0"]
+    ((key, text),) = client.notices
+    assert key == "log gone:ns:job:a/trainer/0"
+    assert text == (
+        "[trainer/0] an earlier run's log cannot be read: the kubelet no longer keeps it "
+        "(pod job-trainer-0, uid a, container trainer, restart 0); its lines are not in the "
+        "task log"
+    )
+
+
+async def test_a_container_lingering_after_the_app_ended_is_read_then_left(
+    clock: VirtualClock,
+) -> None:
     watch = FakeWatch([pod("a")])  # running, and stays so
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "last words")]
-    ended, task = follow_from_the_start(client)
-    await asyncio.sleep(0.05)
+    ended, task = follow_from_the_start(client, clock)
+    await clock.advance(1)
     ended.set()
-    lines, cursor = await asyncio.wait_for(task, 5)
+    lines, cursor = await clock.run(task, limit=60)
     assert lines == ["last words"]
     assert cursor.is_done("a/trainer/0")
+    # left once quiet for APP_ENDED_IDLE (its line came at 0), not waited on for its end
+    assert APP_ENDED_IDLE <= clock() < APP_ENDED_IDLE + 1
 
 
-async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended() -> None:
+async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended(
+    clock: VirtualClock,
+) -> None:
     """A pod deleted while it is followed (kubectl delete, an eviction): its stream is left
     once the cache shows it gone, what it wrote kept. While the app runs a controller may
     replace it, so the follow waits; once the app has ended it stops at once -- it never
@@ -511,18 +578,18 @@ async def test_a_pod_deleted_for_good_is_not_waited_for_once_the_app_ended() -> 
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "a0")]
-    ended, task = follow_from_the_start(client)
-    await asyncio.sleep(0.1)
+    ended, task = follow_from_the_start(client, clock)
+    await clock.advance(1)
     watch.set_pods([])  # deleted, and no replacement comes
-    await asyncio.sleep(0.3)
+    await clock.advance(600)
     assert not task.done()
     ended.set()
-    lines, cursor = await asyncio.wait_for(task, 1)
+    lines, cursor = await clock.run(task, limit=0)  # at once
     assert lines == ["a0"] and cursor.is_done("a/trainer/0")
 
 
 async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: VirtualClock,
 ) -> None:
     """The server ends the stream of a container the cache shows running (its exit is not
     in the watch yet): no warning, no failure, no reopening in a loop -- it waits for the
@@ -531,26 +598,28 @@ async def test_a_stream_the_server_ends_early_is_waited_on_not_hammered(
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "only line")]
     client.kube.eof_always.add("a")
-    ended, task = follow_from_the_start(client)
-    await asyncio.sleep(0.3)
+    ended, task = follow_from_the_start(client, clock)
+    await clock.advance(EOF_RECHECK - 1)
     # its backlog, then a follow the server ended: waiting for a change, not reopening
     assert [q.get("follow") for _, q in client.kube.opened] == [None, "true"]
     watch.set_pods([pod("a", phase="Succeeded", state="terminated")])
-    await asyncio.sleep(0.1)
+    await clock.advance(0.1)
     ended.set()
-    lines, cursor = await asyncio.wait_for(task, 5)
+    lines, cursor = await clock.run(task, limit=60)
     assert lines == ["only line"] and cursor.is_done("a/trainer/0")
     assert len(client.kube.opened) == 3
 
 
-async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end() -> None:
+async def test_a_follow_the_server_never_answers_does_not_hold_up_the_end(
+    clock: VirtualClock,
+) -> None:
     """A quiet log's follow may not be answered until its first line: once the cache shows
     the container ended, the reader gives the follow up and reads the log without it."""
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [cri(0, "late line")]
     client.kube.silent_follow.add("a")
-    lines, cursor = await follow_until_pod_a_succeeds(client, watch)
+    lines, cursor = await follow_until_pod_a_succeeds(client, watch, clock)
     assert lines == ["late line"] and cursor.is_done("a/trainer/0")
     # its backlog, the follow given up, the log read to its end without following
     assert [q.get("follow") for _, q in client.kube.opened] == [None, "true", None]
@@ -572,7 +641,7 @@ async def test_stream_slots_are_capped_and_handed_out_in_turn() -> None:
                 assert slot.should_yield  # others wait, the slice is over
 
     tasks = [asyncio.ensure_future(reader(n)) for n in "abcd"]
-    await asyncio.sleep(0.01)
+    await settle()
     assert order == ["a", "b"] and slots.held == 2 and len(slots.waiting) == 2
     release.set()
     await asyncio.gather(*tasks)
@@ -641,10 +710,10 @@ async def test_an_ended_apps_read_goes_first_and_running_streams_make_room() -> 
             assert slot.urgent == app_ended.is_set()
 
     first = asyncio.ensure_future(running())
-    await asyncio.sleep(0.01)
+    await settle()
     queued = asyncio.ensure_future(reader("queued-running", asyncio.Event()))
     late = asyncio.ensure_future(reader("ended-later", ended))
-    await asyncio.sleep(0.01)
+    await settle()
     assert len(slots.waiting) == 2 and not slots.wanted.is_set()
     ended.set()  # its app ends while it waits behind another
     await asyncio.wait_for(asyncio.gather(first, queued, late), 2)
@@ -654,7 +723,7 @@ async def test_an_ended_apps_read_goes_first_and_running_streams_make_room() -> 
 
 
 async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, clock: VirtualClock
 ) -> None:
     """A server that sends every line on its own (as the API server does for a followed log)
     would cost a read per line: after a small read the socket is left unread for GATHER
@@ -667,7 +736,7 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     watch = FakeWatch([pod("a")])
     client = FakeClient(watch)
     client.kube.logs["a"] = [*small, big]
-    lines, _ = await follow_until_pod_a_succeeds(client, watch)
+    lines, _ = await follow_until_pod_a_succeeds(client, watch, clock)
     assert lines == [f"l{i}" for i in range(3)] + [f"b{i}" for i in range(20)]
     connection = client.kube.responses[0].connection
     assert connection is not None
@@ -680,7 +749,7 @@ async def test_a_trickling_stream_is_left_unread_briefly_so_lines_come_in_bulk(
     [("open", 3), ("closing", 0), ("client-paused", 0), ("released", None)],
 )
 async def test_a_closing_or_client_paused_connection_is_not_paused_again(
-    monkeypatch: pytest.MonkeyPatch, state: str, pauses: int | None
+    monkeypatch: pytest.MonkeyPatch, state: str, pauses: int | None, clock: VirtualClock
 ) -> None:
     """A connection the server closed, or one the HTTP client paused for its own flow
     control, is only waited on: pausing it would fail, or resume what the client paused.
@@ -703,7 +772,7 @@ async def test_a_closing_or_client_paused_connection_is_not_paused_again(
         return made[-1]
 
     client.kube.connect = connect
-    lines, _ = await follow_until_pod_a_succeeds(client, watch)
+    lines, _ = await follow_until_pod_a_succeeds(client, watch, clock)
     assert lines == ["l0", "l1", "l2"]
     assert [c.protocol.transport.pauses for c in made[:1]] == ([] if pauses is None else [pauses])
     if pauses == 0:

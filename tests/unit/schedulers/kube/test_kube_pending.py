@@ -173,6 +173,17 @@ def test_podgroup_events_say_each_reason_once_whatever_their_count_oldest_first(
     assert event_waits([]) == []
 
 
+def test_of_events_of_one_instant_the_reason_is_said_after_the_gang_summary() -> None:
+    """Volcano writes its gang summary and the reason in the same second: the reason is
+    said last, so that a queue timeout, which names the last reason said, names it."""
+    job = {"metadata": {"name": "big-1", "uid": "u1"}}
+    events = [podgroup_event(job, QUOTA, count=4), podgroup_event(job, GANG, count=4)]
+    assert [w.text for w in event_waits(events)] == [
+        f"PodGroup big-1-u1 waits: Unschedulable: {GANG}",
+        f"PodGroup big-1-u1 waits: Unschedulable: {QUOTA}",
+    ]
+
+
 def over_quota(fake: FakeKube) -> tuple[str, dict[str, Any]]:
     volcano = create_scheduler("s", namespace="ns", kube=fake)
     app_id = volcano.schedule(volcano.submit_dryrun(app(), {"queue": "q"}))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.indexed import cluster_domain_option
 from torchx_provider.schedulers.kube.options import option
 from torchx_provider.schedulers.kube.suspension import (
     CANCEL_ACTIONS,
@@ -84,6 +85,7 @@ class AppWrapperOpts(QueuedOpts):
     retryable_exit_codes: str | None = option(
         str, "comma-separated exit codes that may be retried (any other fails the app at once)"
     )
+    cluster_domain: str | None = cluster_domain_option()
 
     def check(self) -> None:
         super().check()

@@ -44,6 +44,8 @@ PHASE_STATE: dict[str, AppState] = {
     # suspend) admits it, or preempted and requeued.
     "Suspended": AppState.PENDING,
     # Admitted (suspend false): the controller is creating the components; pods follow.
+    # (Resuming after a reset -- ``Unhealthy`` still true -- is a restart of a running app:
+    # :func:`appwrapper_state` reads it as ``Resetting``.)
     "Resuming": AppState.PENDING,
     # Components deployed; pods pending or running (PodsReady says whether all are up).
     "Running": AppState.RUNNING,
@@ -70,11 +72,28 @@ CONDITION_ORDER = ("Unhealthy", "PodsReady", "QuotaReserved", "ResourcesDeployed
 _CANCELLABLE_PHASES = ("", "Suspended", "Suspending", "Resuming", "Running", "Resetting")
 
 
+def restarting(status: Mapping[str, Any]) -> bool:
+    """Whether an AppWrapper in ``Resuming`` comes back from a reset (a failure retried:
+    its ``Unhealthy`` condition is still true) rather than from admission (the controller
+    sets ``Unhealthy`` false when it leaves ``Suspended``).
+
+    >>> restarting({"phase": "Resuming", "conditions": [{"type": "Unhealthy",
+    ...     "status": "True", "reason": "FoundFailedPods"}]})
+    True
+    """
+    unhealthy = conditions(status).get("Unhealthy") or {}
+    return status.get("phase") == "Resuming" and unhealthy.get("status") == "True"
+
+
 def appwrapper_state(obj: Mapping[str, Any], where: str = "") -> AppState:
-    """The app state of an AppWrapper; one cancelled by suspension is ``CANCELLED``."""
-    phase = (obj.get("status") or {}).get("phase")
+    """The app state of an AppWrapper; one cancelled by suspension is ``CANCELLED``, one
+    resuming after a reset is restarting (``RUNNING``, as in ``Resetting``), not waiting."""
+    status = obj.get("status") or {}
+    phase = status.get("phase")
     if is_cancelled(obj) and (phase or "") in _CANCELLABLE_PHASES:
         return AppState.CANCELLED
+    if restarting(status):
+        return PHASE_STATE["Resetting"]
     return readback.app_state_of(PHASE_STATE, phase, "AppWrapper phase", where)
 
 

@@ -24,8 +24,9 @@ Replica identity: the pods of one Job share a template, so their replica id is t
 completion index (pod label ``batch.kubernetes.io/job-completion-index``, read back by
 :func:`~torchx_provider.schedulers.kube.status.replica_of`). ``${replica_id}`` becomes
 ``$(TORCHX_REPLICA_ID)``, an env var set from the index and expanded by the kubelet in the
-command, args and env values (not in a pod overlay). ``TORCHX_RANK0_HOST`` is rank 0's name
-``{app}-{role0}-0.{app}`` in every replica, rank 0 included (one template per role), and
+command, args and env values (not in a pod overlay). ``TORCHX_RANK0_HOST`` is rank 0's full name
+``{app}-{role0}-0.{app}.{namespace}.svc.{cluster_domain}`` in every replica, rank 0
+included (one template per role: see :func:`~.indexed.rank0_host`), and
 ``${rank0_env}`` names it. Elastic roles (``min_replicas``) are not elastic here: the
 controller expects every pod.
 
@@ -66,6 +67,7 @@ from torchx_provider.schedulers.kube.appwrapper.state import (
 from torchx_provider.schedulers.kube.indexed import (
     REPLICA_ID_ENV,
     indexed_jobs,
+    rank0_host,
     with_replica_id_env,
 )
 from torchx_provider.schedulers.kube.naming import Placement
@@ -146,11 +148,13 @@ def aw_annotations(app: AppDef, opts: AppWrapperOpts) -> dict[str, str]:
 def app_to_appwrapper(app: AppDef, opts: AppWrapperOpts, at: Placement) -> dict[str, Any]:
     """The AppWrapper of ``app`` placed ``at`` (pure: same input, same manifest)."""
     namespace, name, ti_key = at.namespace, at.names.name, at.ti_key
-    rank0_host = f"{naming.mcad_pod_name(name, at.names.slugs[0], 0)}.{name}"
+    rank0 = rank0_host(
+        naming.mcad_pod_name(name, at.names.slugs[0], 0), name, namespace, opts.cluster_domain
+    )
     meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
 
     components: list[dict[str, Any]] = []
-    for _, role, slug, job_spec in indexed_jobs(app, opts.pod_settings(), at, rank0_host):
+    for _, role, slug, job_spec in indexed_jobs(app, opts.pod_settings(), at, rank0):
         job_meta = object_metadata(name, namespace, app.name, ti_key, opts.labels)
         job_meta["name"] = f"{name}-{slug}"
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec}

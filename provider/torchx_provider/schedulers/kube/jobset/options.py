@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.indexed import cluster_domain_option
 from torchx_provider.schedulers.kube.options import option
 from torchx_provider.schedulers.kube.suspension import QueuedOpts
 
@@ -57,6 +58,7 @@ class JobSetOpts(QueuedOpts):
         "delete the JobSet this many seconds after it finished (default: keep it)",
         minimum=0,
     )
+    cluster_domain: str | None = cluster_domain_option()
 
     def check(self) -> None:
         super().check()

@@ -10,8 +10,9 @@ subdomain``), so it starts with a letter (DNS-1035). The controller names a role
 ``{jobset}-{role}-0`` and its pods ``{jobset}-{role}-0-{index}-{5 random}``, with hostname
 ``{jobset}-{role}-0-{index}``: the role slugs leave room for the longest pod name within 63
 characters (:data:`NAME_OVERHEAD`). ``TORCHX_RANK0_HOST`` is the first role's replica 0,
-``{jobset}-{role0}-0-0.{jobset}``; ``${replica_id}`` is the completion index
-(:mod:`~torchx_provider.schedulers.kube.indexed`).
+``{jobset}-{role0}-0-0.{jobset}.{namespace}.svc.{cluster_domain}`` (in full:
+:func:`~torchx_provider.schedulers.kube.indexed.rank0_host`); ``${replica_id}`` is the
+completion index (:mod:`~torchx_provider.schedulers.kube.indexed`).
 
 Every field the JobSet webhook would default is set here (``network``, ``successPolicy``,
 ``failurePolicy``, the completion mode, the restart policy): the controller reads some of
@@ -55,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.schedulers.kube.indexed import indexed_jobs
+from torchx_provider.schedulers.kube.indexed import indexed_jobs, rank0_host
 from torchx_provider.schedulers.kube.jobset.options import (
     START_IN_ORDER,
     SUCCESS_FIRST_ROLE,
@@ -149,12 +150,12 @@ def app_to_jobset(app: AppDef, opts: JobSetOpts, at: Placement) -> dict[str, Any
     """The JobSet of ``app`` placed ``at`` (pure: same input, same manifest)."""
     namespace, name, ti_key = at.namespace, at.names.name, at.ti_key
     slugs = at.names.slugs
-    rank0_host = f"{pod_hostname(name, slugs[0], 0)}.{name}"
+    rank0 = rank0_host(pod_hostname(name, slugs[0], 0), name, namespace, opts.cluster_domain)
     meta = object_metadata(name, namespace, app.name, ti_key, opts.labels, opts.annotations)
     pod_policy = pod_failure_policy(opts.exit_codes())
 
     replicated: list[dict[str, Any]] = []
-    for role_index, _, slug, spec in indexed_jobs(app, opts.pod_settings(), at, rank0_host):
+    for role_index, _, slug, spec in indexed_jobs(app, opts.pod_settings(), at, rank0):
         job_meta = object_metadata(name, namespace, app.name, ti_key, opts.labels)
         del job_meta["name"], job_meta["namespace"]  # the controller names each Job
         spec["podFailurePolicy"] = pod_policy

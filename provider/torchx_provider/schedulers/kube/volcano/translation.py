@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torchx_provider.errors import InvalidOptionError
+from torchx_provider.errors import AppConfigurationError
 from torchx_provider.schedulers.kube import naming
 from torchx_provider.schedulers.kube.naming import Placement
 from torchx_provider.schedulers.kube.pending import Wait
@@ -52,7 +52,6 @@ from torchx_provider.schedulers.kube.resources import (
     VOLCANO_JOB,
     VOLCANO_JOB_EVENTS,
     VOLCANO_PODGROUP_EVENTS,
-    VOLCANO_QUEUE,
     VOLCANO_QUEUES,
     CustomResource,
     EventsAbout,
@@ -182,10 +181,12 @@ STATUS_WAIT = 30.0
 CLOSED_QUEUE_STATES = frozenset({"Closed", "Closing"})
 
 
-def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionError | None:
+def queue_problem(name: str, queue: Mapping[str, Any] | None) -> AppConfigurationError | None:
     """Why a job cannot be scheduled in Volcano queue ``name`` (``None``: it does not exist);
     ``None`` when it can. Volcano itself leaves such a job without a status, saying why only
-    in its controller's log.
+    in its controller's log. Raised before anything is submitted: a retry of the task
+    unchanged fails the same way (``AppConfigurationError``, as every configuration the
+    cluster cannot run).
 
     >>> str(queue_problem("gpu", None)).startswith("Volcano queue 'gpu' does not exist")
     True
@@ -205,7 +206,7 @@ def queue_problem(name: str, queue: Mapping[str, Any] | None) -> InvalidOptionEr
             f"Volcano queue {name!r} is {state} and admits no new job: name another queue in "
             "run option queue, or ask an administrator to open it"
         )
-    return InvalidOptionError(why, "queue")
+    return AppConfigurationError(f"{why} (nothing was submitted)")
 
 
 def closed_state(queue: Mapping[str, Any]) -> str | None:
@@ -302,13 +303,19 @@ class VolcanoTranslation(KubeTranslation):
             f"`kubectl get queue {queue}`, or name another queue in run option queue"
         )
 
-    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[CustomResource, str]]:
-        queue = (body.get("spec") or {}).get("queue")
-        return ((VOLCANO_QUEUE, str(queue)),) if queue else ()
+    def prerequisites(self, body: Mapping[str, Any]) -> Sequence[tuple[QueuedIn, str]]:
+        queue = VOLCANO_QUEUES.name(body)
+        return ((VOLCANO_QUEUES, queue),) if queue else ()
 
     def prerequisite_problem(
-        self, resource: CustomResource, name: str, obj: Mapping[str, Any] | None
-    ) -> InvalidOptionError | None:
+        self,
+        queued: QueuedIn,
+        name: str,
+        obj: Mapping[str, Any] | None,
+        *,
+        namespace: str = "",
+        others: Sequence[str] | None = None,
+    ) -> AppConfigurationError | None:
         return queue_problem(name, obj)
 
     def pod_templates(self, body: Mapping[str, Any]) -> Iterator[dict[str, Any]]:

@@ -94,7 +94,8 @@ def test_replica_id_and_rank0() -> None:
         "name": REPLICA_ID_ENV,
         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX_LABEL}']"}},
     }
-    assert {"name": "TORCHX_RANK0_HOST", "value": "a-abcd1234-trainer-0.a-abcd1234"} in c["env"]
+    full = "a-abcd1234-trainer-0.a-abcd1234.ns.svc.cluster.local"
+    assert {"name": "TORCHX_RANK0_HOST", "value": full} in c["env"]
     assert job["spec"]["template"]["spec"]["subdomain"] == "a-abcd1234"
 
 

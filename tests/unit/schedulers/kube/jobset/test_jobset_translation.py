@@ -99,9 +99,18 @@ def test_replica_id_and_rank0_host() -> None:
     ]
     # rank 0 is the first role's index 0, the same in every role's pods
     for rjob in (trainer, ps):
-        assert env(rjob)["TORCHX_RANK0_HOST"] == "a-abcd1234-trainer-0-0.a-abcd1234"
+        # in full, as the pod's /etc/hosts names rank 0: torchrun hosts its store there
+        host = "a-abcd1234-trainer-0-0.a-abcd1234.ns.svc.cluster.local"
+        assert env(rjob)["TORCHX_RANK0_HOST"] == host
         index = env(rjob)["TORCHX_REPLICA_ID"]["fieldRef"]["fieldPath"]
         assert index == f"metadata.annotations['{JOB_INDEX_LABEL}']"
+
+
+def test_rank0_host_is_named_in_the_clusters_own_domain() -> None:
+    js = js_of(specs.AppDef("a", [role()]), cluster_domain="corp.internal")
+    (trainer,) = js["spec"]["replicatedJobs"]
+    host = "a-abcd1234-trainer-0-0.a-abcd1234.ns.svc.corp.internal"
+    assert env(trainer)["TORCHX_RANK0_HOST"] == host
 
 
 @pytest.mark.parametrize("replicas", [1, 10, 1000])
@@ -209,6 +218,7 @@ def test_kueue_queue_priority_and_suspend_and_ttl() -> None:
         {"ttl_seconds_after_finished": -1},
         {"cancel_by": "abort"},
         {"local_queue": "Team A"},
+        {"cluster_domain": "Cluster_Local"},
     ],
 )
 def test_bad_options_fail_early_naming_the_option(opts: dict[str, Any]) -> None:
@@ -312,7 +322,10 @@ def test_phase_and_state(why: str, status: dict[str, Any], phase: str, state: Ap
 
 
 def test_every_phase_has_a_state() -> None:
-    phases = {"Completed", "Failed", "Cancelled", "Terminating", "Suspended", "Starting", "Running"}
+    phases = {
+        *("Completed", "Failed", "Cancelled", "Terminating", "Suspended", "Starting"),
+        *("Restarting", "Ending", "Running"),
+    }
     assert set(PHASE_STATE) == phases
 
 
@@ -361,7 +374,8 @@ def test_messages_explain_the_state() -> None:
     restarting = with_status(
         BASE, restarts=1, restartsCountTowardsMax=1, replicatedJobsStatus=[rjob_status(active=1)]
     )
-    assert status_message(restarting) == "Starting: restarted 1 time"
+    assert status_message(restarting) == "Restarting: restarted 1 time"
+    assert jobset_state(restarting) is AppState.RUNNING
     disrupted = with_status(
         BASE,
         restarts=3,

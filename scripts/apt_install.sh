@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install the Debian packages named that are not installed yet:
+#
+#   bash scripts/apt_install.sh PACKAGE...
+#
+# Every apt-get of this project's scripts goes through here, so that the steps CI runs side
+# by side (the setup, chromium for the browser tier, the build dependencies of CPython) wait
+# for each other instead of failing: one at a time under a lock of this project's, waiting up
+# to 10 minutes for apt's own locks when something else holds them (dpkg's lock waits by
+# itself; `apt-get update` does not wait for the lists lock, so a refused try is repeated),
+# three tries in all.
+set -euo pipefail
+# shellcheck source=scripts/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+missing=()
+for pkg in "$@"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+[ ${#missing[@]} -gt 0 ] || exit 0
+
+exec 8>"${TMPDIR:-/tmp}/airflow-provider-torchx-apt.lock"
+if ! flock -n 8; then
+  log "waiting for another apt-get of this project to finish"
+  flock -w 1800 8 || { echo "apt_install.sh: waited 30 min for another apt-get" >&2; exit 1; }
+fi
+apt_get() { as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+for attempt in 1 2 3; do
+  log "installing Debian packages: ${missing[*]} (try $attempt of 3)"
+  if apt_get update -qq && apt_get install -y -qq "${missing[@]}" >/dev/null; then
+    exit 0
+  fi
+  [ "$attempt" -lt 3 ] && sleep $((attempt * 10))
+done
+echo "apt-get install ${missing[*]} failed three times" >&2
+exit 1

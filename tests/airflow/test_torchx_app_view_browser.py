@@ -1,0 +1,290 @@
+"""The "TorchX app" view in a real browser (Debian's chromium driven by Playwright:
+``/usr/bin/chromium`` or ``TORCHX_CHROMIUM``), on a real deployment running TorchX tasks on
+the local Docker engine:
+
+* while a deferred task's app runs, its view is live: a lane per replica, running;
+* a failed app's view shows each replica's lane, the replica that failed first
+  highlighted with its error line, in light and dark mode;
+* a 1,000-replica app's timeline renders in the page, its roles folded.
+
+Each test saves screenshots under ``.ci-logs/browser/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
+from torchx_deployment import Deployment, wait_for
+
+from torchx_provider.plugins.app_view import BUNDLE
+
+pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow, pytest.mark.browser]
+
+SHOTS = Path(__file__).resolve().parents[2] / ".ci-logs" / "browser"
+PLUGIN = "torchx_provider.plugins.app_view:TorchXAppViewPlugin"
+
+DAGS = (
+    DEPLOYMENT_DAG_HEAD
+    + """
+
+TICKS = (
+    "trap 'exit 143' TERM; i=0; while [ $i -lt 240 ]; do "
+    "echo replica $TORCHX_REPLICA_IDX tick $i; i=$((i+1)); sleep 0.5 & wait $!; done"
+)
+# worker/1 fails first, with a Python traceback; the others end well a little later
+FIRST_FAILS = (
+    'if [ "$TORCHX_REPLICA_IDX" = 1 ]; then echo loading data; sleep 2; '
+    "echo 'Traceback (most recent call last):'; echo '  File train.py, line 7, in <module>'; "
+    "echo 'RuntimeError: CUDA out of memory'; exit 3; fi; sleep 6; echo done"
+)
+
+with DAG("torchx_view_running", **ARGS):
+    TorchXDockerOperator(task_id="train", app=app("viewrun", TICKS), deferrable=True)
+
+with DAG("torchx_view_failing", **ARGS):
+    TorchXDockerOperator(
+        task_id="train", app=app("viewfail", FIRST_FAILS, replicas=3), deferrable=True, retries=0
+    )
+"""
+)
+
+
+def plugin_entry_point(where: Path) -> str | None:
+    """A directory that declares the view's ``airflow.plugins`` entry point, for an
+    installation made before it existed (an editable install of an earlier checkout);
+    ``None`` when the installed package declares it."""
+    from importlib.metadata import entry_points
+
+    if any(ep.value == PLUGIN for ep in entry_points(group="airflow.plugins")):
+        return None
+    info = where / "torchx_app_view_entry_point-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchx-app-view-entry-point\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(f"[airflow.plugins]\ntorchx_app_view = {PLUGIN}\n")
+    return str(where)
+
+
+@pytest.fixture(scope="module")
+def browser(skip_or_fail: Any) -> Iterator[Any]:
+    chromium = os.environ.get("TORCHX_CHROMIUM") or shutil.which("chromium")
+    if not chromium:
+        skip_or_fail("no chromium (apt-get install chromium, or set TORCHX_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed (pip install 'airflow-provider-torchx[dev]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def deployment(docker_engine: Any, skip_or_fail: Any) -> Iterator[Deployment]:
+    if not BUNDLE.is_file():
+        skip_or_fail("the view's bundle is not built (cd ui && npm ci && npm run build)")
+    home = Path(tempfile.mkdtemp(prefix="torchx-view-"))
+    dep = Deployment(home, airflow_bin())
+    extra = plugin_entry_point(home / "entry-point")
+    if extra is not None:
+        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (dep.env.get("PYTHONPATH"), extra) if p)
+    (home / "dags" / "torchx_view.py").write_text(DAGS)
+    try:
+        dep.start_all()
+        yield dep
+    finally:
+        dep.stop_all()
+        if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def open_view(
+    browser: Any, dep: Deployment, dag_id: str, run_id: str, *, dark: bool = False
+) -> Any:
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 1000}, color_scheme="dark" if dark else "light"
+    )
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
+    return page
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"app-view-{name}.png"), full_page=True)
+
+
+def test_the_plugin_defines_the_view_on_the_task_instance(deployment: Deployment) -> None:
+    plugins = deployment.get("/api/v2/plugins")["plugins"]
+    [ours] = [p for p in plugins if p["name"] == "torchx_app_view"]
+    [view] = ours["react_apps"]
+    assert view["destination"] == "task_instance" and view["name"] == "TorchX app"
+    assert ours["fastapi_apps"][0]["url_prefix"] == "/torchx"
+    import urllib.request
+
+    with urllib.request.urlopen(deployment.base + view["bundle_url"], timeout=30) as resp:
+        assert resp.headers["Content-Type"].startswith("text/javascript")
+        assert b"AirflowPlugin" in resp.read(2000)
+
+
+def test_a_running_apps_view_is_live(deployment: Deployment, browser: Any) -> None:
+    dag_id = "torchx_view_running"
+    run_id = deployment.trigger(dag_id)
+    wait_for(
+        "the task to defer",
+        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "deferred",
+        180,
+    )
+    page = open_view(browser, deployment, dag_id, run_id)
+    try:
+        page.get_by_role("tab", name=re.compile("TorchX app")).or_(
+            page.get_by_role("link", name=re.compile("TorchX app"))
+        ).first.wait_for()
+        view = page.get_by_test_id("torchx-app-view")
+        view.wait_for(timeout=60_000)
+        for key in ("worker/0", "worker/1"):
+            page.get_by_test_id(f"torchx-lane-{key}").wait_for(timeout=60_000)
+        view.get_by_text("live", exact=True).wait_for()
+        # refreshed in place: the app goes from waiting to running without a reload
+        page.get_by_test_id("torchx-app-state").filter(has_text="RUNNING").wait_for(timeout=60_000)
+        assert "running" in page.get_by_test_id("torchx-totals").inner_text().lower()
+        shot(page, "running")
+    finally:
+        page.context.close()
+        deployment.set_state(dag_id, run_id, "train", "failed")  # cancels the job
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_a_failed_apps_view_names_the_replica_that_failed_first(
+    deployment: Deployment, browser: Any, dark: bool
+) -> None:
+    dag_id = "torchx_view_failing"
+    run_id = failed_run(deployment)
+    page = open_view(browser, deployment, dag_id, run_id, dark=dark)
+    try:
+        root = page.get_by_test_id("torchx-root-cause")
+        root.wait_for(timeout=60_000)
+        assert "worker/1 failed first: exit code 3" in root.inner_text()
+        error = page.get_by_test_id("torchx-root-error").inner_text()
+        assert "RuntimeError: CUDA out of memory" in error
+        for key in ("worker/0", "worker/1", "worker/2"):
+            page.get_by_test_id(f"torchx-lane-{key}").wait_for()
+        first = page.get_by_test_id("torchx-lane-worker/1")
+        assert "failed first" in first.inner_text()
+        assert page.get_by_test_id("torchx-app-state").inner_text() == "FAILED"
+        # the text follows the UI's color mode: light on dark, dark on light
+        view = page.get_by_test_id("torchx-app-view")
+        color = view.evaluate("e => getComputedStyle(e.querySelector('p')).color")
+        assert dark != is_dark(color), color
+        shot(page, "failed-dark" if dark else "failed")
+    finally:
+        page.context.close()
+
+
+def is_dark(css_color: str) -> bool:
+    """Whether a CSS color (``rgb()`` or ``oklch()``, as computed) is a dark one."""
+    values = [float(v) for v in re.findall(r"[\d.]+", css_color)[:3]]
+    if css_color.startswith("oklch"):
+        return values[0] < 0.5
+    return sum(values) / 3 < 128
+
+
+def failed_run(dep: Deployment) -> str:
+    """The run of ``torchx_view_failing`` (one per deployment), once its task failed."""
+    run_id = _FAILED.get(dep.port)
+    if run_id is None:
+        run_id = dep.trigger("torchx_view_failing")
+        wait_for(
+            "the task to fail",
+            lambda: dep.ti("torchx_view_failing", run_id, "train")["state"] == "failed",
+            240,
+            interval=1,
+        )
+        _FAILED[dep.port] = run_id
+    return run_id
+
+
+_FAILED: dict[int, str] = {}
+
+#: milliseconds from the data's arrival to a 1,000-replica app's lanes on screen, at most
+RENDER_MS = float(os.environ.get("TORCHX_VIEW_RENDER_MS", "1000"))
+
+
+def thousand_replicas() -> dict[str, Any]:
+    """A timeline of 1,000 replicas in four roles, ten restarts each, one failed first."""
+    replicas = []
+    for i in range(1000):
+        events: list[list[Any]] = [[0.0, "queued"], [5.0 + i % 7, "running"]]
+        events += [[30.0 + 20 * r, "restart", 137, "OOMKilled"] for r in range(10)]
+        events.append([260.0, "failed" if i == 617 else "cancelled", 1, "Error"])
+        replicas.append({"role": f"role{i % 4}", "id": i, "events": events, "restarts": 10})
+    return {
+        "version": 1,
+        "origin": time.time() - 300,
+        "now": 260.0,
+        "app": {
+            "phase": "failed",
+            "events": [[0.0, "queued"], [5.0, "running"], [260.0, "failed"]],
+        },
+        "replicas": replicas,
+        "waits": [[1.0, "quota exhausted in ClusterQueue team-a"]],
+        "root_cause": {
+            "replica": "role1/617",
+            "error": "RuntimeError: NCCL timeout",
+            "message": "",
+        },
+    }
+
+
+def test_a_1000_replica_app_renders_folded_in_a_second(
+    deployment: Deployment, browser: Any
+) -> None:
+    dag_id = "torchx_view_failing"
+    run_id = failed_run(deployment)
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/train/xcomEntries"
+    timeline = thousand_replicas()
+    assert len(json.dumps(timeline)) < 1 << 20
+    deployment.request("PATCH", f"{path}/timeline", {"value": timeline, "map_index": -1})
+    page = open_view(browser, deployment, dag_id, run_id)
+    try:
+        page.get_by_test_id("torchx-lane-role1/617").wait_for(timeout=60_000)
+        # from the data's arrival to the lanes on screen, as the page measured it
+        answered, rendered = page.evaluate(
+            """() => [
+                performance.getEntriesByType('resource')
+                    .filter(e => e.name.includes('/torchx/app/'))
+                    .map(e => e.responseEnd)[0],
+                performance.getEntriesByName('torchx-app-view-rendered')
+                    .map(e => e.startTime)[0],
+            ]"""
+        )
+        assert answered is not None and rendered is not None
+        assert rendered - answered < RENDER_MS, (answered, rendered)
+        # it opens on the replica that failed first; the lanes are windowed
+        assert "failed first" in page.get_by_test_id("torchx-lane-role1/617").inner_text()
+        assert page.locator("[data-testid^='torchx-lane-']").count() < 60
+        assert "1000" in page.get_by_test_id("torchx-totals").inner_text()
+        shot(page, "thousand-replicas")
+        # the roles without the first failure start folded
+        page.get_by_test_id("torchx-lanes-scroll").evaluate("e => e.scrollTo(0, 0)")
+        assert page.get_by_test_id("torchx-role-role0").inner_text().startswith("▸")
+        assert page.get_by_test_id("torchx-role-role1").inner_text().startswith("▾")
+        page.get_by_test_id("torchx-role-role0").click()
+        page.get_by_test_id("torchx-lane-role0/0").wait_for()
+    finally:
+        page.context.close()

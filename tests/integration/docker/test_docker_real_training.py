@@ -1,0 +1,154 @@
+"""Real training on a real engine: ``dist.ddp`` runs ``torchrun`` with 2 nodes x 2 processes
+over gloo, in the image tests/images/build_torch_image.sh builds (Debian's torch 1.13, CPU),
+through the operator's own steps (not deferred): prepare, submit, follow, finish.
+
+The example script dags_examples/apps/train_ddp.py trains a tiny model; every rank prints its
+rank, the world size and the all-reduced loss of each step.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from docker_operator_harness import TI, Log, Operator
+from torchx_provider.errors import UserCodeError
+from torchx_provider.schedulers.docker import create_scheduler
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.training]
+
+TORCH_IMAGE = "torchx-provider/torch:latest"
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_torch_image.sh"
+#: where the build script puts the example training script in the image
+TRAIN_SCRIPT = "/opt/torchx-provider/train_ddp.py"
+#: a cold build (mmdebstrap of python3-torch) takes minutes; a warm one seconds
+BUILD_TIMEOUT = 1800
+STEPS = 5
+
+STEP_LINE = re.compile(
+    r"^\[(?P<key>[^\]]+)\] .*rank=(?P<rank>\d+) world_size=(?P<world>\d+) "
+    r"step=(?P<step>\d+) loss=(?P<loss>[0-9.]+)$"
+)
+
+
+@pytest.fixture(scope="session")
+def torch_image(docker_engine: Any, skip_or_fail: Callable[[str], NoReturn]) -> str:
+    """The training image, built (or found up to date) by the build script."""
+    try:
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        skip_or_fail(f"building {TORCH_IMAGE} took more than {BUILD_TIMEOUT} s")
+    if result.returncode != 0:
+        skip_or_fail(f"cannot build {TORCH_IMAGE}: {result.stderr.strip()[-800:]}")
+    return TORCH_IMAGE
+
+
+def new_ti() -> TI:
+    return TI("training", "train")
+
+
+@pytest.fixture
+def train(torch_image: str, network: str) -> Iterator[Callable[..., tuple[Any, TI, Log]]]:
+    """``train(*script_args, env=...)``: run ``dist.ddp`` 2x2 of the example script as a
+    task; returns what the task raised (or returned), its TI and its log."""
+    apps: list[str] = []
+
+    def run_task(*script_args: str, env: dict[str, str] | None = None) -> tuple[Any, TI, Log]:
+        op = Operator(
+            task_id="train",
+            app="dist.ddp",
+            app_args={
+                "script": TRAIN_SCRIPT,
+                "script_args": list(script_args),
+                "image": torch_image,
+                "name": "trainer",
+                "j": "2x2",
+                "cpu": 1,
+                "memMB": 2048,
+                # Debian's torch 1.13 on Python 3.11 takes a tee of one stream only
+                "tee": 1,
+                "env": env or {},
+            },
+            cfg={"network": network},
+            poll_interval=0.5,
+            deferrable=False,
+        )
+        op.recorded = Log()
+        ti = new_ti()
+        try:
+            outcome: Any = op.execute({"ti": ti, "task_state_store": None})  # type: ignore[arg-type]
+        except Exception as e:
+            outcome = e
+        if "app_id" in ti.xcoms:
+            apps.append(ti.xcoms["app_id"])
+        return outcome, ti, op.recorded
+
+    yield run_task
+    with create_scheduler("cleanup") as scheduler:
+        for app_id in apps:
+            scheduler.delete(app_id)
+
+
+def step_lines(log: Log) -> list[re.Match[str]]:
+    return [m for m in map(STEP_LINE.match, log.lines) if m]
+
+
+def test_ddp_2x2_over_gloo_trains_with_the_same_loss_on_every_rank(train: Any) -> None:
+    started = time.monotonic()
+    outcome, ti, log = train("--steps", str(STEPS))
+    text = "\n".join(log.lines)
+    assert not isinstance(outcome, Exception), (outcome, text)
+    assert ti.xcoms["final_state"] == "SUCCEEDED", ti.xcoms
+
+    lines = step_lines(log)
+    # every rank, every step, once, under the role/replica of the node that ran it
+    seen = sorted((int(m["rank"]), int(m["step"])) for m in lines)
+    assert seen == [(r, s) for r in range(4) for s in range(1, STEPS + 1)], text
+    assert {m["world"] for m in lines} == {"4"}, text
+    for step in range(1, STEPS + 1):
+        losses = {m["loss"] for m in lines if int(m["step"]) == step}
+        assert len(losses) == 1, (step, losses)
+    # two processes per node: ranks 0 and 1 on one replica, 2 and 3 on the other
+    nodes: dict[str, set[int]] = {}
+    for m in lines:
+        nodes.setdefault(m["key"], set()).add(int(m["rank"]))
+    assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
+    assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes
+    print(f"2x2 DDP run: {time.monotonic() - started:.1f} s")
+
+
+def test_a_rank_raising_at_step_3_is_the_user_code_error_of_its_replica(train: Any) -> None:
+    """Rank 3 raises at step 3: torchrun's own failure summary on its node names it as the
+    root cause; the task fails with a ``UserCodeError`` naming that node's replica and the
+    Python error line, not the teardown (SIGTERM) of the other ranks."""
+    started = time.monotonic()
+    outcome, ti, log = train("--steps", "6", "--fail-at-step", "3", "--fail-rank", "3")
+    text = "\n".join(log.lines)
+    assert type(outcome) is UserCodeError, (outcome, text)
+    # the replica that ran rank 3, from its step lines
+    keys = {m["key"] for m in step_lines(log) if m["rank"] == "3"}
+    assert len(keys) == 1, (keys, text)
+    role, replica = keys.pop().split("/")
+    assert (outcome.role, outcome.replica_id) == (role, int(replica)), (outcome, text)
+    assert outcome.replica_message == "RuntimeError: rank 3 failed at step 3 as asked", (
+        outcome.replica_message,
+        text,
+    )
+    assert "Root Cause (first observed failure)" in text, text
+    # rank 2 shares the failing node: torchrun stopped it (SIGTERM) after it saved its step
+    assert f"[{role}/{replica}] [0]:rank=2 step=2 checkpoint saved on SIGTERM" in log.lines, text
+    causes = [r for r in ti.xcoms["replicas"] if r["root_cause"]]
+    assert [(r["role"], r["replica_id"]) for r in causes] == [(role, int(replica))], ti.xcoms
+    print(f"failing-rank run: {time.monotonic() - started:.1f} s")

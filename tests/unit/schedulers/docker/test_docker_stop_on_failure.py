@@ -1,0 +1,106 @@
+"""A follow's describe stops the other replicas of an app one of whose replicas failed for
+good, marking them first, and says so once (the decision: test_docker_state)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from docker_attrs import APP_ID, inspect_attrs
+from torchx_provider.schedulers.docker.engine import STOP_TIMEOUT, DockerEngine
+from torchx_provider.schedulers.docker.state import STOPPED_AFTER_FAILURE, STOPPED_SUFFIX
+from torchx_provider.specs.api import AppState
+
+
+class Api:
+    """trainer/1 exited 1; trainer/0 and ps/0 run until stopped (then exit 143)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.attrs = {}
+        for role, k, status, code in (
+            ("trainer", 0, "running", 0),
+            ("trainer", 1, "exited", 1),
+            ("ps", 0, "running", 0),
+        ):
+            attrs = inspect_attrs(role, k, status, code)
+            self.attrs[attrs["Id"]] = attrs
+        self.calls: list[tuple[str, str, Any]] = []
+        self.api_version = "1.41"
+
+    def containers(self, all: bool, filters: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "Id": i,
+                "Names": [a["Name"]],
+                "State": a["State"]["Status"],
+                "Labels": a["Config"]["Labels"],
+            }
+            for i, a in self.attrs.items()
+        ]
+
+    def inspect_container(self, cid: str) -> dict[str, Any]:
+        return self.attrs[cid]
+
+    def rename(self, cid: str, name: str) -> None:
+        with self.lock:
+            self.calls.append(("rename", cid, name))
+            self.attrs[cid]["Name"] = "/" + name
+
+    def stop(self, cid: str, timeout: int) -> None:
+        with self.lock:
+            self.calls.append(("stop", cid, timeout))
+            self.attrs[cid]["State"].update(Status="exited", ExitCode=143)
+
+
+class Client:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+
+def test_a_follow_stops_the_survivors_marked_and_describes_them_ended() -> None:
+    api = Api()
+    engine = DockerEngine(client=Client(api))
+    plain = engine.describe(APP_ID)  # a status query acts on nothing
+    assert plain is not None and plain.state == AppState.RUNNING and api.calls == []
+
+    resp, again = engine.follow_describe(APP_ID)
+    assert again is None
+    assert sorted(api.calls) == [
+        ("rename", "id-ps-0", f"{APP_ID}-ps-0{STOPPED_SUFFIX}"),
+        ("rename", "id-trainer-0", f"{APP_ID}-trainer-0{STOPPED_SUFFIX}"),
+        ("stop", "id-ps-0", STOP_TIMEOUT),
+        ("stop", "id-trainer-0", STOP_TIMEOUT),
+    ]
+    assert resp is not None and resp.state == AppState.FAILED
+    rows = {(rs.role, r.id): r for rs in resp.roles_statuses for r in rs.replicas}
+    assert rows[("trainer", 1)].state == AppState.FAILED
+    for key in (("trainer", 0), ("ps", 0)):
+        assert rows[key].state == AppState.CANCELLED
+        assert rows[key].structured_error_msg == STOPPED_AFTER_FAILURE
+    [notice] = engine.take_notices()
+    assert notice.text.startswith(
+        f"app {APP_ID}: trainer/1 failed with no restarts left; stopping its other replicas "
+        "trainer/0, ps/0"
+    )
+    assert "stop_on_failure=False" in notice.text
+    assert engine.take_notices() == []
+
+    engine.follow_describe(APP_ID)  # nothing left to stop
+    assert len(api.calls) == 4 and engine.take_notices() == []
+
+
+def test_within_a_second_of_the_failure_the_follow_is_told_when_to_look_again() -> None:
+    api = Api()
+    ended = datetime.now(timezone.utc)
+    api.attrs["id-trainer-1"]["State"]["FinishedAt"] = ended.isoformat()
+    engine = DockerEngine(client=Client(api))
+    resp, again = engine.follow_describe(APP_ID)
+    assert resp is not None and resp.state == AppState.RUNNING and api.calls == []
+    assert again is not None and 0 < again <= 1.0
+    time.sleep(again + 0.05)
+    resp, again = engine.follow_describe(APP_ID)
+    assert again is None and resp is not None and resp.state == AppState.FAILED
+    assert len(api.calls) == 4

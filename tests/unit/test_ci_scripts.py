@@ -1,0 +1,109 @@
+"""The pieces of CI's own plumbing: the timings table and the test command's two lanes."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_timings_table_examples_run() -> None:
+    result = doctest.testmod(_script("ci_timings"))
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_the_timings_table_orders_by_start_and_says_a_failed_step(tmp_path: Path) -> None:
+    m = _script("ci_timings")
+    path = tmp_path / "timings.tsv"
+    path.write_text("tests\t300\t1800\t1\t-\nsetup\t0\t60\t0\tcold\n")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "ci_timings.py"), str(path), "1900"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| setup", "| tests", "| **whole run**"]
+    assert "| 25:00 | - | exit 1 |" in rows[2]
+    assert "31:40" in rows[3]
+    assert m.parse("") == []
+
+
+def _lanes(tmp_path: Path, lane: str) -> set[str]:
+    """The tests a session with ``--lane lane`` runs, of a small suite beside the real
+    root conftest (its lane rule is the one under test)."""
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    kubernetes: uses the cluster\n")
+    (tmp_path / "test_suite.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture
+            def kube_cluster():
+                return "cluster"
+
+            @pytest.fixture
+            def deployment_cluster():
+                return "cluster"
+
+            @pytest.fixture
+            def deployment(deployment_cluster):
+                return deployment_cluster
+
+            def test_plain():
+                pass
+
+            @pytest.mark.kubernetes
+            def test_marked():
+                pass
+
+            def test_cluster_fixture(kube_cluster):
+                pass
+
+            def test_through_a_deployment(deployment):
+                pass
+            """
+        )
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--collect-only",
+            "-p",
+            "no:cacheprovider",
+            "--lane",
+            lane,
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    ).stdout
+    return {line.split("::")[1] for line in out.splitlines() if "::" in line}
+
+
+def test_each_test_is_in_exactly_one_lane(tmp_path: Path) -> None:
+    cluster = _lanes(tmp_path, "cluster")
+    local = _lanes(tmp_path, "local")
+    assert cluster == {"test_marked", "test_cluster_fixture", "test_through_a_deployment"}
+    assert local == {"test_plain"}
