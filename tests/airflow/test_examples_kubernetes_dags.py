@@ -148,18 +148,11 @@ def test_the_readmes_kubernetes_dag_runs_end_to_end(
     local cluster's here), and it is triggered with an image. Each of its 2 pods asks for
     32 CPUs, 4 GPUs and 256,000 MB: a whole node of the local cluster each (kwok's nodes
     have 32 CPUs, 8 GPUs and 256 GiB), gang-scheduled by Volcano."""
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {
-            "kube_config_path": kube.restricted_kubeconfig,
-            "namespace": kube.namespace,
-            "queue": "default",
-        },
-    }
+    conn = torchx_kube_cluster.connection(kube, namespace=kube.namespace, queue="default")
     output = run_example(
         "torchx_train_ddp",
         tmp_path / "home",
-        extra_env={"AIRFLOW_CONN_ML_CLUSTER": json.dumps(conn)},
+        extra_env={"AIRFLOW_CONN_ML_CLUSTER": conn},
         conf={"image": "registry.example.com/ml/train:2.0"},
     )
     assert_every_replica_logged(output, pod_logs("ddp"), [("ddp", "0"), ("ddp", "1")])

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin, remove_dags_containers
 from torchx_deployment import Deployment, wait_for
 
 from torchx_provider.plugins.app_view import BUNDLE
@@ -108,6 +108,7 @@ def deployment(docker_engine: Any, skip_or_fail: Any) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.stop_all()
+        remove_dags_containers(docker_engine, ("torchx_view_running", "torchx_view_failing"))
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
 

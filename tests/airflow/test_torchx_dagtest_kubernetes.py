@@ -35,15 +35,8 @@ def kube(skip_or_fail: Callable[[str], NoReturn]) -> Iterator[Any]:
 
 @pytest.fixture
 def kube_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {
-            "kube_config_path": kube.restricted_kubeconfig,
-            "namespace": kube.namespace,
-            "queue": "default",
-        },
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
+    conn = torchx_kube_cluster.connection(kube, namespace=kube.namespace, queue="default")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", conn)
     return kube
 
 
@@ -53,11 +46,8 @@ JOBSET_CONN_ID = "torchx_jobset_test"
 
 @pytest.fixture
 def jobset_conn(kube: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.restricted_kubeconfig, "namespace": kube.namespace},
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{JOBSET_CONN_ID.upper()}", json.dumps(conn))
+    conn = torchx_kube_cluster.connection(kube, namespace=kube.namespace)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{JOBSET_CONN_ID.upper()}", conn)
     return kube
 
 
@@ -593,11 +583,8 @@ def test_a_kueue_preempted_app_succeeds_in_its_first_try(
     log has both runs' lines, and its result counts the preemption."""
     if kube.kueue is None:
         pytest.skip("needs the local cluster's Kueue queues")
-    conn = {
-        "conn_type": "torchx_kubernetes",
-        "extra": {"kube_config_path": kube.restricted_kubeconfig, "namespace": kube.namespace},
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{AW_CONN_ID.upper()}", json.dumps(conn))
+    conn = torchx_kube_cluster.connection(kube, namespace=kube.namespace)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{AW_CONN_ID.upper()}", conn)
     dag_id = f"kueue_preempted_{deferrable}"
     behaviour = kube.pod_behaviour(run_seconds=8, start_seconds=2)
     preemptor = Preemptor(kube)

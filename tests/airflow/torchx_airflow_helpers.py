@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -192,3 +192,17 @@ def run_example(
     assert done.returncode == 0, output[-5000:]
     assert f"dag_id={dag_id}" in output and "state=success" in output, output[-5000:]
     return output
+
+
+def remove_dags_containers(client: Any, dag_ids: Iterable[str]) -> None:
+    """Remove every container the tasks of ``dag_ids`` made (a failed or cancelled app's are
+    kept by the default ``on_finish_action``): a tier's teardown leaves none behind."""
+    for dag_id in dag_ids:
+        found = client.containers.list(
+            all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
+        )
+        for c in found:
+            try:
+                c.remove(force=True)
+            except Exception as e:  # removed meanwhile, or the engine refused: say so
+                print(f"could not remove {c.name} of {dag_id}: {e}")

@@ -45,6 +45,18 @@ def running_cluster() -> tuple[Any, str | None]:
     return cluster, None
 
 
+def connection(cluster: Any, **extra: Any) -> str:
+    """A ``torchx_kubernetes`` connection to ``cluster`` through its restricted kubeconfig,
+    with ``extra``'s run options, as the value of an ``AIRFLOW_CONN_*`` variable."""
+    import json
+
+    conn = {
+        "conn_type": "torchx_kubernetes",
+        "extra": {"kube_config_path": cluster.restricted_kubeconfig, **extra},
+    }
+    return json.dumps(conn)
+
+
 def pod_behaviour(**kwargs: Any) -> dict[str, str]:
     """The annotations that make kwok run a pod this way (``KubeCluster.pod_behaviour``)."""
     return dict(_helpers().KubeCluster.pod_behaviour(**kwargs))

@@ -217,6 +217,36 @@ def evict(kube_cluster: Any, namespace: str, pod: str) -> None:
     client.CoreV1Api(kube_cluster.api_client()).create_namespaced_pod_eviction(pod, namespace, body)
 
 
+async def follow_and_evict(
+    kube_cluster: Any,
+    app_id: str,
+    log: TaskLog,
+    wait_until: Callable[..., Any],
+    *,
+    end_within: float,
+) -> tuple[JobEvent, float]:
+    """Follow a Volcano app, evict its replica's pod once it runs (and was followed running
+    for 2 s), and return the follow's last event and the seconds from the eviction to it."""
+    followed = asyncio.ensure_future(follow("volcano", kube_cluster, app_id, log))
+    try:
+        pod = await asyncio.to_thread(
+            wait_until,
+            lambda: running_pod(kube_cluster, app_id),
+            timeout=60,
+            message="the replica's pod running",
+        )
+        await asyncio.sleep(2)  # followed while it runs
+        evicted_at = time.monotonic()
+        await asyncio.to_thread(evict, kube_cluster, kube_cluster.namespace, pod)
+        event = await asyncio.wait_for(asyncio.shield(followed), end_within)
+    finally:
+        if not followed.done():
+            followed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await followed
+    return event, time.monotonic() - evicted_at
+
+
 def retry_action(e: BaseException) -> Any:
     """What Airflow 3.3 does with ``e`` under the shipped policy; ``None`` before 3.3."""
     try:
@@ -235,24 +265,7 @@ async def test_an_evicted_replica_ends_the_job_as_the_platforms_failure_and_is_r
     app.roles[0].max_retries = 0
     app_id = submit("volcano", volcano_scheduler, app)
     log = TaskLog()
-    followed = asyncio.ensure_future(follow("volcano", kube_cluster, app_id, log))
-    try:
-        pod = await asyncio.to_thread(
-            wait_until,
-            lambda: running_pod(kube_cluster, app_id),
-            timeout=60,
-            message="the replica's pod running",
-        )
-        await asyncio.sleep(2)  # followed while it runs
-        evicted_at = time.monotonic()
-        await asyncio.to_thread(evict, kube_cluster, kube_cluster.namespace, pod)
-        event = await asyncio.wait_for(asyncio.shield(followed), 90)
-    finally:
-        if not followed.done():
-            followed.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await followed
-    took = time.monotonic() - evicted_at
+    event, took = await follow_and_evict(kube_cluster, app_id, log, wait_until, end_within=90)
     assert event.kind == EventKind.FINISHED and event.state.name == "FAILED", (event, log.lines)
     error = failure_error(event)
     assert type(error) is InfrastructureError, (error, log.lines)
@@ -279,22 +292,7 @@ async def test_a_replica_evicted_then_restarted_by_its_job_counts_as_an_eviction
     app.roles[0].max_retries = 1
     app_id = submit("volcano", volcano_scheduler, app)
     log = TaskLog()
-    followed = asyncio.ensure_future(follow("volcano", kube_cluster, app_id, log))
-    try:
-        pod = await asyncio.to_thread(
-            wait_until,
-            lambda: running_pod(kube_cluster, app_id),
-            timeout=60,
-            message="the replica's pod running",
-        )
-        await asyncio.sleep(2)  # followed while it runs
-        await asyncio.to_thread(evict, kube_cluster, kube_cluster.namespace, pod)
-        event = await asyncio.wait_for(asyncio.shield(followed), 150)
-    finally:
-        if not followed.done():
-            followed.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await followed
+    event, _ = await follow_and_evict(kube_cluster, app_id, log, wait_until, end_within=150)
     assert event.kind == EventKind.FINISHED and event.state.name == "SUCCEEDED", (
         event,
         log.lines,

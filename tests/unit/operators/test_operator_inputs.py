@@ -31,6 +31,19 @@ from torchx_provider.provider_info import get_provider_info
 from torchx_provider.specs.serialization import to_dict
 
 
+class _TaskInstance:
+    """What the operator reads of its task instance, and where its XCom pushes go."""
+
+    dag_id, task_id, run_id, map_index, start_date = "d", "t", "r", -1, None
+
+    def __init__(self, try_number: int = 1, pushed: dict[str, Any] | None = None) -> None:
+        self.try_number = try_number
+        self.pushed = {} if pushed is None else pushed
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
 def wrong(value: object) -> Any:
     """``value``, given on purpose where its type is not the one declared."""
     return value
@@ -173,11 +186,7 @@ def test_a_kill_on_the_worker_whose_cancel_deletes_the_app_is_said_as_this_tasks
         torchx_fakes.FakeScheduler, "_cancel_existing", torchx_fakes.FakeScheduler._delete_existing
     )
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            pass
+    TI = _TaskInstance
 
     op = TorchXOperator(
         task_id="t",
@@ -388,11 +397,8 @@ def test_an_event_about_another_app_is_set_aside_and_the_try_defers_again(
 
     pushed: dict[str, Any] = {}
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 2, None
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            pushed[key] = value
+    def TI() -> _TaskInstance:
+        return _TaskInstance(try_number=2, pushed=pushed)
 
     def event(app_id: str, state: AppState) -> dict[str, Any]:
         return JobEvent(EventKind.FINISHED, app_id, state).to_payload()
@@ -432,11 +438,7 @@ def test_a_follow_refused_as_configured_fails_the_task_as_a_configuration_error(
     from torchx_provider.specs import AppState
     from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            pass
+    TI = _TaskInstance
 
     op = TorchXOperator(task_id="t", app=APP, scheduler="fake")
     refused = JobEvent(
@@ -467,11 +469,7 @@ def test_a_timeout_names_the_option_that_set_the_deadline_and_its_value(
     from torchx_provider.specs import AppState
     from torchx_provider.triggers.events import EventKind, JobEvent
 
-    class TI:
-        dag_id, task_id, run_id, map_index, try_number, start_date = "d", "t", "r", -1, 1, None
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            pass
+    TI = _TaskInstance
 
     op = TorchXOperator(
         task_id="t",

@@ -275,15 +275,8 @@ def with_failures(resp: DescribeAppResponse, watch: EndsSeen) -> DescribeAppResp
     """``resp`` with the exit code, error, reason, failure kind and end time of each failed
     replica whose pod is gone filled in from how the watch saw it end
     (:attr:`.hub.AppWatch.failures`): Volcano deletes the other pods of a job that failed,
-    and the replica that failed first must keep what names its cause. And with the
-    evictions of its pods the watch saw (:attr:`.hub.AppWatch.disrupted`: a
-    ``DisruptionTarget`` each, an eviction or a preemption by the platform), where they are
-    more than the backend counts (Kueue's Workload counts its own, which suspend the
-    workload rather than mark its pods): a replica the platform evicted and its job
-    restarted is an eviction, not a failure of the replica's."""
-    if watch.disrupted:
-        resp.evictions = max(resp.evictions, len(watch.disrupted))
-        resp.disruptions = list(watch.disrupted.values())
+    and the replica that failed first must keep what names its cause. Then
+    :func:`with_disruptions`."""
     for role_status in resp.roles_statuses:
         for replica in role_status.replicas:
             seen = watch.failures.get((role_status.role, replica.id))
@@ -298,6 +291,18 @@ def with_failures(resp: DescribeAppResponse, watch: EndsSeen) -> DescribeAppResp
                 replica.failure = None if seen.failure is None else seen.failure.value
             if replica.finished_at is None:
                 replica.finished_at = seen.finished_at
+    return with_disruptions(resp, watch)
+
+
+def with_disruptions(resp: DescribeAppResponse, watch: EndsSeen) -> DescribeAppResponse:
+    """``resp`` with the evictions of its pods the watch saw (:attr:`.hub.AppWatch.disrupted`:
+    a ``DisruptionTarget`` each, an eviction or a preemption by the platform), where they are
+    more than the backend counts (Kueue's Workload counts its own, which suspend the workload
+    rather than mark its pods): a replica the platform evicted and its job restarted is an
+    eviction, not a failure of the replica's."""
+    if watch.disrupted:
+        resp.evictions = max(resp.evictions, len(watch.disrupted))
+        resp.disruptions = list(watch.disrupted.values())
     return resp
 
 
