@@ -69,10 +69,29 @@ def remove_network(docker_engine: Any, net: Any) -> None:
             return
         except docker.errors.NotFound:
             return
-        except docker.errors.APIError:
+        except docker.errors.APIError as e:
             if time.monotonic() > deadline:
+                if engine_held_endpoint(docker_engine, net, e):
+                    return
                 raise
             time.sleep(0.5)
+
+
+def engine_held_endpoint(docker_engine: Any, net: Any, error: Exception) -> bool:
+    """Whether ``net`` is refused removal only for an endpoint the engine still counts with
+    no container on the network, and none in its list of endpoints: the engine's own
+    leftover (seen on Docker 20.10 after a run of several hundred containers on a loaded
+    machine), not a container of this session's. Said, and the empty network left; a
+    container still on it is not excused."""
+    left = docker_engine.containers.list(all=True, filters={"network": net.id})
+    net.reload()
+    if left or net.attrs.get("Containers") or "active endpoints" not in str(error):
+        return False
+    print(
+        f"network {net.name} left in place: the engine still counts an endpoint on it "
+        f"although no container is on it ({error})"
+    )
+    return True
 
 
 @pytest.fixture
