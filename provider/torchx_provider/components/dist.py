@@ -13,8 +13,8 @@ import shlex
 from torchx_provider.components.utils import one_role_app
 from torchx_provider.errors import InvalidAppError
 from torchx_provider.specs.api import AppDef, RetryPolicy, macros, resource
+from torchx_provider.specs.metadata import PROGRESS_METADATA_KEY
 from torchx_provider.specs.names import normalize_rfc1123_name
-from torchx_provider.triggers.progress import PROGRESS_METADATA_KEY
 
 #: TorchX's published image, which has torch and torchrun.
 DEFAULT_DDP_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"

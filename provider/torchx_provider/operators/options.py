@@ -274,7 +274,7 @@ def progress_following(following: Following, from_cfg: str | None, app: Any) -> 
     ``progress_pattern``, else the run option's, else the one the app names in its metadata
     (:data:`~torchx_provider.triggers.progress.PROGRESS_METADATA_KEY`: a built-in component
     names its script's); checked as the operator's would be."""
-    from torchx_provider.triggers.progress import PROGRESS_METADATA_KEY
+    from torchx_provider.specs.metadata import PROGRESS_METADATA_KEY
 
     if following.progress_pattern is not None:
         return following

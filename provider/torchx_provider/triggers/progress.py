@@ -35,10 +35,6 @@ LAST_LINE_LIMIT = 200
 #: the name of the group that holds the step, when the pattern has several
 STEP_GROUP = "step"
 
-#: The key of an app's metadata under which a component names the progress pattern of its
-#: script (the operator's ``progress_pattern`` and ``cfg`` override it).
-PROGRESS_METADATA_KEY = "torchx_provider/progress_pattern"
-
 
 @dataclass(frozen=True)
 class ProgressPattern:

@@ -15,9 +15,10 @@ from torchx_provider.errors import AppStalledError, InfrastructureError, Invalid
 from torchx_provider.operators import Following, TorchXOperator
 from torchx_provider.operators.options import progress_following, split_progress_pattern
 from torchx_provider.specs.api import AppState
+from torchx_provider.specs.metadata import PROGRESS_METADATA_KEY
 from torchx_provider.triggers.events import ErrorKind, EventKind, JobEvent
 from torchx_provider.triggers.job import JobTriggerArgs, TorchXJobTrigger, checkpoint_value
-from torchx_provider.triggers.progress import PROGRESS_METADATA_KEY, ProgressPattern
+from torchx_provider.triggers.progress import ProgressPattern
 
 APP = {
     "name": "hello",
