@@ -83,8 +83,13 @@ def engine_held_endpoint(docker_engine: Any, net: Any, error: Exception) -> bool
     leftover (seen on Docker 20.10 after a run of several hundred containers on a loaded
     machine), not a container of this session's. Said, and the empty network left; a
     container still on it is not excused."""
+    import docker
+
     left = docker_engine.containers.list(all=True, filters={"network": net.id})
-    net.reload()
+    try:
+        net.reload()
+    except docker.errors.NotFound:
+        return True  # gone meanwhile
     if left or net.attrs.get("Containers") or "active endpoints" not in str(error):
         return False
     print(
