@@ -47,7 +47,7 @@ run_entry() {
   python=$(python3 scripts/airflow_venv.py "$version")
   read -r -a paths <<<"$(tiers "$version")"
   echo "==> Airflow $version: ${paths[*]} ($python)" >"$log"
-  # the dry-run property test does not depend on the Airflow version: its 10,000 examples per
+  # the dry-run property test does not depend on the Airflow version: its 2,000 examples per
   # backend run once, in the main environment
   local -a command=("$python" -m pytest)
   [[ "$version" == *+lowest ]] && command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$version" bash scripts/test.sh)
