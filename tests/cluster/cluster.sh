@@ -186,33 +186,59 @@ EOF
   rm -rf "$work/root" "$apt/lists"
 }
 
-build_kubernetes() {
-  local out
-  out="$(kube_dir)"
-  if [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" && -x "$out/kubectl" ]]; then
-    log "   kubernetes $KUBE_VERSION cached in $out"; return 0
-  fi
-  local go work upstream staging minor
+# upstream_mod MODULE@VERSION WORK: the module's own go.mod, copied to WORK/upstream-NAME.mod;
+# prints that path.
+upstream_mod() {
+  local go dest
   go="$(go_bin)"
-  work="$BUILD/$(basename "$out")"
+  dest="$2/upstream-$(basename "${1%@*}").mod"
+  (cd "$2" && GOFLAGS=-mod=mod "$go" mod download -json "$1") >"$2/download.json" || return 1
+  cp "$(jq -r .GoMod "$2/download.json")" "$dest" || return 1
+  echo "$dest"
+}
+
+kube_group_built() {
+  local kube
+  kube="$(kube_dir)"
+  [[ -x "$kube/kube-apiserver" && -x "$kube/kube-controller-manager" && -x "$kube/kube-scheduler" &&
+    -x "$kube/kubectl" && -x "$(volcano_dir)/vc-controller-manager" &&
+    -x "$(volcano_dir)/vc-scheduler" ]]
+}
+
+# Kubernetes (apiserver, controller-manager, scheduler, kubectl) and Volcano's controller
+# manager and scheduler in one Go build of one module: Volcano's scheduler is built on the
+# Kubernetes scheduler's packages, so one module graph compiles their shared packages once (of
+# the 1,031 packages Volcano's two commands import, 810 are the Kubernetes commands' too);
+# built apart, Volcano compiled its own copy at its own versions. The graph is Kubernetes's:
+# its staging modules at v0.N.P of KUBE_VERSION replace the v0.0.0
+# its go.mod names (and the v0.34.1 Volcano pins), its godebug lines are copied (only the main
+# module's take effect); Volcano's pins of other modules are not taken. kwok is not in it:
+# kwok v0.7.0 uses an apimachinery constant that v0.34 removed, so it keeps its own graph.
+build_kube_group() {
+  if kube_group_built; then
+    log "   kubernetes $KUBE_VERSION and volcano $VOLCANO_VERSION cached"; return 0
+  fi
+  local work upstream staging minor out
+  work="$BUILD/kube-group-$KUBE_VERSION-volcano-$VOLCANO_VERSION"
+  out="$BUILD/$(basename "$work")-bin"
   mkdir -p "$work"
-  # The real go.mod: its staging replaces name the modules to pin, its godebug
-  # lines must be copied because only the main module's take effect.
-  upstream="$work/upstream.mod"
-  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "k8s.io/kubernetes@$KUBE_VERSION") >"$work/download.json"
-  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  upstream="$(upstream_mod "k8s.io/kubernetes@$KUBE_VERSION" "$work")" || return 1
   staging="v0.${KUBE_VERSION#v1.}"
   minor="$(echo "$KUBE_VERSION" | cut -d. -f2)"
   {
-    echo "module torchx.test/kubernetes-wrapper"
+    echo "module torchx.test/kube-group"
     echo
     grep -E '^go [0-9]' "$upstream"
     grep -E '^godebug' "$upstream" || true
     echo
-    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    echo "require ("
+    echo "	k8s.io/kubernetes $KUBE_VERSION"
+    echo "	volcano.sh/volcano $VOLCANO_VERSION"
+    echo ")"
     echo
     echo "replace ("
     sed -n 's#^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\t\1 => \1 '"$staging"'#p' "$upstream"
+    echo "	volcano.sh/apis => volcano.sh/apis $VOLCANO_APIS_VERSION"
     echo ")"
   } >"$work/wrapper.mod"
   local ldflags="" pkg date
@@ -221,12 +247,23 @@ build_kubernetes() {
     ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
   done
-  go_wrapper_build "kubernetes $KUBE_VERSION" "$out" "$work/wrapper.mod" "$ldflags" \
+  ldflags+=" -X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION"
+  go_wrapper_build "kubernetes $KUBE_VERSION and volcano $VOLCANO_VERSION" \
+    "$out" "$work/wrapper.mod" "$ldflags" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kubectl
-  "$out/kube-apiserver" --version >&2
+    k8s.io/kubernetes/cmd/kubectl \
+    volcano.sh/volcano/cmd/controller-manager \
+    volcano.sh/volcano/cmd/scheduler || return 1
+  local kube volcano
+  kube="$(kube_dir)" volcano="$(volcano_dir)"
+  mkdir -p "$kube" "$volcano"
+  mv "$out/kube-apiserver" "$out/kube-controller-manager" "$out/kube-scheduler" "$out/kubectl" "$kube/"
+  mv "$out/controller-manager" "$volcano/vc-controller-manager"
+  mv "$out/scheduler" "$volcano/vc-scheduler"
+  rm -rf "$out"
+  "$kube/kube-apiserver" --version >&2
 }
 
 # copy_module_file MODULE@VERSION PATH DEST_DIR: a data file (a CRD) from a
@@ -260,72 +297,16 @@ build_kwok() {
   copy_module_file "sigs.k8s.io/kwok@$KWOK_VERSION" kustomize/crd/bases/kwok.x-k8s.io_logs.yaml "$out/crds"
 }
 
-build_volcano() {
-  local out
-  out="$(volcano_dir)"
-  # vc-scheduler watches HyperNodes and Numatopologies whatever its plugins;
-  # without the CRDs its informers never sync. The provider uses neither.
+# The two Volcano CRDs vc-scheduler needs, from the module's source (its binaries come from
+# build_kube_group): it watches HyperNodes and Numatopologies whatever its plugins, and
+# without the CRDs its informers never sync. The provider uses neither.
+volcano_crds() {
   local crd
-  local -a crds=(
-    config/crd/volcano/bases/topology.volcano.sh_hypernodes.yaml
-    config/crd/volcano/bases/nodeinfo.volcano.sh_numatopologies.yaml
-  )
-  if [[ -x "$out/vc-controller-manager" ]]; then
-    for crd in "${crds[@]}"; do
-      [[ -f "$out/crds/$(basename "$crd")" ]] ||
-        copy_module_file "volcano.sh/volcano@$VOLCANO_VERSION" "$crd" "$out/crds"
-    done
-  fi
-  if [[ -x "$out/vc-controller-manager" && -x "$out/vc-scheduler" ]]; then
-    log "   volcano $VOLCANO_VERSION cached in $out"; return 0
-  fi
-  local go work upstream
-  go="$(go_bin)"
-  work="$BUILD/$(basename "$out")"
-  mkdir -p "$work"
-  upstream="$work/upstream.mod"
-  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "volcano.sh/volcano@$VOLCANO_VERSION") >"$work/download.json"
-  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
-  {
-    echo "module torchx.test/volcano-wrapper"
-    echo
-    grep -E '^go [0-9]' "$upstream"
-    grep -E '^godebug' "$upstream" || true
-    echo
-    echo "require volcano.sh/volcano $VOLCANO_VERSION"
-    echo
-    echo "replace ("
-    # Every replace that does not point into the Volcano tree is copied as is.
-    awk '/^replace \($/ {r=1; next} r && /^\)$/ {r=0} r && /=>/ && $0 !~ /=> *\.\// {print}' "$upstream"
-    echo "	volcano.sh/apis => volcano.sh/apis $VOLCANO_APIS_VERSION"
-    echo ")"
-  } >"$work/wrapper.mod"
-  go_wrapper_build "volcano $VOLCANO_VERSION" "$out" "$work/wrapper.mod" \
-    "-X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION" \
-    volcano.sh/volcano/cmd/controller-manager \
-    volcano.sh/volcano/cmd/scheduler
-  mv "$out/controller-manager" "$out/vc-controller-manager"
-  mv "$out/scheduler" "$out/vc-scheduler"
-  for crd in "${crds[@]}"; do
-    copy_module_file "volcano.sh/volcano@$VOLCANO_VERSION" "$crd" "$out/crds"
+  for crd in config/crd/volcano/bases/topology.volcano.sh_hypernodes.yaml \
+    config/crd/volcano/bases/nodeinfo.volcano.sh_numatopologies.yaml; do
+    [[ -f "$(volcano_dir)/crds/$(basename "$crd")" ]] ||
+      copy_module_file "volcano.sh/volcano@$VOLCANO_VERSION" "$crd" "$(volcano_dir)/crds" || return 1
   done
-}
-
-build_appwrapper() {
-  local out
-  out="$(appwrapper_dir)"
-  [[ -x "$out/appwrapper-controller" ]] && { log "   appwrapper $APPWRAPPER_VERSION cached in $out"; return 0; }
-  local work
-  work="$BUILD/$(basename "$out")"
-  mkdir -p "$work"
-  printf 'module torchx.test/appwrapper-wrapper\n\ngo 1.26.0\n\nrequire github.com/project-codeflare/appwrapper %s\n' \
-    "$APPWRAPPER_VERSION" >"$work/wrapper.mod"
-  # The checksum database this machine reaches has no record of appwrapper
-  # v1.2.1, so that one module is taken from the proxy unverified.
-  GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/project-codeflare/appwrapper" \
-    go_wrapper_build "appwrapper $APPWRAPPER_VERSION" "$out" "$work/wrapper.mod" "" \
-    github.com/project-codeflare/appwrapper/cmd
-  mv "$out/cmd" "$out/appwrapper-controller"
 }
 
 build_mcad() {
@@ -404,36 +385,51 @@ build_kueue() {
 
 jobset_built() { [[ -x "$(jobset_dir)/jobset-controller" && -f "$(jobset_dir)/crds/jobset.x-k8s.io_jobsets.yaml" ]]; }
 
-# The JobSet controller (its main package is the module's root) and its one CRD.
-build_jobset() {
-  local out
-  out="$(jobset_dir)"
-  if jobset_built; then
-    log "   jobset $JOBSET_VERSION cached in $out"; return 0
-  fi
-  local go work upstream
-  go="$(go_bin)"
-  work="$BUILD/$(basename "$out")"
-  mkdir -p "$work"
-  upstream="$work/upstream.mod"
-  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION") >"$work/download.json"
-  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
-  if [[ ! -x "$out/jobset-controller" ]]; then
+jobset_group_built() {
+  [[ -x "$(jobset_dir)/jobset-controller" && -x "$(appwrapper_dir)/appwrapper-controller" ]]
+}
+
+# JobSet's controller (its main package is the module's root) and AppWrapper's in one Go build
+# of one module: both are controller-runtime programs (JobSet's graph, controller-runtime
+# v0.22, client-go v0.35, takes AppWrapper v1.2.1 from its v0.20 and v0.32), so they share one
+# compile of client-go and controller-runtime instead of two at two versions. Kueue stays apart:
+# its controller-runtime v0.23 changed a function both call. Then JobSet's CRD.
+build_jobset_group() {
+  if jobset_group_built; then
+    log "   jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION cached"
+  else
+    local work upstream out
+    work="$BUILD/jobset-group-$JOBSET_VERSION-appwrapper-$APPWRAPPER_VERSION"
+    out="$BUILD/$(basename "$work")-bin"
+    mkdir -p "$work"
+    upstream="$(upstream_mod "sigs.k8s.io/jobset@$JOBSET_VERSION" "$work")" || return 1
     {
-      echo "module torchx.test/jobset-wrapper"
+      echo "module torchx.test/jobset-group"
       echo
-      grep -E '^go [0-9]' "$upstream"
+      # AppWrapper's go.mod asks for the newer Go of the two
+      echo "go 1.26.0"
       grep -E '^godebug' "$upstream" || true
       echo
-      echo "require sigs.k8s.io/jobset $JOBSET_VERSION"
+      echo "require ("
+      echo "	sigs.k8s.io/jobset $JOBSET_VERSION"
+      echo "	github.com/project-codeflare/appwrapper $APPWRAPPER_VERSION"
+      echo ")"
     } >"$work/wrapper.mod"
-    go_wrapper_build "jobset $JOBSET_VERSION" "$out" "$work/wrapper.mod" \
-      "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
-      sigs.k8s.io/jobset || return 1
-    mv "$out/jobset" "$out/jobset-controller"
+    # The checksum database this machine reaches has no record of appwrapper v1.2.1, so
+    # that one module is taken from the proxy unverified.
+    GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/project-codeflare/appwrapper" \
+      go_wrapper_build "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION" \
+      "$out" "$work/wrapper.mod" "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+      sigs.k8s.io/jobset \
+      github.com/project-codeflare/appwrapper/cmd || return 1
+    mkdir -p "$(jobset_dir)" "$(appwrapper_dir)"
+    mv "$out/jobset" "$(jobset_dir)/jobset-controller"
+    mv "$out/cmd" "$(appwrapper_dir)/appwrapper-controller"
+    rm -rf "$out"
   fi
-  copy_module_file "sigs.k8s.io/jobset@$JOBSET_VERSION" \
-    "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$out/crds"
+  [[ -f "$(jobset_dir)/crds/jobset.x-k8s.io_jobsets.yaml" ]] ||
+    copy_module_file "sigs.k8s.io/jobset@$JOBSET_VERSION" \
+      "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$(jobset_dir)/crds"
 }
 
 # The CRDs the unit tier validates manifests against that come from a Go module rather than
@@ -452,22 +448,22 @@ cmd_build() {
   mkdir -p "$BIN" "$BUILD"
   log "cache: $CACHE"
   step "etcd $ETCD_VERSION (Debian $ETCD_DEBIAN_SUITE package)" build_etcd
-  # Two lanes of about equal cold cost (measured: Kubernetes ~10 min then Kueue ~6; kwok,
-  # Volcano, AppWrapper, MCAD and JobSet ~17 together, one after the other). Each Go build
-  # spends part of its time downloading modules and linking on one core: two at once keep
-  # both cores busy. Both share the one Go build and module cache (go env GOCACHE).
+  # Two lanes. Commands that share a module graph are built in one Go build of one module and
+  # compile their shared packages once (build_kube_group, build_jobset_group); the others
+  # (kwok, Kueue, MCAD: their libraries' versions do not fit another's) alone. Each build spends
+  # part of its time downloading modules and linking on one core: two at once keep both cores
+  # busy. Both share the one Go build and module cache (go env GOCACHE).
   local lane1 lane2 rc=0
   (
-    step "kubernetes $KUBE_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
-    step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
+    step "kubernetes $KUBE_VERSION (apiserver, controller-manager, scheduler, kubectl) and volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_kube_group
+    step "volcano's CRDs" volcano_crds
+    step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
   ) &
   lane1=$!
   (
     step "kwok $KWOK_VERSION" build_kwok
-    step "volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_volcano
-    step "jobset $JOBSET_VERSION (controller, CRD)" build_jobset
-    step "appwrapper $APPWRAPPER_VERSION" build_appwrapper
-    step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
+    step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
+    step "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION (controllers, CRD)" build_jobset_group
   ) &
   lane2=$!
   wait "$lane1" || rc=1
