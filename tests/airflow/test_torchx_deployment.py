@@ -922,7 +922,10 @@ def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
         apps.update(c.labels[APP_ID_LABEL] for c in labelled(docker_engine, dag_id))
         return bool(deployment.ti(dag_id, run_id, "train")["state"] == "success")
 
-    wait_for("the retry to succeed", succeeded, 300, interval=0.5)
+    try:
+        wait_for("the retry to succeed", succeeded, 300, interval=0.5)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{deployment.task_story(dag_id, run_id, 'train')}") from e
     ti = deployment.ti(dag_id, run_id, "train")
     assert ti["try_number"] == 2, ti
     assert len(apps) == 1, f"{len(apps)} jobs for one task instance: {apps}"

@@ -241,6 +241,29 @@ class Deployment:
         )
 
     # -- task logs ------------------------------------------------------------------------------
+    def task_story(self, dag_id: str, run_id: str, task_id: str, last: int = 12) -> str:
+        """What a test that timed out waiting on a task prints: the task instance's state and
+        try, the deployment's processes (running or their exit code) and the last ``last``
+        records of each attempt's log."""
+        try:
+            ti = self.ti(dag_id, run_id, task_id)
+            lines = [f"task instance: state {ti.get('state')}, try {ti.get('try_number')}"]
+        except Exception as e:  # the API server itself may be what is wrong
+            lines = [f"task instance: not read ({e})"]
+        lines.append(
+            "processes: "
+            + ", ".join(
+                f"{name} {'running' if proc.poll() is None else f'exited {proc.returncode}'}"
+                for name, proc in self.procs.items()
+            )
+        )
+        for attempt in range(1, 6):
+            events = self.task_log_events(dag_id, run_id, task_id, attempt=attempt)
+            if events:
+                lines.append(f"attempt {attempt}'s last records:")
+                lines += [f"  {event[:200]}" for event in events[-last:]]
+        return "\n".join(lines)
+
     def task_log_events(
         self, dag_id: str, run_id: str, task_id: str, attempt: int = 1
     ) -> list[str]:
