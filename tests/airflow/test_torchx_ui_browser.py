@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin, remove_dags_containers
 from torchx_deployment import Deployment, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow, pytest.mark.browser]
@@ -114,6 +114,7 @@ def deployment(docker_engine: Any) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.stop_all()
+        remove_dags_containers(docker_engine, ("torchx_ui_running", "torchx_ui_failing"))
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
 
