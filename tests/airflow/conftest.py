@@ -8,6 +8,7 @@ backend (tests/support/torchx_fakes.py) works here too.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,24 @@ def fake_cluster(airflow_db: Path) -> Iterator[object]:
     yield cluster
     torchx_fakes.reset()
     torchx_fakes.unregister()
+
+
+@pytest.fixture(scope="module")
+def browser(skip_or_fail: Any) -> Iterator[Any]:
+    """Debian's chromium driven by Playwright (the browser tiers); else skip (fail in CI)."""
+    chromium = os.environ.get("TORCHX_CHROMIUM") or shutil.which("chromium")
+    if not chromium:
+        skip_or_fail("no chromium (apt-get install chromium, or set TORCHX_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed (pip install 'airflow-provider-torchx[dev]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 @pytest.fixture(scope="session")

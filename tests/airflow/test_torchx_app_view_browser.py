@@ -77,23 +77,6 @@ def plugin_entry_point(where: Path) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser(skip_or_fail: Any) -> Iterator[Any]:
-    chromium = os.environ.get("TORCHX_CHROMIUM") or shutil.which("chromium")
-    if not chromium:
-        skip_or_fail("no chromium (apt-get install chromium, or set TORCHX_CHROMIUM)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("playwright is not installed (pip install 'airflow-provider-torchx[dev]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
 def deployment(docker_engine: Any, skip_or_fail: Any) -> Iterator[Deployment]:
     if not BUNDLE.is_file():
         skip_or_fail("the view's bundle is not built (cd ui && npm ci && npm run build)")

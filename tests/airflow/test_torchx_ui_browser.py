@@ -33,23 +33,6 @@ pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow, pytest.
 SHOTS = Path(__file__).resolve().parents[2] / ".ci-logs" / "browser"
 
 
-@pytest.fixture(scope="module")
-def browser(skip_or_fail: Any) -> Iterator[Any]:
-    chromium = os.environ.get("TORCHX_CHROMIUM") or shutil.which("chromium")
-    if not chromium:
-        skip_or_fail("no chromium (apt-get install chromium, or set TORCHX_CHROMIUM)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("playwright is not installed (pip install 'airflow-provider-torchx[dev]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
