@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -318,8 +318,12 @@ class EngineConnection:
                 self._stream_client = make_client(self.config, streaming=True, version=version)
             return self._stream_client
 
-    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[Future[R]]:
-        """Run ``fn`` on every item concurrently; the futures, in order (one item: inline)."""
+    def _map(
+        self, fn: Callable[[T], R], items: Sequence[T], window: int | None = None
+    ) -> list[Future[R]]:
+        """Run ``fn`` on every item concurrently, at most ``window`` at a time if given (the
+        call returns once the last item is under way); the futures, in order (one item:
+        inline)."""
         if len(items) <= 1:
             futures: list[Future[R]] = []
             for item in items:
@@ -331,7 +335,16 @@ class EngineConnection:
                 futures.append(f)
             return futures
         pool = self._executor()
-        return [pool.submit(fn, item) for item in items]
+        if window is None or len(items) <= window:
+            return [pool.submit(fn, item) for item in items]
+        started: list[Future[R]] = []
+        in_flight: set[Future[R]] = set()
+        for item in items:
+            if len(in_flight) >= window:
+                _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            started.append(pool.submit(fn, item))
+            in_flight.add(started[-1])
+        return started
 
     def _executor(self) -> ThreadPoolExecutor:
         """The worker pool (``max_pool_size`` threads, as many as connections), made on first

@@ -104,3 +104,56 @@ def test_within_a_second_of_the_failure_the_follow_is_told_when_to_look_again() 
     resp, again = engine.follow_describe(APP_ID)
     assert again is None and resp is not None and resp.state == AppState.FAILED
     assert len(api.calls) == 4
+
+
+class RunningApi(Api):
+    """Every replica runs; ``gone`` is removed as the cancel marks it; ``refused`` is a name
+    the engine refuses to give."""
+
+    def __init__(self, gone: str = "", refused: str = "") -> None:
+        super().__init__()
+        self.attrs["id-trainer-1"]["State"].update(Status="running", ExitCode=0)
+        self.gone, self.refused = gone, refused
+
+    def rename(self, cid: str, name: str) -> None:
+        import docker.errors
+
+        if cid == self.gone:
+            del self.attrs[cid]
+            raise docker.errors.NotFound(f"No such container: {cid}")
+        if cid == self.refused:
+            raise docker.errors.APIError("Conflict", explanation="name already in use")
+        super().rename(cid, name)
+
+
+def test_a_cancel_marks_every_replica_before_it_stops_the_first() -> None:
+    """Docker 20.10 loses a network's endpoint count when a running container on it is
+    renamed while others stop: a cancel renames them all first, then stops them, and a
+    replica removed meanwhile is neither marked nor stopped."""
+    api = RunningApi(gone="id-trainer-1")
+    engine = DockerEngine(client=Client(api))
+    engine.cancel(APP_ID)
+    kinds = [kind for kind, _, _ in api.calls]
+    assert kinds == ["rename"] * 2 + ["stop"] * 2
+    assert "id-trainer-1" not in {cid for _, cid, _ in api.calls}
+    resp = engine.describe(APP_ID)
+    assert resp is not None
+    rows = {(rs.role, r.id): r.state for rs in resp.roles_statuses for r in rs.replicas}
+    assert rows[("trainer", 0)] == rows[("ps", 0)] == AppState.CANCELLED
+
+
+def test_a_mark_refused_is_raised_once_the_marked_replicas_are_stopped() -> None:
+    """A replica whose mark the engine refuses is left running and the refusal raised, after
+    the others were stopped (a cancel never ends with marked replicas still running)."""
+    from torchx_provider.errors import SubmissionError
+
+    api = RunningApi(refused="id-trainer-1")
+    engine = DockerEngine(client=Client(api))
+    try:
+        engine.cancel(APP_ID)
+    except SubmissionError as e:
+        assert "name already in use" in str(e)
+    else:
+        raise AssertionError("the refused mark was not raised")
+    stopped = sorted(cid for kind, cid, _ in api.calls if kind == "stop")
+    assert stopped == ["id-ps-0", "id-trainer-0"]
