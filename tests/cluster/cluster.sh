@@ -210,10 +210,10 @@ kube_group_built() {
 # Kubernetes scheduler's packages, so one module graph compiles their shared packages once (of
 # the 1,031 packages Volcano's two commands import, 810 are the Kubernetes commands' too);
 # built apart, Volcano compiled its own copy at its own versions. The graph is Kubernetes's:
-# its staging modules at v0.N.P of KUBE_VERSION replace the v0.0.0
-# its go.mod names (and the v0.34.1 Volcano pins), its godebug lines are copied (only the main
-# module's take effect); Volcano's pins of other modules are not taken. kwok is not in it:
-# kwok v0.7.0 uses an apimachinery constant that v0.34 removed, so it keeps its own graph.
+# its staging modules at v0.N.P of KUBE_VERSION replace the v0.0.0 its go.mod names (and the
+# v0.34.1 Volcano pins), its godebug lines are copied (only the main module's take effect);
+# Volcano's pins of other modules are not taken. kwok is not in it: kwok v0.7.0 uses an
+# apimachinery constant that v0.34 removed, so it keeps its own graph.
 build_kube_group() {
   if kube_group_built; then
     log "   kubernetes $KUBE_VERSION and volcano $VOLCANO_VERSION cached"; return 0
@@ -318,10 +318,7 @@ build_mcad() {
   go="$(go_bin)"
   work="$BUILD/$(basename "$out")"
   mkdir -p "$work"
-  upstream="$work/upstream.mod"
-  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json \
-    "github.com/project-codeflare/multi-cluster-app-dispatcher@$MCAD_VERSION") >"$work/download.json"
-  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  upstream="$(upstream_mod "github.com/project-codeflare/multi-cluster-app-dispatcher@$MCAD_VERSION" "$work")" || return 1
   {
     echo "module torchx.test/mcad-wrapper"
     echo
@@ -361,9 +358,7 @@ build_kueue() {
   go="$(go_bin)"
   work="$BUILD/$(basename "$out")"
   mkdir -p "$work"
-  upstream="$work/upstream.mod"
-  (cd "$work" && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION") >"$work/download.json"
-  cp "$(jq -r .GoMod "$work/download.json")" "$upstream"
+  upstream="$(upstream_mod "sigs.k8s.io/kueue@$KUEUE_VERSION" "$work")" || return 1
   if [[ ! -x "$out/kueue" ]]; then
     {
       echo "module torchx.test/kueue-wrapper"
