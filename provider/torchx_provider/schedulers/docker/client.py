@@ -26,9 +26,10 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchx_provider.errors import (
@@ -43,6 +44,7 @@ from torchx_provider.schedulers.certificates import untrusted_certificate
 from torchx_provider.specs.runopts import bool_value
 
 if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerClient
     from torchx_provider.schedulers.docker.state import EngineOutage
 
 
@@ -257,11 +259,13 @@ class EngineConnection:
             here.
     """
 
-    def __init__(self, config: DockerClientConfig | None = None, client: Any = None) -> None:
+    def __init__(
+        self, config: DockerClientConfig | None = None, client: DockerClient | None = None
+    ) -> None:
         self.config = config or DockerClientConfig()
         self._client = client
         self._own_client = client is None
-        self._stream_client: Any = None
+        self._stream_client: DockerClient | None = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._answers = threading.Lock()
@@ -300,7 +304,7 @@ class EngineConnection:
         self.answered(True)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> DockerClient:
         """The ``docker.DockerClient`` (made on first use)."""
         with self._lock:
             if self._client is None:
@@ -308,7 +312,7 @@ class EngineConnection:
             return self._client
 
     @property
-    def stream_client(self) -> Any:
+    def stream_client(self) -> DockerClient:
         """A client without a read timeout, for log streams that follow a quiet replica."""
         if not self._own_client:
             return self.client
@@ -321,8 +325,8 @@ class EngineConnection:
     def _map(
         self, fn: Callable[[T], R], items: Sequence[T], window: int | None = None
     ) -> list[Future[R]]:
-        """Run ``fn`` on every item concurrently, at most ``window`` at a time if given (the
-        call returns once the last item is under way); the futures, in order (one item:
+        """Run ``fn`` on every item concurrently, at most ``window`` at a time if given (then
+        the call returns once every item is done); the futures, in order (one item:
         inline)."""
         if len(items) <= 1:
             futures: list[Future[R]] = []
@@ -337,14 +341,41 @@ class EngineConnection:
         pool = self._executor()
         if window is None or len(items) <= window:
             return [pool.submit(fn, item) for item in items]
-        started: list[Future[R]] = []
-        in_flight: set[Future[R]] = set()
-        for item in items:
-            if len(in_flight) >= window:
-                _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-            started.append(pool.submit(fn, item))
-            in_flight.add(started[-1])
-        return started
+        return self._map_window(fn, items, window)
+
+    def _map_window(self, fn: Callable[[T], R], items: Sequence[T], window: int) -> list[Future[R]]:
+        """:meth:`_map` ``window`` at a time: returns once every call has ended, having
+        waited for them through :class:`~.inflight.InFlight` (no lock of theirs is taken
+        here: the caller may be a task's main thread, where a timeout can interrupt it)."""
+        from torchx_provider.schedulers.docker.inflight import InFlight
+
+        def run(index: int, item: T) -> tuple[int, R | None, BaseException | None]:
+            try:
+                return index, fn(item), None
+            except BaseException as e:  # delivered through the item's future
+                return index, None, e
+
+        futures: list[Future[R]] = [Future() for _ in items]
+        running: InFlight[tuple[int, R | None, BaseException | None]] = InFlight(
+            self._executor(), lambda e: (-1, None, e)
+        )
+        pending = iter(enumerate(items))
+        while True:
+            while len(running) < window:
+                found = next(pending, None)
+                if found is None:
+                    break
+                running.submit(partial(run, *found))
+            if not running:
+                return futures
+            outcome = running.next(timeout=None)
+            if outcome is None or outcome[0] < 0:
+                continue
+            index, value, error = outcome
+            if error is not None:
+                futures[index].set_exception(error)
+            else:
+                futures[index].set_result(value)  # type: ignore[arg-type]
 
     def _executor(self) -> ThreadPoolExecutor:
         """The worker pool (``max_pool_size`` threads, as many as connections), made on first
