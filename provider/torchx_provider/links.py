@@ -16,7 +16,7 @@ from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
-    from airflow.sdk.types import TaskInstanceKey
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol, TaskInstanceKey
 
 
 #: The fields a job URL template may use.
@@ -103,7 +103,7 @@ class TorchXJobLink(BaseOperatorLink):
         return str(XCom.get_value(ti_key=ti_key, key=self.xcom_key) or "")
 
     @classmethod
-    def persist(cls, ti: Any, url: str | None) -> None:
+    def persist(cls, ti: RuntimeTaskInstanceProtocol, url: str | None) -> None:
         """Store ``url`` for the task instance ``ti``.
 
         An empty string is stored when there is no URL: Airflow resolves every extra link

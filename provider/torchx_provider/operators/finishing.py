@@ -9,7 +9,7 @@ resumptions, and what to cancel after it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.failures import bounded, error_class, kind_of, root_cause
 from torchx_provider.operators.options import Lifecycle, OnKillAction
@@ -23,6 +23,9 @@ from torchx_provider.triggers.events import (
     replica_table,
 )
 from torchx_provider.triggers.summary import failed_rows, replica_failure
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
 #: The XCom of the app's timeline once the task ended (the "TorchX app" view reads it).
 TIMELINE_XCOM_KEY = "timeline"
@@ -267,7 +270,7 @@ def cancel_after_deferral_timeout(
 
 
 def finish(
-    ti: Any,
+    ti: RuntimeTaskInstanceProtocol,
     event: JobEvent,
     handle: str,
     lifecycle: Lifecycle,
@@ -317,7 +320,7 @@ def delete_app(
         log.warning("could not delete app %s: %s", app_id, e)
 
 
-def drop_checkpoint(ti: Any, log: TaskLogger) -> None:
+def drop_checkpoint(ti: RuntimeTaskInstanceProtocol, log: TaskLogger) -> None:
     """Delete the trigger's progress XCom: bookkeeping of the try's deferral, not a result,
     read by nothing once the try has its event (a failure is only logged; the next try's
     start clears it anyway)."""
@@ -337,7 +340,9 @@ def drop_checkpoint(ti: Any, log: TaskLogger) -> None:
         log.warning("could not delete the XCom %s: %s", CHECKPOINT_XCOM_KEY, e)
 
 
-def live_checkpoint(ti: Any, log: TaskLogger) -> Callable[[dict[str, Any]], None]:
+def live_checkpoint(
+    ti: RuntimeTaskInstanceProtocol, log: TaskLogger
+) -> Callable[[dict[str, Any]], None]:
     """Stores a follow's checkpoint on the worker (a task that does not defer), for the
     "TorchX app" view; a failure is said once and only costs the view its freshness."""
     from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY
@@ -355,7 +360,7 @@ def live_checkpoint(ti: Any, log: TaskLogger) -> Callable[[dict[str, Any]], None
     return publish
 
 
-def stored_app_id(ti: Any) -> str | None:
+def stored_app_id(ti: RuntimeTaskInstanceProtocol) -> str | None:
     """The app id of the handle this try stored, ``None`` when none was stored."""
     from torchx_provider.specs.names import read_app_handle
 
@@ -390,7 +395,7 @@ def final_timeline(event: JobEvent) -> dict[str, Any] | None:
     return merged_timeline(event.timeline, event.root_cause, event.root_error, event.replicas)
 
 
-def with_stored_timeline(ti: Any, event: JobEvent) -> JobEvent:
+def with_stored_timeline(ti: RuntimeTaskInstanceProtocol, event: JobEvent) -> JobEvent:
     """``event``, with the timeline of the try's checkpoint when the event came without one
     (too large for an event's payload): read before the checkpoint is dropped."""
     import dataclasses

@@ -16,6 +16,8 @@ from torchx_provider.links import format_job_url
 from torchx_provider.tasklog import TaskLogger
 
 if TYPE_CHECKING:
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
+
     from torchx_provider.backends import Backend
     from torchx_provider.errors import QueueTimeoutError, SubmissionWaitTimeout
     from torchx_provider.hooks.base import BackendTarget
@@ -41,7 +43,11 @@ class SubmissionPlan:
 
 
 def plan_submission(
-    target: BackendTarget, session_name: str, load_app: Callable[[], AppDef], cfg: Any, ti: Any
+    target: BackendTarget,
+    session_name: str,
+    load_app: Callable[[], AppDef],
+    cfg: Any,
+    ti: RuntimeTaskInstanceProtocol,
 ) -> SubmissionPlan:
     """Everything up to the dry run for task instance ``ti``: a client of ``target``'s
     backend (handles in session ``session_name``), the app ``load_app`` gives, the run
@@ -69,7 +75,7 @@ def bad_input(e: Exception) -> Exception:
     return fail_exception()(f"{e} (nothing was submitted)")
 
 
-def task_instance_key(ti: Any) -> TaskInstanceKey:
+def task_instance_key(ti: RuntimeTaskInstanceProtocol) -> TaskInstanceKey:
     """The key of the running task instance (and try); built once per task."""
     from torchx_provider.schedulers.labels import TaskInstanceKey
 
@@ -130,7 +136,7 @@ class LiveApps:
     ended: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
-def first_try_since_clear(ti: Any, retries: Any) -> int:
+def first_try_since_clear(ti: RuntimeTaskInstanceProtocol, retries: Any) -> int:
     """The first try number since the task instance was last cleared (Airflow's own rule:
     clearing sets ``max_tries`` to the current try number plus ``retries``); 1 when the task
     instance does not tell.

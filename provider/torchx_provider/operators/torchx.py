@@ -50,6 +50,7 @@ from torchx_provider.triggers.policy import OUTAGE_BUDGET
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from airflow.sdk.types import RuntimeTaskInstanceProtocol
 
     from torchx_provider.hooks.base import BackendTarget, TorchXHookBase
     from torchx_provider.operators.submission import SubmissionPlan
@@ -383,7 +384,7 @@ class TorchXOperator(BaseOperator):
         drop_checkpoint(ti, self.log)
         return self._finish(context, event, plan.scheduler, self._deadline_cause(ti, now))
 
-    def _deadline(self, ti: Any, now: datetime) -> datetime | None:
+    def _deadline(self, ti: RuntimeTaskInstanceProtocol, now: datetime) -> datetime | None:
         """When following must end: the earlier of ``execution_timeout`` (from the try's
         start) and ``follow_timeout`` (from now)."""
         from torchx_provider.operators.following import follow_deadline
@@ -395,7 +396,7 @@ class TorchXOperator(BaseOperator):
             now,
         )
 
-    def _deadline_cause(self, ti: Any, now: datetime) -> str:
+    def _deadline_cause(self, ti: RuntimeTaskInstanceProtocol, now: datetime) -> str:
         """Which of the two sets :meth:`_deadline`, with its value."""
         from torchx_provider.operators.following import deadline_cause
 

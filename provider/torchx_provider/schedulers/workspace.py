@@ -26,7 +26,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import (
     InvalidAppError,
@@ -40,6 +40,9 @@ from torchx_provider.schedulers.docker.pull import PullBound, PullCut, bounded_p
 from torchx_provider.schedulers.docker.transfer import Transfer
 from torchx_provider.schedulers.labels import LABEL_VERSION
 from torchx_provider.version import __version__
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ def _reason(e: SubmissionError) -> str:
 
 
 def ensure_image(
-    client: Any,
+    client: DockerClient,
     image: str,
     *,
     quiet: bool = False,
@@ -184,7 +187,7 @@ def ensure_image(
 
 
 def push_image(
-    client: Any,
+    client: DockerClient,
     image_id: str,
     image_repo: str,
     *,
@@ -218,7 +221,7 @@ def build_workspace_image(
     base_image: str,
     *,
     image_repo: str | None = None,
-    client: Any = None,
+    client: DockerClient | None = None,
     config: DockerClientConfig | None = None,
     quiet: bool = False,
     role: str | None = None,

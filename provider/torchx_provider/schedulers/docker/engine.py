@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import (
     BackendUnavailableError,
@@ -90,6 +90,9 @@ from torchx_provider.schedulers.logs import (
 from torchx_provider.schedulers.workspace import build_workspace_image, ensure_image
 from torchx_provider.specs.api import is_terminal
 
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerClient
+
 log = logging.getLogger(__name__)
 
 #: Seconds ``cancel`` gives a replica between SIGTERM and SIGKILL (Docker's default).
@@ -123,7 +126,9 @@ class DockerEngine(EngineConnection):
     """One Docker engine, as ``local_docker`` uses it. Thread-safe; create it cheaply (the
     client connects on first use)."""
 
-    def __init__(self, config: DockerClientConfig | None = None, client: Any = None) -> None:
+    def __init__(
+        self, config: DockerClientConfig | None = None, client: DockerClient | None = None
+    ) -> None:
         super().__init__(config, client)
         self._limits: tuple[int, int] | None = None
         # app id -> replicas whose log has been read to its end (see ``remove``).

@@ -25,12 +25,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.perloop import PerLoop
 from torchx_provider.schedulers.backoff import Backoff
 from torchx_provider.schedulers.docker.client import DockerClientConfig, make_client
 from torchx_provider.schedulers.labels import LABEL_APP_ID, MANAGED_SELECTOR, label_value
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerClient
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ def open_events(config: DockerClientConfig) -> StreamOpener:
 class _ClientStream:
     """An event stream that closes its own client with it."""
 
-    def __init__(self, client: Any, stream: Any) -> None:
+    def __init__(self, client: DockerClient, stream: Any) -> None:
         self.client, self.stream = client, stream
 
     def __iter__(self) -> Iterator[Any]:

@@ -11,7 +11,7 @@ import contextlib
 import re
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.schedulers.logs import (
     MAX_LINE_CHARS,
@@ -20,6 +20,9 @@ from torchx_provider.schedulers.logs import (
     split_timestamp,
     split_timestamps,
 )
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerApi
 
 #: Bytes read from the engine at once.
 READ_BYTES = 64 * 1024
@@ -163,7 +166,9 @@ class RawLogStream:
         self.multiplexed = multiplexed
 
     @classmethod
-    def open(cls, api: Any, container_id: str, *, follow: bool, **params: Any) -> RawLogStream:
+    def open(
+        cls, api: DockerApi, container_id: str, *, follow: bool, **params: Any
+    ) -> RawLogStream:
         query = {
             "stdout": 1 if params.get("stdout", True) else 0,
             "stderr": 1 if params.get("stderr", True) else 0,

@@ -18,9 +18,12 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.schedulers.docker.logbody import shut
+
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerApi
 
 #: Seconds between two looks of the watcher of a streaming pull at its deadline and stop.
 WATCH_POLL = 0.1
@@ -56,7 +59,7 @@ class PullCut(Exception):
 
 
 def bounded_pull(
-    api: Any,
+    api: DockerApi,
     repo: str,
     tag: str,
     auth_config: Mapping[str, str] | None,
@@ -111,7 +114,9 @@ def bounded_pull(
         raise PullCut()
 
 
-def _auth_headers(api: Any, repo: str, auth_config: Mapping[str, str] | None) -> dict[str, Any]:
+def _auth_headers(
+    api: DockerApi, repo: str, auth_config: Mapping[str, str] | None
+) -> dict[str, Any]:
     """The registry credentials of a pull, as the docker SDK sends them: ``auth_config``,
     else what the engine's client configuration holds for the registry (none: no header)."""
     from docker import auth

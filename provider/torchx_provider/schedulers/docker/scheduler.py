@@ -15,7 +15,7 @@ import asyncio
 import builtins
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.schedulers.api import (
     AsyncSchedulerClient,
@@ -41,6 +41,9 @@ from torchx_provider.schedulers.wakeup import wait_raised
 from torchx_provider.specs.api import AppDef, AppDryRunInfo
 from torchx_provider.specs.runopts import CfgVal, runopts
 
+if TYPE_CHECKING:
+    from torchx_provider.schedulers.docker.apitypes import DockerClient
+
 BACKEND = "local_docker"
 
 
@@ -53,7 +56,9 @@ class DockerScheduler(Scheduler[DockerJob]):
         **client_kwargs: :class:`~.client.DockerClientConfig` fields.
     """
 
-    def __init__(self, session_name: str = "", client: Any = None, **client_kwargs: Any) -> None:
+    def __init__(
+        self, session_name: str = "", client: DockerClient | None = None, **client_kwargs: Any
+    ) -> None:
         super().__init__(BACKEND, session_name)
         self.engine = DockerEngine(DockerClientConfig.from_kwargs(**client_kwargs), client)
 
@@ -141,7 +146,7 @@ class DockerAsyncClient(AsyncSchedulerClient):
 
     def __init__(
         self,
-        client: Any = None,
+        client: DockerClient | None = None,
         *,
         engine: DockerEngine | None = None,
         events: EngineEvents | None = None,

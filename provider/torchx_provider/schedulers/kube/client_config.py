@@ -28,9 +28,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import InvalidOptionError
+from torchx_provider.schedulers.kube.apitypes import SyncApiClient
 from torchx_provider.schedulers.kube.kubeconfig import (
     check_context,
     context_namespace,
@@ -39,6 +40,9 @@ from torchx_provider.schedulers.kube.kubeconfig import (
     read_kubeconfig,
 )
 from torchx_provider.schedulers.streams import stream_cap
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 #: Where a pod finds its own namespace (in-cluster configuration).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -168,7 +172,7 @@ class KubeClientConfig:
         return f"{where}{f' (context {self.context})' if self.context else ''}"
 
     # -- the two clients --------------------------------------------------------------------------
-    def sync_api_client(self) -> Any:
+    def sync_api_client(self) -> SyncApiClient:
         """A configured ``kubernetes.client.ApiClient``."""
         from torchx_provider.optional import require
         from torchx_provider.schedulers.kube.io import run_sync
@@ -181,7 +185,7 @@ class KubeClientConfig:
         self._tune(configuration)
         return client.ApiClient(configuration)
 
-    async def async_api_client(self) -> Any:
+    async def async_api_client(self) -> ApiClient:
         """A configured ``kubernetes_asyncio.client.ApiClient`` (the same choices). The
         library is imported in a worker thread the first time: its import takes about a
         third of a second, which the event loop (every other follow of a triggerer) would

@@ -55,7 +55,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.perloop import PerLoop
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
@@ -82,6 +82,9 @@ from torchx_provider.schedulers.kube.status import (
     telling,
 )
 from torchx_provider.schedulers.labels import LABEL_APP_ID, label_value
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 #: Seconds an informer keeps running after its last subscriber left.
 LINGER = 30.0
@@ -155,7 +158,7 @@ def event_app(event: Mapping[str, Any]) -> str | None:
 @dataclass
 class _Client:
     users: int = 0
-    api: Any = None
+    api: ApiClient | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -344,7 +347,7 @@ class InformerHub:
         return _HUBS.get()
 
     # -- API clients ------------------------------------------------------------------------------
-    async def acquire_client(self, config: KubeClientConfig, *, count: bool = True) -> Any:
+    async def acquire_client(self, config: KubeClientConfig, *, count: bool = True) -> ApiClient:
         """The cluster's shared API client; ``count``: one more user, who must
         :meth:`release_client` it."""
         entry = self.clients.setdefault(cache_key(config), _Client())

@@ -13,7 +13,7 @@ import contextlib
 import gc
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_provider.errors import UnknownAppError
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
@@ -34,6 +34,9 @@ from torchx_provider.schedulers.kube.resources import (
 )
 from torchx_provider.schedulers.labels import MANAGED_SELECTOR
 
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
+
 
 class AsyncKube:
     """The async API calls (``kubernetes_asyncio``), each translated by ``api_errors``.
@@ -45,9 +48,9 @@ class AsyncKube:
 
     def __init__(self, config: KubeClientConfig) -> None:
         self.config = config
-        self._api: Any = None
+        self._api: ApiClient | None = None
 
-    async def api(self) -> Any:
+    async def api(self) -> ApiClient:
         if self._api is None:
             from torchx_provider.schedulers.kube.hub import InformerHub
 
@@ -294,7 +297,7 @@ class ListWatch:
 
     def __init__(
         self,
-        api: Callable[[], Awaitable[Any]],
+        api: Callable[[], Awaitable[ApiClient]],
         resource: CustomResource | None,
         namespace: str,
         selector: str,

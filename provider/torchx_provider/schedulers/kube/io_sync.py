@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torchx_provider.errors import UnknownAppError
+from torchx_provider.schedulers.kube.apitypes import SyncApiClient
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.errors import api_errors
 from torchx_provider.schedulers.kube.resources import CustomResource
@@ -45,11 +46,11 @@ def log_what(kwargs: Mapping[str, Any]) -> str:
 class SyncKube:
     """The sync API calls (``kubernetes`` client), each translated by ``api_errors``."""
 
-    def __init__(self, config: KubeClientConfig, api_client: Any = None) -> None:
+    def __init__(self, config: KubeClientConfig, api_client: SyncApiClient | None = None) -> None:
         self.config = config
         self._api = api_client
 
-    def api(self) -> Any:
+    def api(self) -> SyncApiClient:
         if self._api is None:
             self._api = self.config.sync_api_client()
         return self._api

@@ -19,6 +19,7 @@ from torchx_provider.schedulers.api import (
     LogQuery,
     Scheduler,
 )
+from torchx_provider.schedulers.kube.apitypes import SyncApiClient
 from torchx_provider.schedulers.kube.client_config import KubeClientConfig
 from torchx_provider.schedulers.kube.core import KubeCore
 from torchx_provider.schedulers.kube.io import Immediate, SyncKubeIO, run_sync
@@ -51,7 +52,7 @@ class KubeScheduler(Scheduler[KubeRequest]):
         translation: KubeTranslation,
         session_name: str = "",
         client_config: KubeClientConfig | None = None,
-        api_client: Any = None,
+        api_client: SyncApiClient | None = None,
         *,
         kube: SyncKubeIO | None = None,
     ) -> None:
