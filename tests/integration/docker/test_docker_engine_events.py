@@ -4,13 +4,14 @@ events, inspecting only when something happened."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from torchx_provider.schedulers.docker import create_async_client
 from torchx_provider.schedulers.docker.events import EngineEvents
-from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
+from torchx_provider.specs.api import AppDef, AppState, BindMount, Role, is_terminal
 
 pytestmark = pytest.mark.docker
 
@@ -18,10 +19,27 @@ IMAGE = "torchx-provider/busybox:latest"
 
 
 async def test_three_apps_one_stream_woken_by_their_events(
-    scheduler: Any, cfg: dict[str, Any]
+    scheduler: Any, cfg: dict[str, Any], tmp_path: Path
 ) -> None:
+    # The apps end 1, 2 and 3 s after the follows have begun (a file they wait for), however
+    # long their submission took on a busy machine.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    barrier.chmod(0o777)
+    wait_then = "until [ -e /barrier/go ]; do sleep 0.1; done; sleep {}"
     apps = [
-        AppDef(f"ev{i}", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", f"sleep {4 + i}"])])
+        AppDef(
+            f"ev{i}",
+            [
+                Role(
+                    "r",
+                    image=IMAGE,
+                    entrypoint="sh",
+                    args=["-c", wait_then.format(1 + i)],
+                    mounts=[BindMount(str(barrier), "/barrier", read_only=True)],
+                )
+            ],
+        )
         for i in range(3)
     ]
     app_ids = [scheduler.submit(app, cfg) for app in apps]
@@ -48,16 +66,23 @@ async def test_three_apps_one_stream_woken_by_their_events(
             # A long timeout: only an event can end the wait in time.
             woken += await client.wait_changed(app_id, 60)
 
+    async def release() -> None:
+        await asyncio.sleep(1.0)  # every follow has described its app and waits
+        (barrier / "go").touch()
+
     try:
         start = asyncio.get_running_loop().time()
-        results = await asyncio.wait_for(asyncio.gather(*(follow(i) for i in range(3))), 30)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(follow(i) for i in range(3)), release()), 30
+        )
+        results = results[:3]
         streams = EngineEvents.on_this_loop()
     finally:
         for client in clients:
             await client.close()
     assert [state for state, _, _ in results] == [AppState.SUCCEEDED] * 3
     assert all(woken >= 1 for _, woken, _ in results), results
-    # Ended within seconds of the container (4, 5, 6 s), not at the 60 s timeout.
+    # Ended within seconds of the container (2, 3, 4 s), not at the 60 s timeout.
     assert all(end - start < 20 for _, _, end in results), (start, results)
     assert len(streams) == 1  # one stream for the engine, shared by the three clients
     # Inspected when something happened, not in a loop: a handful of times per app.
