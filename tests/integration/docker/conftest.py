@@ -16,10 +16,12 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
+from docker_barrier import Barrier
 from docker_engine import open_docker_engine
 from registry_fixture import local_registry  # noqa: F401
 from torchx_provider.schedulers.docker.scheduler import DockerScheduler
@@ -138,6 +140,15 @@ def _wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"app {app_id} still {desc.state} after {timeout} s: {desc}")
         time.sleep(0.1)
+
+
+@pytest.fixture
+def barrier(tmp_path: Path) -> Barrier:
+    """A :class:`Barrier` that releases the replicas of a test together."""
+    folder = tmp_path / "barrier"
+    folder.mkdir()
+    folder.chmod(0o777)
+    return Barrier(folder)
 
 
 @pytest.fixture

@@ -4,14 +4,14 @@ events, inspecting only when something happened."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from docker_barrier import Barrier
 from torchx_provider.schedulers.docker import create_async_client
 from torchx_provider.schedulers.docker.events import EngineEvents
-from torchx_provider.specs.api import AppDef, AppState, BindMount, Role, is_terminal
+from torchx_provider.specs.api import AppDef, AppState, Role, is_terminal
 
 pytestmark = pytest.mark.docker
 
@@ -19,14 +19,10 @@ IMAGE = "torchx-provider/busybox:latest"
 
 
 async def test_three_apps_one_stream_woken_by_their_events(
-    scheduler: Any, cfg: dict[str, Any], tmp_path: Path
+    scheduler: Any, cfg: dict[str, Any], barrier: Barrier
 ) -> None:
-    # The apps end 1, 2 and 3 s after the follows have begun (a file they wait for), however
-    # long their submission took on a busy machine.
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
-    barrier.chmod(0o777)
-    wait_then = "until [ -e /barrier/go ]; do sleep 0.1; done; sleep {}"
+    # The apps end 1, 2 and 3 s after the follows have begun (the barrier), however long
+    # their submission took on a busy machine.
     apps = [
         AppDef(
             f"ev{i}",
@@ -35,8 +31,8 @@ async def test_three_apps_one_stream_woken_by_their_events(
                     "r",
                     image=IMAGE,
                     entrypoint="sh",
-                    args=["-c", wait_then.format(1 + i)],
-                    mounts=[BindMount(str(barrier), "/barrier", read_only=True)],
+                    args=["-c", barrier.wait_then(f"sleep {1 + i}")],
+                    mounts=[barrier.mount],
                 )
             ],
         )
@@ -68,7 +64,7 @@ async def test_three_apps_one_stream_woken_by_their_events(
 
     async def release() -> None:
         await asyncio.sleep(1.0)  # every follow has described its app and waits
-        (barrier / "go").touch()
+        barrier.release()
 
     try:
         start = asyncio.get_running_loop().time()

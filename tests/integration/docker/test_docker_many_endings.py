@@ -8,16 +8,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 
+from docker_barrier import Barrier
 from torchx_provider.schedulers.docker.scheduler import DockerScheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
-from torchx_provider.specs.api import AppDef, AppState, BindMount, Role
+from torchx_provider.specs.api import AppDef, AppState, Role
+from torchx_provider.timestamps import parse_timestamp
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -93,7 +93,7 @@ def test_sixty_replicas_ending_within_a_second_leave_the_engine_answering(
     scheduler: DockerScheduler,
     cfg: dict[str, Any],
     docker_engine: Any,
-    tmp_path: Path,
+    barrier: Barrier,
     wait_for: Any,
     containers_of: Any,
     probe: EngineProbe,
@@ -101,25 +101,21 @@ def test_sixty_replicas_ending_within_a_second_leave_the_engine_answering(
     """Every replica waits for one file, then exits 0: they end within a second of each
     other; the app succeeds, its containers are removed, and the engine never stops
     answering."""
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
-    barrier.chmod(0o777)
     role = Role(
         "worker",
         image=IMAGE,
         entrypoint="sh",
-        args=["-c", "until [ -e /barrier/go ]; do sleep 0.1; done"],
+        args=["-c", barrier.wait_then()],
         num_replicas=REPLICAS,
-        mounts=[BindMount(str(barrier), "/barrier", read_only=True)],
+        mounts=[barrier.mount],
     )
     app_id = submit_when_all_run(scheduler, cfg, docker_engine, role)
-    (barrier / "go").touch()
+    barrier.release()
     desc = wait_for(scheduler, app_id, timeout=120)
     assert desc.state == AppState.SUCCEEDED, desc
     assert replica_states(desc) == {AppState.SUCCEEDED}
     finished = [
-        datetime.fromisoformat(c.attrs["State"]["FinishedAt"][:26].rstrip("Z")).timestamp()
-        for c in containers_of(app_id)
+        parse_timestamp(c.attrs["State"]["FinishedAt"]).timestamp() for c in containers_of(app_id)
     ]
     assert len(finished) == REPLICAS
     assert max(finished) - min(finished) < 1.5, "the replicas did not end together"
