@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
+from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin, remove_containers
 
 import airflow_home
 
@@ -106,13 +106,12 @@ def remove_earlier_sessions_containers(client: Any) -> None:
     duplicates and orphans), and DAG ids repeat from one session to the next."""
     from datetime import datetime
 
-    for c in client.containers.list(all=True, filters={"label": "airflow.apache.org/dag-id"}):
+    def earlier(c: Any) -> bool:
         created = datetime.fromisoformat(c.attrs["Created"][:26].rstrip("Z") + "+00:00")
-        if created.timestamp() < SESSION_STARTED:
-            try:
-                c.remove(force=True)
-            except Exception as e:  # removed meanwhile, or the engine refused: say so
-                print(f"could not remove {c.name}, left by an earlier session: {e}")
+        return created.timestamp() < SESSION_STARTED
+
+    found = client.containers.list(all=True, filters={"label": "airflow.apache.org/dag-id"})
+    remove_containers(filter(earlier, found), ", left by an earlier session")
 
 
 @pytest.fixture

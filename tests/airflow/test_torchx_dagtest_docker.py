@@ -12,6 +12,7 @@ from torchx_airflow_helpers import (
     BUSYBOX,
     assert_two_replicas_succeeded,
     crash_after_submit,
+    remove_containers,
     rendered_fields,
     task_instances,
     xcoms,
@@ -121,8 +122,7 @@ def test_failure_on_docker(dag_runner: Any, docker_engine: Any, capfd: Any) -> N
     assert "[worker/1] before" in text and "[worker/0] fine" in text
     kept = containers_of(docker_engine, got["app_id"])
     assert len(kept) == 2  # failed apps are kept (on_finish_action=delete_succeeded)
-    for c in kept:
-        c.remove(force=True)
+    remove_containers(kept)
 
 
 @pytest.mark.parametrize(
@@ -206,5 +206,4 @@ def test_a_large_submission_logs_its_handle_then_its_progress(
             f"app {app_id}: all 40 containers created" in r.getMessage() for r in caplog.records
         )
     finally:
-        for c in containers_of(docker_engine, app_id):
-            c.remove(force=True)
+        remove_containers(containers_of(docker_engine, app_id))

@@ -37,7 +37,13 @@ from typing import Any, NoReturn
 
 import pytest
 import torchx_kube_cluster
-from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin
+from torchx_airflow_helpers import (
+    DEPLOYMENT_DAG_HEAD,
+    airflow_bin,
+    dag_containers,
+    remove_containers,
+    remove_dags_containers,
+)
 from torchx_deployment import Deployment, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
@@ -347,8 +353,7 @@ def test_marking_a_deferred_task_failed_cancels_its_job(
     events = deployment.task_log_events(dag_id, run_id, "train")
     assert "Trigger cancelled by user action, invoking on_kill" in events
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
-    for c in containers(docker_engine, app_id):
-        c.remove(force=True)
+    remove_containers(containers(docker_engine, app_id))
 
 
 def test_marking_a_running_worker_task_failed_cancels_its_job(
@@ -382,8 +387,7 @@ def test_marking_a_running_worker_task_failed_cancels_its_job(
     wait_for("the job to be cancelled", stopped, 60)
     # the job runs forever: only a cancel stops it (the backend marks what it cancelled)
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
-    for c in containers(docker_engine, app_id):
-        c.remove(force=True)
+    remove_containers(containers(docker_engine, app_id))
 
 
 @dataclass(frozen=True)
@@ -507,8 +511,7 @@ def test_the_stored_trigger_holds_no_secret(deployment: Deployment, docker_engin
     # a replica that prints the secret: its line reaches the task log (from the triggerer),
     # masked
     assert [e for e in events if e.startswith("[worker/0] pushing with ***")], events
-    for c in containers(docker_engine, app_id):
-        c.remove(force=True)
+    remove_containers(containers(docker_engine, app_id))
 
 
 def test_a_deferred_task_times_out_and_its_job_is_cancelled(
@@ -532,8 +535,7 @@ def test_a_deferred_task_times_out_and_its_job_is_cancelled(
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
     events = deployment.task_log_events(dag_id, run_id, "train")
     assert f"app {app_id}: deadline passed; the app was cancelled" in events, events[-20:]
-    for c in containers(docker_engine, app_id):
-        c.remove(force=True)
+    remove_containers(containers(docker_engine, app_id))
 
 
 def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_platforms(
@@ -607,9 +609,7 @@ def test_the_shipped_retry_policy_fails_user_errors_at_once_and_retries_the_plat
     for case, row_id, fault, expected, outcome, jobs in rows:
         dag_id = f"torchx_deploy_policy_{case}"
         record(docker_engine, dag_id, row_id, fault, expected, outcome, started, jobs_expected=jobs)
-    for case in runs:
-        for c in labelled(docker_engine, f"torchx_deploy_policy_{case}"):
-            c.remove(force=True)
+    remove_dags_containers(docker_engine, [f"torchx_deploy_policy_{case}" for case in runs])
 
 
 @pytest.mark.kubernetes
@@ -725,13 +725,6 @@ def every_tick_once_or_bounded(
 APP_ID_LABEL = "torchx.pytorch.org/app-id"
 
 
-def labelled(client: Any, dag_id: str) -> list[Any]:
-    """Every container of every job any try of ``dag_id``'s task created."""
-    return client.containers.list(
-        all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
-    )
-
-
 def running_app(dep: Deployment, client: Any, dag_id: str, run_id: str) -> str:
     app_id = deferred_app(dep, dag_id, run_id)
     wait_for(
@@ -793,7 +786,7 @@ def record(
     lines lost and repeated count the numbered ``ticks`` per replica when given."""
     from reliability_results import outcome_row, record_row
 
-    cs = labelled(client, dag_id)
+    cs = dag_containers(client, dag_id)
     running = {c.labels[APP_ID_LABEL] for c in cs if c.status == "running"}
     jobs = set(apps) | {c.labels[APP_ID_LABEL] for c in cs}
     lost = repeated = 0
@@ -850,8 +843,7 @@ def test_marking_a_deferred_task_cancels_its_job_within_seconds(
         apps={app_id},
         stopped_seconds=round(took, 1),
     )
-    for c in containers(docker_engine, app_id):
-        c.remove(force=True)
+    remove_containers(containers(docker_engine, app_id))
 
 
 def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_one(
@@ -901,8 +893,7 @@ def test_clearing_a_deferred_task_cancels_its_job_and_the_next_try_runs_a_new_on
         jobs_expected=2,
         stopped_seconds=round(took, 1),
     )
-    for c in labelled(docker_engine, dag_id):
-        c.remove(force=True)
+    remove_dags_containers(docker_engine, [dag_id])
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -919,7 +910,7 @@ def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
 
     def succeeded() -> bool:
         # every job of the task, seen while they run (a finished one is removed)
-        apps.update(c.labels[APP_ID_LABEL] for c in labelled(docker_engine, dag_id))
+        apps.update(c.labels[APP_ID_LABEL] for c in dag_containers(docker_engine, dag_id))
         return bool(deployment.ti(dag_id, run_id, "train")["state"] == "success")
 
     try:
@@ -948,8 +939,7 @@ def test_a_worker_killed_right_after_submitting_is_retried_onto_the_same_job(
         started,
         apps=apps,
     )
-    for c in labelled(docker_engine, dag_id):
-        c.remove(force=True)
+    remove_dags_containers(docker_engine, [dag_id])
 
 
 def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resuming(
@@ -1131,5 +1121,4 @@ def test_a_task_cleared_while_its_trigger_waits_for_a_triggerer_runs_anew(
         jobs_expected=2,
         stopped_seconds=round(took, 1),
     )
-    for c in labelled(docker_engine, dag_id):
-        c.remove(force=True)
+    remove_dags_containers(docker_engine, [dag_id])

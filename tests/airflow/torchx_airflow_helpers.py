@@ -194,15 +194,26 @@ def run_example(
     return output
 
 
+def dag_containers(client: Any, dag_id: str) -> list[Any]:
+    """Every container of every app any try of ``dag_id``'s tasks created."""
+    return client.containers.list(
+        all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
+    )
+
+
+def remove_containers(containers: Iterable[Any], whose: str = "") -> None:
+    """Remove ``containers`` (running ones are killed); one removed meanwhile, or that the
+    engine refuses to remove, is said (``whose``: what they belong to), not raised: a
+    clean-up never hides the test's own verdict."""
+    for c in containers:
+        try:
+            c.remove(force=True)
+        except Exception as e:  # removed meanwhile, or the engine refused: say so
+            print(f"could not remove {c.name}{whose}: {e}")
+
+
 def remove_dags_containers(client: Any, dag_ids: Iterable[str]) -> None:
     """Remove every container the tasks of ``dag_ids`` made (a failed or cancelled app's are
     kept by the default ``on_finish_action``): a tier's teardown leaves none behind."""
     for dag_id in dag_ids:
-        found = client.containers.list(
-            all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
-        )
-        for c in found:
-            try:
-                c.remove(force=True)
-            except Exception as e:  # removed meanwhile, or the engine refused: say so
-                print(f"could not remove {c.name} of {dag_id}: {e}")
+        remove_containers(dag_containers(client, dag_id), f" of {dag_id}")

@@ -2,9 +2,9 @@
 as protocols: ``docker.DockerClient`` is a :class:`DockerClient`, its ``api`` (the low-level
 ``docker.APIClient``) a :class:`DockerApi`. Tests hand stand-ins with the same methods.
 
-The log and pull streams (:mod:`.logbody`, :mod:`.pull`) use three of the client's own
-request helpers (``_url``, ``_get``/``_post``, ``_raise_for_status``, ``_stream_helper``):
-the public calls buffer or cannot bound the read, which those modules explain.
+The log and pull streams (:mod:`.logbody`, :mod:`.pull`) use the client's own request
+helpers (``_url``, ``_get``, ``_post``, ``_raise_for_status``, ``_stream_helper``): the
+public calls buffer or cannot bound the read, which those modules explain.
 """
 
 from __future__ import annotations
