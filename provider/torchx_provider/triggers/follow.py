@@ -12,17 +12,17 @@ It ends ``FINISHED`` on a terminal state (or the app gone after one; ``CANCELLED
 was deleted before), ``TIMEOUT`` at the deadline or past ``queue_timeout`` (the app
 cancelled unless told to keep it), and ``ERROR`` when the app is unknown, cannot start, or
 the backend stays unreachable past ``outage_budget`` (a refusal at once, unless it was
-allowed before: then for ``REFUSAL_GRACE``). Each replica's progress -- its last line and
-last step -- is read from the lines forwarded (:mod:`~torchx_provider.triggers.progress`);
-while the app runs, stragglers are named and a stalled app (``stall_timeout``) is cancelled
-and ends ``TIMEOUT`` (:mod:`~torchx_provider.triggers.watch`). A timeout is decided only
-after a describe was tried: a follow rebuilt late first sees what became of the app, and
-``queue_timeout`` ends it only on a describe that shows the app still waiting (one that
-falls during an outage is decided by the first describe after it). A replica whose log
-cannot be read never ends the follow. Progress -- log cursors, the app's state, each
-replica's progress -- is checkpointed (:mod:`~torchx_provider.triggers.checkpoints`) as it
-changes, so a follow rebuilt from it loses no line, knows whether the app ran and each
-replica's last step.
+allowed before or follows an outage: then for ``REFUSAL_GRACE``). Each replica's progress --
+its last line and last step -- is read from the lines forwarded
+(:mod:`~torchx_provider.triggers.progress`); while the app runs, stragglers are named and a
+stalled app (``stall_timeout``) is cancelled and ends ``TIMEOUT``
+(:mod:`~torchx_provider.triggers.watch`). A timeout is decided only after a describe was
+tried: a follow rebuilt late first sees what became of the app, and ``queue_timeout`` ends
+it only on a describe that shows the app still waiting (one that falls during an outage is
+decided by the first describe after it). A replica whose log cannot be read never ends the
+follow. Progress -- log cursors, the app's state, each replica's progress -- is checkpointed
+(:mod:`~torchx_provider.triggers.checkpoints`) as it changes, so a follow rebuilt from it
+loses no line, knows whether the app ran and each replica's last step.
 """
 
 from __future__ import annotations
@@ -559,8 +559,9 @@ class JobFollower:
 
     async def _ride_out(self, e: BackendUnavailableError) -> JobEvent | None:
         """One failed ``describe`` of an outage: wait and retry, or give up -- a refusal at
-        once unless a describe was allowed before, then :data:`REFUSAL_GRACE` after the
-        first refusal; anything else past the outage budget; at the deadline, either."""
+        once unless a describe was allowed before or went unanswered just before (an API
+        server coming back), then :data:`REFUSAL_GRACE` after the first refusal; anything
+        else past the outage budget; at the deadline, either."""
         now = self.clock()
         if self._outage is None:
             # Timed from when the backend was first found failing (a shared watch may
@@ -570,13 +571,14 @@ class JobFollower:
         refusals = self._refusals
         refused = isinstance(e, BackendConfigurationError)
         if refused and (refusals.refused(now) or outage.exceeded(now, self.outage_budget)):
-            if not refusals.was_allowed:
+            graced = refusals.graced()
+            if not graced:
                 # Refused as configured (credentials, a permission, a certificate): waiting
                 # does not heal it.
                 return self._event(EventKind.ERROR, str(e), error=ErrorKind.CONFIGURATION)
             return self._event(
                 EventKind.ERROR,
-                f"refused for {refusals.lasted(now):.0f}s after it was allowed: {e}",
+                f"refused for {refusals.lasted(now):.0f}s {graced}: {e}",
                 error=ErrorKind.CONFIGURATION,
             )
         if not refused:
@@ -594,14 +596,15 @@ class JobFollower:
         ends = outage.started + self.outage_budget
         refusal_ends = refusals.ends_at()
         if refused and refusal_ends is not None:
-            # Refused after it was allowed: an API server restarting answers 403 until its
-            # authorizer has the Roles again; ridden out, but briefly.
+            # Refused after it was allowed or after an outage: an API server restarting
+            # answers 403 until its authorizer has the Roles again; ridden out, but briefly.
             ends = min(ends, refusal_ends)
         delay = outage.next_delay(now, ends - outage.started, self.poll_interval, self.rand())
         if refused:
             self.log.warning(
-                "the backend refused a describe it allowed before, for %.0fs (retry %d, next "
-                "in %.1fs; final %.0fs after the first refusal): %s",
+                "the backend refused a describe %s, for %.0fs (retry %d, next in %.1fs; final "
+                "%.0fs after the first refusal): %s",
+                refusals.graced(),
                 refusals.lasted(now),
                 outage.attempts,
                 delay,

@@ -158,8 +158,9 @@ class LogPumps:
                 if isinstance(e, BackendConfigurationError) and e.status != 401:
                     # A permission the account lacks, a certificate not trusted: reading
                     # again does not heal it. Said once (for every source it stops); the
-                    # app is followed on without them. Refused after reads succeeded (an
-                    # API server restarting) it is retried first, for a while.
+                    # app is followed on without them. Refused after reads succeeded or
+                    # went unanswered (an API server restarting) it is retried first, for a
+                    # while.
                     if refusals.refused(self.clock()):
                         self.say_once(refusal_key(e), f"logs of {key} are not forwarded: {e}")
                         self.unread.add(key)

@@ -155,9 +155,11 @@ class Outage:
 @dataclass
 class Refusals:
     """The refusals of one kind of read (a describe, one source's log): final at once
-    unless a read was allowed before, then after ``grace`` seconds from the first refusal
-    in a row -- not from the start of an outage before it: an API server down for minutes
-    answers 403 for its first seconds back. An answer starts the count over.
+    unless a read was allowed before or the read before got no answer, then after
+    ``grace`` seconds from the first refusal in a row -- not from the start of an outage
+    before it: an API server down for minutes answers 403 for its first seconds back, also
+    to a read it never answered before (a pod whose log was first read during the outage).
+    An answer starts the count over.
 
     >>> r = Refusals()
     >>> r.refused(5.0)  # never allowed: final
@@ -166,27 +168,40 @@ class Refusals:
     (False, False, 59.0, True)
     >>> r.allowed(); r.refused(170.0), r.ends_at()
     (False, 230.0)
+    >>> r = Refusals()
+    >>> r.unanswered(); r.refused(5.0), r.refused(65.0)  # never allowed, but after an outage
+    (False, True)
     """
 
     grace: float = REFUSAL_GRACE
     #: a read of this kind was answered before
     was_allowed: bool = False
+    #: a read of this kind got no answer since the last one answered (an outage)
+    after_outage: bool = False
     #: when the current run of refusals began (the follow's monotonic clock)
     since: float | None = None
 
     def allowed(self) -> None:
         """A read was answered."""
-        self.was_allowed, self.since = True, None
+        self.was_allowed, self.after_outage, self.since = True, False, None
 
     def refused(self, now: float) -> bool:
         """A read was refused at ``now``: whether the refusal is final."""
         if self.since is None:
             self.since = now
-        return not self.was_allowed or now - self.since >= self.grace
+        graced = self.was_allowed or self.after_outage
+        return not graced or now - self.since >= self.grace
 
     def unanswered(self) -> None:
-        """A read got no answer (an outage): the next refusal begins a new run."""
-        self.since = None
+        """A read got no answer (an outage): the next refusal begins a new run, and is
+        ridden out like the refusals of what was allowed."""
+        self.since, self.after_outage = None, True
+
+    def graced(self) -> str:
+        """Why the refusals were retried before they were final ("": they were not)."""
+        if self.was_allowed:
+            return "after it was allowed"
+        return "after the backend came back" if self.after_outage else ""
 
     def lasted(self, now: float) -> float:
         """Seconds since the first refusal in a row (0: none)."""

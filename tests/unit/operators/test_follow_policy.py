@@ -183,6 +183,45 @@ async def test_a_refusal_of_what_was_allowed_is_final_after_the_grace(fake_clust
     assert REFUSAL_GRACE <= clock.now < REFUSAL_GRACE + 20
 
 
+class UnansweredThenRefused(torchx_fakes.FakeAsyncClient):
+    """The follow's first describes get no answer, the next ``refusals`` a 403, then it is
+    answered: an API server that was down when the follow began, and came back with its
+    authorizer still loading the Roles."""
+
+    def __init__(self, refusals: float) -> None:
+        super().__init__()
+        self.calls, self.refusals = 0, refusals
+
+    async def describe(self, app_id: str) -> Any:
+        self.calls += 1
+        if self.calls <= 2:
+            raise BackendUnavailableError("connection refused", status=None)
+        if self.calls <= 2 + self.refusals:
+            raise BackendConfigurationError("jobs is forbidden: role not found", status=403)
+        return await super().describe(app_id)
+
+
+async def test_a_refusal_right_after_an_outage_is_ridden_out_though_nothing_was_allowed(
+    fake_cluster: Any,
+) -> None:
+    clock = Clock()
+    log = ListLog()
+    event = await follower(UnansweredThenRefused(3), submit(ticks=3), clock, log).run()
+    assert event.succeeded, event.message
+    said = [ln for ln in log.lines if "role not found" in ln]
+    assert said and all("after the backend came back" in ln for ln in said), said
+
+
+async def test_a_refusal_right_after_an_outage_is_final_after_the_grace(
+    fake_cluster: Any,
+) -> None:
+    clock = Clock()
+    event = await follower(UnansweredThenRefused(float("inf")), submit(ticks=50), clock).run()
+    assert event.kind == EventKind.ERROR and event.error == ErrorKind.CONFIGURATION
+    assert f"refused for {REFUSAL_GRACE:.0f}s after the backend came back" in event.message
+    assert REFUSAL_GRACE <= clock.now < REFUSAL_GRACE + 30
+
+
 async def test_credentials_refused_again_after_resolving_them_end_the_follow_at_once(
     fake_cluster: Any,
 ) -> None:
@@ -437,6 +476,38 @@ async def test_a_log_read_refused_after_it_was_allowed_is_retried_and_loses_no_l
 
     log = ListLog()
     event = await follower(RestartingServer(), app_id, clock, log, poll_interval=0.01).run()
+    assert event.succeeded, event.message
+    assert len(reads) > 3
+    assert not any("not forwarded" in ln for ln in log.lines)
+    assert [ln for ln in log.replica_lines() if ln.startswith("[worker/1]")] == [
+        f"[worker/1] worker 1 line {i}" for i in range(3)
+    ]
+
+
+async def test_a_log_first_read_during_an_outage_then_refused_loses_no_line(
+    fake_cluster: Any,
+) -> None:
+    """A replica whose log was never read before an API server went down: its first read
+    gets no answer, the next ones a 403 (the server back, its authorizer loading the Roles).
+    Retried like a refusal of what was allowed, not taken for a missing permission."""
+    app_id = submit(lines=3, ticks=3, replicas=2)
+    clock = Clock()
+    reads: list[int] = []
+
+    class BackDuringTheFirstRead(torchx_fakes.FakeAsyncClient):
+        async def read_logs(
+            self, app_id: str, role_name: str, replica_id: int, cursor: LogCursor
+        ) -> Any:
+            if replica_id == 1:
+                reads.append(replica_id)
+                if len(reads) == 1:
+                    raise BackendUnavailableError("connection refused", status=None)
+                if len(reads) in (2, 3):
+                    raise BackendConfigurationError("pods/log is forbidden: role not found", 403)
+            return await super().read_logs(app_id, role_name, replica_id, cursor)
+
+    log = ListLog()
+    event = await follower(BackDuringTheFirstRead(), app_id, clock, log, poll_interval=0.01).run()
     assert event.succeeded, event.message
     assert len(reads) > 3
     assert not any("not forwarded" in ln for ln in log.lines)
