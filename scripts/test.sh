@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: every tier, as two pytest processes that run at the same time.
+# The test command: every tier, in two lanes that run at the same time.
 #
 #   bash scripts/test.sh [PYTEST ARGS...]
 #
@@ -8,60 +8,79 @@
 #   * the cluster lane: the tiers that use the local Kubernetes cluster (tests/integration/
 #     kubernetes, the fault rows, the Kubernetes dag.test() tier, the Airflow deployment);
 #     it starts the cluster itself (tests/integration/kubernetes/conftest.py), or waits for
-#     a build of it already under way;
-#   * the local lane: everything else (unit, Docker, the other Airflow tiers, the browser).
+#     a build of it already under way. Three pytest processes: 'cluster-kube' and
+#     'cluster-rows' at once, then 'cluster-alone' (the API server restarts);
+#   * the local lane: everything else (unit, Docker, the other Airflow tiers, the browser),
+#     one pytest process.
 #
 # Most of the cluster lane waits on clocks (kwok's stages, outages, triggerer restarts), so
-# the two lanes take about the time of the longer one instead of their sum, and the local
-# lane runs while a cold machine is still building the cluster. Each lane's whole output is
-# in .ci-logs/test/LANE.log; its lines are shown as they come, prefixed with the lane's name.
-# Arguments go to both lanes (a lane with nothing selected counts as passed). The last line
-# sums up both lanes: "tests: N passed, N failed, N skipped".
+# the lanes take about the time of the longer one instead of their sum, and the local lane
+# runs while a cold machine is still building the cluster. Each process's whole output is in
+# .ci-logs/test/NAME.log; its lines are shown as they come, prefixed with its name.
+# Arguments go to every process (one with nothing selected counts as passed). The last line
+# sums them up: "tests: N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-.venv/bin/python}"
 OUT="${TORCHX_TEST_LOGS:-.ci-logs/test}"
 mkdir -p "$OUT"
-# A registry this command starts stays up for the other lane (`registry.sh down` stops it).
+# A registry this command starts stays up for the other processes (`registry.sh down` stops it).
 export TORCHX_REGISTRY_KEEP="${TORCHX_REGISTRY_KEEP:-1}"
-# One session in two processes: the Airflow tiers tell an earlier session's leftovers by it.
+# One session in several processes: the Airflow tiers tell an earlier session's leftovers by it.
 TORCHX_TEST_SESSION_STARTED="$(date +%s.%N)"
 export TORCHX_TEST_SESSION_STARTED
 
-run_lane() {
-  local lane="$1"
+# run_pytest NAME ARGS...: one pytest process; its output in NAME.log, "rc seconds" in NAME.rc
+run_pytest() {
+  local name="$1"
   shift
   local started=$SECONDS rc
-  if [ "$lane" = cluster ] && [ -n "${CI:-}" ] && [ -z "${TORCHX_TEST_KUBECONFIG:-}" ]; then
+  # the slowest tests of each process are listed at its end: where its time went
+  "$PY" -m pytest --durations=25 "$@" >>"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$rc $((SECONDS - started))" >"$OUT/$name.rc"
+}
+
+# The cluster lane in three pytest processes: 'kube' and 'rows' at once (tests/conftest.py
+# says which test is in which and why they do not get in each other's way), then 'alone',
+# the tests that restart the API server, when nothing else uses the cluster.
+run_cluster_lane() {
+  if [ -n "${CI:-}" ] && [ -z "${TORCHX_TEST_KUBECONFIG:-}" ]; then
     # In CI the local cluster must be up before the lane's first test (the deployment tier
     # only finds it): start it, or wait for the build or start already under way.
     bash tests/cluster/cluster.sh up >"$OUT/cluster-up.log" 2>&1 ||
-      echo "cluster.sh up failed: see $OUT/cluster-up.log" >"$OUT/$lane.log"
+      echo "cluster.sh up failed: see $OUT/cluster-up.log" >>"$OUT/cluster-kube.log"
   fi
-  # the slowest tests of each lane are listed at its end: where its time went
-  "$PY" -m pytest --lane "$lane" --durations=25 "$@" >>"$OUT/$lane.log" 2>&1
-  rc=$?
-  echo "$rc $((SECONDS - started))" >"$OUT/$lane.rc"
+  run_pytest cluster-kube --lane cluster --cluster-part kube "$@" &
+  run_pytest cluster-rows --lane cluster --cluster-part rows "$@" &
+  wait
+  run_pytest cluster-alone --lane cluster --cluster-part alone "$@"
 }
 
-: >"$OUT/cluster.log"
-: >"$OUT/local.log"
-run_lane cluster "$@" &
+PARTS=(cluster-kube cluster-rows cluster-alone local)
+for part in "${PARTS[@]}"; do
+  : >"$OUT/$part.log"
+  rm -f "$OUT/$part.rc"
+done
+run_cluster_lane "$@" &
 cluster_pid=$!
-run_lane local "$@" &
+run_pytest local --lane local "$@" &
 local_pid=$!
-# Show both lanes' lines as they are written (tail stops when both lanes have ended).
-tail -q -n +1 --pid="$local_pid" -f "$OUT/local.log" | sed -u 's/^/[local] /' &
-tail_local=$!
-tail -q -n +1 --pid="$cluster_pid" -f "$OUT/cluster.log" | sed -u 's/^/[cluster] /' &
-tail_cluster=$!
-trap 'kill "$cluster_pid" "$local_pid" 2>/dev/null; wait; exit 130' INT TERM
+# Show every process's lines as they are written, prefixed with its name (each tail stops
+# once its lane has ended and it has caught up).
+tails=()
+for part in "${PARTS[@]}"; do
+  lane_pid=$cluster_pid
+  [ "$part" = local ] && lane_pid=$local_pid
+  tail -q -n +1 --pid="$lane_pid" -f "$OUT/$part.log" | sed -u "s/^/[$part] /" &
+  tails+=($!)
+done
+trap 'pkill -TERM -P "$cluster_pid"; kill "$cluster_pid" "$local_pid" 2>/dev/null; wait; exit 130' INT TERM
 wait "$cluster_pid" "$local_pid"
-# tail --pid follows one process only: end each once its lane has ended and it has caught up
-wait "$tail_local" "$tail_cluster" 2>/dev/null
+wait "${tails[@]}" 2>/dev/null
 
 "$PY" - "$OUT" <<'PY'
-"""Each lane's verdict and time, and one closing line for both."""
+"""Each process's verdict and time, and one closing line for all of them."""
 import re
 import sys
 from pathlib import Path
@@ -69,8 +88,13 @@ from pathlib import Path
 out = Path(sys.argv[1])
 totals = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "deselected": 0}
 worst = 0
-for lane in ("cluster", "local"):
-    rc, seconds = (int(x) for x in (out / f"{lane}.rc").read_text().split())
+for lane in ("cluster-kube", "cluster-rows", "cluster-alone", "local"):
+    ended = out / f"{lane}.rc"
+    if not ended.is_file():  # stopped before it could say
+        print(f"lane {lane}: did not end")
+        worst = worst or 1
+        continue
+    rc, seconds = (int(x) for x in ended.read_text().split())
     lines = (out / f"{lane}.log").read_text(errors="replace").splitlines()
     # pytest's closing line, with or without its "=" rule (-q leaves it out)
     summary = next(
@@ -84,7 +108,7 @@ for lane in ("cluster", "local"):
     for count, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", summary):
         totals["errors" if word.startswith("error") else word] += int(count)
     print(f"lane {lane}: exit {rc} after {seconds} s: {summary.strip('= ') or 'no summary'}")
-    # 5: the arguments selected nothing in this lane, which the other lane may run
+    # 5: the arguments selected nothing in this process, which another one may run
     if rc not in (0, 5) and worst == 0:
         worst = rc
 if totals["passed"] + totals["failed"] + totals["errors"] == 0 and worst == 0:

@@ -78,6 +78,16 @@ LANES = ("local", "cluster")
 CLUSTER_FIXTURES = frozenset({"kube_cluster", "deployment_cluster"})
 
 
+#: The cluster lane is itself run in parts (``--cluster-part``): ``kube`` and ``rows`` at
+#: the same time, then ``alone``. ``rows`` are the fault rows and the Airflow deployment's
+#: tests: neither submits to Kueue, so the Kueue tiers of ``kube`` keep the one ClusterQueue
+#: and its quota to themselves (their preemption and waiting rows count on it). ``alone``
+#: are the tests marked ``cluster_alone`` (the API server restarts), run when no other test
+#: uses the cluster.
+CLUSTER_PARTS = ("kube", "rows", "alone")
+ROWS_PART = ("tests/faults/", "tests/airflow/test_torchx_deployment.py")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lane",
@@ -85,6 +95,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run only the tests of one lane: 'cluster' (they use the Kubernetes cluster) "
         "or 'local' (the others); scripts/test.sh runs both at once",
+    )
+    parser.addoption(
+        "--cluster-part",
+        choices=CLUSTER_PARTS,
+        default=None,
+        help="with --lane cluster, run only one part of it: 'kube' and 'rows' can run at "
+        "once, 'alone' (the tests that restart the API server) only by itself",
     )
 
 
@@ -97,13 +114,30 @@ def lane_of(item: pytest.Item) -> str:
     return "local"
 
 
+def cluster_part_of(item: pytest.Item) -> str:
+    """The part of the cluster lane a test of it belongs to (:data:`CLUSTER_PARTS`)."""
+    if item.get_closest_marker("cluster_alone") is not None:
+        return "alone"
+    if item.nodeid.startswith(ROWS_PART):
+        return "rows"
+    return "kube"
+
+
+def selected(item: pytest.Item, lane: str, part: str | None) -> bool:
+    """Whether a session of ``--lane lane --cluster-part part`` runs ``item``."""
+    if lane_of(item) != lane:
+        return False
+    return part is None or lane != "cluster" or cluster_part_of(item) == part
+
+
 @pytest.hookimpl(trylast=True)  # after the tiers' own hooks have added their markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     lane = config.getoption("--lane")
     if lane is None:
         return
-    keep = [item for item in items if lane_of(item) == lane]
-    dropped = [item for item in items if lane_of(item) != lane]
+    part = config.getoption("--cluster-part")
+    keep = [item for item in items if selected(item, lane, part)]
+    dropped = [item for item in items if not selected(item, lane, part)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -102,6 +102,89 @@ def _lanes(tmp_path: Path, lane: str) -> set[str]:
     return {line.split("::")[1] for line in out.splitlines() if "::" in line}
 
 
+def _parts(tmp_path: Path) -> dict[str, set[str]]:
+    """The cluster tests each ``--cluster-part`` runs, of a small suite laid out like the
+    real one beside the real root conftest."""
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    kubernetes: uses the cluster\n"
+        "    cluster_alone: restarts the API server\n"
+    )
+    files = {
+        "tests/faults/test_rows.py": """
+            import pytest
+
+            @pytest.mark.kubernetes
+            def test_a_row():
+                pass
+
+            @pytest.mark.kubernetes
+            @pytest.mark.cluster_alone
+            def test_an_api_server_restart():
+                pass
+
+            def test_local_in_faults():
+                pass
+            """,
+        "tests/airflow/test_torchx_deployment.py": """
+            import pytest
+
+            @pytest.fixture
+            def deployment_cluster():
+                return "cluster"
+
+            def test_deployed(deployment_cluster):
+                pass
+            """,
+        "tests/integration/kubernetes/test_kueue.py": """
+            import pytest
+
+            @pytest.fixture
+            def kube_cluster():
+                return "cluster"
+
+            def test_quota(kube_cluster):
+                pass
+            """,
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    found = {}
+    for part in ("kube", "rows", "alone"):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "--collect-only",
+                "-p",
+                "no:cacheprovider",
+                "--lane",
+                "cluster",
+                "--cluster-part",
+                part,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            check=False,
+        ).stdout
+        found[part] = {line.split("::")[1] for line in out.splitlines() if "::" in line}
+    return found
+
+
+def test_each_cluster_test_is_in_exactly_one_part(tmp_path: Path) -> None:
+    """The API server restarts alone; the fault rows and the deployment beside the rest,
+    which keeps Kueue's quota to itself."""
+    assert _parts(tmp_path) == {
+        "kube": {"test_quota"},
+        "rows": {"test_a_row", "test_deployed"},
+        "alone": {"test_an_api_server_restart"},
+    }
+
+
 def test_each_test_is_in_exactly_one_lane(tmp_path: Path) -> None:
     cluster = _lanes(tmp_path, "cluster")
     local = _lanes(tmp_path, "local")
