@@ -639,7 +639,8 @@ class JobFollower:
         root = next((r for r in self.rows if r.key == self._root_cause), None)
         said = root.message if root is not None else ""
         self.timeline.found_root_cause(self._root_cause, self._root_error, said)
-        queued, running = ran_unseen(*seen.phases.totals(self.clock()), self.rows)
+        wall = datetime.fromtimestamp(self.timeline.wall(), timezone.utc)
+        queued, running = ran_unseen(*seen.phases.totals(self.clock()), self.rows, wall)
         return JobEvent(
             kind=kind,
             app_id=self.app_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from torchx_provider.specs.api import AppState, is_terminal
@@ -134,12 +135,16 @@ class PhaseTimes:
         return queued, running
 
 
-def ran_unseen(queued: float, running: float, rows: Iterable[ReplicaRow]) -> tuple[float, float]:
+def ran_unseen(
+    queued: float, running: float, rows: Iterable[ReplicaRow], now: datetime | None = None
+) -> tuple[float, float]:
     """``(queued, running)`` seconds as a follow counted them (:meth:`PhaseTimes.totals`),
     for an app it never saw running: one that ran and ended before the follow's first
     describe (a short app, a deferral the triggerer picked up late) was counted waiting all
     along. Then the backend's own times of its replicas tell how long it ran -- from the
-    first start to the last end -- and that much of the wait was running. Unchanged when
+    first start to the last end -- and that much of the wait was running; with ``now`` (the
+    wall clock when the follow counted), the time from the last end until ``now`` was no
+    wait either (a node's clock ahead of this one's counts as no such time). Unchanged when
     the follow saw it run, or the backend tells no such times.
 
     >>> from torchx_provider.triggers.events import ReplicaRow
@@ -147,6 +152,10 @@ def ran_unseen(queued: float, running: float, rows: Iterable[ReplicaRow]) -> tup
     ...                  finished_at="2024-01-01T00:00:01.25Z")
     >>> ran_unseen(3.0, 0.0, [row]), ran_unseen(3.0, 2.0, [row]), ran_unseen(3.0, 0.0, [])
     ((1.75, 1.25), (3.0, 2.0), (3.0, 0.0))
+    >>> from datetime import timezone
+    >>> later = datetime(2024, 1, 1, 0, 0, 31, 250000, tzinfo=timezone.utc)  # 30 s late
+    >>> ran_unseen(33.0, 0.0, [row], later)
+    (1.75, 1.25)
     """
     if running > 0:
         return queued, running
@@ -162,4 +171,5 @@ def ran_unseen(queued: float, running: float, rows: Iterable[ReplicaRow]) -> tup
     ran = (max(ends) - min(starts)).total_seconds()
     if ran <= 0:
         return queued, running
-    return max(0.0, queued - ran), ran
+    after = max(0.0, (now - max(ends)).total_seconds()) if now is not None else 0.0
+    return max(0.0, queued - ran - after), ran

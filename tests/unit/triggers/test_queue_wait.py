@@ -75,3 +75,37 @@ async def test_a_follow_resumed_as_running_that_finds_the_app_waiting_counts_a_r
     assert (event.queued_seconds, event.running_seconds) == (50.0, 50.0)
     [back] = [ln for ln in log.lines if "RUNNING -> PENDING" in ln]
     assert "back to waiting" in back
+
+
+async def test_an_app_that_ended_before_a_late_follow_did_not_wait_after_its_end() -> None:
+    """Submitted at 0, waited 2 s, ran 1 s; the follow's first describe comes 40 s after the
+    submission (a triggerer that took the deferral up late): 2 s waiting and 1 s running, not
+    the 39 s since it started counted as waiting."""
+    from datetime import datetime, timezone
+
+    from torchx_provider.schedulers.api import DescribeAppResponse
+    from torchx_provider.specs.api import ReplicaStatus, RoleStatus
+    from torchx_provider.triggers.timeline import Timeline
+
+    submitted_wall = 1_700_000_000.0
+    clock = Clock(40.0)
+
+    def at(seconds: float) -> datetime:
+        return datetime.fromtimestamp(submitted_wall + seconds, timezone.utc)
+
+    class EndedLongAgo(Scripted):
+        async def describe(self, app_id: str) -> DescribeAppResponse:
+            replica = ReplicaStatus(
+                0, AppState.SUCCEEDED, "w", "h", exit_code=0, started_at=at(2), finished_at=at(3)
+            )
+            return DescribeAppResponse(
+                app_id=app_id,
+                state=AppState.SUCCEEDED,
+                roles_statuses=[RoleStatus("w", [replica])],
+            )
+
+    client = EndedLongAgo(clock, lambda now: AppState.SUCCEEDED)
+    timeline = Timeline(wall=lambda: submitted_wall + clock.now)
+    event = await follower(client, "app-s", clock, waiting_since=0.0, timeline=timeline).run()
+    assert event.succeeded, event.message
+    assert (event.queued_seconds, event.running_seconds) == (2.0, 1.0)
