@@ -81,22 +81,16 @@ def _lanes(tmp_path: Path, lane: str) -> set[str]:
             """
         )
     )
+    return _collected(tmp_path, "--lane", lane, str(tmp_path))
+
+
+def _collected(suite: Path, *args: str) -> set[str]:
+    """The names of the tests a session of ``suite`` with ``args`` would run."""
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "--collect-only",
-            "-p",
-            "no:cacheprovider",
-            "--lane",
-            lane,
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=suite,
         check=False,
     ).stdout
     return {line.split("::")[1] for line in out.splitlines() if "::" in line}
@@ -150,29 +144,10 @@ def _parts(tmp_path: Path) -> dict[str, set[str]]:
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(text))
-    found = {}
-    for part in ("kube", "rows", "alone"):
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "--collect-only",
-                "-p",
-                "no:cacheprovider",
-                "--lane",
-                "cluster",
-                "--cluster-part",
-                part,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            check=False,
-        ).stdout
-        found[part] = {line.split("::")[1] for line in out.splitlines() if "::" in line}
-    return found
+    return {
+        part: _collected(tmp_path, "--lane", "cluster", "--cluster-part", part)
+        for part in ("kube", "rows", "alone")
+    }
 
 
 def test_each_cluster_test_is_in_exactly_one_part(tmp_path: Path) -> None:
