@@ -14,8 +14,8 @@
 #     one pytest process.
 #
 # Most of the cluster lane waits on clocks (kwok's stages, outages, triggerer restarts), so
-# the lanes take about the time of the longer one instead of their sum, and the local lane
-# runs while a cold machine is still building the cluster. Each process's whole output is in
+# the lanes take about the time of the longer one instead of their sum. In CI both wait for
+# the local cluster (built first on a cold machine: the builds take both cores). Each process's whole output is in
 # .ci-logs/test/NAME.log; its lines are shown as they come, prefixed with its name.
 # Arguments go to every process (one with nothing selected counts as passed). The last line
 # sums them up: "tests: N passed, N failed, N skipped".
@@ -45,12 +45,6 @@ run_pytest() {
 # says which test is in which and why they do not get in each other's way), then 'alone',
 # the tests that restart the API server, when nothing else uses the cluster.
 run_cluster_lane() {
-  if [ -n "${CI:-}" ] && [ -z "${TORCHX_TEST_KUBECONFIG:-}" ]; then
-    # In CI the local cluster must be up before the lane's first test (the deployment tier
-    # only finds it): start it, or wait for the build or start already under way.
-    bash tests/cluster/cluster.sh up >"$OUT/cluster-up.log" 2>&1 ||
-      echo "cluster.sh up failed: see $OUT/cluster-up.log" >>"$OUT/cluster-kube.log"
-  fi
   run_pytest cluster-kube --lane cluster --cluster-part kube "$@" &
   run_pytest cluster-rows --lane cluster --cluster-part rows "$@" &
   wait
@@ -62,6 +56,16 @@ for part in "${PARTS[@]}"; do
   : >"$OUT/$part.log"
   rm -f "$OUT/$part.rc"
 done
+if [ -n "${CI:-}" ] && [ -z "${TORCHX_TEST_KUBECONFIG:-}" ]; then
+  # In CI the local cluster must be up before the cluster lane's first test (the deployment
+  # tier only finds it): start it, or wait for the build or start already under way. Both
+  # lanes wait: on a cold machine the cluster's Go builds take both cores for about 20
+  # minutes, and a local lane beside them made them take 50 (and itself 31 instead of 12),
+  # while the cluster lane, the longer one, could not start before they ended.
+  echo "waiting for the local cluster (cluster.sh up; built first on a cold machine)"
+  bash tests/cluster/cluster.sh up >"$OUT/cluster-up.log" 2>&1 ||
+    echo "cluster.sh up failed: see $OUT/cluster-up.log" >>"$OUT/cluster-kube.log"
+fi
 run_cluster_lane "$@" &
 cluster_pid=$!
 run_pytest local --lane local "$@" &
