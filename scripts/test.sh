@@ -15,8 +15,9 @@
 #
 # Most of the cluster lane waits on clocks (kwok's stages, outages, triggerer restarts), so
 # the lanes take about the time of the longer one instead of their sum. In CI both wait for
-# the local cluster (built first on a cold machine: the builds take both cores). Each process's whole output is in
-# .ci-logs/test/NAME.log; its lines are shown as they come, prefixed with its name.
+# the local cluster (built first on a cold machine: the builds take both cores). Each
+# process's whole output is in .ci-logs/test/NAME.log; its lines are shown as they come,
+# prefixed with its name.
 # Arguments go to every process (one with nothing selected counts as passed). The last line
 # sums them up: "tests: N passed, N failed, N skipped".
 set -uo pipefail
@@ -24,9 +25,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-.venv/bin/python}"
 OUT="${TORCHX_TEST_LOGS:-.ci-logs/test}"
 mkdir -p "$OUT"
-# A registry this command starts stays up for the other processes (`registry.sh down` stops it).
+# A registry this command starts stays up for the other processes (`registry.sh down` stops
+# it).
 export TORCHX_REGISTRY_KEEP="${TORCHX_REGISTRY_KEEP:-1}"
-# One session in several processes: the Airflow tiers tell an earlier session's leftovers by it.
+# One session in several processes: the Airflow tiers tell an earlier session's leftovers
+# by it.
 TORCHX_TEST_SESSION_STARTED="$(date +%s.%N)"
 export TORCHX_TEST_SESSION_STARTED
 
@@ -79,7 +82,13 @@ for part in "${PARTS[@]}"; do
   tail -q -n +1 --pid="$lane_pid" -f "$OUT/$part.log" | sed -u "s/^/[$part] /" &
   tails+=($!)
 done
-trap 'pkill -TERM -P "$cluster_pid"; kill "$cluster_pid" "$local_pid" 2>/dev/null; wait; exit 130' INT TERM
+stop_all() {
+  pkill -TERM -P "$cluster_pid"
+  kill "$cluster_pid" "$local_pid" 2>/dev/null
+  wait
+  exit 130
+}
+trap stop_all INT TERM
 wait "$cluster_pid" "$local_pid"
 wait "${tails[@]}" 2>/dev/null
 
