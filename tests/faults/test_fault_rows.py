@@ -51,6 +51,29 @@ POLL_INTERVAL = 10.0
 REPEAT_BOUND = 0
 #: seconds from submission to the fault: both pods run and their log streams are open
 FAULT_AT = 5.0
+#: seconds a follow is given to end once the fault's injection is over, when that is later
+#: than the row's own deadline: a restarted API server (and the nodes it took for dead) can
+#: take minutes longer to come back on a loaded machine than on a quiet one
+AFTER_FAULT = 120.0
+#: the longest a fault's injection may run past the row's deadline before the row fails
+INJECTION_OVERRUN = 600.0
+
+
+async def until(task: asyncio.Future[Any], deadline: Callable[[], float]) -> Any:
+    """``task``'s result, or TimeoutError (``task`` cancelled) once ``deadline()`` passed;
+    ``deadline()`` is asked again each second (it may move as a fault's injection ends)."""
+    try:
+        while not task.done():
+            left = deadline() - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            await asyncio.wait({task}, timeout=min(left, 1.0))
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 @dataclass(frozen=True)
@@ -140,6 +163,12 @@ class Row:
     #: the backend of :data:`BACKENDS` that runs the row's app
     backend: str = "volcano"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def restarts_apiserver(self) -> bool:
+        """Whether the row's fault is a restart of the cluster's API server (which disturbs
+        every other test using the cluster)."""
+        return self.id.startswith("apiserver-")
 
 
 def fault_for(kind: str, **kw: Any) -> Callable[[Any, float], Awaitable[None]]:
@@ -429,24 +458,24 @@ def where_it_stands(
     started: float,
 ) -> str:
     """What a follow that did not end was facing: the job's and its pods' phases as the API
-    server has them now, and the follow's own last lines (state changes, warnings)."""
+    server has them now, and the follow's own last lines (state changes, warnings). One line:
+    a test summary shows only the first line of a failure's message."""
     from kubernetes import client
 
     out = [f"{time.monotonic() - started:.0f} s after submitting:"]
+    statuses = []  # last: long, and the least telling
     try:
         for job in jobs_of(kube_cluster, backend, name, namespace):
-            status = job.get("status", {})
             out.append(f"{backend.resource.kind} {job['metadata']['name']}: {backend.phase(job)}")
-            out.append(f"  {status}")
+            statuses.append(f"its status: {job.get('status', {})}")
         core = client.CoreV1Api(kube_cluster.api_client())
         for pod in core.list_namespaced_pod(namespace or kube_cluster.namespace).items:
             if pod.metadata.name.startswith(f"{name}-"):
                 out.append(f"pod {pod.metadata.name}: {pod.status.phase}")
     except Exception as e:  # the diagnosis must not hide the failure
         out.append(f"(could not read the cluster: {e!r})")
-    own = [ln for ln in log.lines if not ln.startswith("[")]
-    out.append(f"the follow's last lines ({len(log.lines)} in all): {own[-15:]}")
-    return "\n  ".join(out)
+    out.append(f"the follow's last lines ({len(log.lines)} in all): {log.own(started)[-15:]}")
+    return " | ".join(out + statuses)
 
 
 async def follow_once(
@@ -577,35 +606,57 @@ async def run_row(
     lines: dict[str, list[str]] = {key: [] for key in keys}
     said: list[str] = []  # the follows' own lines (not the replicas')
     timeout = run_seconds + row.seconds + 120
+    fault_ended: list[float] = []
 
     async def fault() -> None:
-        await asyncio.sleep(max(0.0, started + FAULT_AT - time.monotonic()))
-        await row.inject(proxy, row.seconds)
+        try:
+            await asyncio.sleep(max(0.0, started + FAULT_AT - time.monotonic()))
+            await row.inject(proxy, row.seconds)
+        finally:
+            fault_ended.append(time.monotonic())
+
+    def deadline() -> float:
+        """The row's deadline, or AFTER_FAULT seconds after its fault's injection ended when
+        that is later (on a quiet machine it never is)."""
+        if not fault_ended:
+            return started + timeout + INJECTION_OVERRUN
+        return max(started + timeout, fault_ended[0] + AFTER_FAULT)
 
     injector = asyncio.create_task(fault())
     first = TaskLog()
     try:
         try:
-            event, log = await asyncio.wait_for(
-                follow_once(
-                    backend,
-                    kubeconfig,
-                    kube_cluster.namespace,
-                    app_id,
-                    log=first,
-                    outage_budget=row.outage_budget,
-                    poll_interval=row.poll_interval,
+            event, log = await until(
+                asyncio.ensure_future(
+                    follow_once(
+                        backend,
+                        kubeconfig,
+                        kube_cluster.namespace,
+                        app_id,
+                        log=first,
+                        outage_budget=row.outage_budget,
+                        poll_interval=row.poll_interval,
+                    )
                 ),
-                timeout,
+                deadline,
             )
         except TimeoutError:
             # a fault whose cluster did not come back says so (apiserver-restart)
             broken = injector.exception() if injector.done() and not injector.cancelled() else None
+            measured = [t for _, kind, t in proxy.injected if kind == "apiserver-restart"]
             raise AssertionError(
-                f"not followed to its end in {timeout:.0f} s; "
+                f"not followed to its end in {time.monotonic() - started:.0f} s "
+                + (
+                    f"({time.monotonic() - fault_ended[0]:.0f} s after the fault's injection "
+                    "ended); "
+                    if fault_ended
+                    else "(the fault's injection still under way); "
+                )
+                + (f"the API server's restart: {measured[0]}; " if measured else "")
                 + where_it_stands(kube_cluster, backend, name, row.job_namespace, first, started)
                 + (f"; the fault's injection failed: {broken}" if broken else "")
             ) from None
+        print(f"{row.id}: the follow's own lines:", *first.own(started), sep="\n  ")
         events.append(event)
         said.extend(ln for ln in log.lines if not ln.startswith("["))
         for key in keys:
@@ -645,9 +696,10 @@ async def run_row(
     elapsed = time.monotonic() - started
     # only the numbered lines count (kwok may add lines of its own, e.g. its fsnotify errors)
     lines = {k: [t for t in v if t.startswith(f"{k} line ")] for k, v in lines.items()}
-    lost = sum(len(set(printer.written[k]) - set(lines[k])) for k in keys)
+    missing = {k: set(printer.written[k]) - set(lines[k]) for k in keys}
+    lost = sum(len(v) for v in missing.values())
     repeated = sum(len(lines[k]) - len(set(lines[k])) for k in keys)
-    lost_sample = sorted(t for k in keys for t in set(printer.written[k]) - set(lines[k]))[:6]
+    lost_sample = sorted(t for v in missing.values() for t in v)[:6]
     jobs = jobs_of(kube_cluster, backend, name, row.job_namespace)
     described = scheduler.describe(app_id)  # None: deleted (its TTL)
     orphans = int(described is not None and not is_terminal(described.state))
@@ -790,7 +842,7 @@ async def run_and_record(
     [
         # a restart of the API server disturbs every other test using the cluster
         pytest.param(r, id=r.id, marks=[pytest.mark.cluster_alone])
-        if r.id.startswith("apiserver-")
+        if r.restarts_apiserver
         else pytest.param(r, id=r.id)
         for r in ALONE
     ],
@@ -803,14 +855,14 @@ async def test_fault_row(
     unique_name: Any,
     reliability: Any,
 ) -> None:
-    if row.id.startswith("apiserver-") and not (
+    if row.restarts_apiserver and not (
         os.environ.get("CI") or os.environ.get("TORCHX_FAULTS_APISERVER_RESTART") == "1"
     ):
         pytest.skip(
             "restarting the API server disturbs everyone using the cluster: set "
             "TORCHX_FAULTS_APISERVER_RESTART=1 (always on in CI)"
         )
-    if row.id.startswith("apiserver-"):
+    if row.restarts_apiserver:
         # the row's pods get their Logs objects from kwok: it must see new ones before the
         # outage (an earlier restart of the API server may have left it stale)
         fresh = await asyncio.to_thread(kwok_serves_new_logs, kube_cluster)
@@ -818,7 +870,7 @@ async def test_fault_row(
     try:
         await run_and_record(row, kube_cluster, schedulers, fault_proxies, unique_name, reliability)
     finally:
-        if row.id.startswith("apiserver-"):
+        if row.restarts_apiserver:
             settled = await asyncio.to_thread(nodes_settled, kube_cluster.kubeconfig)
             print(f"nodes Ready again, and steadily, {settled} s after the row")
             healed = await asyncio.to_thread(kwok_serves_new_logs, kube_cluster)

@@ -4,6 +4,7 @@ every line in order; one keeps nothing but counts numbered lines (for long logs)
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 
@@ -12,9 +13,12 @@ class TaskLog:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        #: when each line came (``time.monotonic()``), for a timeline of a follow
+        self.at: list[float] = []
 
     def info(self, msg: str, *args: Any) -> None:
         self.lines.append(msg % args if args else msg)
+        self.at.append(time.monotonic())
 
     warning = info
     error = info
@@ -29,6 +33,14 @@ class TaskLog:
     def replica_lines(self) -> list[str]:
         """Every replica line, with its ``[role/replica]`` prefix."""
         return [ln for ln in self.lines if ln.startswith("[")]
+
+    def own(self, since: float) -> list[str]:
+        """The follow's own lines (not the replicas'), each after its second from ``since``."""
+        return [
+            f"+{at - since:.0f}s {ln}"
+            for ln, at in zip(self.lines, self.at, strict=True)
+            if not ln.startswith("[")
+        ]
 
 
 class SequenceLog:
