@@ -720,6 +720,8 @@ async def run_row(
         "lost_sample": lost_sample,
         # what the follows said of the logs they read (why lines may be missing)
         "said_of_logs": sorted({ln for ln in said if "log" in ln.lower()})[:8],
+        # what the follows took for a preemption (a crash restart must not be one)
+        "said_back_to_waiting": [ln for ln in said if "back to waiting" in ln],
         "fault": row.fault,
         "expected": row.expected,
         "observed": observed,
@@ -776,6 +778,11 @@ def failures(row: Row, result: dict[str, Any], events: list[tuple[str, str, str]
         # it did crash and come back
         count = result["pod_instances"].get(key, 0)
         expect(count >= 2, f"{key} ran in {count} pod(s), expected a crash and a new pod")
+    if row.restarts:
+        expect(
+            not result["said_back_to_waiting"],
+            f"a crash restart was said as a return to waiting: {result['said_back_to_waiting']}",
+        )
     if row.restarts and result["incarnations"]:
         # a JobSet restarted once, whole (max_retries=1): both incarnations ran
         expect(result["incarnations"] == [0, 1], f"incarnations {result['incarnations']}")

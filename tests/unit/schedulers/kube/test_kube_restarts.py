@@ -1,5 +1,5 @@
-"""A restart after a failure is a restart, not a return to waiting: the JobSet and
-AppWrapper state tables read a crash restart (and a replica that ended before its
+"""A restart after a failure is a restart, not a return to waiting: the JobSet, AppWrapper
+and Volcano state tables read a crash restart (and a replica that ended before its
 controller decided) as a running app, so that the follow neither calls it a preemption nor
 starts the ``queue_timeout`` clock again, and a terminal failure is never announced as a
 wait. A return to waiting is what Kueue's suspension of the object says it is."""
@@ -19,6 +19,9 @@ from torchx_provider.schedulers.kube.appwrapper.translation import AppWrapperTra
 from torchx_provider.schedulers.kube.jobset.state import describe_jobset, jobset_phase, jobset_state
 from torchx_provider.schedulers.kube.jobset.translation import JobSetTranslation
 from torchx_provider.schedulers.kube.naming import AppNames, Placement
+from torchx_provider.schedulers.kube.volcano import VolcanoOpts, VolcanoTranslation
+from torchx_provider.schedulers.kube.volcano.state import describe_job
+from torchx_provider.schedulers.kube.volcano.translation import app_to_volcano_job
 from torchx_provider.specs.api import AppState
 from torchx_provider.triggers.observation import Observation
 
@@ -75,7 +78,11 @@ class Follow:
 
     def step(self, seconds: float, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         self.now += seconds
-        describe = describe_jobset if obj["kind"] == "JobSet" else describe_appwrapper
+        describe = {
+            "JobSet": describe_jobset,
+            "AppWrapper": describe_appwrapper,
+            "Job": describe_job,
+        }[obj["kind"]]
         self.seen.observe(describe(APP_ID, obj, pods))
         self.seen.release_held()
 
@@ -237,3 +244,53 @@ def test_an_appwrapper_resuming_after_a_reset_is_restarting_not_waiting() -> Non
     assert any("restarted in the cluster (restart 1)" in ln for ln in f.log.lines)
     admitted = aw_at(base, "Resuming", unhealthy("False"))
     assert appwrapper_state(admitted) is AppState.PENDING
+
+
+def vcjob_at(phases: list[str], retries: int, task: str) -> dict[str, Any]:
+    """A Volcano Job whose phases so far were ``phases`` (its ``status.conditions``, the
+    last one its phase), restarted ``retries`` times, its one task's pod in phase ``task``."""
+    t = VolcanoTranslation()
+    obj = app_to_volcano_job(APP, VolcanoOpts(queue="q"), t.placement(APP, "ns", "abcd1234"))
+    obj["spec"]["maxRetry"] = 3
+    obj["status"] = {
+        "state": {"phase": phases[-1]},
+        "conditions": [{"status": p} for p in phases],
+        "retryCount": retries,
+        "taskStatusCount": {obj["spec"]["tasks"][0]["name"]: {"phase": {task: 1}}},
+    }
+    return obj
+
+
+def test_a_volcano_restart_is_a_restart_not_a_preemption() -> None:
+    """Volcano v1.14 restarts a task as Running -> Restarting -> Pending -> Running: the
+    Pending is the new pod's wait to be placed, part of the restart. A job that waits
+    before it ever ran is still waiting, and so is one that Running left for Pending."""
+    f = Follow()
+    history = ["Pending", "Pending", "Running"]
+    f.step(1, vcjob_at(history, 0, "Running"), [])
+    history.append("Restarting")
+    f.step(1, vcjob_at(history, 1, "Failed"), [])
+    history.append("Pending")
+    restarting = vcjob_at(history, 1, "Pending")
+    assert VolcanoTranslation().app_state(restarting) is AppState.RUNNING
+    # why the new pod waits is still read and said
+    assert VolcanoTranslation().needs_pods(restarting)
+    assert VolcanoTranslation().event_subjects(restarting)
+    f.step(1, restarting, [])
+    assert f.seen.queue.since is None  # the queue_timeout clock does not start again
+    history.append("Running")
+    f.step(1, vcjob_at(history, 1, "Running"), [])
+    f.step(1, vcjob_at([*history, "Completed"], 1, "Succeeded"), [])
+    assert not [ln for ln in f.log.lines if BACK in ln or "preemption" in ln], f.log.lines
+    assert [t.split(": ", 1)[1].split(" (")[0] for t in f.transitions()] == [
+        "- -> RUNNING",
+        "RUNNING -> SUCCEEDED",
+    ]
+    assert any("restarted in the cluster (restart 1)" in ln for ln in f.log.lines), f.log.lines
+    assert f.seen.preemptions == 0 and f.seen.restarts == 1
+    t = VolcanoTranslation()
+    assert t.app_state(vcjob_at(["Pending", "Pending"], 0, "Pending")) is AppState.PENDING
+    assert t.app_state(vcjob_at(["Running", "Pending"], 0, "Pending")) is AppState.PENDING
+    back = ["Running", "Restarting", "Pending", "Running", "Pending"]
+    assert t.app_state(vcjob_at(back, 1, "Pending")) is AppState.PENDING
+    assert t.app_state(vcjob_at(["Pending"], 0, "Pending") | {"status": {}}) is AppState.SUBMITTED

@@ -1,8 +1,14 @@
 """Volcano Job status → app and replica states (pure).
 
-A Job's ``status.state.phase`` gives the app state (:data:`JOB_STATE`); each task's
-``taskStatusCount`` gives its replica's state (:data:`TASK_STATE`; one task is one replica
-here), and the task's pod, when it was read, adds exit code, error and restarts.
+A Job's phase gives the app state (:data:`JOB_STATE`, read by :func:`app_phase`); each
+task's ``taskStatusCount`` gives its replica's state (:data:`TASK_STATE`; one task is one
+replica here), and the task's pod, when it was read, adds exit code, error and restarts.
+
+A restart goes ``Running`` → ``Restarting`` → ``Pending`` → ``Running`` (Volcano v1.14,
+``pkg/controllers/job/state/restarting.go``: once the killed pods are gone the job is
+``Pending`` until its new pods are placed). That ``Pending`` is part of the restart, not a
+return to waiting: ``status.conditions`` (every phase the job went through, in order) tell
+it from a job that waits before it ever ran.
 """
 
 from __future__ import annotations
@@ -69,6 +75,28 @@ def phase(job: Mapping[str, Any]) -> str | None:
     return ((job.get("status") or {}).get("state") or {}).get("phase")
 
 
+def app_phase(job: Mapping[str, Any]) -> str | None:
+    """The phase the app state is read from: :func:`phase`, but ``Restarting`` for a
+    ``Pending`` whose last other phase (``status.conditions``) was ``Restarting``: the
+    restarted pods wait to be placed.
+
+    >>> app_phase({"status": {"state": {"phase": "Pending"}, "conditions": [
+    ...     {"status": "Running"}, {"status": "Restarting"}, {"status": "Pending"}]}})
+    'Restarting'
+    >>> app_phase({"status": {"state": {"phase": "Pending"}, "conditions": [
+    ...     {"status": "Pending"}, {"status": "Pending"}]}})
+    'Pending'
+    """
+    current = phase(job)
+    if current != "Pending":
+        return current
+    for cond in reversed((job.get("status") or {}).get("conditions") or []):
+        before = (cond or {}).get("status")
+        if before != "Pending":
+            return "Restarting" if before == "Restarting" else current
+    return current
+
+
 def restarts(job: Mapping[str, Any]) -> int:
     """How often the job really restarted. Volcano's ``retryCount`` also counts the failure
     that found the retries used up (and failed the job instead of restarting it)."""
@@ -84,7 +112,8 @@ def describe_job(
     status = job.get("status") or {}
     state_info = status.get("state") or {}
     name = str((job.get("metadata") or {}).get("name"))
-    app_state = job_state(state_info.get("phase"), f" (job {name})")
+    current = app_phase(job)
+    app_state = job_state(current, f" (job {name})")
     counts = status.get("taskStatusCount") or {}
     pod_index = readback.pods_by_replica(pods)
     replicas: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
@@ -105,7 +134,15 @@ def describe_job(
             pod, prefer_pod_state=prefer_pod
         )
         replicas.append((record, template))
-    msg = state_info.get("message") or state_info.get("reason") or NONE
+    msg = (
+        state_info.get("message")
+        or state_info.get("reason")
+        or (
+            "Restarting: the restarted replicas wait to be placed"
+            if current != state_info.get("phase")
+            else NONE
+        )
+    )
     return readback.describe_app(
         app_id, app_state, replicas, num_restarts=restarts(job), msg=str(msg)
     )

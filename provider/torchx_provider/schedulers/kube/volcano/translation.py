@@ -58,7 +58,7 @@ from torchx_provider.schedulers.kube.resources import (
     QueuedIn,
 )
 from torchx_provider.schedulers.kube.volcano.options import VolcanoOpts
-from torchx_provider.schedulers.kube.volcano.state import describe_job, job_state, phase
+from torchx_provider.schedulers.kube.volcano.state import app_phase, describe_job, job_state, phase
 from torchx_provider.schedulers.labels import ANNOTATION_ROLE, RANK0_HOST_ENV
 from torchx_provider.specs.api import AppDef, AppState, RetryPolicy, Role, is_terminal
 
@@ -270,9 +270,15 @@ class VolcanoTranslation(KubeTranslation):
     event_kinds: Sequence[EventsAbout] = (VOLCANO_PODGROUP_EVENTS, VOLCANO_JOB_EVENTS)
     queues: Sequence[QueuedIn] = (VOLCANO_QUEUES,)
 
+    @staticmethod
+    def _unplaced(obj: Mapping[str, Any]) -> bool:
+        """Whether the job's pods wait to be placed: it waits, or its restart does (the app
+        state is then RUNNING, and why the new pods wait is said all the same)."""
+        return phase(obj) == "Pending"
+
     def reads_queue(self, obj: Mapping[str, Any], owned: Sequence[Mapping[str, Any]]) -> bool:
         # a queue closed after the job was submitted holds it without a word from Volcano
-        return self.app_state(obj) is AppState.PENDING
+        return self._unplaced(obj)
 
     def queue_waits(self, obj: Mapping[str, Any], queue: Mapping[str, Any]) -> Sequence[Wait]:
         name = VOLCANO_QUEUES.name(obj)
@@ -287,7 +293,7 @@ class VolcanoTranslation(KubeTranslation):
     def event_subjects(self, obj: Mapping[str, Any]) -> Sequence[tuple[EventsAbout, str]]:
         # A job gated at its queue has no pod: Volcano says why only on its PodGroup; pods
         # it cannot create, only on the job.
-        if self.app_state(obj) is not AppState.PENDING:
+        if not self._unplaced(obj):
             return ()
         name = str((obj.get("metadata") or {}).get("name") or "")
         return ((VOLCANO_PODGROUP_EVENTS, podgroup_name(obj)), (VOLCANO_JOB_EVENTS, name))
@@ -323,15 +329,14 @@ class VolcanoTranslation(KubeTranslation):
             yield task["template"]
 
     def app_state(self, obj: Mapping[str, Any]) -> AppState:
-        return job_state(phase(obj))
+        return job_state(app_phase(obj))
 
     def needs_pods(self, obj: Mapping[str, Any]) -> bool:
         # Pods add exit codes and errors once something ended, and why they wait while the
-        # job is pending: worth a list call then; not before Volcano took the job up (no
-        # pods yet), nor while it runs.
+        # job's pods are unplaced: worth a list call then; not before Volcano took the job
+        # up (no pods yet), nor while it runs.
         status = obj.get("status") or {}
-        state = self.app_state(obj)
-        return is_terminal(state) or state is AppState.PENDING or bool(status.get("failed"))
+        return is_terminal(self.app_state(obj)) or self._unplaced(obj) or bool(status.get("failed"))
 
     def cancel_plan(self, obj: Mapping[str, Any]) -> tuple[CustomResource, dict[str, Any]] | None:
         return VOLCANO_COMMAND, abort_command(obj)
