@@ -209,6 +209,12 @@ def test_failure_on_volcano(
     assert reason in {r.get("reason") for r in got["replicas"]}, got["replicas"]
     assert "FAILED" in {r["state"] for r in got["replicas"]}
     assert re.search(r"TorchX app \S+ ended FAILED", text)
+    if reason == "OOMKilled":
+        # says memory, the pod's limit and the option that raises it
+        assert re.search(
+            r"OOMKilled: killed for exceeding its memory limit of \d+Mi: raise resource\.memMB",
+            text,
+        ), text[-3000:]
     from torchx_provider.hooks.kubernetes import TorchXKubernetesHook
 
     with TorchXKubernetesHook(CONN_ID).get_conn() as scheduler:

@@ -152,7 +152,11 @@ def test_a_replica_over_its_memory_limit_is_a_user_code_error_oomkilled(run: Any
     assert type(error) is UserCodeError, error
     assert (error.reason, error.exit_code) == ("OOMKilled", 137)
     assert ti.xcoms["replicas"][0]["reason"] == "OOMKilled"
-    assert "exit code 137 (OOMKilled)" in str(error)
+    assert "exit code 137 (OOMKilled" in str(error), error
+    # says memory, and the limit it went over, and how to raise it
+    assert "killed for exceeding its memory limit of 32 MiB: raise resource.memMB" in str(error), (
+        error
+    )
     row(
         "oom-killed",
         "a replica killed for exceeding its memory limit (OOMKilled, a real cgroup limit)",

@@ -531,7 +531,9 @@ def _failure_msg(role: str, c: ContainerInfo, reason: str) -> str:
         return f"{role}/{c.replica_id} could not start: {entrypoint_problem(c)}"
     msg = f"{role}/{c.replica_id} exited with code {c.exit_code}"
     if c.oom_killed:
-        msg += " (killed for exceeding its memory limit: raise resource.memMB)"
+        mem = c.role.resource.memMB if c.role is not None and c.role.resource else 0
+        of = f" of {int(mem)} MiB" if mem > 0 else ""
+        msg += f" (killed for exceeding its memory limit{of}: raise resource.memMB)"
     elif reason == "EngineStopped":
         msg += f" ({ENGINE_STOPPED})"
     return msg

@@ -258,6 +258,21 @@ class PodDetails:
     started_at: datetime | None = None
 
 
+def oom_words(spec: Mapping[str, Any], container: str | None) -> str:
+    """What an ``OOMKilled`` container is told: it went over its memory limit (the one its
+    spec gives, where it gives one), and the option that raises it.
+
+    >>> oom_words({"containers": [{"name": "main", "resources": {"limits": {"memory":
+    ...     "256M"}}}]}, "main")
+    'killed for exceeding its memory limit of 256M: raise resource.memMB'
+    """
+    containers = spec.get("containers") or []
+    found = next((c for c in containers if c.get("name") == container), None)
+    limit = (((found or {}).get("resources") or {}).get("limits") or {}).get("memory")
+    of = f" of {limit}" if limit else ""
+    return f"killed for exceeding its memory limit{of}: raise resource.memMB"
+
+
 def pod_details(pod: Mapping[str, Any]) -> PodDetails:
     """State, exit code, hostname and error text of a pod (a dict as the API returns it)."""
     metadata = pod.get("metadata") or {}
@@ -277,6 +292,8 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         reason = terminated.get("reason") or "Error"
         # with terminationMessagePolicy FallbackToLogsOnError: the tail of its output
         message = bounded(terminated.get("message") or "")
+        if reason == "OOMKilled":
+            message = bounded(f"{oom_words(spec, cstatus.get('name'))}; {message}".rstrip("; "))
         error = f"{reason}: {message}" if message else str(reason)
     elif state is AppState.FAILED and status.get("reason"):
         message = bounded(status.get("message") or "")

@@ -174,3 +174,21 @@ def test_a_pod_tells_when_its_container_started_running_or_ended() -> None:
     }
     assert pod_details(running).started_at is not None
     assert pod_details(pod("Pending", waiting="ContainerCreating")).started_at is None
+
+
+def test_an_oom_killed_container_is_told_its_memory_limit_and_the_option_to_raise() -> None:
+    the_pod = pod(terminated=exited(137, "OOMKilled", message="allocating 1024 MiB"))
+    the_pod["spec"]["containers"] = [
+        {"name": "main", "resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}
+    ]
+    details = pod_details(the_pod)
+    assert details.error == (
+        "OOMKilled: killed for exceeding its memory limit of 256Mi: raise resource.memMB; "
+        "allocating 1024 MiB"
+    )
+    # no limit in its spec (another container's does not count), no output
+    the_pod["spec"]["containers"][0]["name"] = "sidecar"
+    del the_pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+    assert pod_details(the_pod).error == (
+        "OOMKilled: killed for exceeding its memory limit: raise resource.memMB"
+    )
