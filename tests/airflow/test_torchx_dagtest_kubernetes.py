@@ -212,7 +212,7 @@ def test_failure_on_volcano(
     if reason == "OOMKilled":
         # says memory, the pod's limit and the option that raises it
         assert re.search(
-            r"OOMKilled: killed for exceeding its memory limit of \d+Mi: raise resource\.memMB",
+            r"OOMKilled: killed for exceeding its memory limit of 256 MiB: raise resource\.memMB",
             text,
         ), text[-3000:]
     from torchx_provider.hooks.kubernetes import TorchXKubernetesHook

@@ -451,6 +451,8 @@ cmd_build() {
   local lane1 lane2 rc=0
   (
     step "kubernetes $KUBE_VERSION (apiserver, controller-manager, scheduler, kubectl) and volcano $VOLCANO_VERSION (controller-manager, scheduler)" build_kube_group
+    # the real node's kubelet: the same module graph, so mostly Go's build cache
+    step "kubelet $KUBE_VERSION (the real node)" bash "$HERE/node.sh" build kubelet
     step "volcano's CRDs" volcano_crds
     step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
   ) &
@@ -459,6 +461,7 @@ cmd_build() {
     step "kwok $KWOK_VERSION" build_kwok
     step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
     step "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION (controllers, CRD)" build_jobset_group
+    step "coredns and the pause program (the real node)" bash "$HERE/node.sh" build pause coredns
   ) &
   lane2=$!
   wait "$lane1" || rc=1

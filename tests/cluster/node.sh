@@ -9,6 +9,10 @@
 #                    wait until the node is Ready (idempotent); the cluster must be up
 #   node.sh down     stop what 'up' started, remove the node, its pods' containers,
 #                    mounts, cgroups, the bridge and the kernel settings the kubelet changed
+#   node.sh images [IMAGE...]
+#                    import images from the Docker engine into the node's containerd (an
+#                    image already there with the same ID is skipped); default: the
+#                    images 'up' imports. The node must be up
 #   node.sh status   which processes run; whether the node is Ready
 #   node.sh smoke    a busybox pod whose log is read through the API server, then two
 #                    torch pods that rendezvous with torchrun over gloo through a headless
@@ -60,6 +64,7 @@ source "$HERE/alive.sh"
 # ---------------------------------------------------------------- versions
 # The kubelet is built from the Kubernetes version cluster.sh builds, with its wrapper module.
 KUBE_VERSION="$(sed -n 's/^KUBE_VERSION="\([^"]*\)".*/\1/p' "$HERE/cluster.sh")"
+VOLCANO_VERSION="$(sed -n 's/^VOLCANO_VERSION="\([^"]*\)".*/\1/p' "$HERE/cluster.sh")"
 COREDNS_VERSION="v1.15.0"         # github.com/coredns/coredns
 PAUSE_VERSION="1"                 # the pause program below; bump when it changes
 
@@ -159,18 +164,19 @@ wrapper_build() {
   mv "$out.tmp" "$out"
 }
 
-# The kubelet, from the wrapper module cluster.sh generates for the control plane (its
-# staging replaces and godebug lines), stamped with the same version.
+# The kubelet, from the module cluster.sh generates for the control plane and Volcano (its
+# staging replaces and godebug lines), stamped with the same version: the same module graph,
+# so every package the kubelet shares with them comes from Go's build cache.
 build_kubelet() {
-  local out work minor ldflags="" pkg date
+  local out work minor ldflags="" pkg date group
   out="$(kubelet_dir)"
   [[ -x "$out/kubelet" ]] && { log "   kubelet $KUBE_VERSION cached in $out"; return 0; }
   work="$BUILD/kubelet-$KUBE_VERSION"
-  [[ -s "$BUILD/kubernetes-$KUBE_VERSION/wrapper.mod" ]] ||
-    die "no wrapper module in $BUILD/kubernetes-$KUBE_VERSION: run 'cluster.sh build' first"
+  group="$BUILD/kube-group-$KUBE_VERSION-volcano-$VOLCANO_VERSION"
+  [[ -s "$group/wrapper.mod" ]] ||
+    die "no wrapper module in $group: run 'cluster.sh build' first"
   mkdir -p "$work"
-  cp "$BUILD/kubernetes-$KUBE_VERSION/wrapper.mod" "$work/go.mod"
-  [[ -s "$BUILD/kubernetes-$KUBE_VERSION/go.sum" ]] && cp "$BUILD/kubernetes-$KUBE_VERSION/go.sum" "$work/go.sum"
+  cp "$group/wrapper.mod" "$work/go.mod"
   minor="$(echo "$KUBE_VERSION" | cut -d. -f2)"
   date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -724,8 +730,11 @@ cmd_up() {
   t0=$(now_ms)
   [[ $EUID -eq 0 ]] || die "needs root (mounts, cgroups, network devices)"
   [[ -x "$(kubelet_dir)/kubelet" && -x "$(coredns_dir)/coredns" && -x "$(pause_dir)/pause" ]] || cmd_build
-  [[ -x "$CNI_BIN_DIR/bridge" ]] ||
-    die "no CNI plugins in $CNI_BIN_DIR: bash scripts/apt_install.sh containernetworking-plugins"
+  if [[ ! -x "$CNI_BIN_DIR/bridge" ]]; then
+    log "installing Debian's containernetworking-plugins (none in $CNI_BIN_DIR)"
+    bash "$HERE/../../scripts/apt_install.sh" containernetworking-plugins >&2
+  fi
+  [[ -x "$CNI_BIN_DIR/bridge" ]] || die "no CNI plugins in $CNI_BIN_DIR after installing them"
   kubectl_admin get --raw /readyz >/dev/null 2>&1 ||
     die "the cluster's API server (127.0.0.1:$APISERVER_PORT) does not answer: cluster.sh up first"
   mkdir -p "$NODE_RUN" "$NLOGS" "$NPIDS"
@@ -1044,28 +1053,39 @@ cmd_smoke() {
   log "smoke passed in $(since "$t0")"
 }
 
-# One node.sh at a time may build, start or stop the node.
+# One node.sh at a time may start or stop the node, or build one component (lock NAME).
 lock() {
+  local file="$CACHE/.node${1:+-$1}.lock"
   mkdir -p "$CACHE"
-  exec 8>"$CACHE/.node.lock"
+  exec 8>"$file"
   if ! flock -n 8; then
-    log "waiting for another node.sh to finish (lock $CACHE/.node.lock)"
+    log "waiting for another node.sh to finish (lock $file)"
     flock 8
   fi
 }
 
+# cmd_images [IMAGE...]: import_images for these images (default: $IMAGES).
+cmd_images() {
+  is_running containerd || die "the node's containerd does not run: node.sh up first"
+  [[ $# -eq 0 ]] || IMAGES="$*"
+  step "images from the Docker engine: $IMAGES" import_images
+}
+
 main() {
   case "${1:-}" in
-    build | up | down | smoke) lock ;;
+    # builds of different components may run at once (cluster.sh's two build lanes)
+    build) [[ $# -eq 2 ]] && lock "build-$2" || lock ;;
+    up | down | smoke | images) lock ;;
   esac
   case "${1:-}" in
     build) shift; cmd_build "$@" ;;
+    images) shift; cmd_images "$@" ;;
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
     smoke) cmd_smoke ;;
     *)
-      echo "usage: $0 build|up|down|status|smoke" >&2
+      echo "usage: $0 build|up|down|images|status|smoke" >&2
       exit 2
       ;;
   esac

@@ -69,6 +69,12 @@ rootfs_key="$(printf '%s\n' "v2" "$SUITE" "$MIRROR" "$PACKAGES" "minbase" "nodoc
 image_key="$(cat <(echo "$rootfs_key") "$SCRIPT" | sha256sum | cut -c1-16)"
 ROOTFS_TAR="$CACHE/torch-$SUITE-$rootfs_key.tar"
 
+# One build at a time (two test processes may ask at once): the second waits, then finds the
+# image up to date.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.torch-image.lock"
+flock 9
+
 found_key="$(docker image inspect --format "{{ index .Config.Labels \"$KEY_LABEL\" }}" \
     "$IMAGE" 2>/dev/null || true)"
 if [ "$found_key" = "$image_key" ] && [ "${TORCHX_TEST_IMAGE_REBUILD:-0}" != "1" ] &&

@@ -9,26 +9,19 @@ rank, the world size and the all-reduced loss of each step.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
 from docker_operator_harness import TI, Log, Operator
+from torch_image import TRAIN_SCRIPT, build_torch_image
 from torchx_provider.errors import UserCodeError
 from torchx_provider.schedulers.docker import create_scheduler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.training]
 
-TORCH_IMAGE = "torchx-provider/torch:latest"
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "images" / "build_torch_image.sh"
-#: where the build script puts the example training script in the image
-TRAIN_SCRIPT = "/opt/torchx-provider/train_ddp.py"
-#: a cold build (mmdebstrap of python3-torch) takes minutes; a warm one seconds
-BUILD_TIMEOUT = 1800
 STEPS = 5
 
 STEP_LINE = re.compile(
@@ -40,19 +33,7 @@ STEP_LINE = re.compile(
 @pytest.fixture(scope="session")
 def torch_image(docker_engine: Any, skip_or_fail: Callable[[str], NoReturn]) -> str:
     """The training image, built (or found up to date) by the build script."""
-    try:
-        result = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        skip_or_fail(f"building {TORCH_IMAGE} took more than {BUILD_TIMEOUT} s")
-    if result.returncode != 0:
-        skip_or_fail(f"cannot build {TORCH_IMAGE}: {result.stderr.strip()[-800:]}")
-    return TORCH_IMAGE
+    return build_torch_image(skip_or_fail)
 
 
 def new_ti() -> TI:

@@ -12,13 +12,14 @@ it finds its replicas and their states.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from torchx_provider.failures import FailureKind, bounded, exit_failure
+from torchx_provider.failures import FailureKind, bounded, exit_failure, python_error
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
@@ -258,18 +259,55 @@ class PodDetails:
     started_at: datetime | None = None
 
 
+def termination_message(text: str) -> str:
+    """What a terminated container says of its end (bounded): with terminationMessagePolicy
+    FallbackToLogsOnError, as the provider writes it, the tail of its log (torchrun's failure
+    summary, for a ``dist.ddp`` replica). When that tail holds a Python traceback, its error
+    line says it best (as a log tail does on every backend: :func:`python_error`).
+
+    >>> tail = ["…====", "  traceback : Traceback (most recent call last):",
+    ...     "      raise RuntimeError('x')", "  RuntimeError: rank 3 failed", "====="]
+    >>> termination_message("\\n".join(tail))
+    'RuntimeError: rank 3 failed'
+    >>> termination_message("allocating 1024 MiB")
+    'allocating 1024 MiB'
+    """
+    return bounded(python_error(text.splitlines()) or text)
+
+
+#: a Kubernetes quantity of bytes, as the API server stores it (``1Gi``, ``256Mi``, ``1G``)
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE]i|[kMGTPE])?$")
+_FACTOR = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_FACTOR.update({f"{u}i": 1024 ** (i + 1) for i, u in enumerate("KMGTPE")})
+
+
+def memory_words(quantity: str) -> str:
+    """A memory limit as ``resource.memMB`` counts it (MiB), with the quantity the API server
+    stored where that reads otherwise (it writes ``1024Mi`` as ``1Gi``).
+
+    >>> memory_words("1Gi"), memory_words("256Mi"), memory_words("1G"), memory_words("2x")
+    ('1024 MiB (1Gi)', '256 MiB', '953.7 MiB (1G)', '2x')
+    """
+    m = _QUANTITY.match(quantity.strip())
+    if m is None:
+        return quantity
+    mib = float(m.group(1)) * _FACTOR[m.group(2) or ""] / 2**20
+    words = f"{mib:.0f} MiB" if mib.is_integer() else f"{mib:.1f} MiB"
+    return words if quantity == f"{mib:.0f}Mi" else f"{words} ({quantity})"
+
+
 def oom_words(spec: Mapping[str, Any], container: str | None) -> str:
     """What an ``OOMKilled`` container is told: it went over its memory limit (the one its
     spec gives, where it gives one), and the option that raises it.
 
     >>> oom_words({"containers": [{"name": "main", "resources": {"limits": {"memory":
-    ...     "256M"}}}]}, "main")
-    'killed for exceeding its memory limit of 256M: raise resource.memMB'
+    ...     "256Mi"}}}]}, "main")
+    'killed for exceeding its memory limit of 256 MiB: raise resource.memMB'
     """
     containers = spec.get("containers") or []
     found = next((c for c in containers if c.get("name") == container), None)
     limit = (((found or {}).get("resources") or {}).get("limits") or {}).get("memory")
-    of = f" of {limit}" if limit else ""
+    of = f" of {memory_words(str(limit))}" if limit else ""
     return f"killed for exceeding its memory limit{of}: raise resource.memMB"
 
 
@@ -290,8 +328,7 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
     error = NONE
     if terminated and exit_code not in (None, 0):
         reason = terminated.get("reason") or "Error"
-        # with terminationMessagePolicy FallbackToLogsOnError: the tail of its output
-        message = bounded(terminated.get("message") or "")
+        message = termination_message(terminated.get("message") or "")
         if reason == "OOMKilled":
             message = bounded(f"{oom_words(spec, cstatus.get('name'))}; {message}".rstrip("; "))
         error = f"{reason}: {message}" if message else str(reason)

@@ -183,7 +183,7 @@ def test_an_oom_killed_container_is_told_its_memory_limit_and_the_option_to_rais
     ]
     details = pod_details(the_pod)
     assert details.error == (
-        "OOMKilled: killed for exceeding its memory limit of 256Mi: raise resource.memMB; "
+        "OOMKilled: killed for exceeding its memory limit of 256 MiB: raise resource.memMB; "
         "allocating 1024 MiB"
     )
     # no limit in its spec (another container's does not count), no output
@@ -192,3 +192,25 @@ def test_an_oom_killed_container_is_told_its_memory_limit_and_the_option_to_rais
     assert pod_details(the_pod).error == (
         "OOMKilled: killed for exceeding its memory limit: raise resource.memMB"
     )
+
+
+def test_a_log_tail_for_termination_message_gives_its_python_error() -> None:
+    """FallbackToLogsOnError makes a failed container's termination message the tail of its
+    log: for a ``dist.ddp`` replica, torchrun's failure summary, whose traceback's error line
+    is the replica's message (as on Docker, where the log tail is read)."""
+    summary = "\n".join(
+        [
+            "…============================================================",
+            "/opt/train_ddp.py FAILED",
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  exitcode  : 1 (pid: 41)",
+            "  traceback : Traceback (most recent call last):",
+            '    File "/opt/train_ddp.py", line 98, in main',
+            '      raise RuntimeError(f"rank {rank} failed at step {step} as asked")',
+            "  RuntimeError: rank 3 failed at step 3 as asked",
+            "============================================================",
+        ]
+    )
+    details = pod_details(pod(terminated=exited(1, message=summary)))
+    assert details.error == "Error: RuntimeError: rank 3 failed at step 3 as asked"

@@ -1,0 +1,263 @@
+"""Real training on the local cluster's real node: ``dist.ddp`` runs ``torchrun`` with 2 nodes
+x 2 processes over gloo in real containers (a kubelet on containerd, pod networking, cluster
+DNS: tests/cluster/node.sh), submitted and followed as the triggerer follows it, on Volcano
+and on JobSet admitted by Kueue.
+
+The node is started for this module and stopped after it (the other tiers keep kwok's fast
+nodes to themselves, and no scheduler message they read names a node they do not expect).
+Each app lands there by the role's pod overlay (the node's label and taint) and runs the image
+tests/images/build_torch_image.sh builds, imported into the node's containerd from the
+Docker engine (nothing is pulled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from kueue_objects import queue_options
+
+from docker_engine import open_docker_engine
+from kube_apps import restricted_async_client, submit
+from task_log import TaskLog
+from torch_image import TRAIN_SCRIPT, build_torch_image
+from torchx_provider.components.dist import ddp
+from torchx_provider.errors import UserCodeError
+from torchx_provider.operators.finishing import failure_error
+from torchx_provider.schedulers.kube import jobset, volcano
+from torchx_provider.triggers.events import EventKind
+from torchx_provider.triggers.follow import JobFollower
+
+pytestmark = [
+    pytest.mark.kubernetes,
+    pytest.mark.training,
+    pytest.mark.slow,
+    # the node is started and stopped here: nothing else may use the cluster meanwhile
+    pytest.mark.cluster_alone,
+]
+
+NODE_SCRIPT = Path(__file__).resolve().parents[2] / "cluster" / "node.sh"
+#: the real node's label and taint (tests/cluster/node.sh)
+NODE_LABEL = "torchx.dev/real-node"
+#: what puts a pod on the real node: its selector and toleration, and the image taken from
+#: the node's containerd (an image tagged ``latest`` is otherwise always pulled)
+ON_REAL_NODE = {
+    "spec": {
+        "nodeSelector": {NODE_LABEL: "true"},
+        "tolerations": [
+            {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        ],
+        "containers": [{"imagePullPolicy": "IfNotPresent"}],
+    }
+}
+#: seconds a 2x2 run may take from submission to its end (35 to 50 s measured on a loaded
+#: machine: `import torch` alone takes 10 s there, in torchrun's agent and in each worker)
+RUN_TIMEOUT = 240.0
+
+STEP_LINE = re.compile(
+    r"^\[(?P<key>[^\]]+)\] .*rank=(?P<rank>\d+) world_size=(?P<world>\d+) "
+    r"step=(?P<step>\d+) loss=(?P<loss>[0-9.]+)$"
+)
+
+
+def node_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(NODE_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def real_node(kube_cluster: Any, skip_or_fail: Callable[[str], NoReturn]) -> Iterator[str]:
+    """The real node up, with the training image in its containerd; stopped after the
+    module. Yields the image."""
+    kube_cluster.skip_unless_local("the real node joins the local cluster")
+    if os.geteuid() != 0:
+        skip_or_fail("the real node needs root (mounts, cgroups, network devices)")
+    engine = open_docker_engine(skip_or_fail)
+    engine.close()
+    image = build_torch_image(skip_or_fail)
+    started = time.monotonic()
+    up = node_script("up", timeout=900)
+    if up.returncode != 0:
+        node_script("down", timeout=120)
+        skip_or_fail(f"node.sh up failed: {up.stderr.strip()[-1500:]}")
+    imported = node_script("images", image, timeout=600)
+    if imported.returncode != 0:
+        node_script("down", timeout=120)
+        skip_or_fail(f"node.sh images failed: {imported.stderr.strip()[-1500:]}")
+    print(f"real node up, {image} in its containerd, in {time.monotonic() - started:.0f} s")
+    try:
+        yield image
+    finally:
+        down = node_script("down", timeout=180)
+        assert down.returncode == 0, down.stderr[-1500:]
+
+
+BACKENDS = {"volcano": volcano, "jobset": jobset}
+#: Volcano's queue of the local cluster
+VOLCANO = {"queue": "default"}
+
+
+def training_app(image: str, *script_args: str, j: str = "2x2", memMB: int = 2048) -> Any:
+    app = ddp(
+        *script_args,
+        script=TRAIN_SCRIPT,
+        image=image,
+        name="trainer",
+        j=j,
+        cpu=1,
+        memMB=memMB,
+        # Debian's torch 1.13 on Python 3.11 takes a tee of one stream only
+        tee=1,
+    )
+    for role in app.roles:
+        role.metadata["kubernetes"] = ON_REAL_NODE
+    return app
+
+
+async def follow(
+    kube_cluster: Any,
+    backend: Any,
+    app_id: str,
+    log: TaskLog,
+) -> Any:
+    """Follow the app to its end as the trigger does (the restricted account)."""
+    client = restricted_async_client(backend.create_async_client, kube_cluster)
+    try:
+        return await asyncio.wait_for(
+            JobFollower(client, app_id, log=log, poll_interval=1.0).run(), RUN_TIMEOUT
+        )
+    finally:
+        await client.close()
+
+
+def step_lines(log: TaskLog) -> list[re.Match[str]]:
+    return [m for m in map(STEP_LINE.match, log.lines) if m]
+
+
+def text_of(log: TaskLog) -> str:
+    return "\n".join(log.lines)[-6000:]
+
+
+def assert_trained(log: TaskLog, steps: int) -> None:
+    """Every rank, every step, once, with world size 4 and one loss per step, under the
+    role/replica of the node that ran it (ranks 0 and 1 on one replica, 2 and 3 on the
+    other)."""
+    text = text_of(log)
+    lines = step_lines(log)
+    seen = sorted((int(m["rank"]), int(m["step"])) for m in lines)
+    assert seen == [(r, s) for r in range(4) for s in range(1, steps + 1)], text
+    assert {m["world"] for m in lines} == {"4"}, text
+    for step in range(1, steps + 1):
+        losses = {m["loss"] for m in lines if int(m["step"]) == step}
+        assert len(losses) == 1, (step, losses)
+    nodes: dict[str, set[int]] = {}
+    for m in lines:
+        nodes.setdefault(m["key"], set()).add(int(m["rank"]))
+    assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
+    assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes
+
+
+@pytest.mark.parametrize("name", ["volcano", "jobset"])
+async def test_ddp_2x2_over_gloo_trains_on_real_containers(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any, name: str
+) -> None:
+    """Volcano, and JobSet admitted by Kueue: both pods rendezvous through the cluster's DNS,
+    every rank reports world size 4 and the same loss, and each rank's lines reach the task
+    log under its role and replica, read from the kubelet through the API server."""
+    backend = BACKENDS[name]
+    scheduler = tracked_scheduler(backend.create_scheduler)
+    cfg = queue_options(kube_cluster.require_kueue()) if name == "jobset" else VOLCANO
+    started = time.monotonic()
+    app_id, _ = submit(scheduler, training_app(real_node, "--steps", "5"), **cfg)
+    log = TaskLog()
+    event = await follow(kube_cluster, backend, app_id, log)
+    assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text_of(log)
+    assert_trained(log, 5)
+    print(f"{name}: 2x2 DDP run, submission to SUCCEEDED in {time.monotonic() - started:.1f} s")
+
+
+async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """Rank 3 raises at step 3: torchrun's own "Root Cause" block on its node names it; the
+    task's error is a ``UserCodeError`` naming that node's replica and the Python error line,
+    not the other ranks' teardown."""
+    scheduler = tracked_scheduler(volcano.create_scheduler)
+    app = training_app(real_node, "--steps", "6", "--fail-at-step", "3", "--fail-rank", "3")
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    log = TaskLog()
+    event = await follow(kube_cluster, volcano, app_id, log)
+    text = text_of(log)
+    error = failure_error(event)
+    assert type(error) is UserCodeError, (error, text)
+    keys = {m["key"] for m in step_lines(log) if m["rank"] == "3"}
+    assert len(keys) == 1, (keys, text)
+    role, replica = keys.pop().split("/")
+    assert (error.role, error.replica_id) == (role, int(replica)), (error, text)
+    # the kubelet's reason, then the Python error from the termination message (the tail of
+    # the log: torchrun's failure summary)
+    assert error.replica_message == "Error: RuntimeError: rank 3 failed at step 3 as asked", (
+        error.replica_message,
+        text,
+    )
+    assert "Root Cause (first observed failure)" in "\n".join(log.lines), text
+
+
+async def test_a_real_oom_kill_says_memory_the_replica_and_its_limit(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """Each worker allocates 700 MiB under a 1024 MiB limit: the kernel's memory cgroup kills
+    one (torchrun reports its SIGKILL), the container is ``OOMKilled``; the task's error is a
+    ``UserCodeError`` of the replica, saying memory and the limit it went over."""
+    scheduler = tracked_scheduler(volcano.create_scheduler)
+    app = training_app(real_node, "--steps", "3", "--alloc-mb", "700", j="1x2", memMB=1024)
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    log = TaskLog()
+    event = await follow(kube_cluster, volcano, app_id, log)
+    text = text_of(log)
+    error = failure_error(event)
+    assert type(error) is UserCodeError, (error, text)
+    assert (error.role, error.replica_id, error.reason) == ("trainer", 0, "OOMKilled"), error
+    assert "killed for exceeding its memory limit of 1024 MiB (1Gi): raise resource.memMB" in str(
+        error
+    ), error
+
+
+async def test_a_cancel_reaches_the_script_as_sigterm_and_its_last_lines_are_kept(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """The task's cancel (what marking it failed in the UI does): the pods' SIGTERM reaches
+    ``torchrun`` and through it every rank, whose "checkpoint saved on SIGTERM" lines reach
+    the task log before the follow ends CANCELLED."""
+    scheduler = tracked_scheduler(volcano.create_scheduler)
+    app = training_app(real_node, "--steps", "120", "--step-seconds", "1")
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    log = TaskLog()
+    followed = asyncio.ensure_future(follow(kube_cluster, volcano, app_id, log))
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not any(int(m["step"]) >= 3 for m in step_lines(log)):
+        assert not followed.done(), text_of(log)
+        assert time.monotonic() < deadline, text_of(log)
+        await asyncio.sleep(0.5)
+    cancelled_at = time.monotonic()
+    await asyncio.to_thread(scheduler.cancel, app_id)
+    event = await followed
+    text = text_of(log)
+    assert event.state.name == "CANCELLED", (event, text)
+    saved = sorted(
+        {int(r) for r in re.findall(r"rank=(\d) step=\d+ checkpoint saved on SIGTERM", text)}
+    )
+    assert saved == [0, 1, 2, 3], text
+    print(f"cancel to CANCELLED: {time.monotonic() - cancelled_at:.1f} s")
