@@ -1,12 +1,14 @@
 """The training image of the real-training tiers, built (or found up to date) by
 tests/images/build_torch_image.sh: Debian's torch 1.13 (CPU) and the example training script,
-from Debian packages only, imported into the Docker engine. Shared by the Docker tier and the
-Kubernetes tier (whose real node imports it from the engine)."""
+from Debian packages only, imported into the Docker engine; and what those tiers check of a
+run's task log. Shared by the Docker tier and the Kubernetes tier (whose real node imports the
+image from the engine)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,3 +35,34 @@ def build_torch_image(skip_or_fail: Callable[[str], NoReturn]) -> str:
     if result.returncode != 0:
         skip_or_fail(f"cannot build {TORCH_IMAGE}: {result.stderr.strip()[-800:]}")
     return TORCH_IMAGE
+
+
+#: a step line of the example script, as the task log shows it under its replica
+STEP_LINE = re.compile(
+    r"^\[(?P<key>[^\]]+)\] .*rank=(?P<rank>\d+) world_size=(?P<world>\d+) "
+    r"step=(?P<step>\d+) loss=(?P<loss>[0-9.]+)$"
+)
+
+
+def step_lines(lines: Sequence[str]) -> list[re.Match[str]]:
+    """The step lines among a task log's ``lines``."""
+    return [m for m in map(STEP_LINE.match, lines) if m]
+
+
+def assert_trained_2x2(lines: Sequence[str], steps: int) -> None:
+    """A 2x2 run's task log: every rank, every step, once, with world size 4 and one loss
+    per step (all-reduced), under the role/replica of the node that ran it (two processes
+    per node: ranks 0 and 1 on one replica, 2 and 3 on the other)."""
+    text = "\n".join(lines)[-6000:]
+    found = step_lines(lines)
+    seen = sorted((int(m["rank"]), int(m["step"])) for m in found)
+    assert seen == [(r, s) for r in range(4) for s in range(1, steps + 1)], text
+    assert {m["world"] for m in found} == {"4"}, text
+    for step in range(1, steps + 1):
+        losses = {m["loss"] for m in found if int(m["step"]) == step}
+        assert len(losses) == 1, (step, losses)
+    nodes: dict[str, set[int]] = {}
+    for m in found:
+        nodes.setdefault(m["key"], set()).add(int(m["rank"]))
+    assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
+    assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes

@@ -8,7 +8,6 @@ rank, the world size and the all-reduced loss of each step.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -16,18 +15,13 @@ from typing import Any, NoReturn
 import pytest
 
 from docker_operator_harness import TI, Log, Operator
-from torch_image import TRAIN_SCRIPT, build_torch_image
+from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
 from torchx_provider.errors import UserCodeError
 from torchx_provider.schedulers.docker import create_scheduler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.training]
 
 STEPS = 5
-
-STEP_LINE = re.compile(
-    r"^\[(?P<key>[^\]]+)\] .*rank=(?P<rank>\d+) world_size=(?P<world>\d+) "
-    r"step=(?P<step>\d+) loss=(?P<loss>[0-9.]+)$"
-)
 
 
 @pytest.fixture(scope="session")
@@ -82,10 +76,6 @@ def train(torch_image: str, network: str) -> Iterator[Callable[..., tuple[Any, T
             scheduler.delete(app_id)
 
 
-def step_lines(log: Log) -> list[re.Match[str]]:
-    return [m for m in map(STEP_LINE.match, log.lines) if m]
-
-
 def test_ddp_2x2_over_gloo_trains_with_the_same_loss_on_every_rank(train: Any) -> None:
     started = time.monotonic()
     outcome, ti, log = train("--steps", str(STEPS))
@@ -93,20 +83,7 @@ def test_ddp_2x2_over_gloo_trains_with_the_same_loss_on_every_rank(train: Any) -
     assert not isinstance(outcome, Exception), (outcome, text)
     assert ti.xcoms["final_state"] == "SUCCEEDED", ti.xcoms
 
-    lines = step_lines(log)
-    # every rank, every step, once, under the role/replica of the node that ran it
-    seen = sorted((int(m["rank"]), int(m["step"])) for m in lines)
-    assert seen == [(r, s) for r in range(4) for s in range(1, STEPS + 1)], text
-    assert {m["world"] for m in lines} == {"4"}, text
-    for step in range(1, STEPS + 1):
-        losses = {m["loss"] for m in lines if int(m["step"]) == step}
-        assert len(losses) == 1, (step, losses)
-    # two processes per node: ranks 0 and 1 on one replica, 2 and 3 on the other
-    nodes: dict[str, set[int]] = {}
-    for m in lines:
-        nodes.setdefault(m["key"], set()).add(int(m["rank"]))
-    assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
-    assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes
+    assert_trained_2x2(log.lines, STEPS)
     print(f"2x2 DDP run: {time.monotonic() - started:.1f} s")
 
 
@@ -119,7 +96,7 @@ def test_a_rank_raising_at_step_3_is_the_user_code_error_of_its_replica(train: A
     text = "\n".join(log.lines)
     assert type(outcome) is UserCodeError, (outcome, text)
     # the replica that ran rank 3, from its step lines
-    keys = {m["key"] for m in step_lines(log) if m["rank"] == "3"}
+    keys = {m["key"] for m in step_lines(log.lines) if m["rank"] == "3"}
     assert len(keys) == 1, (keys, text)
     role, replica = keys.pop().split("/")
     assert (outcome.role, outcome.replica_id) == (role, int(replica)), (outcome, text)

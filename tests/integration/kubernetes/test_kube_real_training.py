@@ -27,7 +27,7 @@ from kueue_objects import queue_options
 from docker_engine import open_docker_engine
 from kube_apps import restricted_async_client, submit
 from task_log import TaskLog
-from torch_image import TRAIN_SCRIPT, build_torch_image
+from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
 from torchx_provider.components.dist import ddp
 from torchx_provider.errors import UserCodeError
 from torchx_provider.operators.finishing import failure_error
@@ -60,11 +60,6 @@ ON_REAL_NODE = {
 #: seconds a 2x2 run may take from submission to its end (35 to 50 s measured on a loaded
 #: machine: `import torch` alone takes 10 s there, in torchrun's agent and in each worker)
 RUN_TIMEOUT = 240.0
-
-STEP_LINE = re.compile(
-    r"^\[(?P<key>[^\]]+)\] .*rank=(?P<rank>\d+) world_size=(?P<world>\d+) "
-    r"step=(?P<step>\d+) loss=(?P<loss>[0-9.]+)$"
-)
 
 
 def node_script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -142,31 +137,19 @@ async def follow(
         await client.close()
 
 
-def step_lines(log: TaskLog) -> list[re.Match[str]]:
-    return [m for m in map(STEP_LINE.match, log.lines) if m]
-
-
 def text_of(log: TaskLog) -> str:
     return "\n".join(log.lines)[-6000:]
 
 
-def assert_trained(log: TaskLog, steps: int) -> None:
-    """Every rank, every step, once, with world size 4 and one loss per step, under the
-    role/replica of the node that ran it (ranks 0 and 1 on one replica, 2 and 3 on the
-    other)."""
-    text = text_of(log)
-    lines = step_lines(log)
-    seen = sorted((int(m["rank"]), int(m["step"])) for m in lines)
-    assert seen == [(r, s) for r in range(4) for s in range(1, steps + 1)], text
-    assert {m["world"] for m in lines} == {"4"}, text
-    for step in range(1, steps + 1):
-        losses = {m["loss"] for m in lines if int(m["step"]) == step}
-        assert len(losses) == 1, (step, losses)
-    nodes: dict[str, set[int]] = {}
-    for m in lines:
-        nodes.setdefault(m["key"], set()).add(int(m["rank"]))
-    assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
-    assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes
+async def run_to_failure(kube_cluster: Any, scheduler: Any, app: Any) -> tuple[Any, TaskLog]:
+    """Submit ``app`` to Volcano, follow it to its end: the error the task fails with, and
+    the task log."""
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    log = TaskLog()
+    event = await follow(kube_cluster, volcano, app_id, log)
+    error = failure_error(event)
+    assert type(error) is UserCodeError, (error, text_of(log))
+    return error, log
 
 
 @pytest.mark.parametrize("name", ["volcano", "jobset"])
@@ -184,7 +167,7 @@ async def test_ddp_2x2_over_gloo_trains_on_real_containers(
     log = TaskLog()
     event = await follow(kube_cluster, backend, app_id, log)
     assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text_of(log)
-    assert_trained(log, 5)
+    assert_trained_2x2(log.lines, 5)
     print(f"{name}: 2x2 DDP run, submission to SUCCEEDED in {time.monotonic() - started:.1f} s")
 
 
@@ -196,13 +179,9 @@ async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
     not the other ranks' teardown."""
     scheduler = tracked_scheduler(volcano.create_scheduler)
     app = training_app(real_node, "--steps", "6", "--fail-at-step", "3", "--fail-rank", "3")
-    app_id, _ = submit(scheduler, app, **VOLCANO)
-    log = TaskLog()
-    event = await follow(kube_cluster, volcano, app_id, log)
+    error, log = await run_to_failure(kube_cluster, scheduler, app)
     text = text_of(log)
-    error = failure_error(event)
-    assert type(error) is UserCodeError, (error, text)
-    keys = {m["key"] for m in step_lines(log) if m["rank"] == "3"}
+    keys = {m["key"] for m in step_lines(log.lines) if m["rank"] == "3"}
     assert len(keys) == 1, (keys, text)
     role, replica = keys.pop().split("/")
     assert (error.role, error.replica_id) == (role, int(replica)), (error, text)
@@ -223,12 +202,7 @@ async def test_a_real_oom_kill_says_memory_the_replica_and_its_limit(
     ``UserCodeError`` of the replica, saying memory and the limit it went over."""
     scheduler = tracked_scheduler(volcano.create_scheduler)
     app = training_app(real_node, "--steps", "3", "--alloc-mb", "700", j="1x2", memMB=1024)
-    app_id, _ = submit(scheduler, app, **VOLCANO)
-    log = TaskLog()
-    event = await follow(kube_cluster, volcano, app_id, log)
-    text = text_of(log)
-    error = failure_error(event)
-    assert type(error) is UserCodeError, (error, text)
+    error, _ = await run_to_failure(kube_cluster, scheduler, app)
     assert (error.role, error.replica_id, error.reason) == ("trainer", 0, "OOMKilled"), error
     assert "killed for exceeding its memory limit of 1024 MiB (1Gi): raise resource.memMB" in str(
         error
@@ -247,7 +221,7 @@ async def test_a_cancel_reaches_the_script_as_sigterm_and_its_last_lines_are_kep
     log = TaskLog()
     followed = asyncio.ensure_future(follow(kube_cluster, volcano, app_id, log))
     deadline = time.monotonic() + RUN_TIMEOUT
-    while not any(int(m["step"]) >= 3 for m in step_lines(log)):
+    while not any(int(m["step"]) >= 3 for m in step_lines(log.lines)):
         assert not followed.done(), text_of(log)
         assert time.monotonic() < deadline, text_of(log)
         await asyncio.sleep(0.5)
