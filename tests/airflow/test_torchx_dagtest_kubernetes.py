@@ -267,9 +267,29 @@ def test_an_image_that_does_not_exist_fails_at_once_and_is_not_retried(
         scheduler.delete(xcoms(dag_run, "train")["app_id"])
 
 
-def evict_first_running_pod(kube: Any, dag_id: str, stop: threading.Event) -> list[str]:
+def task_deferred(dag_id: str, task_id: str = "train") -> bool:
+    """Whether the task's instance deferred: its trigger follows the app (``dag.test()``
+    puts it back to QUEUED while it runs the trigger in line)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        states = session.scalars(
+            select(TaskInstance.state).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id
+            )
+        ).all()
+    return any(str(state).lower().rsplit(".", 1)[-1] in ("deferred", "queued") for state in states)
+
+
+def evict_first_running_pod(
+    kube: Any, dag_id: str, stop: threading.Event, deferred: bool = False
+) -> list[str]:
     """Evict (``POST pods/<name>/eviction``) the first pod of ``dag_id``'s jobs seen
-    running, as a node drain does; the evicted pod's name, in a list filled once done."""
+    running, as a node drain does; the evicted pod's name, in a list filled once done. With
+    ``deferred``, only once the task deferred: the trigger follows the pod when it goes (a
+    pod evicted and gone before any follow saw it leaves no word of why it ended)."""
     from kubernetes import client
 
     evicted: list[str] = []
@@ -280,7 +300,7 @@ def evict_first_running_pod(kube: Any, dag_id: str, stop: threading.Event) -> li
         while not stop.is_set() and not evicted:
             pods = core.list_namespaced_pod(kube.namespace, label_selector=selector).items
             running = [p.metadata.name for p in pods if p.status.phase == "Running"]
-            if running:
+            if running and (not deferred or task_deferred(dag_id)):
                 time.sleep(1)  # followed while it runs
                 body = client.V1Eviction(
                     metadata=client.V1ObjectMeta(name=running[0], namespace=kube.namespace)
@@ -336,7 +356,7 @@ def test_an_evicted_replica_fails_the_try_as_infrastructure_and_is_retried(
     )
     assert "RETRY_INFRASTRUCTURE_ONLY," in source and "try_number > 1" in source
     stop = threading.Event()
-    evicted = evict_first_running_pod(kube_conn, dag_id, stop)
+    evicted = evict_first_running_pod(kube_conn, dag_id, stop, deferred=deferrable)
     try:
         dag_run = dag_runner.run(dag_id, source)
     finally:

@@ -25,15 +25,17 @@ import pytest
 from kueue_objects import queue_options
 
 from docker_engine import open_docker_engine
-from kube_apps import restricted_async_client, submit
+from kube_apps import restricted_async_client, submit, wait_state
 from task_log import TaskLog
 from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
-from torchx_provider.components.dist import ddp
-from torchx_provider.errors import UserCodeError
+from torchx_provider.components.dist import DDP_PROGRESS_PATTERN, ddp
+from torchx_provider.errors import AppStalledError, UserCodeError
 from torchx_provider.operators.finishing import failure_error
 from torchx_provider.schedulers.kube import jobset, volcano
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
+from torchx_provider.triggers.progress import ProgressPattern
+from torchx_provider.triggers.watch import WatchLimits
 
 pytestmark = [
     pytest.mark.kubernetes,
@@ -235,3 +237,73 @@ async def test_a_cancel_reaches_the_script_as_sigterm_and_its_last_lines_are_kep
     )
     assert saved == [0, 1, 2, 3], text
     print(f"cancel to CANCELLED: {time.monotonic() - cancelled_at:.1f} s")
+
+
+#: the limits of the progress watch on a real 2x2 gloo job: its replicas print nothing
+#: while torch loads and the ranks rendezvous (10 to 30 s on a loaded 2-core machine)
+STRAGGLER_AFTER = 5.0
+DDP_STALL_TIMEOUT = 45.0
+#: what is allowed past each limit
+SLACK = 5.0
+
+
+async def test_a_rank_hanging_before_all_reduce_is_named_and_the_job_stalls(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """Rank 2 (the first process of one node) sleeps before its all_reduce at step 6 and the
+    other ranks block in the collective: the silent node is named a straggler within
+    ``straggler_after`` + 5 s of its last step, the follow ends the app stalled within
+    ``stall_timeout`` + 5 s of the last step of any node (``AppStalledError`` naming the
+    node that stopped first), and the app is cancelled: nothing of it runs on."""
+    scheduler = tracked_scheduler(volcano.create_scheduler)
+    app = training_app(
+        real_node,
+        "--steps",
+        "500",
+        "--step-seconds",
+        "0.5",
+        "--hang-at-step",
+        "6",
+        "--hang-rank",
+        "2",
+    )
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    client = restricted_async_client(volcano.create_async_client, kube_cluster)
+    log = TaskLog()
+    try:
+        event = await asyncio.wait_for(
+            JobFollower(
+                client,
+                app_id,
+                log=log,
+                poll_interval=1.0,
+                progress_pattern=ProgressPattern.parse(DDP_PROGRESS_PATTERN),
+                watch=WatchLimits(STRAGGLER_AFTER, DDP_STALL_TIMEOUT),
+            ).run(),
+            RUN_TIMEOUT,
+        )
+    finally:
+        await client.close()
+    ended = time.monotonic()
+    text = text_of(log)
+    error = failure_error(event)
+    assert type(error) is AppStalledError, (error, text)
+    # which node ran rank 2 is the rendezvous' choice: the one whose lines it printed
+    [sleeper] = {ln[1:].split("]")[0] for ln in log.lines if "rank=2 world_size=4" in ln}
+    assert error.stalled == (sleeper,), (error, text)
+
+    def last(needle: str) -> float:
+        return max(at for ln, at in zip(log.lines, log.at, strict=True) if needle in ln)
+
+    def first(needle: str) -> float:
+        return min(at for ln, at in zip(log.lines, log.at, strict=True) if needle in ln)
+
+    assert first(f"{sleeper} is straggling") - last("rank=2 world_size=4 step=5") <= (
+        STRAGGLER_AFTER + SLACK
+    ), text
+    assert ended - last("rank=0 step=6 all_reduce") <= DDP_STALL_TIMEOUT + SLACK, text
+    # the follow asked Volcano to abort the job (a command its controller takes up)
+    assert any("stalled; the app was cancelled" in ln for ln in log.lines), text
+    await asyncio.to_thread(
+        wait_state, scheduler, app_id, lambda r: r.state.name == "CANCELLED", 60
+    )

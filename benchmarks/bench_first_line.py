@@ -1,0 +1,193 @@
+"""How soon after submission does a real training run's first step reach the task log, next to
+``kubectl apply`` + ``kubectl logs -f`` of the same manifest?
+
+On the local cluster's real node (tests/cluster/node.sh: a kubelet on containerd), ``dist.ddp``
+1x2 runs the example training script (tests/images/build_torch_image.sh's image) through
+Volcano, in rounds (``--rounds``, default 3), each timing two runs of the same manifest, one
+after the other (which goes first alternates):
+
+* ``provider``: ``submit_dryrun`` + ``schedule`` of the Volcano scheduler, then the follow loop
+  (``JobFollower`` over the real async client, as in the triggerer) until the first line
+  holding ``step=`` reached its task logger;
+* ``kubectl``: the same Job manifest (another name) given to ``kubectl apply -f -``, then
+  ``kubectl logs -f`` of its pod, tried again every 0.2 s until the pod's container has
+  started (what a user watching a job does), until the first ``step=`` line.
+
+Both use the restricted account of the local cluster. The ratio is the provider's median
+over kubectl's (goal: at most 1.2). Last line, machine-readable::
+
+    first_line_provider_s=P first_line_kubectl_s=K ratio=R
+
+Usage::
+
+    python benchmarks/bench_first_line.py [--rounds 3]
+
+Needs the local cluster (``bash tests/cluster/cluster.sh up``), the real node
+(``bash tests/cluster/node.sh up``) and the torch image in its containerd
+(``bash tests/cluster/node.sh images torchx-provider/torch:latest``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "provider"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
+
+TORCH_IMAGE = "torchx-provider/torch:latest"
+TRAIN_SCRIPT = "/opt/torchx-provider/train_ddp.py"
+NODE_LABEL = "torchx.dev/real-node"
+#: the real node's placement (its label and taint) and the image from its containerd
+ON_REAL_NODE = {
+    "spec": {
+        "nodeSelector": {NODE_LABEL: "true"},
+        "tolerations": [
+            {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        ],
+        "containers": [{"imagePullPolicy": "IfNotPresent"}],
+    }
+}
+MARK = "step="
+
+
+def cluster_env() -> dict[str, str]:
+    out = subprocess.run(
+        ["bash", str(REPO / "tests/cluster/cluster.sh"), "env"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def training_app() -> Any:
+    from torchx_provider.components.dist import ddp
+
+    app = ddp(
+        "--steps",
+        "3",
+        script=TRAIN_SCRIPT,
+        image=TORCH_IMAGE,
+        name="trainer",
+        j="1x2",
+        cpu=1,
+        memMB=2048,
+        tee=1,
+    )
+    for role in app.roles:
+        role.metadata["kubernetes"] = ON_REAL_NODE
+    return app
+
+
+class FirstLine:
+    """A task logger that notes when the first line holding :data:`MARK` came."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.seen = asyncio.Event()
+
+    def info(self, msg: str, *args: Any) -> None:
+        if self.at is None and MARK in (msg % args if args else msg):
+            self.at = time.perf_counter()
+            self.seen.set()
+
+    warning = error = info
+
+
+async def provider_run(scheduler: Any, client: Any) -> float:
+    from torchx_provider.triggers.follow import JobFollower
+
+    log = FirstLine()
+    start = time.perf_counter()
+    info = scheduler.submit_dryrun(training_app(), {"queue": "default"})
+    app_id = scheduler.schedule(info)
+    scheduler.created.append(app_id)
+    follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=10.0).run())
+    try:
+        await asyncio.wait_for(log.seen.wait(), 300)
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+    assert log.at is not None
+    return log.at - start
+
+
+def kubectl_run(scheduler: Any, kubectl: list[str]) -> float:
+    info = scheduler.submit_dryrun(training_app(), {"queue": "default"})
+    job = info.request.body
+    name = job["metadata"]["name"]
+    pod = f"{name}-{job['spec']['tasks'][0]['name']}-0"
+    start = time.perf_counter()
+    subprocess.run(
+        [*kubectl, "apply", "-f", "-"],
+        input=json.dumps(job),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    scheduler.created.append(f"{job['metadata']['namespace']}:{name}")
+    deadline = start + 300
+    while time.perf_counter() < deadline:
+        with subprocess.Popen(
+            [*kubectl, "logs", "-f", pod], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        ) as logs:
+            assert logs.stdout is not None
+            for line in logs.stdout:
+                if MARK.encode() in line:
+                    at = time.perf_counter()
+                    logs.kill()
+                    return at - start
+            logs.wait()
+        time.sleep(0.2)  # not started yet (or no pod yet): as a user tries again
+    raise RuntimeError(f"no {MARK!r} line from {pod} within 300 s")
+
+
+async def main_async(rounds: int) -> tuple[list[float], list[float]]:
+    from kube_apps import tracked
+    from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
+
+    env = cluster_env()
+    namespace = env["TORCHX_CLUSTER_NAMESPACE"]
+    kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
+    kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace]
+    ours: list[float] = []
+    theirs: list[float] = []
+    with tracked(create_scheduler("bench", kubeconfig=kubeconfig, namespace=namespace)) as s:
+        client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
+        try:
+            for i in range(rounds):
+                if i % 2 == 0:
+                    ours.append(await provider_run(s, client))
+                    theirs.append(await asyncio.to_thread(kubectl_run, s, kubectl))
+                else:
+                    theirs.append(await asyncio.to_thread(kubectl_run, s, kubectl))
+                    ours.append(await provider_run(s, client))
+                print(f"  round {i + 1}: provider {ours[-1]:.2f} s, kubectl {theirs[-1]:.2f} s")
+                for app_id in s.created:
+                    s.delete(app_id)
+                s.created.clear()
+        finally:
+            await client.close()
+    return ours, theirs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    ours, theirs = asyncio.run(main_async(args.rounds))
+    p, k = statistics.median(ours), statistics.median(theirs)
+    print(f"first_line_provider_s={p:.2f} first_line_kubectl_s={k:.2f} ratio={p / k:.2f}")
+
+
+if __name__ == "__main__":
+    main()
