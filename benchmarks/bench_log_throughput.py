@@ -21,12 +21,10 @@ last line is machine-readable::
 Usage::
 
     python benchmarks/bench_log_throughput.py --backend kubernetes|local_docker [--lines N]
-        [--rounds R] [--progress-pattern REGEX] [--stall-timeout SECONDS] [--real-node]
+        [--rounds R] [--progress-pattern REGEX] [--stall-timeout SECONDS]
 
-Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); with
-``--real-node`` the replica is a real container on its real node (``bash
-tests/cluster/node.sh up``) instead of a log kwok serves. Docker needs an engine with the test
-image (``scripts/setup.sh`` makes both).
+Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); Docker an
+engine with the test image (``scripts/setup.sh`` makes both).
 """
 
 from __future__ import annotations
@@ -189,78 +187,6 @@ async def kubernetes(
     return timed
 
 
-#: the real node's placement (tests/cluster/node.sh: its label and taint) and the image from
-#: its containerd
-ON_REAL_NODE = {
-    "spec": {
-        "nodeSelector": {"torchx.dev/real-node": "true"},
-        "tolerations": [
-            {
-                "key": "torchx.dev/real-node",
-                "operator": "Equal",
-                "value": "true",
-                "effect": "NoSchedule",
-            }
-        ],
-        "containers": [{"imagePullPolicy": "IfNotPresent"}],
-    }
-}
-
-
-async def kubernetes_real(total: int, rounds: int) -> list[tuple[float, dict[str, float]]]:
-    """As :func:`kubernetes`, but the replica is a real container on the real node (a
-    busybox loop, then a long sleep): its log comes from the kubelet through the API server."""
-    from torchx_provider import specs
-    from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
-
-    env = cluster_env()
-    namespace = env["TORCHX_CLUSTER_NAMESPACE"]
-    kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
-    scheduler = create_scheduler("bench", kubeconfig=kubeconfig, namespace=namespace)
-    script = (
-        f'i=0; while [ $i -lt {total} ]; do printf "%010d {PAD}\\n" $i; i=$((i+1)); done; sleep 600'
-    )
-    app = specs.AppDef(
-        "logbench",
-        [
-            specs.Role(
-                "r",
-                image=IMAGE,
-                entrypoint="sh",
-                args=["-c", script],
-                resource=specs.Resource(cpu=0.5, gpu=0, memMB=256),
-                metadata={"kubernetes": ON_REAL_NODE},
-            )
-        ],
-    )
-    info = scheduler.submit_dryrun(app, {"queue": "default"})
-    job = info.request.body
-    pod = f"{job['metadata']['name']}-{job['spec']['tasks'][0]['name']}-0"
-    app_id = scheduler.schedule(info)
-    client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
-    kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod]
-    try:
-        last = f"{total - 1:010d}".encode()
-        for _ in range(1200):  # until the whole log is written
-            tail = await asyncio.to_thread(
-                subprocess.run, [*kubectl, "--tail", "1"], capture_output=True
-            )
-            if tail.stdout.startswith(last):
-                break
-            await asyncio.sleep(0.25)
-        else:
-            raise RuntimeError(f"{pod} did not write its {total} lines")
-        timed = [
-            (time_raw(kubectl, total), await time_follow(client, app_id, "r/0", total))
-            for _ in range(rounds)
-        ]
-    finally:
-        await client.close()
-        scheduler.delete(app_id)
-        scheduler.close()
-    return timed
-
-
 def remove_pod_log(env: dict[str, str], namespace: str, pod: str) -> None:
     """The Logs object and the file (kwok serves every Logs object it has)."""
     kubectl = ["kubectl", "--kubeconfig", env["TORCHX_CLUSTER_KUBECONFIG"], "-n", namespace]
@@ -331,12 +257,6 @@ def main() -> None:
         "match none, so every line is searched)",
     )
     parser.add_argument("--stall-timeout", type=float, help="the follow's stall_timeout")
-    parser.add_argument(
-        "--real-node",
-        action="store_true",
-        help="kubernetes: the replica is a real container on the local cluster's real node "
-        "(tests/cluster/node.sh up), not a log kwok serves",
-    )
     args = parser.parse_args()
     if args.progress_pattern:
         from torchx_provider.triggers.progress import ProgressPattern
@@ -349,12 +269,11 @@ def main() -> None:
             straggler_after=None, stall_timeout=args.stall_timeout
         )
     total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
-    if args.backend == "local_docker":
-        timed = asyncio.run(local_docker(total, args.rounds))
-    elif args.real_node:
-        timed = asyncio.run(kubernetes_real(total, args.rounds))
-    else:
-        timed = asyncio.run(kubernetes(total, args.rounds, args.line_interval))
+    timed = asyncio.run(
+        kubernetes(total, args.rounds, args.line_interval)
+        if args.backend == "kubernetes"
+        else local_docker(total, args.rounds)
+    )
     print(f"backend {args.backend}, {total:,} lines of {len(PAD) + 11} bytes, pid {os.getpid()}")
     for i, (raw, followed) in enumerate(timed, 1):
         print(
