@@ -43,30 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "provider"))
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
-TORCH_IMAGE = "torchx-provider/torch:latest"
-TRAIN_SCRIPT = "/opt/torchx-provider/train_ddp.py"
-NODE_LABEL = "torchx.dev/real-node"
-#: the real node's placement (its label and taint) and the image from its containerd
-ON_REAL_NODE = {
-    "spec": {
-        "nodeSelector": {NODE_LABEL: "true"},
-        "tolerations": [
-            {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-        ],
-        "containers": [{"imagePullPolicy": "IfNotPresent"}],
-    }
-}
+from local_cluster import ON_REAL_NODE, running_cluster_env  # noqa: E402
+from torch_image import TORCH_IMAGE, TRAIN_SCRIPT  # noqa: E402
+
 MARK = "step="
-
-
-def cluster_env() -> dict[str, str]:
-    out = subprocess.run(
-        ["bash", str(REPO / "tests/cluster/cluster.sh"), "env"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 def training_app() -> Any:
@@ -155,7 +135,7 @@ async def main_async(rounds: int) -> tuple[list[float], list[float]]:
     from kube_apps import tracked
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 
-    env = cluster_env()
+    env = running_cluster_env()
     namespace = env["TORCHX_CLUSTER_NAMESPACE"]
     kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
     kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace]

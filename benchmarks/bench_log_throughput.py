@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "provider"))
 sys.path.insert(0, str(REPO / "tests" / "support"))  # the counting task logger
 
+from local_cluster import running_cluster_env  # noqa: E402
+
 IMAGE = "torchx-provider/busybox:latest"
 PAD = "x" * 80
 
@@ -98,16 +100,6 @@ def time_raw(args: list[str], total: int) -> float:
 
 
 # -- Kubernetes ----------------------------------------------------------------------------------
-def cluster_env() -> dict[str, str]:
-    out = subprocess.run(
-        ["bash", str(REPO / "tests/cluster/cluster.sh"), "env"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
 def pod_log_path(env: dict[str, str], namespace: str, pod: str) -> Path:
     return Path(env["TORCHX_CLUSTER_POD_LOGS"]) / "bench" / namespace / f"{pod}.log"
 
@@ -145,7 +137,7 @@ async def kubernetes(
     from torchx_provider import specs
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 
-    env = cluster_env()
+    env = running_cluster_env()
     namespace = env["TORCHX_CLUSTER_NAMESPACE"]
     kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
     scheduler = create_scheduler("bench", kubeconfig=kubeconfig, namespace=namespace)

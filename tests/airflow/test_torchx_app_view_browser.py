@@ -199,6 +199,11 @@ def failed_run(dep: Deployment) -> str:
             240,
             interval=1,
         )
+        keys = dep.xcom_keys("torchx_view_failing", run_id, "train")
+        assert "timeline" in keys, (
+            f"the failed task kept no timeline (its XComs: {keys})\n"
+            + dep.task_story("torchx_view_failing", run_id, "train", last=40)
+        )
         _FAILED[dep.port] = run_id
     return run_id
 

@@ -283,9 +283,9 @@ cmd_build() {
   mkdir -p "$BIN" "$BUILD"
   for c in "${components[@]}"; do
     case "$c" in
-      pause) step "pause $PAUSE_VERSION" build_pause ;;
-      kubelet) step "kubelet $KUBE_VERSION" build_kubelet ;;
-      coredns) step "coredns $COREDNS_VERSION (kubernetes, forward, errors, health, ready, bind)" build_coredns ;;
+      pause) locked build-pause step "pause $PAUSE_VERSION" build_pause ;;
+      kubelet) locked build-kubelet step "kubelet $KUBE_VERSION" build_kubelet ;;
+      coredns) locked build-coredns step "coredns $COREDNS_VERSION (kubernetes, forward, errors, health, ready, bind)" build_coredns ;;
       *) die "unknown component $c (pause, kubelet, coredns)" ;;
     esac
   done
@@ -1053,15 +1053,31 @@ cmd_smoke() {
   log "smoke passed in $(since "$t0")"
 }
 
-# One node.sh at a time may start or stop the node, or build one component (lock NAME).
+# One node.sh at a time may start or stop the node (lock), or build one component (locked:
+# builds of different components may run at once, as cluster.sh's two build lanes do, and a
+# build that 'up' starts waits for one of the same component).
 lock() {
-  local file="$CACHE/.node${1:+-$1}.lock"
+  local file="$CACHE/.node.lock"
   mkdir -p "$CACHE"
   exec 8>"$file"
   if ! flock -n 8; then
     log "waiting for another node.sh to finish (lock $file)"
     flock 8
   fi
+}
+
+# locked NAME CMD...: CMD, holding the lock NAME.
+locked() {
+  local file="$CACHE/.node-$1.lock"
+  shift
+  mkdir -p "$CACHE"
+  exec 9>"$file"
+  if ! flock -n 9; then
+    log "waiting for another node.sh to finish (lock $file)"
+    flock 9
+  fi
+  "$@"
+  exec 9>&-
 }
 
 # cmd_images [IMAGE...]: import_images for these images (default: $IMAGES).
@@ -1073,8 +1089,6 @@ cmd_images() {
 
 main() {
   case "${1:-}" in
-    # builds of different components may run at once (cluster.sh's two build lanes)
-    build) [[ $# -eq 2 ]] && lock "build-$2" || lock ;;
     up | down | smoke | images) lock ;;
   esac
   case "${1:-}" in

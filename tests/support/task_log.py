@@ -8,6 +8,16 @@ import time
 from typing import Any
 
 
+def first_at(lines: list[str], at: list[float], text: str) -> float:
+    """When the first of ``lines`` holding ``text`` was written (``at`` is each line's time)."""
+    return min(t for t, line in zip(at, lines, strict=True) if text in line)
+
+
+def last_at(lines: list[str], at: list[float], text: str) -> float:
+    """When the last of ``lines`` holding ``text`` was written."""
+    return max(t for t, line in zip(at, lines, strict=True) if text in line)
+
+
 class TaskLog:
     """Collects what a follow writes to the task log."""
 
@@ -33,6 +43,14 @@ class TaskLog:
     def replica_lines(self) -> list[str]:
         """Every replica line, with its ``[role/replica]`` prefix."""
         return [ln for ln in self.lines if ln.startswith("[")]
+
+    def first(self, text: str) -> float:
+        """When the first line holding ``text`` came."""
+        return first_at(self.lines, self.at, text)
+
+    def last(self, text: str) -> float:
+        """When the last line holding ``text`` came."""
+        return last_at(self.lines, self.at, text)
 
     def own(self, since: float) -> list[str]:
         """The follow's own lines (not the replicas'), each after its second from ``since``."""

@@ -19,6 +19,7 @@ import pytest
 import test_docker_real_training as real_training
 
 from docker_operator_harness import TI, Log, Operator
+from task_log import first_at, last_at
 from torchx_provider.errors import AppStalledError, InfrastructureError
 from torchx_provider.schedulers.docker import create_scheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
@@ -53,10 +54,10 @@ class TimedLog(Log):
 
     def last(self, text: str) -> float:
         """When the last line holding ``text`` was written."""
-        return max(t for t, line in zip(self.at, self.lines, strict=True) if text in line)
+        return last_at(self.lines, self.at, text)
 
     def first(self, text: str) -> float:
-        return min(t for t, line in zip(self.at, self.lines, strict=True) if text in line)
+        return first_at(self.lines, self.at, text)
 
 
 @pytest.fixture

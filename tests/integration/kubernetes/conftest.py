@@ -91,10 +91,10 @@ from typing import Any, NoReturn, TypedDict, Unpack
 import pytest
 
 from kube_apps import kube_scheduler
+from local_cluster import CLUSTER_SCRIPT, cluster_env
 from registry_fixture import local_registry  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CLUSTER_SCRIPT = REPO_ROOT / "tests" / "cluster" / "cluster.sh"
 RBAC_YAML = REPO_ROOT / "tests" / "cluster" / "rbac.yaml"
 NAMESPACE = "torchx-test"
 SERVICE_ACCOUNT = "torchx-provider"
@@ -381,13 +381,6 @@ def _run(
     )
 
 
-def _local_env(extra: dict[str, str] | None = None) -> dict[str, str] | None:
-    result = _run(["bash", str(CLUSTER_SCRIPT), "env"], timeout=30, env=extra)
-    if result.returncode != 0:
-        return None
-    return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-
-
 def _given_kubeconfig() -> str | None:
     """The kubeconfig ``TORCHX_TEST_KUBECONFIG`` names, if any: a cluster is only ever
     given explicitly, never taken from ``KUBECONFIG`` or ``~/.kube/config``."""
@@ -478,7 +471,7 @@ def kube_cluster() -> Iterator[KubeCluster]:
     """The session's cluster (see the module docstring)."""
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
     given = _given_kubeconfig()
-    local_env = _local_env() if CLUSTER_SCRIPT.is_file() else None
+    local_env = cluster_env() if CLUSTER_SCRIPT.is_file() else None
     if (
         given
         and local_env
@@ -521,7 +514,7 @@ def kube_cluster() -> Iterator[KubeCluster]:
             else " (run 'bash tests/cluster/cluster.sh build' first, or set TORCHX_CLUSTER_BUILD=1)"
         )
         _unavailable(f"'cluster.sh up' failed{hint}:\n{tail}")
-    env = _local_env()
+    env = cluster_env()
     if env is None:
         _unavailable("'cluster.sh env' failed after 'cluster.sh up'")
     try:

@@ -18,7 +18,6 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -26,6 +25,7 @@ from kueue_objects import queue_options
 
 from docker_engine import open_docker_engine
 from kube_apps import restricted_async_client, submit, wait_state
+from local_cluster import NODE_SCRIPT, ON_REAL_NODE
 from task_log import TaskLog
 from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
 from torchx_provider.components.dist import DDP_PROGRESS_PATTERN, ddp
@@ -45,20 +45,6 @@ pytestmark = [
     pytest.mark.cluster_alone,
 ]
 
-NODE_SCRIPT = Path(__file__).resolve().parents[2] / "cluster" / "node.sh"
-#: the real node's label and taint (tests/cluster/node.sh)
-NODE_LABEL = "torchx.dev/real-node"
-#: what puts a pod on the real node: its selector and toleration, and the image taken from
-#: the node's containerd (an image tagged ``latest`` is otherwise always pulled)
-ON_REAL_NODE = {
-    "spec": {
-        "nodeSelector": {NODE_LABEL: "true"},
-        "tolerations": [
-            {"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-        ],
-        "containers": [{"imagePullPolicy": "IfNotPresent"}],
-    }
-}
 #: seconds a 2x2 run may take from submission to its end (35 to 50 s measured on a loaded
 #: machine: `import torch` alone takes 10 s there, in torchrun's agent and in each worker)
 RUN_TIMEOUT = 240.0
@@ -292,16 +278,10 @@ async def test_a_rank_hanging_before_all_reduce_is_named_and_the_job_stalls(
     [sleeper] = {ln[1:].split("]")[0] for ln in log.lines if "rank=2 world_size=4" in ln}
     assert error.stalled == (sleeper,), (error, text)
 
-    def last(needle: str) -> float:
-        return max(at for ln, at in zip(log.lines, log.at, strict=True) if needle in ln)
-
-    def first(needle: str) -> float:
-        return min(at for ln, at in zip(log.lines, log.at, strict=True) if needle in ln)
-
-    assert first(f"{sleeper} is straggling") - last("rank=2 world_size=4 step=5") <= (
+    assert log.first(f"{sleeper} is straggling") - log.last("rank=2 world_size=4 step=5") <= (
         STRAGGLER_AFTER + SLACK
     ), text
-    assert ended - last("rank=0 step=6 all_reduce") <= DDP_STALL_TIMEOUT + SLACK, text
+    assert ended - log.last("rank=0 step=6 all_reduce") <= DDP_STALL_TIMEOUT + SLACK, text
     # the follow asked Volcano to abort the job (a command its controller takes up)
     assert any("stalled; the app was cancelled" in ln for ln in log.lines), text
     await asyncio.to_thread(
