@@ -14,11 +14,12 @@ names the rank that failed first and its error. It saves a checkpoint after each
 (``--checkpoint`` or ``$CHECKPOINT_PATH``) and resumes from it when one is there. On SIGTERM
 it saves, prints ``checkpoint saved on SIGTERM`` and exits with 143. For failure tests it can
 raise at a step on a rank (``--fail-at-step`` and ``--fail-rank``, or ``$FAIL_AT_STEP`` and
-``$FAIL_RANK``), hang at a step on a rank (``--hang-at-step`` and ``--hang-rank``: it sleeps
-before its ``all_reduce`` while the others block in the collective; the first process of
-each node then also says ``rank=R step=S all_reduce`` before each collective, so that a node
-whose ranks reached the hung one is told from the node of the rank that did not: hang a
-node's first rank) and allocate memory before training (``--alloc-mb`` or ``$ALLOC_MB``). A rank
+``$FAIL_RANK``; with ``--fail-once`` only in a run that did not resume from a checkpoint, so
+that a restart resumes and goes on), hang at a step on a rank (``--hang-at-step`` and
+``--hang-rank``: it sleeps before its ``all_reduce`` while the others block in the
+collective; the first process of each node then also says ``rank=R step=S all_reduce``
+before each collective, so that a node whose ranks reached the hung one is told from the
+node of the rank that did not: hang a node's first rank) and allocate memory before training (``--alloc-mb`` or ``$ALLOC_MB``). A rank
 whose peer is gone waits (``--peer-lost-wait`` seconds) for its launcher to stop it, so that
 the rank that failed stays torchrun's root cause.
 
@@ -57,6 +58,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=env("CHECKPOINT_PATH", DEFAULT_CHECKPOINT))
     p.add_argument("--fail-at-step", type=int, default=int(env("FAIL_AT_STEP", "0")))
     p.add_argument("--fail-rank", type=int, default=int(env("FAIL_RANK", "0")))
+    p.add_argument("--fail-once", action="store_true", default=bool(env("FAIL_ONCE", "")))
     p.add_argument("--hang-at-step", type=int, default=int(env("HANG_AT_STEP", "0")))
     p.add_argument("--hang-rank", type=int, default=int(env("HANG_RANK", "0")))
     p.add_argument("--peer-lost-wait", type=float, default=10.0)
@@ -111,7 +113,7 @@ def main(argv: list[str]) -> int:
         x = torch.randn(args.batch_size, 8, generator=gen)
         y = x @ target
         opt.zero_grad()
-        if step == args.fail_at_step and rank == args.fail_rank:
+        if step == args.fail_at_step and rank == args.fail_rank and not (args.fail_once and start):
             raise RuntimeError(f"rank {rank} failed at step {step} as asked")
         if args.hang_at_step:
             if step == args.hang_at_step and rank == args.hang_rank:

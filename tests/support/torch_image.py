@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import NoReturn
 
 TORCH_IMAGE = "torchx-provider/torch:latest"
+#: where the real-training tiers keep the task logs docs/real-training.md shows
+#: (scripts/training_logs.py)
+KEPT_LOGS = Path(__file__).resolve().parents[2] / ".ci-logs" / "training"
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "images" / "build_torch_image.sh"
 #: where the build script puts the example training script in the image
 TRAIN_SCRIPT = "/opt/torchx-provider/train_ddp.py"
@@ -66,3 +69,10 @@ def assert_trained_2x2(lines: Sequence[str], steps: int) -> None:
         nodes.setdefault(m["key"], set()).add(int(m["rank"]))
     assert sorted(nodes) == ["trainer/0", "trainer/1"], nodes
     assert sorted(sorted(ranks) for ranks in nodes.values()) == [[0, 1], [2, 3]], nodes
+
+
+def keep_task_log(name: str, lines: Sequence[str]) -> None:
+    """Keep a run's task log as ``name`` for docs/real-training.md (scripts/training_logs.py
+    puts it on the page, or checks that the page's log is this run's)."""
+    KEPT_LOGS.mkdir(parents=True, exist_ok=True)
+    (KEPT_LOGS / f"{name}.log").write_text("".join(f"{line}\n" for line in lines))

@@ -8,6 +8,7 @@ rank, the world size and the all-reduced loss of each step.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -15,7 +16,13 @@ from typing import Any, NoReturn
 import pytest
 
 from docker_operator_harness import TI, Log, Operator
-from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
+from torch_image import (
+    TRAIN_SCRIPT,
+    assert_trained_2x2,
+    build_torch_image,
+    keep_task_log,
+    step_lines,
+)
 from torchx_provider.errors import UserCodeError
 from torchx_provider.schedulers.docker import create_scheduler
 
@@ -36,11 +43,13 @@ def new_ti() -> TI:
 
 @pytest.fixture
 def train(torch_image: str, network: str) -> Iterator[Callable[..., tuple[Any, TI, Log]]]:
-    """``train(*script_args, env=...)``: run ``dist.ddp`` 2x2 of the example script as a
-    task; returns what the task raised (or returned), its TI and its log."""
+    """``train(*script_args, env=..., max_retries=...)``: run ``dist.ddp`` 2x2 of the example
+    script as a task; returns what the task raised (or returned), its TI and its log."""
     apps: list[str] = []
 
-    def run_task(*script_args: str, env: dict[str, str] | None = None) -> tuple[Any, TI, Log]:
+    def run_task(
+        *script_args: str, env: dict[str, str] | None = None, max_retries: int = 0
+    ) -> tuple[Any, TI, Log]:
         op = Operator(
             task_id="train",
             app="dist.ddp",
@@ -55,6 +64,7 @@ def train(torch_image: str, network: str) -> Iterator[Callable[..., tuple[Any, T
                 # Debian's torch 1.13 on Python 3.11 takes a tee of one stream only
                 "tee": 1,
                 "env": env or {},
+                "max_retries": max_retries,
             },
             cfg={"network": network},
             poll_interval=0.5,
@@ -84,6 +94,7 @@ def test_ddp_2x2_over_gloo_trains_with_the_same_loss_on_every_rank(train: Any) -
     assert ti.xcoms["final_state"] == "SUCCEEDED", ti.xcoms
 
     assert_trained_2x2(log.lines, STEPS)
+    keep_task_log("docker-ddp-2x2", log.lines)
     print(f"2x2 DDP run: {time.monotonic() - started:.1f} s")
 
 
@@ -109,4 +120,40 @@ def test_a_rank_raising_at_step_3_is_the_user_code_error_of_its_replica(train: A
     assert f"[{role}/{replica}] [0]:rank=2 step=2 checkpoint saved on SIGTERM" in log.lines, text
     causes = [r for r in ti.xcoms["replicas"] if r["root_cause"]]
     assert [(r["role"], r["replica_id"]) for r in causes] == [(role, int(replica))], ti.xcoms
+    keep_task_log("docker-failing-rank", log.lines)
     print(f"failing-rank run: {time.monotonic() - started:.1f} s")
+
+
+def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint(train: Any) -> None:
+    """Rank 3 raises at step 3 of the first run only, restarts allowed: Docker restarts each
+    failed container in place (its file system, and the checkpoint in it, kept); every rank
+    resumes from step 2 and the app succeeds. Both incarnations' lines are in the task log,
+    once each: every rank's steps 1 to 5 once, the failure once, each rank's resume once."""
+    started = time.monotonic()
+    # a restart of the node holding the rendezvous store can fail the other node's new
+    # torchrun once more: restarts enough for that
+    outcome, ti, log = train(
+        "--steps",
+        str(STEPS),
+        "--fail-at-step",
+        "3",
+        "--fail-rank",
+        "3",
+        "--fail-once",
+        max_retries=3,
+    )
+    text = "\n".join(log.lines)
+    assert not isinstance(outcome, Exception), (outcome, text)
+    assert ti.xcoms["final_state"] == "SUCCEEDED", (ti.xcoms, text)
+    assert_trained_2x2(log.lines, STEPS)
+    raised = [
+        ln for ln in log.lines if ln.endswith("RuntimeError: rank 3 failed at step 3 as asked")
+    ]
+    assert raised, text
+    resumed = sorted(
+        re.findall(r"\]:?rank=(\d) resumed from checkpoint at step (\d+)$", text, re.M)
+    )
+    assert resumed == [(str(r), "2") for r in range(4)], text
+    assert outcome["num_restarts"] >= 1, outcome
+    keep_task_log("docker-crash-once", log.lines)
+    print(f"crash-once run: {time.monotonic() - started:.1f} s")

@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -27,11 +30,17 @@ from docker_engine import open_docker_engine
 from kube_apps import restricted_async_client, submit, wait_state
 from local_cluster import NODE_SCRIPT, ON_REAL_NODE
 from task_log import TaskLog
-from torch_image import TRAIN_SCRIPT, assert_trained_2x2, build_torch_image, step_lines
+from torch_image import (
+    TRAIN_SCRIPT,
+    assert_trained_2x2,
+    build_torch_image,
+    keep_task_log,
+    step_lines,
+)
 from torchx_provider.components.dist import DDP_PROGRESS_PATTERN, ddp
 from torchx_provider.errors import AppStalledError, UserCodeError
 from torchx_provider.operators.finishing import failure_error
-from torchx_provider.schedulers.kube import jobset, volcano
+from torchx_provider.schedulers.kube import appwrapper, jobset, volcano
 from torchx_provider.triggers.events import EventKind
 from torchx_provider.triggers.follow import JobFollower
 from torchx_provider.triggers.progress import ProgressPattern
@@ -87,12 +96,19 @@ def real_node(kube_cluster: Any, skip_or_fail: Callable[[str], NoReturn]) -> Ite
         assert down.returncode == 0, down.stderr[-1500:]
 
 
-BACKENDS = {"volcano": volcano, "jobset": jobset}
+BACKENDS = {"volcano": volcano, "jobset": jobset, "appwrapper": appwrapper}
 #: Volcano's queue of the local cluster
 VOLCANO = {"queue": "default"}
 
 
-def training_app(image: str, *script_args: str, j: str = "2x2", memMB: int = 2048) -> Any:
+def training_app(
+    image: str,
+    *script_args: str,
+    j: str = "2x2",
+    memMB: int = 2048,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+) -> Any:
     app = ddp(
         *script_args,
         script=TRAIN_SCRIPT,
@@ -103,6 +119,8 @@ def training_app(image: str, *script_args: str, j: str = "2x2", memMB: int = 204
         memMB=memMB,
         # Debian's torch 1.13 on Python 3.11 takes a tee of one stream only
         tee=1,
+        max_retries=max_retries,
+        mounts=mounts,
     )
     for role in app.roles:
         role.metadata["kubernetes"] = ON_REAL_NODE
@@ -140,22 +158,24 @@ async def run_to_failure(kube_cluster: Any, scheduler: Any, app: Any) -> tuple[A
     return error, log
 
 
-@pytest.mark.parametrize("name", ["volcano", "jobset"])
+@pytest.mark.parametrize("name", ["volcano", "jobset", "appwrapper"])
 async def test_ddp_2x2_over_gloo_trains_on_real_containers(
     kube_cluster: Any, real_node: str, tracked_scheduler: Any, name: str
 ) -> None:
-    """Volcano, and JobSet admitted by Kueue: both pods rendezvous through the cluster's DNS,
-    every rank reports world size 4 and the same loss, and each rank's lines reach the task
-    log under its role and replica, read from the kubelet through the API server."""
+    """Volcano, and JobSet and AppWrapper admitted by Kueue: both pods rendezvous through
+    the cluster's DNS, every rank reports world size 4 and the same loss, and each rank's
+    lines reach the task log under its role and replica, read from the kubelet through the
+    API server."""
     backend = BACKENDS[name]
     scheduler = tracked_scheduler(backend.create_scheduler)
-    cfg = queue_options(kube_cluster.require_kueue()) if name == "jobset" else VOLCANO
+    cfg = VOLCANO if name == "volcano" else queue_options(kube_cluster.require_kueue())
     started = time.monotonic()
     app_id, _ = submit(scheduler, training_app(real_node, "--steps", "5"), **cfg)
     log = TaskLog()
     event = await follow(kube_cluster, backend, app_id, log)
     assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text_of(log)
     assert_trained_2x2(log.lines, 5)
+    keep_task_log(f"kubernetes-{name}-ddp-2x2", log.lines)
     print(f"{name}: 2x2 DDP run, submission to SUCCEEDED in {time.monotonic() - started:.1f} s")
 
 
@@ -180,6 +200,42 @@ async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
         text,
     )
     assert "Root Cause (first observed failure)" in "\n".join(log.lines), text
+    keep_task_log("kubernetes-volcano-failing-rank", log.lines)
+
+
+async def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """Rank 3 raises at step 3 of the first run only, restarts allowed: Volcano restarts the
+    job (new pods); the checkpoint is in a folder of the node every pod mounts; every rank
+    resumes from step 2 and the app succeeds. Both incarnations' lines are in the task log,
+    once each (the first pods' logs read before Volcano removed them)."""
+    scheduler = tracked_scheduler(volcano.create_scheduler)
+    folder = Path(tempfile.mkdtemp(prefix="torchx-checkpoint-", dir="/var/tmp"))
+    try:
+        app = training_app(
+            real_node,
+            *("--steps", "5", "--fail-at-step", "3", "--fail-rank", "3", "--fail-once"),
+            *("--checkpoint", "/checkpoint/state.pt"),
+            mounts=[f"type=bind,src={folder},dst=/checkpoint"],
+            max_retries=2,
+        )
+        app_id, _ = submit(scheduler, app, **VOLCANO)
+        log = TaskLog()
+        event = await follow(kube_cluster, volcano, app_id, log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    text = text_of(log)
+    assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text
+    assert event.num_restarts >= 1, (event, text)
+    assert_trained_2x2(log.lines, 5)
+    raised = "RuntimeError: rank 3 failed at step 3 as asked"
+    assert any(ln.endswith(raised) for ln in log.lines), text
+    resumed = re.findall(
+        r"\]:?rank=(\d) resumed from checkpoint at step (\d+)$", "\n".join(log.lines), re.M
+    )
+    assert sorted(resumed) == [(str(r), "2") for r in range(4)], text
+    keep_task_log("kubernetes-volcano-crash-once", log.lines)
 
 
 async def test_a_real_oom_kill_says_memory_the_replica_and_its_limit(
