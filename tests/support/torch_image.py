@@ -75,4 +75,13 @@ def keep_task_log(name: str, lines: Sequence[str]) -> None:
     """Keep a run's task log as ``name`` for docs/real-training.md (scripts/training_logs.py
     puts it on the page, or checks that the page's log is this run's)."""
     KEPT_LOGS.mkdir(parents=True, exist_ok=True)
-    (KEPT_LOGS / f"{name}.log").write_text("".join(f"{line}\n" for line in lines))
+    kept = [line for line in lines if not line.startswith(OUTSIDE_A_TASK)]
+    (KEPT_LOGS / f"{name}.log").write_text("".join(f"{line}\n" for line in kept))
+
+
+#: what a task log says only when the operator runs outside Airflow's task runner, as the
+#: tests run it (the beginnings of those lines)
+OUTSIDE_A_TASK = (
+    "Operator.execute cannot be called outside of the Task Runner!",
+    "could not delete the XCom torchx_log_cursors: cannot import name 'SUPERVISOR_COMMS'",
+)
