@@ -3,7 +3,8 @@
 The real-training tiers (tests/integration/docker/test_docker_real_training.py and
 tests/integration/kubernetes/test_kube_real_training.py) keep the task log of each run the
 page shows in ``.ci-logs/training/NAME.log``. The page holds each in the fenced block after
-``<!-- task-log: NAME -->``.
+``<!-- task-log: NAME -->``, or ``<!-- task-log: NAME; stop varies -->`` for a run stopped
+from outside (a preemption), where the step it stopped at is the moment's.
 
     python scripts/training_logs.py            # put this run's logs on the page
     python scripts/training_logs.py --check    # fail when a block is not what this run logged
@@ -12,7 +13,8 @@ page shows in ``.ci-logs/training/NAME.log``. The page holds each in the fenced 
 steps, losses, resumes and ends, and the Python error of a failing rank) and the follow's
 verdicts (the app's end, its restarts) in its log, in order: each rank's in its own order,
 as ranks and replicas write at once. The other lines are shown as they were written, and
-vary from run to run in number and order (the follow's polls, torchrun's teardown). A block
+vary from run to run in number and order (the follow's polls, torchrun's teardown). Where
+the stop varies, its steps and losses are not checked, nor the step it resumed from. A block
 whose log this run did not keep fails the check: the page only shows what ran.
 """
 
@@ -28,7 +30,8 @@ PAGE = REPO / "docs" / "real-training.md"
 LOGS = REPO / ".ci-logs" / "training"
 #: a block: its marker, its fence, its lines (none before CI first put a log there)
 BLOCK = re.compile(
-    r"(<!-- task-log: (?P<name>[\w.-]+) -->\n```text\n)(?P<body>(?:(?!```)[^\n]*\n)*)(```)"
+    r"(<!-- task-log: (?P<name>[\w.-]+)(?P<varies>; stop varies)? -->\n```text\n)"
+    r"(?P<body>(?:(?!```)[^\n]*\n)*)(```)"
 )
 #: the lines a block must share with its log: a rank's training lines, a failing rank's
 #: error, the follow's verdicts
@@ -40,26 +43,38 @@ CHECKED = re.compile(
 )
 #: the app id's random suffix: what changes from run to run in the checked lines
 APP_ID = re.compile(r"\b(trainer-)[a-z0-9]{8}\b")
+#: a rank's step, and where it resumed: what a stop from outside decides
+STEP = re.compile(r"world_size=\d+ step=\d+ loss=")
+RESUMED_AT = re.compile(r"(resumed from checkpoint at step )\d+")
 #: whose line it is: a rank's (``trainer/1 [0]``), a replica's own or the follow's (``""``)
 STREAM = re.compile(r"^(\[[^\]]+\] (\[\d+\]:)?)")
 
 
-def missing(expected: list[str], log: list[str]) -> list[str]:
-    """The checked lines of ``expected`` not found in ``log`` in their order, kept per stream.
+def missing(expected: list[str], log: list[str], stop_varies: bool = False) -> list[str]:
+    """The checked lines of ``expected`` not found in ``log`` in their order, kept per stream
+    (where the stop varies: not the steps, nor the step resumed from).
 
     >>> done, end = "[t/0] [1]:rank=1 done after step 5", "app trainer-{}: RUNNING -> SUCCEEDED"
     >>> missing([done, end.format("aaaaaaaa")], [end.format("bbbbbbbb"), done])
     []
     >>> missing(["[t/0] [0]:rank=0 done after step 5", "replicas: t[0 RUNNING]"], ["x"])
     ['[t/0] [0]:rank=0 done after step 5']
+    >>> missing(["rank=0 world_size=4 step=2 loss=1.5", "rank=0 resumed from checkpoint at step 2"],
+    ...     ["rank=0 resumed from checkpoint at step 4"], stop_varies=True)
+    []
     """
-    lines = [APP_ID.sub(r"\1<id>", line) for line in log]
+
+    def normal(line: str) -> str:
+        line = APP_ID.sub(r"\1<id>", line)
+        return RESUMED_AT.sub(r"\1<n>", line) if stop_varies else line
+
+    lines = [normal(line) for line in log]
     at: dict[str, int] = {}
     lost = []
     for want in expected:
-        if not CHECKED.search(want):
+        if not CHECKED.search(want) or (stop_varies and STEP.search(want)):
             continue
-        want = APP_ID.sub(r"\1<id>", want)
+        want = normal(want)
         m = STREAM.match(want)
         key = m.group(1) if m else ""
         found = next((i for i in range(at.get(key, 0), len(lines)) if lines[i] == want), None)
@@ -75,6 +90,11 @@ def blocks(page: str) -> dict[str, list[str]]:
     return {m["name"]: m["body"].splitlines() for m in BLOCK.finditer(page)}
 
 
+def stop_varies(page: str) -> set[str]:
+    """The names of the page's logs whose stop varies."""
+    return {m["name"] for m in BLOCK.finditer(page) if m["varies"]}
+
+
 def rewrite(page: str) -> str:
     """The page with each block replaced by the log this run kept (blocks without one stay)."""
 
@@ -82,7 +102,7 @@ def rewrite(page: str) -> str:
         path = LOGS / f"{m['name']}.log"
         if not path.is_file():
             return m.group(0)
-        return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(4)
+        return m.group(1) + path.read_text().rstrip("\n") + "\n" + m.group(5)
 
     return BLOCK.sub(fill, page)
 
@@ -90,12 +110,13 @@ def rewrite(page: str) -> str:
 def check(page: str) -> list[str]:
     """What is wrong with the page's blocks against this run's logs (empty: nothing)."""
     problems = []
+    varies = stop_varies(page)
     for name, expected in blocks(page).items():
         path = LOGS / f"{name}.log"
         if not path.is_file():
             problems.append(f"{name}: this run kept no log ({path.name})")
             continue
-        lost = missing(expected, path.read_text(errors="replace").splitlines())
+        lost = missing(expected, path.read_text(errors="replace").splitlines(), name in varies)
         if lost:
             problems.append(f"{name}: not in this run's log, in order:\n  " + "\n  ".join(lost))
     return problems

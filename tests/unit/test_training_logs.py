@@ -32,10 +32,11 @@ def test_its_examples(script: Any) -> None:
     assert doctest.testmod(script).failed == 0
 
 
-def test_the_page_shows_four_runs_each_with_every_ranks_steps(script: Any) -> None:
+def test_the_page_shows_five_runs_each_with_every_ranks_steps(script: Any) -> None:
     shown = script.blocks(script.PAGE.read_text())
     assert sorted(shown) == [
         "docker-ddp-2x2",
+        "kubernetes-jobset-kueue-preempted",
         "kubernetes-volcano-crash-once",
         "kubernetes-volcano-ddp-2x2",
         "kubernetes-volcano-failing-rank",
@@ -72,5 +73,23 @@ def test_a_block_not_in_its_log_or_without_one_fails_the_check(script: Any, tmp_
     problems = script.check(page)
     [docker] = [p for p in problems if p.startswith("docker-ddp-2x2")]
     assert "not in this run's log" in docker and "rank=0 world_size=4 step=2 loss=" in docker
-    # the three runs this test kept no log of
-    assert sum("this run kept no log" in p for p in problems) == 3, problems
+    # the four runs this test kept no log of
+    assert sum("this run kept no log" in p for p in problems) == 4, problems
+
+
+def test_where_a_run_was_stopped_from_outside_its_steps_are_not_held_to_the_page(
+    script: Any, tmp_path: Path
+) -> None:
+    """The preempted run's block: another run, preempted two steps later (other resume step,
+    other losses), matches; one that did not finish does not."""
+    page = script.PAGE.read_text()
+    name = "kubernetes-jobset-kueue-preempted"
+    assert name in script.stop_varies(page)
+    lines = script.blocks(page)[name]
+    later = [script.RESUMED_AT.sub(r"\g<1>5", ln.replace("loss=", "loss=7")) for ln in lines]
+    (tmp_path / f"{name}.log").write_text("\n".join(later))
+    assert not [p for p in script.check(page) if p.startswith(name)]
+    unfinished = [ln for ln in later if "done after step" not in ln]
+    (tmp_path / f"{name}.log").write_text("\n".join(unfinished))
+    [problem] = [p for p in script.check(page) if p.startswith(name)]
+    assert "done after step 20" in problem, problem

@@ -27,7 +27,7 @@ import pytest
 from kueue_objects import queue_options
 
 from docker_engine import open_docker_engine
-from kube_apps import restricted_async_client, submit, wait_state
+from kube_apps import one_replica_app, restricted_async_client, submit, wait_state
 from local_cluster import NODE_SCRIPT, ON_REAL_NODE
 from task_log import TaskLog
 from torch_image import (
@@ -37,6 +37,7 @@ from torch_image import (
     keep_task_log,
     step_lines,
 )
+from torchx_provider import specs
 from torchx_provider.components.dist import DDP_PROGRESS_PATTERN, ddp
 from torchx_provider.errors import AppStalledError, UserCodeError
 from torchx_provider.operators.finishing import failure_error
@@ -236,6 +237,60 @@ async def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint
     )
     assert sorted(resumed) == [(str(r), "2") for r in range(4)], text
     keep_task_log("kubernetes-volcano-crash-once", log.lines)
+
+
+async def test_a_kueue_preemption_of_a_running_ddp_jobset_resumes_from_its_checkpoint(
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+) -> None:
+    """A DDP JobSet of low priority trains; a higher-priority app needs the quota it holds:
+    Kueue preempts it (its pods' SIGTERM reaches every rank, which saves its checkpoint),
+    requeues it and admits it again once the other ended. Every rank resumes from the
+    checkpoint and the app succeeds: followed throughout, the preemption said, no failure
+    (no Airflow retry spent)."""
+    kueue = kube_cluster.require_kueue()
+    scheduler = tracked_scheduler(jobset.create_scheduler)
+    folder = Path(tempfile.mkdtemp(prefix="torchx-checkpoint-", dir="/var/tmp"))
+    steps = 20
+    try:
+        app = training_app(
+            real_node,
+            *("--steps", str(steps), "--step-seconds", "1", "--checkpoint", "/checkpoint/s.pt"),
+            mounts=[f"type=bind,src={folder},dst=/checkpoint"],
+        )
+        low_id, _ = submit(scheduler, app, **queue_options(kueue, kueue.low_priority))
+        log = TaskLog()
+        followed = asyncio.ensure_future(follow(kube_cluster, jobset, low_id, log))
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not any(int(m["step"]) >= 3 for m in step_lines(log.lines)):
+            assert not followed.done(), text_of(log)
+            assert time.monotonic() < deadline, text_of(log)
+            await asyncio.sleep(0.5)
+        # 3 of the ClusterQueue's 4 CPUs, on a kwok node: the 2 the JobSet holds must go
+        high = one_replica_app(kube_cluster, "kq-high", run_seconds=5)
+        high.roles[0].resource = specs.Resource(cpu=3, gpu=0, memMB=256)
+        submit(scheduler, high, **queue_options(kueue, kueue.high_priority))
+        event = await followed
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    text = text_of(log)
+    assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text
+    assert event.preemptions == 1, (event, text)
+    assert sum("was preempted" in ln for ln in log.lines) == 1, text
+    joined = "\n".join(log.lines)
+    saved = re.findall(r"rank=(\d) step=(\d+) checkpoint saved on SIGTERM", joined)
+    assert sorted(r for r, _ in saved) == ["0", "1", "2", "3"], text
+    resumed = re.findall(r"rank=(\d) resumed from checkpoint at step (\d+)$", joined, re.M)
+    assert sorted(r for r, _ in resumed) == ["0", "1", "2", "3"], text
+    # one checkpoint, read by all: every rank goes on from the same step, to the last one
+    [(at)] = {int(step) for _, step in resumed}
+    assert 3 <= at < steps, text
+    # (a step the first run finished as its pods were stopped may be in both runs' lines)
+    after = {(int(m["rank"]), int(m["step"])) for m in step_lines(log.lines)}
+    assert {x for x in after if x[1] > at} == {
+        (r, s) for r in range(4) for s in range(at + 1, steps + 1)
+    }, text
+    assert all(f"rank={r} done after step {steps}" in joined for r in range(4)), text
+    keep_task_log("kubernetes-jobset-kueue-preempted", log.lines)
 
 
 async def test_a_real_oom_kill_says_memory_the_replica_and_its_limit(
