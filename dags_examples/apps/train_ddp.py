@@ -19,9 +19,10 @@ that a restart resumes and goes on), hang at a step on a rank (``--hang-at-step`
 ``--hang-rank``: it sleeps before its ``all_reduce`` while the others block in the
 collective; the first process of each node then also says ``rank=R step=S all_reduce``
 before each collective, so that a node whose ranks reached the hung one is told from the
-node of the rank that did not: hang a node's first rank) and allocate memory before training (``--alloc-mb`` or ``$ALLOC_MB``). A rank
-whose peer is gone waits (``--peer-lost-wait`` seconds) for its launcher to stop it, so that
-the rank that failed stays torchrun's root cause.
+node of the rank that did not: hang a node's first rank) and allocate memory before
+training (``--alloc-mb`` or ``$ALLOC_MB``). A rank whose peer is gone waits
+(``--peer-lost-wait`` seconds) for its launcher to stop it, so that the rank that failed
+stays torchrun's root cause.
 
 Written for torch 1.13 (Debian bookworm's ``python3-torch``).
 """

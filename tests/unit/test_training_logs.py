@@ -93,3 +93,13 @@ def test_where_a_run_was_stopped_from_outside_its_steps_are_not_held_to_the_page
     (tmp_path / f"{name}.log").write_text("\n".join(unfinished))
     [problem] = [p for p in script.check(page) if p.startswith(name)]
     assert "done after step 20" in problem, problem
+
+
+def test_the_repeat_of_a_failed_replicas_last_lines_is_not_held_to_the_page(
+    script: Any,
+) -> None:
+    """The group after a failure repeats a replica's last lines: how many varies by run."""
+    error = "[t/1] RuntimeError: rank 3 failed at step 3 as asked"
+    page = [error, "::group::t/1 failed first — last 50 lines", error, "::endgroup::"]
+    assert script.missing(page, [error]) == []
+    assert script.missing(page, ["x"]) == [error]

@@ -144,6 +144,28 @@ async def follow(
         await client.close()
 
 
+async def follow_to_step(
+    kube_cluster: Any, backend: Any, app_id: str, log: TaskLog, step: int
+) -> asyncio.Future[Any]:
+    """The follow of the app, started, once a rank reported ``step`` in the task log."""
+    followed = asyncio.ensure_future(follow(kube_cluster, backend, app_id, log))
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not any(int(m["step"]) >= step for m in step_lines(log.lines)):
+        assert not followed.done(), text_of(log)
+        assert time.monotonic() < deadline, text_of(log)
+        await asyncio.sleep(0.5)
+    return followed
+
+
+@pytest.fixture
+def checkpoints() -> Iterator[Path]:
+    """A folder of the real node for the pods' checkpoints (mounted by every pod of an app,
+    which all run there), removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="torchx-checkpoint-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def text_of(log: TaskLog) -> str:
     return "\n".join(log.lines)[-6000:]
 
@@ -205,27 +227,23 @@ async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
 
 
 async def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint(
-    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any, checkpoints: Path
 ) -> None:
     """Rank 3 raises at step 3 of the first run only, restarts allowed: Volcano restarts the
     job (new pods); the checkpoint is in a folder of the node every pod mounts; every rank
     resumes from step 2 and the app succeeds. Both incarnations' lines are in the task log,
     once each (the first pods' logs read before Volcano removed them)."""
     scheduler = tracked_scheduler(volcano.create_scheduler)
-    folder = Path(tempfile.mkdtemp(prefix="torchx-checkpoint-", dir="/var/tmp"))
-    try:
-        app = training_app(
-            real_node,
-            *("--steps", "5", "--fail-at-step", "3", "--fail-rank", "3", "--fail-once"),
-            *("--checkpoint", "/checkpoint/state.pt"),
-            mounts=[f"type=bind,src={folder},dst=/checkpoint"],
-            max_retries=2,
-        )
-        app_id, _ = submit(scheduler, app, **VOLCANO)
-        log = TaskLog()
-        event = await follow(kube_cluster, volcano, app_id, log)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    app = training_app(
+        real_node,
+        *("--steps", "5", "--fail-at-step", "3", "--fail-rank", "3", "--fail-once"),
+        *("--checkpoint", "/checkpoint/state.pt"),
+        mounts=[f"type=bind,src={checkpoints},dst=/checkpoint"],
+        max_retries=2,
+    )
+    app_id, _ = submit(scheduler, app, **VOLCANO)
+    log = TaskLog()
+    event = await follow(kube_cluster, volcano, app_id, log)
     text = text_of(log)
     assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text
     assert event.num_restarts >= 1, (event, text)
@@ -240,7 +258,7 @@ async def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint
 
 
 async def test_a_kueue_preemption_of_a_running_ddp_jobset_resumes_from_its_checkpoint(
-    kube_cluster: Any, real_node: str, tracked_scheduler: Any
+    kube_cluster: Any, real_node: str, tracked_scheduler: Any, checkpoints: Path
 ) -> None:
     """A DDP JobSet of low priority trains; a higher-priority app needs the quota it holds:
     Kueue preempts it (its pods' SIGTERM reaches every rank, which saves its checkpoint),
@@ -249,29 +267,20 @@ async def test_a_kueue_preemption_of_a_running_ddp_jobset_resumes_from_its_check
     (no Airflow retry spent)."""
     kueue = kube_cluster.require_kueue()
     scheduler = tracked_scheduler(jobset.create_scheduler)
-    folder = Path(tempfile.mkdtemp(prefix="torchx-checkpoint-", dir="/var/tmp"))
     steps = 20
-    try:
-        app = training_app(
-            real_node,
-            *("--steps", str(steps), "--step-seconds", "1", "--checkpoint", "/checkpoint/s.pt"),
-            mounts=[f"type=bind,src={folder},dst=/checkpoint"],
-        )
-        low_id, _ = submit(scheduler, app, **queue_options(kueue, kueue.low_priority))
-        log = TaskLog()
-        followed = asyncio.ensure_future(follow(kube_cluster, jobset, low_id, log))
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not any(int(m["step"]) >= 3 for m in step_lines(log.lines)):
-            assert not followed.done(), text_of(log)
-            assert time.monotonic() < deadline, text_of(log)
-            await asyncio.sleep(0.5)
-        # 3 of the ClusterQueue's 4 CPUs, on a kwok node: the 2 the JobSet holds must go
-        high = one_replica_app(kube_cluster, "kq-high", run_seconds=5)
-        high.roles[0].resource = specs.Resource(cpu=3, gpu=0, memMB=256)
-        submit(scheduler, high, **queue_options(kueue, kueue.high_priority))
-        event = await followed
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    app = training_app(
+        real_node,
+        *("--steps", str(steps), "--step-seconds", "1", "--checkpoint", "/checkpoint/s.pt"),
+        mounts=[f"type=bind,src={checkpoints},dst=/checkpoint"],
+    )
+    low_id, _ = submit(scheduler, app, **queue_options(kueue, kueue.low_priority))
+    log = TaskLog()
+    followed = await follow_to_step(kube_cluster, jobset, low_id, log, 3)
+    # 3 of the ClusterQueue's 4 CPUs, on a kwok node: the 2 the JobSet holds must go
+    high = one_replica_app(kube_cluster, "kq-high", run_seconds=5)
+    high.roles[0].resource = specs.Resource(cpu=3, gpu=0, memMB=256)
+    submit(scheduler, high, **queue_options(kueue, kueue.high_priority))
+    event = await followed
     text = text_of(log)
     assert (event.kind, event.state.name) == (EventKind.FINISHED, "SUCCEEDED"), text
     assert event.preemptions == 1, (event, text)
@@ -318,12 +327,7 @@ async def test_a_cancel_reaches_the_script_as_sigterm_and_its_last_lines_are_kep
     app = training_app(real_node, "--steps", "120", "--step-seconds", "1")
     app_id, _ = submit(scheduler, app, **VOLCANO)
     log = TaskLog()
-    followed = asyncio.ensure_future(follow(kube_cluster, volcano, app_id, log))
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not any(int(m["step"]) >= 3 for m in step_lines(log.lines)):
-        assert not followed.done(), text_of(log)
-        assert time.monotonic() < deadline, text_of(log)
-        await asyncio.sleep(0.5)
+    followed = await follow_to_step(kube_cluster, volcano, app_id, log, 3)
     cancelled_at = time.monotonic()
     await asyncio.to_thread(scheduler.cancel, app_id)
     event = await followed
