@@ -51,6 +51,21 @@ FIRST_FAILS = (
 with DAG("torchx_view_running", **ARGS):
     TorchXDockerOperator(task_id="train", app=app("viewrun", TICKS), deferrable=True)
 
+# try 1 fails, try 2 (Airflow's retry: a new app) ends well
+RETRIED = (
+    'if [ "{{ ti.try_number }}" = 1 ]; then echo try one fails; sleep 1; exit 3; fi; '
+    "echo try two ends well"
+)
+
+with DAG("torchx_view_retried", **ARGS):
+    TorchXDockerOperator(
+        task_id="train",
+        app=app("viewretry", RETRIED, replicas=1),
+        deferrable=True,
+        retries=1,
+        retry_delay=datetime.timedelta(seconds=1),
+    )
+
 with DAG("torchx_view_failing", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("viewfail", FIRST_FAILS, replicas=3), deferrable=True, retries=0
@@ -91,7 +106,9 @@ def deployment(docker_engine: Any, skip_or_fail: Any) -> Iterator[Deployment]:
         yield dep
     finally:
         dep.stop_all()
-        remove_dags_containers(docker_engine, ("torchx_view_running", "torchx_view_failing"))
+        remove_dags_containers(
+            docker_engine, ("torchx_view_running", "torchx_view_failing", "torchx_view_retried")
+        )
         if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
             shutil.rmtree(home, ignore_errors=True)
 
@@ -176,6 +193,39 @@ def test_a_failed_apps_view_names_the_replica_that_failed_first(
         color = view.evaluate("e => getComputedStyle(e.querySelector('p')).color")
         assert dark != is_dark(color), color
         shot(page, "failed-dark" if dark else "failed")
+    finally:
+        page.context.close()
+
+
+def test_each_try_shows_its_own_app(deployment: Deployment, browser: Any) -> None:
+    """Try 1's app fails, Airflow retries, try 2 submits a new app that succeeds: the view
+    opens on try 2's app and shows try 1's, with the replica that failed first, when asked
+    (a try's XComs are cleared when the task runs again; its end kept its app)."""
+    dag_id = "torchx_view_retried"
+    run_id = deployment.trigger(dag_id)
+    wait_for(
+        "try 2 to succeed",
+        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+        240,
+        interval=1,
+    )
+    page = open_view(browser, deployment, dag_id, run_id)
+    try:
+        page.get_by_test_id("torchx-tries").wait_for(timeout=60_000)
+        state = page.get_by_test_id("torchx-app-state")
+        state.filter(has_text="SUCCEEDED").wait_for()
+        second = page.get_by_test_id("torchx-app-id").inner_text()
+        page.get_by_test_id("torchx-try-1").click()
+        root = page.get_by_test_id("torchx-root-cause")
+        root.wait_for(timeout=30_000)
+        assert "worker/0 failed first: exit code 3" in root.inner_text()
+        assert state.inner_text() == "FAILED"
+        first = page.get_by_test_id("torchx-app-id").inner_text()
+        assert first != second and first.startswith("viewretry-"), (first, second)
+        shot(page, "earlier-try")
+        page.get_by_test_id("torchx-try-2").click()
+        state.filter(has_text="SUCCEEDED").wait_for()
+        assert page.get_by_test_id("torchx-app-id").inner_text() == second
     finally:
         page.context.close()
 

@@ -1,6 +1,6 @@
 // The view itself: the app's totals, the replica that failed first, the last reason to
 // wait, and a swimlane per replica on one time axis.
-import { Alert, Badge, Box, Code, Flex, HStack, Link, Text } from "@chakra-ui/react";
+import { Alert, Badge, Box, Button, Code, Flex, HStack, Link, Text } from "@chakra-ui/react";
 import { useEffect, useMemo, useRef, useState } from "react";
 
 import { ViewError, fetchView } from "./api";
@@ -59,13 +59,15 @@ interface Props {
 export const AppView = ({ dagId, mapIndex, runId, taskId }: Props) => {
   const [data, setData] = useState<ViewData | undefined>(undefined);
   const [error, setError] = useState<ViewError | Error | undefined>(undefined);
+  // the try shown: undefined is the task instance's own (its latest) try
+  const [tryNumber, setTryNumber] = useState<number | undefined>(undefined);
 
   useEffect(() => {
     const abort = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const load = async () => {
       try {
-        const next = await fetchView(dagId, runId, taskId, mapIndex, abort.signal);
+        const next = await fetchView(dagId, runId, taskId, mapIndex, tryNumber, abort.signal);
         setData(next);
         setError(undefined);
         const ended = next.final || TASK_ENDED.has(next.task?.state ?? "");
@@ -83,7 +85,7 @@ export const AppView = ({ dagId, mapIndex, runId, taskId }: Props) => {
       abort.abort();
       if (timer) clearTimeout(timer);
     };
-  }, [dagId, runId, taskId, mapIndex]);
+  }, [dagId, runId, taskId, mapIndex, tryNumber]);
 
   if (error && !data) {
     return (
@@ -98,7 +100,7 @@ export const AppView = ({ dagId, mapIndex, runId, taskId }: Props) => {
   }
   return (
     <Box data-testid="torchx-app-view" p={2}>
-      <Header data={data} />
+      <Header data={data} onTry={setTryNumber} />
       {data.timeline ? (
         <Shown data={data} timeline={data.timeline} />
       ) : (
@@ -112,11 +114,12 @@ export const AppView = ({ dagId, mapIndex, runId, taskId }: Props) => {
   );
 };
 
-const Header = ({ data }: { data: ViewData }) => {
+const Header = ({ data, onTry }: { data: ViewData; onTry: (tryNumber: number) => void }) => {
   const state = data.state ?? "";
+  const tries = data.tries ?? [];
   return (
     <Flex align="center" gap={3} wrap="wrap">
-      <Text fontSize="lg" fontWeight="semibold">
+      <Text data-testid="torchx-app-id" fontSize="lg" fontWeight="semibold">
         {data.app_id ?? "No app"}
       </Text>
       {state ? (
@@ -129,7 +132,23 @@ const Header = ({ data }: { data: ViewData }) => {
           live
         </Badge>
       ) : null}
-      {data.task?.try_number ? <Text color="fg.muted">try {data.task.try_number}</Text> : null}
+      {tries.length > 1 ? (
+        <HStack data-testid="torchx-tries" gap={1}>
+          {tries.map((n) => (
+            <Button
+              data-testid={`torchx-try-${n}`}
+              key={n}
+              onClick={() => onTry(n)}
+              size="xs"
+              variant={n === data.task?.try_number ? "solid" : "outline"}
+            >
+              try {n}
+            </Button>
+          ))}
+        </HStack>
+      ) : data.task?.try_number ? (
+        <Text color="fg.muted">try {data.task.try_number}</Text>
+      ) : null}
       {data.timeline?.ui_url ? (
         <Link color="fg.info" href={data.timeline.ui_url} rel="noreferrer" target="_blank">
           the job in its backend ↗

@@ -22,10 +22,12 @@ export const fetchView = async (
   runId: string,
   taskId: string,
   mapIndex: number,
+  tryNumber?: number,
   signal?: AbortSignal,
 ): Promise<ViewData> => {
   const path = [dagId, runId, taskId].map(encodeURIComponent).join("/");
-  const url = `${basePath()}/torchx/app/${path}?map_index=${mapIndex}`;
+  const tried = tryNumber === undefined ? "" : `&try_number=${tryNumber}`;
+  const url = `${basePath()}/torchx/app/${path}?map_index=${mapIndex}${tried}`;
   const response = await fetch(url, { credentials: "same-origin", signal });
   if (!response.ok) {
     let detail = response.statusText;

@@ -48,6 +48,8 @@ export interface ViewData {
   live: boolean;
   timeline: Timeline | null;
   replicas: ReplicaResult[] | null;
+  /** The tries the view can show: earlier ones kept their app where Airflow keeps state. */
+  tries?: number[];
 }
 
 export const PHASES = ["queued", "admitted", "running", "succeeded", "failed", "cancelled"] as const;

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 #: The XCom of the app's timeline once the task ended (the "TorchX app" view reads it).
 TIMELINE_XCOM_KEY = "timeline"
+#: ``task_state_store`` key of what the "TorchX app" view shows of try N's app (Airflow 3.3+):
+#: ``torchx_try_N``. A try's XComs are cleared when the task runs again; these rows are not.
+TRY_STORE_PREFIX = "torchx_try_"
 
 #: How much of a replica's message the ``replicas`` XCom keeps.
 XCOM_MESSAGE_LIMIT = 300
@@ -277,19 +280,23 @@ def finish(
     clean_up: tuple[Any, Callable[[], Any]],
     log: TaskLogger,
     deadline_cause: str = "",
+    store: Any = None,
 ) -> dict[str, Any]:
     """The end of a followed task: the XComs of the outcome (``final_state``, ``replicas``,
-    the job's link), the app deleted per ``on_finish_action`` (through ``clean_up``: an open
-    scheduler client or ``None``, and how to open one), and the outcome: the task's result
-    (:func:`task_result`) when the app succeeded, else the error of
+    the job's link) and the try's app kept for the view (:func:`keep_try`, in ``store``:
+    ``task_state_store``, where Airflow has one), the app deleted per ``on_finish_action``
+    (through ``clean_up``: an open scheduler client or ``None``, and how to open one), and the
+    outcome: the task's result (:func:`task_result`) when the app succeeded, else the error of
     :mod:`torchx_provider.errors` that says why (:func:`failure_error`)."""
     from torchx_provider.links import TorchXJobLink
 
+    replicas = replica_results(event)
     ti.xcom_push(key="final_state", value=event.state.name)
-    ti.xcom_push(key="replicas", value=replica_results(event))
+    ti.xcom_push(key="replicas", value=replicas)
     timeline = final_timeline(event)
     if timeline is not None:
         ti.xcom_push(key=TIMELINE_XCOM_KEY, value=timeline)
+    keep_try(store, getattr(ti, "try_number", None), event, replicas, timeline, log)
     if event.ui_url:
         TorchXJobLink.persist(ti, event.ui_url)
     error = failure_error(event, deadline_cause)
@@ -301,6 +308,33 @@ def finish(
         raise error
     log.info("app %s SUCCEEDED", event.app_id)
     return task_result(event, handle)
+
+
+def keep_try(
+    store: Any,
+    try_number: Any,
+    event: JobEvent,
+    replicas: list[dict[str, Any]],
+    timeline: Mapping[str, Any] | None,
+    log: TaskLogger,
+) -> None:
+    """Keep what the "TorchX app" view shows of try ``try_number``'s app (its id, end state,
+    ``replicas`` and ``timeline``: the XComs it reads) in ``store`` (``task_state_store``,
+    Airflow 3.3+) under :data:`TRY_STORE_PREFIX` + the try, where the next try of the task
+    does not clear it: the view shows each try its own app. Nothing is kept without a store;
+    a failure to keep it is only logged (the task's outcome does not depend on the view)."""
+    if store is None or not isinstance(try_number, int):
+        return
+    record = {
+        "app_id": event.app_id,
+        "final_state": event.state.name,
+        "replicas": replicas,
+        "timeline": timeline,
+    }
+    try:
+        store.set(f"{TRY_STORE_PREFIX}{try_number}", record)
+    except Exception as e:
+        log.warning("could not keep try %s's app for the TorchX app view: %s", try_number, e)
 
 
 def delete_app(

@@ -537,7 +537,14 @@ class TorchXOperator(BaseOperator):
         handle = make_app_handle(self.scheduler, self.session_name, event.app_id)
         clean_up = (scheduler, self._new_scheduler)
         return finish(
-            context["ti"], event, handle, self.lifecycle, clean_up, self.log, deadline_cause
+            context["ti"],
+            event,
+            handle,
+            self.lifecycle,
+            clean_up,
+            self.log,
+            deadline_cause,
+            store=context.get("task_state_store"),
         )
 
     def _new_scheduler(self) -> Scheduler[Any]:

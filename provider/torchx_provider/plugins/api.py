@@ -3,11 +3,14 @@
 ``GET /app/{dag_id}/{run_id}/{task_id}?map_index=N`` answers what :func:`view_data` makes of
 the task instance's XComs: the app's timeline -- the checkpoint's while the task runs (the
 view is live), the ``timeline`` XCom once it ended -- the app id, its final state and
-replicas, and the task instance's state and try. It takes no other input than the task
-instance's key (any other query parameter is refused), reads nothing but the XComs of
-:data:`XCOM_KEYS` of that task instance (of the checkpoint only its timeline and state,
-never the log cursors) and answers only a user Airflow lets read the Dag's XComs (its own
-authentication: the UI's session cookie or a bearer token).
+replicas, and the task instance's state and try; and ``tries``, the tries it can show.
+``&try_number=K`` asks for an earlier try's app, as that try's end kept it in Airflow's
+``task_state_store`` (Airflow 3.3+: a try's XComs are cleared when the task runs again; see
+:func:`torchx_provider.operators.finishing.keep_try`). It takes no other input than the task
+instance's key and a try (any other query parameter is refused), reads nothing but the XComs
+of :data:`XCOM_KEYS` of that task instance (of the checkpoint only its timeline and state,
+never the log cursors) and its kept tries, and answers only a user Airflow lets read the
+Dag's XComs (its own authentication: the UI's session cookie or a bearer token).
 
 ``GET /static/app-view.js`` is the bundle (:data:`~torchx_provider.plugins.app_view.BUNDLE`);
 ``/static/icon.svg`` and ``/static/icon-dark.svg`` the view's icons.
@@ -24,6 +27,9 @@ from typing import Any
 CHECKPOINT_KEY = "torchx_log_cursors"
 #: the XComs the view reads, no other
 XCOM_KEYS = ("app_id", "final_state", "replicas", "timeline", CHECKPOINT_KEY)
+#: the ``task_state_store`` keys of the tries' apps: this prefix and the try
+#: (:data:`torchx_provider.operators.finishing.TRY_STORE_PREFIX`)
+TRY_STORE_PREFIX = "torchx_try_"
 #: what a replica of the ``replicas`` XCom shows in the view
 REPLICA_FIELDS = (
     "role",
@@ -129,6 +135,58 @@ def read_task_instance(
     return xcoms, task
 
 
+def read_kept_tries(
+    session: Any, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> dict[int, dict[str, Any]]:
+    """The apps the tries of one task instance kept (try -> the XComs the view reads, as
+    that try ended), from Airflow's ``task_state_store`` (``{}`` on an Airflow without one)."""
+    try:
+        from airflow.models.task_state_store import TaskStateStoreModel
+    except ImportError:  # before Airflow 3.3
+        return {}
+    from sqlalchemy import select
+
+    rows = session.scalars(
+        select(TaskStateStoreModel).where(
+            TaskStateStoreModel.dag_id == dag_id,
+            TaskStateStoreModel.run_id == run_id,
+            TaskStateStoreModel.task_id == task_id,
+            TaskStateStoreModel.map_index == map_index,
+            TaskStateStoreModel.key.startswith(TRY_STORE_PREFIX),
+        )
+    ).all()
+    kept: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        number = row.key[len(TRY_STORE_PREFIX) :]
+        value = row.value
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        if number.isdigit() and isinstance(value, Mapping):
+            kept[int(number)] = {k: value.get(k) for k in XCOM_KEYS if k != CHECKPOINT_KEY}
+    return kept
+
+
+def read_try_state(
+    session: Any, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int
+) -> str | None:
+    """The state an earlier try of the task instance ended in (Airflow's task instance
+    history), ``None`` where it is not known."""
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from sqlalchemy import select
+
+    state = session.scalar(
+        select(TaskInstanceHistory.state).where(
+            TaskInstanceHistory.dag_id == dag_id,
+            TaskInstanceHistory.run_id == run_id,
+            TaskInstanceHistory.task_id == task_id,
+            TaskInstanceHistory.map_index == map_index,
+            TaskInstanceHistory.try_number == try_number,
+        )
+    )
+    return None if state is None else str(state)
+
+
 def create_app() -> Any:
     """The plugin's FastAPI app (see the module docstring)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -150,15 +208,26 @@ def create_app() -> Any:
         request: Request,
         session: SessionDep,
         map_index: int = Query(-1, ge=-1),
+        try_number: int | None = Query(None, ge=1),
     ) -> dict[str, Any]:
-        other = sorted(set(request.query_params) - {"map_index"})
+        other = sorted(set(request.query_params) - {"map_index", "try_number"})
         if other:
             raise HTTPException(400, f"unexpected query parameters: {', '.join(other)}")
         xcoms, task = read_task_instance(session, dag_id, run_id, task_id, map_index)
         if task is None:
             raise HTTPException(404, "no such task instance")
         key = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index}
-        return view_data(key, xcoms, task)
+        kept = read_kept_tries(session, dag_id, run_id, task_id, map_index)
+        current = task.get("try_number")
+        if try_number is None or try_number == current:
+            data = view_data(key, xcoms, task)
+        elif try_number in kept:
+            state = read_try_state(session, dag_id, run_id, task_id, map_index, try_number)
+            data = view_data(key, kept[try_number], {"state": state, "try_number": try_number})
+        else:
+            raise HTTPException(404, f"try {try_number} of this task instance kept no app")
+        data["tries"] = sorted({*kept, *([current] if isinstance(current, int) else [])})
+        return data
 
     @app.get("/static/app-view.js")
     def bundle() -> Response:

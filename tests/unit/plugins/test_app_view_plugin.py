@@ -70,6 +70,9 @@ class Served:
 
     def __init__(self, http: Any, app: Any, auth: FakeAuth, read: list[tuple[Any, ...]]):
         self.http, self.app_, self.auth, self.read = http, app, auth, read
+        #: the task instance's try, and what its earlier tries kept (try -> record)
+        self.current_try = 1
+        self.kept: dict[int, dict[str, Any]] = {}
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.http.get(path, **kw)
@@ -86,18 +89,23 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     monkeypatch.setattr(security, "get_auth_manager", lambda: auth)
     monkeypatch.setattr(security.DagModel, "get_team_name", staticmethod(lambda *a, **k: None))
     read: list[tuple[Any, ...]] = []
+    served: Served | None = None
 
     def reader(session: Any, *key: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
         read.append(key)
         if key[2] == "missing":
             return {}, None
-        return {"app_id": "app-1", "timeline": TIMELINE}, {"state": "success", "try_number": 1}
+        task = {"state": "success", "try_number": served.current_try if served else 1}
+        return {"app_id": "app-1", "timeline": TIMELINE}, task
 
     monkeypatch.setattr(api, "read_task_instance", reader)
+    monkeypatch.setattr(api, "read_kept_tries", lambda session, *key: dict(served.kept))
+    monkeypatch.setattr(api, "read_try_state", lambda session, *key: f"state of try {key[-1]}")
     app = api.create_app()
     app.dependency_overrides[_get_session] = lambda: None
     with TestClient(app) as http:
-        yield Served(http, app, auth, read)
+        served = Served(http, app, auth, read)
+        yield served
 
 
 def signed_in(client: Any) -> None:
@@ -139,6 +147,32 @@ def test_only_the_task_instances_key_is_taken(client: Any) -> None:
     assert client.get("/app/d/r/missing").status_code == 404
     assert client.get("/app/d/r").status_code == 404
     assert [k[2] for k in client.read] == ["missing"]
+
+
+def test_each_try_shows_its_own_app(client: Any) -> None:
+    """Try 2 runs; try 1's end kept its app in the task state store: the view lists both
+    tries, shows try 2's by default and try 1's when asked, as try 1 ended."""
+    signed_in(client)
+    client.current_try = 2
+    client.kept = {
+        1: {"app_id": "app-0", "final_state": "FAILED", "replicas": [], "timeline": TIMELINE}
+    }
+    now = client.get("/app/d/r/t").json()
+    assert (now["app_id"], now["task"]["try_number"], now["tries"]) == ("app-1", 2, [1, 2])
+    first = client.get("/app/d/r/t", params={"try_number": 1}).json()
+    assert (first["app_id"], first["state"], first["final"], first["live"]) == (
+        "app-0",
+        "FAILED",
+        True,
+        False,
+    )
+    assert first["task"] == {"state": "state of try 1", "try_number": 1}
+    assert first["timeline"] == TIMELINE and first["tries"] == [1, 2]
+    assert client.get("/app/d/r/t", params={"try_number": 2}).json()["app_id"] == "app-1"
+    # a try that kept nothing (it ended before submitting, or before the store existed)
+    got = client.get("/app/d/r/t", params={"try_number": 3})
+    assert got.status_code == 404 and "try 3" in got.json()["detail"]
+    assert client.get("/app/d/r/t", params={"try_number": 0}).status_code == 422
 
 
 def test_the_bundle_and_icons_are_served(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:

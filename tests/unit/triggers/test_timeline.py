@@ -343,3 +343,63 @@ async def test_a_follow_on_the_worker_publishes_its_checkpoint_with_the_timeline
     publish({"app_id": "a"})
     publish({"app_id": "a"})
     assert sum("could not store" in line for line in log.lines) == 1
+
+
+class _TaskInstance:
+    def __init__(self, try_number: int) -> None:
+        self.try_number = try_number
+        self.xcoms: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+class _Store:
+    """Airflow's ``task_state_store``, as a try sees it: JSON values by key."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.kept: dict[str, Any] = {}
+
+    def set(self, key: str, value: Any) -> None:
+        if self.refuse:
+            raise RuntimeError("the API server refused it")
+        self.kept[key] = json.loads(json.dumps(value))
+
+
+def test_each_try_keeps_its_app_for_the_view_whatever_its_end() -> None:
+    """A failed try keeps what the view shows of its app (the XComs it reads) under its own
+    try in the task state store, as a succeeded one does: the next try clears the XComs,
+    not these. A store that refuses it does not change the try's outcome."""
+    import pytest
+
+    from torchx_provider.errors import AppFailedError
+    from torchx_provider.operators.finishing import TRY_STORE_PREFIX, finish
+    from torchx_provider.operators.options import Lifecycle
+
+    wall = Wall()
+    t = Timeline(wall)
+    failed = [ReplicaRow("trainer", 0, AppState.FAILED, 1, message="Error: boom")]
+    t.observe(AppState.FAILED, failed)
+    event = JobEvent(
+        kind=EventKind.FINISHED,
+        app_id="a",
+        state=AppState.FAILED,
+        replicas=tuple(failed),
+        timeline=t.snapshot(),
+    )
+    never: Any = None  # no scheduler is opened: a failed app is kept (delete_succeeded)
+    for store, log in ((_Store(), Log()), (_Store(refuse=True), Log())):
+        ti = _TaskInstance(try_number=3)
+        with pytest.raises(AppFailedError):
+            finish(ti, event, "h", Lifecycle(), (None, never), log, store=store)
+        if store.refuse:
+            assert store.kept == {} and "could not keep try 3's app" in log.lines[-1]
+            continue
+        kept = store.kept[f"{TRY_STORE_PREFIX}3"]
+        assert kept == {
+            "app_id": "a",
+            "final_state": "FAILED",
+            "replicas": json.loads(json.dumps(ti.xcoms["replicas"])),
+            "timeline": json.loads(json.dumps(ti.xcoms["timeline"])),
+        }
