@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 #: The XCom of the app's timeline once the task ended (the "TorchX app" view reads it).
 TIMELINE_XCOM_KEY = "timeline"
-#: ``task_state_store`` key of what the "TorchX app" view shows of try N's app (Airflow 3.3+):
-#: ``torchx_try_N``. A try's XComs are cleared when the task runs again; these rows are not.
-TRY_STORE_PREFIX = "torchx_try_"
 
 #: How much of a replica's message the ``replicas`` XCom keeps.
 XCOM_MESSAGE_LIMIT = 300
@@ -320,9 +317,12 @@ def keep_try(
 ) -> None:
     """Keep what the "TorchX app" view shows of try ``try_number``'s app (its id, end state,
     ``replicas`` and ``timeline``: the XComs it reads) in ``store`` (``task_state_store``,
-    Airflow 3.3+) under :data:`TRY_STORE_PREFIX` + the try, where the next try of the task
-    does not clear it: the view shows each try its own app. Nothing is kept without a store;
-    a failure to keep it is only logged (the task's outcome does not depend on the view)."""
+    Airflow 3.3+) under :data:`~torchx_provider.plugins.api.TRY_STORE_PREFIX` + the try,
+    where the next try of the task does not clear it (its XComs it does): the view shows each
+    try its own app. Nothing is kept without a store; a failure to keep it is only logged (the
+    task's outcome does not depend on the view)."""
+    from torchx_provider.plugins.api import TRY_STORE_PREFIX
+
     if store is None or not isinstance(try_number, int):
         return
     record = {

@@ -27,8 +27,9 @@ from typing import Any
 CHECKPOINT_KEY = "torchx_log_cursors"
 #: the XComs the view reads, no other
 XCOM_KEYS = ("app_id", "final_state", "replicas", "timeline", CHECKPOINT_KEY)
-#: the ``task_state_store`` keys of the tries' apps: this prefix and the try
-#: (:data:`torchx_provider.operators.finishing.TRY_STORE_PREFIX`)
+#: the ``task_state_store`` key of what the view shows of try N's app: this prefix and N
+#: (written by :func:`torchx_provider.operators.finishing.keep_try`; Airflow 3.3+). A try's
+#: XComs are cleared when the task runs again; these rows are not.
 TRY_STORE_PREFIX = "torchx_try_"
 #: what a replica of the ``replicas`` XCom shows in the view
 REPLICA_FIELDS = (

@@ -374,8 +374,9 @@ def test_each_try_keeps_its_app_for_the_view_whatever_its_end() -> None:
     import pytest
 
     from torchx_provider.errors import AppFailedError
-    from torchx_provider.operators.finishing import TRY_STORE_PREFIX, finish
+    from torchx_provider.operators.finishing import finish
     from torchx_provider.operators.options import Lifecycle
+    from torchx_provider.plugins.api import TRY_STORE_PREFIX
 
     wall = Wall()
     t = Timeline(wall)
