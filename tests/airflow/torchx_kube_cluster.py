@@ -31,8 +31,10 @@ def running_cluster() -> tuple[Any, str | None]:
     """``(KubeCluster, None)`` for the running local cluster, or ``(None, reason)``."""
     if not _CONFTEST.is_file():
         return None, f"{_CONFTEST} is missing"
+    from local_cluster import cluster_env
+
     helpers = _helpers()
-    env = helpers._local_env()
+    env = cluster_env()
     if env is None:
         return None, "'cluster.sh env' failed"
     cluster = helpers._cluster_from_env(env)
