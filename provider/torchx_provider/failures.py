@@ -14,7 +14,11 @@ knows has no kind. This module holds what is the same for every backend:
   a Python traceback), then the earlier of two such blocks' failure times, then a non-signal
   exit over a SIGKILL/SIGTERM (137/143), then the finish time, then the order the app
   describes them. The finish times are the backend's own, as precise as it tells them: whole
-  seconds on Kubernetes (``finishedAt``), nanoseconds on Docker (``State.FinishedAt``);
+  seconds on Kubernetes (``finishedAt``), nanoseconds on Docker (``State.FinishedAt``).
+  Where the replica that ended first is a torchrun node that tells when its worker failed,
+  every such node counts as failing at that moment, whenever its container ended: torchrun's
+  times of the failures decide between them (a node whose rank failed first can end seconds
+  after its peers, stopping its other ranks and waiting at torchrun's exit barrier);
 * :func:`python_error`: the error line of the last Python traceback in a tail;
 * :func:`error_class`: the exception class of a kind (an unknown kind is the base class).
 """
@@ -243,16 +247,31 @@ def root_cause(
     >>> later = ReplicaRow("tb", 1, AppState.FAILED, 2, finished_at="2024-05-01T10:00:02.3Z")
     >>> root_cause([killed, later], {}).key  # 1.1 s later: the first
     'tb/0'
+    >>> def block(at):
+    ...     return ["Root Cause (first observed failure):", "[0]:", f"  time      : {at}",
+    ...             "  exitcode  : 1 (pid: 9)"]
+    >>> peer_lost = ReplicaRow("t", 0, AppState.FAILED, 1, finished_at="2024-05-01T10:00:14Z")
+    >>> raised = ReplicaRow("t", 1, AppState.FAILED, 1, finished_at="2024-05-01T10:00:17Z")
+    >>> tails = {"t/0": block("2024-05-01_10:00:12"), "t/1": block("2024-05-01_10:00:02")}
+    >>> root_cause([peer_lost, raised], tails).key  # ended 3 s later, its rank failed 10 s first
+    't/1'
     """
     if not failed:
         return None
     times = [_seconds(row.finished_at) for row in failed]
     known = [t for t in times if t is not None]
     window_ends = min(known) + ROOT_CAUSE_WINDOW.total_seconds() if known else None
+    torchrun_times = [root_cause_time(tails.get(row.key, ())) for row in failed]
+    first_ended = min(((t, i) for i, t in enumerate(times) if t is not None), default=None)
+    # the first to end is a torchrun node telling its failure's time: the nodes that tell one
+    # are compared by it (module doc)
+    torchrun_decides = first_ended is not None and torchrun_times[first_ended[1]] is not None
 
     def order(i: int) -> tuple[float, int, str, int, float, int]:
         row, at = failed[i], times[i]
-        if at is None:
+        if torchrun_decides and torchrun_times[i] is not None:
+            late = 0.0
+        elif at is None:
             # after every known time; among unknown ones, the logs and the exit decide
             late = float("inf") if window_ends is not None else 0.0
         else:
@@ -263,7 +282,7 @@ def root_cause(
             -evidence(tail),
             # torchrun's own time of the failure: its nodes wait for each other before they
             # exit (their exit barrier), so the node that failed first may end last
-            root_cause_time(tail) or "~",
+            torchrun_times[i] or "~",
             1 if row.exit_code in SIGNAL_EXITS else 0,
             at if at is not None else float("inf"),
             i,

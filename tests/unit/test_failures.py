@@ -158,9 +158,13 @@ def test_of_two_torchrun_summaries_the_earlier_failure_is_first() -> None:
     rows = [failed(0, 1, T0), failed(1, 1, T0_LATER_SAME_SECOND)]
     assert root_cause(rows, {"trainer/0": lost, "trainer/1": raised}) == rows[1]
     assert root_cause(rows, {"trainer/0": raised, "trainer/1": lost}) == rows[0]
-    # beyond the window the finish times still decide
+    # beyond the window too: the node whose rank raised stops its other rank and waits at
+    # torchrun's exit barrier, and can end seconds after its peers (seen on real containers)
     rows = [failed(0, 1, T0), failed(1, 1, T2)]
-    assert root_cause(rows, {"trainer/0": lost, "trainer/1": raised}) == rows[0]
+    assert root_cause(rows, {"trainer/0": lost, "trainer/1": raised}) == rows[1]
+    # but where the first to end tells no torchrun time, the finish times decide
+    traceback = ["Traceback (most recent call last):", "ValueError: bad batch"]
+    assert root_cause(rows, {"trainer/0": traceback, "trainer/1": raised}) == rows[0]
 
 
 @pytest.mark.parametrize(
