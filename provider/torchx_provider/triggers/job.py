@@ -31,10 +31,7 @@ last progress on the way out and repeats nothing.
 clears it or deletes its run, but also (an Airflow bug) when the trigger moves to another
 triggerer -- asks Airflow for the task instance's state and cancels the app only if the task
 is no longer deferred (:func:`~torchx_provider.triggers.policy.kill_cancels`), and never with
-``on_kill_action="keep"``. Once it cancelled the app it reads the app's logs on from where
-the follow left them, to the app's end or for :data:`~torchx_provider.triggers.policy.KILL_DRAIN`
-seconds: what the replicas say as they stop (a checkpoint saved on SIGTERM) reaches the task
-log. It runs only for a trigger a triggerer is running: a task marked
+``on_kill_action="keep"``. It runs only for a trigger a triggerer is running: a task marked
 failed in the second or so between deferring and being picked up by a triggerer leaves its
 app running (as on Airflow < 3.3, where ``on_kill`` does not exist); cancel it with the app
 handle from the task's XCom.
@@ -61,7 +58,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
-    KILL_DRAIN,
     OUTAGE_BUDGET,
     kill_cancels,
     monotonic_deadline,
@@ -179,8 +175,6 @@ class TorchXJobTrigger(BaseTrigger):
         self._timeline: Timeline | None = None
         self._target: BackendTarget | None = None
         self._clients: list[AsyncSchedulerClient] = []
-        #: the follow under way (``on_kill`` reads the logs on from its cursors)
-        self._follower: Any = None
 
     @classmethod
     def from_args(cls, args: JobTriggerArgs) -> TorchXJobTrigger:
@@ -260,7 +254,6 @@ class TorchXJobTrigger(BaseTrigger):
                 timeline=self._timeline,
                 hold_lines=LOOP_WATCH.get().wait_if_back,
             )
-            self._follower = follower
             event = await follower.run()
         except asyncio.CancelledError:
             raise
@@ -296,36 +289,8 @@ class TorchXJobTrigger(BaseTrigger):
             client = await self._client()
             await asyncio.wait_for(client.cancel(self.args.app_id), CANCEL_TIMEOUT)
             self.log.info("task killed; cancelled app %s", self.args.app_id)
-            await self._last_lines(client)
         finally:
             await self._close_clients()
-
-    async def _last_lines(self, client: AsyncSchedulerClient) -> None:
-        """After the kill's cancel: the app's logs read on from where the follow left them
-        (its cursors), to the app's end or for :data:`KILL_DRAIN` seconds -- the lines the
-        replicas write as they stop. Nothing is stored: the task has ended."""
-        stopped = self._follower
-        if stopped is None:  # the follow had not started: nothing was read to go on from
-            return
-        follow = await asyncio.to_thread(_follow_module)
-        last = follow.JobFollower(
-            client,
-            self.args.app_id,
-            log=self.log,
-            poll_interval=1.0,
-            selection=stopped.selection,
-            cursors=dict(stopped.cursors),
-            state=stopped.state,
-            cancel_on_timeout=False,
-        )
-        try:
-            await asyncio.wait_for(last.run(), KILL_DRAIN)
-        except TimeoutError:
-            self.log.info(
-                "stopped reading app %s's last lines after %.0fs", self.args.app_id, KILL_DRAIN
-            )
-        except Exception as e:  # the cancel is done; its last lines are a courtesy
-            self.log.warning("could not read app %s's last lines: %s", self.args.app_id, e)
 
     async def _task_state(self) -> tuple[str | None, bool]:
         """``(state, known)`` of the deferred task instance, asked from Airflow."""

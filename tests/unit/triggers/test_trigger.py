@@ -290,31 +290,6 @@ async def test_on_kill_cancels_and_cleanup_does_not(fake_cluster: Any) -> None:
     assert kept not in fake_cluster.cancelled
 
 
-async def test_on_kill_reads_what_the_replicas_say_as_they_stop(fake_cluster: Any) -> None:
-    """A user's kill cancels the trigger's follow, then ``on_kill`` cancels the app: the lines
-    its replicas write as they stop (a checkpoint saved on SIGTERM) reach the task log, read
-    on from where the follow left off (no line twice)."""
-    app_id = submit(ticks=1000, lines=4000, replicas=2, last_words="checkpoint saved on SIGTERM")
-    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
-    log = ListLog()
-    trigger._log = log  # the task log
-    run = asyncio.ensure_future(trigger.run().__anext__())
-    for _ in range(1000):  # until the follow forwarded some of replica 1's lines
-        if len(log.of("worker/1")) >= 10:
-            break
-        await asyncio.sleep(0.01)
-    run.cancel()  # the triggerer stops the trigger for the user's action
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    await trigger.on_kill()
-    assert fake_cluster.cancelled == [app_id]
-    for replica in ("worker/0", "worker/1"):
-        lines = log.of(replica)
-        assert lines[-1].endswith("checkpoint saved on SIGTERM"), lines[-3:]
-        assert len(lines) == len(set(lines)), "a line forwarded twice"
-    assert any(f"app {app_id}: RUNNING -> CANCELLED" in ln for ln in log.lines), log.lines[-5:]
-
-
 async def test_the_follow_never_blocks_the_event_loop(fake_cluster: Any, caplog: Any) -> None:
     """asyncio's debug mode reports any callback that holds the loop for 50 ms."""
     loop = asyncio.get_running_loop()
