@@ -1,5 +1,6 @@
 """How soon after submission does a real training run's first step reach the task log, next to
-``kubectl apply`` + ``kubectl logs -f`` of the same manifest?
+``kubectl apply`` + ``kubectl logs -f`` of the same manifest (``docker run`` + ``docker logs
+-f`` of the same container on Docker)?
 
 On the local cluster's real node (tests/cluster/node.sh: a kubelet on containerd), ``dist.ddp``
 1x2 runs the example training script (tests/images/build_torch_image.sh's image) through
@@ -13,14 +14,17 @@ after the other (which goes first alternates):
   ``kubectl logs -f`` of its pod, tried again every 0.2 s until the pod's container has
   started (what a user watching a job does), until the first ``step=`` line.
 
-Both use the restricted account of the local cluster. The ratio is the provider's median
-over kubectl's (goal: at most 1.2). Last line, machine-readable::
+Both use the restricted account of the local cluster. With ``--backend local_docker`` the
+same runs on the local Docker engine: the provider's ``local_docker`` scheduler and follow
+against ``docker run -d`` of the same container (the dry run's own settings: command,
+environment, network, limits) and ``docker logs -f``. The ratio is the provider's median over
+the backend's own tools' (goal: at most 1.2). Last line, machine-readable::
 
-    first_line_provider_s=P first_line_kubectl_s=K ratio=R
+    first_line_provider_s=P first_line_kubectl_s=K ratio=R     (first_line_docker_s on Docker)
 
 Usage::
 
-    python benchmarks/bench_first_line.py [--rounds 3]
+    python benchmarks/bench_first_line.py [--rounds 3] [--backend kubernetes|local_docker]
 
 Needs the local cluster (``bash tests/cluster/cluster.sh up``), the real node
 (``bash tests/cluster/node.sh up``) and the torch image in its containerd
@@ -47,9 +51,12 @@ from local_cluster import ON_REAL_NODE, running_cluster_env  # noqa: E402
 from torch_image import TORCH_IMAGE, TRAIN_SCRIPT  # noqa: E402
 
 MARK = "step="
+#: the Volcano queue of the local cluster
+VOLCANO = {"queue": "default"}
 
 
 def training_app() -> Any:
+    """``dist.ddp`` 1x2 of the example script, on the real node where it runs on Kubernetes."""
     from torchx_provider.components.dist import ddp
 
     app = ddp(
@@ -83,14 +90,16 @@ class FirstLine:
     warning = error = info
 
 
-async def provider_run(scheduler: Any, client: Any) -> float:
+async def provider_run(
+    scheduler: Any, client: Any, cfg: dict[str, str], created: list[str]
+) -> float:
     from torchx_provider.triggers.follow import JobFollower
 
     log = FirstLine()
     start = time.perf_counter()
-    info = scheduler.submit_dryrun(training_app(), {"queue": "default"})
+    info = scheduler.submit_dryrun(training_app(), cfg)
     app_id = scheduler.schedule(info)
-    scheduler.created.append(app_id)
+    created.append(app_id)
     follow = asyncio.ensure_future(JobFollower(client, app_id, log=log, poll_interval=10.0).run())
     try:
         await asyncio.wait_for(log.seen.wait(), 300)
@@ -102,7 +111,7 @@ async def provider_run(scheduler: Any, client: Any) -> float:
 
 
 def kubectl_run(scheduler: Any, kubectl: list[str]) -> float:
-    info = scheduler.submit_dryrun(training_app(), {"queue": "default"})
+    info = scheduler.submit_dryrun(training_app(), VOLCANO)
     job = info.request.body
     name = job["metadata"]["name"]
     pod = f"{name}-{job['spec']['tasks'][0]['name']}-0"
@@ -131,6 +140,65 @@ def kubectl_run(scheduler: Any, kubectl: list[str]) -> float:
     raise RuntimeError(f"no {MARK!r} line from {pod} within 300 s")
 
 
+def docker_run(scheduler: Any) -> float:
+    """``docker run -d`` of the container the dry run would create (another name), then
+    ``docker logs -f`` of it until the first :data:`MARK` line."""
+    [c] = scheduler.submit_dryrun(training_app(), {}).request.containers
+    name = f"{c['name']}-cli"
+    flags = ["--name", name, "--hostname", c["hostname"], "--network", c["network"]]
+    flags += ["--cpus", str(c["nano_cpus"] / 1e9), "--memory", str(c["mem_limit"])]
+    flags += ["--shm-size", str(c["shm_size"])] + (["--init"] if c.get("init") else [])
+    for key, value in c["environment"].items():
+        flags += ["-e", f"{key}={value}"]
+    flags += ["--entrypoint", c["entrypoint"][0]]
+    start = time.perf_counter()
+    try:
+        subprocess.run(
+            ["docker", "run", "-d", *flags, c["image"], *c["command"]],
+            check=True,
+            capture_output=True,
+        )
+        with subprocess.Popen(
+            ["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ) as logs:
+            assert logs.stdout is not None
+            for line in logs.stdout:
+                if MARK.encode() in line:
+                    at = time.perf_counter()
+                    logs.kill()
+                    return at - start
+        raise RuntimeError(f"no {MARK!r} line from container {name}")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+async def docker_rounds(rounds: int) -> tuple[list[float], list[float]]:
+    from torchx_provider.schedulers.docker import create_async_client, create_scheduler
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    scheduler = create_scheduler("bench")
+    client = create_async_client()
+    created: list[str] = []
+    try:
+        for i in range(rounds):
+            # (the provider's first run makes the network the command line's runs use)
+            if i % 2 == 0:
+                ours.append(await provider_run(scheduler, client, {}, created))
+                theirs.append(await asyncio.to_thread(docker_run, scheduler))
+            else:
+                theirs.append(await asyncio.to_thread(docker_run, scheduler))
+                ours.append(await provider_run(scheduler, client, {}, created))
+            print(f"  round {i + 1}: provider {ours[-1]:.2f} s, docker {theirs[-1]:.2f} s")
+            for app_id in created:
+                scheduler.delete(app_id)
+            created.clear()
+    finally:
+        await client.close()
+        scheduler.close()
+    return ours, theirs
+
+
 async def main_async(rounds: int) -> tuple[list[float], list[float]]:
     from kube_apps import tracked
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
@@ -146,11 +214,11 @@ async def main_async(rounds: int) -> tuple[list[float], list[float]]:
         try:
             for i in range(rounds):
                 if i % 2 == 0:
-                    ours.append(await provider_run(s, client))
+                    ours.append(await provider_run(s, client, VOLCANO, s.created))
                     theirs.append(await asyncio.to_thread(kubectl_run, s, kubectl))
                 else:
                     theirs.append(await asyncio.to_thread(kubectl_run, s, kubectl))
-                    ours.append(await provider_run(s, client))
+                    ours.append(await provider_run(s, client, VOLCANO, s.created))
                 print(f"  round {i + 1}: provider {ours[-1]:.2f} s, kubectl {theirs[-1]:.2f} s")
                 for app_id in s.created:
                     s.delete(app_id)
@@ -163,10 +231,13 @@ async def main_async(rounds: int) -> tuple[list[float], list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backend", choices=["kubernetes", "local_docker"], default="kubernetes")
     args = parser.parse_args()
-    ours, theirs = asyncio.run(main_async(args.rounds))
+    docker = args.backend == "local_docker"
+    ours, theirs = asyncio.run(docker_rounds(args.rounds) if docker else main_async(args.rounds))
     p, k = statistics.median(ours), statistics.median(theirs)
-    print(f"first_line_provider_s={p:.2f} first_line_kubectl_s={k:.2f} ratio={p / k:.2f}")
+    tool = "docker" if docker else "kubectl"
+    print(f"first_line_provider_s={p:.2f} first_line_{tool}_s={k:.2f} ratio={p / k:.2f}")
 
 
 if __name__ == "__main__":

@@ -21,10 +21,12 @@ last line is machine-readable::
 Usage::
 
     python benchmarks/bench_log_throughput.py --backend kubernetes|local_docker [--lines N]
-        [--rounds R] [--progress-pattern REGEX] [--stall-timeout SECONDS]
+        [--rounds R] [--progress-pattern REGEX] [--stall-timeout SECONDS] [--real-node]
 
-Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); Docker an
-engine with the test image (``scripts/setup.sh`` makes both).
+Kubernetes needs the running local cluster (``bash tests/cluster/cluster.sh up``); with
+``--real-node`` the replica is a real container (the busybox loop Docker runs) on its real
+node (``bash tests/cluster/node.sh up``) instead of a log kwok serves. Docker needs an engine
+with the test image (``scripts/setup.sh`` makes both).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "provider"))
 sys.path.insert(0, str(REPO / "tests" / "support"))  # the counting task logger
 
-from local_cluster import running_cluster_env  # noqa: E402
+from local_cluster import ON_REAL_NODE, running_cluster_env  # noqa: E402
 
 IMAGE = "torchx-provider/busybox:latest"
 PAD = "x" * 80
@@ -131,9 +133,29 @@ def write_pod_log(
     )
 
 
+def writer_script(total: int) -> str:
+    """A busybox shell loop that writes ``total`` sequence-numbered lines, then waits."""
+    return (
+        f'i=0; while [ $i -lt {total} ]; do printf "%010d {PAD}\\n" $i; i=$((i+1)); done; sleep 600'
+    )
+
+
+async def written(tail: list[str], total: int) -> None:
+    """Until ``tail`` (a command printing the log's last line) shows line ``total - 1``."""
+    last = f"{total - 1:010d}".encode()
+    for _ in range(2400):
+        out = await asyncio.to_thread(subprocess.run, tail, capture_output=True)
+        if out.stdout.startswith(last):
+            return
+        await asyncio.sleep(0.25)
+    raise RuntimeError(f"the log did not reach line {total - 1}: {out.stdout[-200:]!r}")
+
+
 async def kubernetes(
-    total: int, rounds: int, interval: float
+    total: int, rounds: int, interval: float, real_node: bool = False
 ) -> list[tuple[float, dict[str, float]]]:
+    """A kwok pod's log, from a file it serves (``interval`` seconds apart); with
+    ``real_node`` a real container's on the local cluster's real node (its busybox loop)."""
     from torchx_provider import specs
     from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 
@@ -141,32 +163,40 @@ async def kubernetes(
     namespace = env["TORCHX_CLUSTER_NAMESPACE"]
     kubeconfig = env["TORCHX_CLUSTER_RESTRICTED_KUBECONFIG"]
     scheduler = create_scheduler("bench", kubeconfig=kubeconfig, namespace=namespace)
-    behaviour = {"cluster.torchx.test/keep-running": "true"}
-    app = specs.AppDef(
-        "logbench",
-        [
-            specs.Role(
-                "r",
-                image="registry.invalid/x:1",
-                entrypoint="sh",
-                resource=specs.Resource(cpu=0.1, gpu=0, memMB=64),
-                metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
-            )
-        ],
-    )
-    info = scheduler.submit_dryrun(app, {"queue": "default"})
+    if real_node:
+        role = specs.Role(
+            "r",
+            image=IMAGE,
+            entrypoint="sh",
+            args=["-c", writer_script(total)],
+            resource=specs.Resource(cpu=1, gpu=0, memMB=256),
+            metadata={"kubernetes": ON_REAL_NODE},
+        )
+    else:
+        behaviour = {"cluster.torchx.test/keep-running": "true"}
+        role = specs.Role(
+            "r",
+            image="registry.invalid/x:1",
+            entrypoint="sh",
+            resource=specs.Resource(cpu=0.1, gpu=0, memMB=64),
+            metadata={"kubernetes": {"metadata": {"annotations": behaviour}}},
+        )
+    info = scheduler.submit_dryrun(specs.AppDef("logbench", [role]), {"queue": "default"})
     job = info.request.body
     pod = f"{job['metadata']['name']}-{job['spec']['tasks'][0]['name']}-0"
-    write_pod_log(env, namespace, pod, total, interval)
+    if not real_node:
+        write_pod_log(env, namespace, pod, total, interval)
     app_id = scheduler.schedule(info)
     client = create_async_client(kubeconfig=kubeconfig, namespace=namespace)
+    kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod]
     try:
-        for _ in range(600):
+        for _ in range(3000):
             resp = scheduler.describe(app_id)
             if resp is not None and resp.state.name == "RUNNING":
                 break
             await asyncio.sleep(0.1)
-        kubectl = ["kubectl", "--kubeconfig", kubeconfig, "-n", namespace, "logs", pod]
+        if real_node:
+            await written([*kubectl, "--tail", "1"], total)
         timed = [
             (time_raw(kubectl, total), await time_follow(client, app_id, "r/0", total))
             for _ in range(rounds)
@@ -175,7 +205,8 @@ async def kubernetes(
         await client.close()
         scheduler.delete(app_id)
         scheduler.close()
-        remove_pod_log(env, namespace, pod)
+        if not real_node:
+            remove_pod_log(env, namespace, pod)
     return timed
 
 
@@ -196,21 +227,12 @@ async def local_docker(total: int, rounds: int) -> list[tuple[float, dict[str, f
     from torchx_provider.specs.api import AppDef, Role
 
     scheduler = create_scheduler("bench")
-    script = (
-        f'i=0; while [ $i -lt {total} ]; do printf "%010d {PAD}\\n" $i; i=$((i+1)); done; sleep 600'
-    )
-    app = AppDef("logbench", [Role("r", image=IMAGE, entrypoint="sh", args=["-c", script])])
-    app_id = scheduler.submit(app, {})
+    role = Role("r", image=IMAGE, entrypoint="sh", args=["-c", writer_script(total)])
+    app_id = scheduler.submit(AppDef("logbench", [role]), {})
     client = create_async_client()
     try:
         container = scheduler.engine.replica(app_id, "r", 0)
-        for _ in range(1200):  # until the whole log is written
-            tail = await asyncio.to_thread(
-                subprocess.run, ["docker", "logs", "--tail", "1", container.id], capture_output=True
-            )
-            if tail.stdout.startswith(f"{total - 1:010d}".encode()):
-                break
-            await asyncio.sleep(0.1)
+        await written(["docker", "logs", "--tail", "1", container.id], total)
         timed = [
             (
                 time_raw(["docker", "logs", container.id], total),
@@ -249,6 +271,12 @@ def main() -> None:
         "match none, so every line is searched)",
     )
     parser.add_argument("--stall-timeout", type=float, help="the follow's stall_timeout")
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="kubernetes: the replica is a real container on the local cluster's real node "
+        "(tests/cluster/node.sh up), not a log kwok serves",
+    )
     args = parser.parse_args()
     if args.progress_pattern:
         from torchx_provider.triggers.progress import ProgressPattern
@@ -262,7 +290,7 @@ def main() -> None:
         )
     total = args.lines or (100_000 if args.backend == "kubernetes" else 200_000)
     timed = asyncio.run(
-        kubernetes(total, args.rounds, args.line_interval)
+        kubernetes(total, args.rounds, args.line_interval, args.real_node)
         if args.backend == "kubernetes"
         else local_docker(total, args.rounds)
     )
