@@ -110,6 +110,20 @@ async def provider_run(
     return log.at - start
 
 
+def first_mark(command: list[str]) -> float | None:
+    """When (``time.perf_counter``) ``command`` (a ``logs -f``) printed its first line holding
+    :data:`MARK`; ``None`` when it ended without one."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as logs:
+        assert logs.stdout is not None
+        for line in logs.stdout:
+            if MARK.encode() in line:
+                at = time.perf_counter()
+                logs.kill()
+                return at
+        logs.wait()
+    return None
+
+
 def kubectl_run(scheduler: Any, kubectl: list[str]) -> float:
     info = scheduler.submit_dryrun(training_app(), VOLCANO)
     job = info.request.body
@@ -126,16 +140,9 @@ def kubectl_run(scheduler: Any, kubectl: list[str]) -> float:
     scheduler.created.append(f"{job['metadata']['namespace']}:{name}")
     deadline = start + 300
     while time.perf_counter() < deadline:
-        with subprocess.Popen(
-            [*kubectl, "logs", "-f", pod], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        ) as logs:
-            assert logs.stdout is not None
-            for line in logs.stdout:
-                if MARK.encode() in line:
-                    at = time.perf_counter()
-                    logs.kill()
-                    return at - start
-            logs.wait()
+        at = first_mark([*kubectl, "logs", "-f", pod])
+        if at is not None:
+            return at - start
         time.sleep(0.2)  # not started yet (or no pod yet): as a user tries again
     raise RuntimeError(f"no {MARK!r} line from {pod} within 300 s")
 
@@ -158,16 +165,10 @@ def docker_run(scheduler: Any) -> float:
             check=True,
             capture_output=True,
         )
-        with subprocess.Popen(
-            ["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        ) as logs:
-            assert logs.stdout is not None
-            for line in logs.stdout:
-                if MARK.encode() in line:
-                    at = time.perf_counter()
-                    logs.kill()
-                    return at - start
-        raise RuntimeError(f"no {MARK!r} line from container {name}")
+        at = first_mark(["docker", "logs", "-f", name])
+        if at is None:
+            raise RuntimeError(f"no {MARK!r} line from container {name}")
+        return at - start
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 

@@ -188,6 +188,20 @@ def test_a_snapshot_read_back_goes_on_where_it_was() -> None:
     assert Timeline.from_dict({"version": 1, "replicas": [{"role": 1}]}).origin is None
 
 
+def failed_event(t: Timeline, failed: list[ReplicaRow], **kw: Any) -> JobEvent:
+    """The event a follow ends app ``a`` with, FAILED with its ``failed`` replicas, the
+    timeline ``t`` having seen them."""
+    t.observe(AppState.FAILED, failed)
+    return JobEvent(
+        kind=EventKind.FINISHED,
+        app_id="a",
+        state=AppState.FAILED,
+        replicas=tuple(failed),
+        timeline=t.snapshot(),
+        **kw,
+    )
+
+
 def test_the_result_carries_the_timeline_with_its_root_cause() -> None:
     wall = Wall()
     t = Timeline(wall)
@@ -197,16 +211,7 @@ def test_the_result_carries_the_timeline_with_its_root_cause() -> None:
         ReplicaRow("trainer", 0, AppState.FAILED, 3, message="Error: boom"),
         ReplicaRow("trainer", 1, AppState.CANCELLED),
     ]
-    t.observe(AppState.FAILED, failed)
-    event = JobEvent(
-        kind=EventKind.FINISHED,
-        app_id="a",
-        state=AppState.FAILED,
-        replicas=tuple(failed),
-        root_cause="trainer/0",
-        root_error="RuntimeError: boom",
-        timeline=t.snapshot(),
-    )
+    event = failed_event(t, failed, root_cause="trainer/0", root_error="RuntimeError: boom")
     back = JobEvent.from_payload(json.loads(json.dumps(event.to_payload())))
     assert back.timeline == t.snapshot()
     final = final_timeline(back)
@@ -378,17 +383,8 @@ def test_each_try_keeps_its_app_for_the_view_whatever_its_end() -> None:
     from torchx_provider.operators.options import Lifecycle
     from torchx_provider.plugins.api import TRY_STORE_PREFIX
 
-    wall = Wall()
-    t = Timeline(wall)
     failed = [ReplicaRow("trainer", 0, AppState.FAILED, 1, message="Error: boom")]
-    t.observe(AppState.FAILED, failed)
-    event = JobEvent(
-        kind=EventKind.FINISHED,
-        app_id="a",
-        state=AppState.FAILED,
-        replicas=tuple(failed),
-        timeline=t.snapshot(),
-    )
+    event = failed_event(Timeline(Wall()), failed)
     never: Any = None  # no scheduler is opened: a failed app is kept (delete_succeeded)
     for store, log in ((_Store(), Log()), (_Store(refuse=True), Log())):
         ti = _TaskInstance(try_number=3)
