@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from torchx_provider.failures import FailureKind, bounded, exit_failure, python_error
+from torchx_provider.failures import (
+    MESSAGE_LIMIT,
+    FailureKind,
+    bounded,
+    exit_failure,
+    python_error,
+)
 from torchx_provider.schedulers.api import DescribeAppResponse
 from torchx_provider.schedulers.kube.pod import ANNOTATION_DEFAULT_CONTAINER, ANNOTATION_ROLE_NAME
 from torchx_provider.schedulers.labels import (
@@ -330,7 +336,10 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         reason = terminated.get("reason") or "Error"
         message = termination_message(terminated.get("message") or "")
         if reason == "OOMKilled":
-            message = bounded(f"{oom_words(spec, cstatus.get('name'))}; {message}".rstrip("; "))
+            # the limit's words first, whole: the termination message gives up its start
+            words = oom_words(spec, cstatus.get("name"))
+            rest = bounded(message, MESSAGE_LIMIT - len(words) - 2) if message else ""
+            message = f"{words}; {rest}" if rest else words
         error = f"{reason}: {message}" if message else str(reason)
     elif state is AppState.FAILED and status.get("reason"):
         message = bounded(status.get("message") or "")

@@ -186,6 +186,15 @@ def test_an_oom_killed_container_is_told_its_memory_limit_and_the_option_to_rais
         "OOMKilled: killed for exceeding its memory limit of 256 MiB: raise resource.memMB; "
         "allocating 1024 MiB"
     )
+    # a long output (torchrun's cut traceback, as a real OOM kill left it): the limit's words
+    # stay whole, the output gives up its start
+    status = the_pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    status["message"] = '  File "/usr/lib/python3/x.py", line 1\n' * 200
+    error = pod_details(the_pod).error
+    assert error.startswith(
+        "OOMKilled: killed for exceeding its memory limit of 256 MiB: raise resource.memMB; …"
+    ), error
+    assert len(error) <= len("OOMKilled: ") + 1000, len(error)
     # no limit in its spec (another container's does not count), no output
     the_pod["spec"]["containers"][0]["name"] = "sidecar"
     del the_pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
