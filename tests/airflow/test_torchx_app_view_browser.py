@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin, remove_dags_containers
-from torchx_deployment import Deployment, wait_for
+from torchx_deployment import Deployment
 
 from torchx_provider.plugins.app_view import BUNDLE
 
@@ -145,12 +145,7 @@ def test_the_plugin_defines_the_view_on_the_task_instance(deployment: Deployment
 
 def test_a_running_apps_view_is_live(deployment: Deployment, browser: Any) -> None:
     dag_id = "torchx_view_running"
-    run_id = deployment.trigger(dag_id)
-    wait_for(
-        "the task to defer",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "deferred",
-        180,
-    )
+    run_id = deployment.run_until(dag_id, "deferred", 180)
     page = open_view(browser, deployment, dag_id, run_id)
     try:
         page.get_by_role("tab", name=re.compile("TorchX app")).or_(
@@ -202,13 +197,7 @@ def test_each_try_shows_its_own_app(deployment: Deployment, browser: Any) -> Non
     opens on try 2's app and shows try 1's, with the replica that failed first, when asked
     (a try's XComs are cleared when the task runs again; its end kept its app)."""
     dag_id = "torchx_view_retried"
-    run_id = deployment.trigger(dag_id)
-    wait_for(
-        "try 2 to succeed",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
-        240,
-        interval=1,
-    )
+    run_id = deployment.run_until(dag_id, "success", 240)  # on try 2
     page = open_view(browser, deployment, dag_id, run_id)
     try:
         page.get_by_test_id("torchx-tries").wait_for(timeout=60_000)
@@ -242,13 +231,7 @@ def failed_run(dep: Deployment) -> str:
     """The run of ``torchx_view_failing`` (one per deployment), once its task failed."""
     run_id = _FAILED.get(dep.port)
     if run_id is None:
-        run_id = dep.trigger("torchx_view_failing")
-        wait_for(
-            "the task to fail",
-            lambda: dep.ti("torchx_view_failing", run_id, "train")["state"] == "failed",
-            240,
-            interval=1,
-        )
+        run_id = dep.run_until("torchx_view_failing", "failed", 240)
         keys = dep.xcom_keys("torchx_view_failing", run_id, "train")
         assert "timeline" in keys, (
             f"the failed task kept no timeline (its XComs: {keys})\n"

@@ -110,12 +110,7 @@ def test_a_deferred_tasks_logs_and_job_link(
     deployment: Deployment, page: Any, screenshot: Any, docker_engine: Any
 ) -> None:
     dag_id = "torchx_ui_running"
-    run_id = deployment.trigger(dag_id)
-    wait_for(
-        "the task to defer",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "deferred",
-        180,
-    )
+    run_id = deployment.run_until(dag_id, "deferred", 180)
     app_id = str(
         wait_for("the app id", lambda: deployment.xcom(dag_id, run_id, "train", "app_id"), 60)
     )
@@ -138,13 +133,7 @@ def test_a_failed_tasks_log_ends_with_the_failure_summary(
     deployment: Deployment, page: Any, screenshot: Any
 ) -> None:
     dag_id = "torchx_ui_failing"
-    run_id = deployment.trigger(dag_id)
-    wait_for(
-        "the task to fail",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "failed",
-        240,
-        interval=1,
-    )
+    run_id = deployment.run_until(dag_id, "failed", 240)
     page.goto(task_page(deployment, dag_id, run_id))
     group = page.get_by_text(re.compile(r"worker/0 failed: exit code 3 .*last \d+ lines"))
     group.first.wait_for(timeout=60_000)

@@ -189,6 +189,17 @@ class Deployment:
         run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
         return str(run["dag_run_id"])
 
+    def run_until(self, dag_id: str, state: str, timeout: float) -> str:
+        """A new run of ``dag_id``, once its task ``train`` is in ``state``: its run id."""
+        run_id = self.trigger(dag_id)
+        wait_for(
+            f"{dag_id}'s task to be {state}",
+            lambda: self.ti(dag_id, run_id, "train")["state"] == state,
+            timeout,
+            interval=1,
+        )
+        return run_id
+
     def wait_deferral_processed(
         self, dag_id: str, run_id: str, try_number: int = 1, timeout: float = 60
     ) -> None:
