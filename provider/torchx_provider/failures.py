@@ -179,6 +179,17 @@ def python_error(tail: Sequence[str]) -> str:
 _BLOCK_TIME = re.compile(r"^\s*time\s*:\s*(\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d)\s*$")
 
 
+def oom_words(limit: str = "") -> str:
+    """What a replica killed for its memory limit is told, on every backend: the limit it went
+    over (``limit``, in words, where the backend tells it) and the option that raises it.
+
+    >>> oom_words("256 MiB")
+    'killed for exceeding its memory limit of 256 MiB: raise resource.memMB'
+    """
+    of = f" of {limit}" if limit else ""
+    return f"killed for exceeding its memory limit{of}: raise resource.memMB"
+
+
 def root_cause_time(tail: Sequence[str]) -> str | None:
     """When the worker of torchrun's last root-cause block in ``tail`` failed, as torchrun
     wrote it (``None``: no block, or no time in it). The strings sort as the times do.

@@ -40,6 +40,7 @@ from torchx_provider.failures import (
     SIGTERM_EXIT,
     FailureKind,
     exit_failure,
+    oom_words,
 )
 from torchx_provider.schedulers.api import DescribeAppResponse, ListAppResponse
 from torchx_provider.schedulers.docker.translation import (
@@ -532,8 +533,7 @@ def _failure_msg(role: str, c: ContainerInfo, reason: str) -> str:
     msg = f"{role}/{c.replica_id} exited with code {c.exit_code}"
     if c.oom_killed:
         mem = c.role.resource.memMB if c.role is not None and c.role.resource else 0
-        of = f" of {int(mem)} MiB" if mem > 0 else ""
-        msg += f" (killed for exceeding its memory limit{of}: raise resource.memMB)"
+        msg += f" ({oom_words(f'{int(mem)} MiB' if mem > 0 else '')})"
     elif reason == "EngineStopped":
         msg += f" ({ENGINE_STOPPED})"
     return msg

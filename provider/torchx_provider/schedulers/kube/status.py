@@ -24,6 +24,7 @@ from torchx_provider.failures import (
     FailureKind,
     bounded,
     exit_failure,
+    oom_words,
     python_error,
 )
 from torchx_provider.schedulers.api import DescribeAppResponse
@@ -302,19 +303,18 @@ def memory_words(quantity: str) -> str:
     return words if quantity == f"{mib:.0f}Mi" else f"{words} ({quantity})"
 
 
-def oom_words(spec: Mapping[str, Any], container: str | None) -> str:
-    """What an ``OOMKilled`` container is told: it went over its memory limit (the one its
-    spec gives, where it gives one), and the option that raises it.
+def container_oom_words(spec: Mapping[str, Any], container: str | None) -> str:
+    """What an ``OOMKilled`` container is told (:func:`~torchx_provider.failures.oom_words`),
+    with the memory limit its spec gives, where it gives one.
 
-    >>> oom_words({"containers": [{"name": "main", "resources": {"limits": {"memory":
+    >>> container_oom_words({"containers": [{"name": "main", "resources": {"limits": {"memory":
     ...     "256Mi"}}}]}, "main")
     'killed for exceeding its memory limit of 256 MiB: raise resource.memMB'
     """
     containers = spec.get("containers") or []
     found = next((c for c in containers if c.get("name") == container), None)
     limit = (((found or {}).get("resources") or {}).get("limits") or {}).get("memory")
-    of = f" of {memory_words(str(limit))}" if limit else ""
-    return f"killed for exceeding its memory limit{of}: raise resource.memMB"
+    return oom_words(memory_words(str(limit)) if limit else "")
 
 
 def pod_details(pod: Mapping[str, Any]) -> PodDetails:
@@ -337,7 +337,7 @@ def pod_details(pod: Mapping[str, Any]) -> PodDetails:
         message = termination_message(terminated.get("message") or "")
         if reason == "OOMKilled":
             # the limit's words first, whole: the termination message gives up its start
-            words = oom_words(spec, cstatus.get("name"))
+            words = container_oom_words(spec, cstatus.get("name"))
             rest = bounded(message, MESSAGE_LIMIT - len(words) - 2) if message else ""
             message = f"{words}; {rest}" if rest else words
         error = f"{reason}: {message}" if message else str(reason)
