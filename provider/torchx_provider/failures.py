@@ -19,7 +19,14 @@ knows has no kind. This module holds what is the same for every backend:
   every such node counts as failing at that moment, whenever its container ended: torchrun's
   times of the failures decide between them (a node whose rank failed first can end seconds
   after its peers, stopping its other ranks and waiting at torchrun's exit barrier);
-* :func:`python_error`: the error line of the last Python traceback in a tail;
+  before all of that, a replica whose error says it lost a peer rank (:data:`PEER_LOSS`: gloo's
+  "Connection closed by peer", NCCL's remote error) comes after every other, whenever it
+  ended: the failure began elsewhere. The replica whose rank raised can end last, stopped
+  from outside (a job that fails fast stops its other pods once the first one failed) before
+  its torchrun could print its summary; its own error is then still in its log, before
+  torchrun's teardown;
+* :func:`python_error`: the error line of the last Python traceback in a tail, a teardown's
+  (torchrun's ``SignalException``) only where there is no other;
 * :func:`error_class`: the exception class of a kind (an unknown kind is the base class).
 """
 
@@ -149,9 +156,30 @@ def _strip(line: str) -> str:
     return re.sub(r"^\[(?:default)?\d+\]:", "", line).rstrip()
 
 
+def _traceback_errors(tail: Sequence[str]) -> list[str]:
+    """The error lines of ``tail`` from its first Python traceback on, in order. Every such
+    line counts, not only the first after each ``Traceback`` line: the ranks of one node write
+    their tracebacks to the same stream at the same moment, line by line interleaved. A
+    traceback torchrun's failure summary shows (after ``traceback :``, indented) counts too.
+    """
+    lines = [_strip(line) for line in tail]
+    first = next((i for i, line in enumerate(lines) if _TRACEBACK in line), None)
+    if first is None:
+        return []
+    return [
+        line.strip()
+        for line in lines[first + 1 :]
+        if _TRACEBACK not in line and _ERROR_LINE.match(line.strip())
+    ]
+
+
 def python_error(tail: Sequence[str]) -> str:
-    """The error line of the last Python traceback in ``tail`` (``""``: none). A traceback
-    torchrun's failure summary shows (after ``traceback :``, indented) counts too.
+    """The last error line of the Python tracebacks in ``tail`` among those that tell most
+    (``""``: none): the replica's own error over a lost peer's (:data:`PEER_LOSS`), and that over
+    torchrun's teardown (``SignalException``, when its launcher or the platform stopped it).
+    A node's log can hold all three: its rank raised, its other rank lost that peer (and
+    torchrun, seeing both fail in the same second, may name either as its root cause), then
+    it was stopped from outside -- and its ranks' tracebacks interleaved line by line.
 
     >>> python_error(["Traceback (most recent call last):", '  File "t.py", line 1',
     ...               "ValueError: bad input", "done"])
@@ -160,18 +188,65 @@ def python_error(tail: Sequence[str]) -> str:
     ...               '    File "t.py", line 1, in main', "      raise ValueError('bad')",
     ...               "  ValueError: bad", "  ", "====="])
     'ValueError: bad'
+    >>> python_error(["Traceback (most recent call last):", "RuntimeError: rank 3 failed",
+    ...               "Traceback (most recent call last):", "SignalException: got signal: 15"])
+    'RuntimeError: rank 3 failed'
     """
-    lines = [_strip(line) for line in tail]
-    start = max((i for i, line in enumerate(lines) if _TRACEBACK in line), default=-1)
-    if start < 0:
+    errors = _traceback_errors(tail)
+    if not errors:
         return ""
-    indented = not lines[start].startswith(_TRACEBACK)
-    for line in lines[start + 1 :]:
-        if indented:
-            line = line.strip()
-        if _ERROR_LINE.match(line):
-            return line
-    return ""
+    best = max(_telling(e) for e in errors)
+    return [e for e in errors if _telling(e) == best][-1]
+
+
+def _telling(error: str) -> int:
+    """How much an error line tells of where a failure began: 2 for the replica's own error,
+    1 for a lost peer (:data:`PEER_LOSS`), 0 for torchrun's teardown. (torchrun's own
+    ``ChildFailedError:`` line has no text of its own and is no error line.)"""
+    if is_teardown(error):
+        return 0
+    return 1 if is_peer_loss(error) else 2
+
+
+def is_teardown(error: str) -> bool:
+    """``error`` (an error line) is torchrun's teardown of a replica it was told to stop."""
+    return _SIGNAL_EXCEPTION in error
+
+
+#: Errors a rank raises when another rank is gone: the failure began elsewhere. Fragments of
+#: the error line, as each communication library words it.
+#:
+#: =====================================================  ==================================
+#: fragment                                               said by
+#: =====================================================  ==================================
+#: ``Connection closed by peer``                          gloo: a peer's socket closed (its
+#:                                                        process exited)
+#: ``Connection reset by peer``                           gloo, TCPStore: the same, reset
+#: ``ncclRemoteError``                                    NCCL: a remote rank exited or its
+#:                                                        network failed
+#: ``remote process exited``                              NCCL's words for the same
+#: ``NCCL communicator was aborted``                      PyTorch: NCCL's communicator
+#:                                                        aborted after another rank's error
+#: =====================================================  ==================================
+PEER_LOSS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "ncclRemoteError",
+    "remote process exited",
+    "NCCL communicator was aborted",
+)
+
+
+def is_peer_loss(error: str) -> bool:
+    """``error`` (an error line) says a peer rank was gone: a consequence, not a cause.
+
+    >>> is_peer_loss("RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by "
+    ...              "peer [10.89.0.8]:9124")
+    True
+    >>> is_peer_loss("RuntimeError: rank 3 failed at step 3 as asked")
+    False
+    """
+    return any(fragment in error for fragment in PEER_LOSS)
 
 
 #: the time in torchrun's root-cause block: ``time      : 2024-05-01_10:00:01`` (whole
@@ -223,7 +298,7 @@ def evidence(tail: Sequence[str]) -> int:
                     return 2
                 break
     error = python_error(tail)
-    return 1 if error and _SIGNAL_EXCEPTION not in error else 0
+    return 1 if error and not is_teardown(error) else 0
 
 
 #: How long after the first failure another replica's failure still counts as the same
@@ -266,6 +341,11 @@ def root_cause(
     >>> tails = {"t/0": block("2024-05-01_10:00:12"), "t/1": block("2024-05-01_10:00:02")}
     >>> root_cause([peer_lost, raised], tails).key  # ended 3 s later, its rank failed 10 s first
     't/1'
+    >>> lost = ["Traceback (most recent call last):", "RuntimeError: Connection closed by peer"]
+    >>> raised_first = ["Traceback (most recent call last):", "RuntimeError: bad batch",
+    ...                 "Traceback (most recent call last):", "SignalException: got signal: 15"]
+    >>> root_cause([peer_lost, raised], {"t/0": lost, "t/1": raised_first}).key  # stopped later
+    't/1'
     """
     if not failed:
         return None
@@ -278,8 +358,9 @@ def root_cause(
     # are compared by it (module doc)
     torchrun_decides = first_ended is not None and torchrun_times[first_ended[1]] is not None
 
-    def order(i: int) -> tuple[float, int, str, int, float, int]:
+    def order(i: int) -> tuple[int, float, int, str, int, float, int]:
         row, at = failed[i], times[i]
+        tail = tails.get(row.key, ())
         if torchrun_decides and torchrun_times[i] is not None:
             late = 0.0
         elif at is None:
@@ -287,8 +368,9 @@ def root_cause(
             late = float("inf") if window_ends is not None else 0.0
         else:
             late = 0.0 if window_ends is not None and at <= window_ends else at
-        tail = tails.get(row.key, ())
         return (
+            # a rank that lost its peer did not begin the failure, whenever it ended
+            1 if is_peer_loss(python_error(tail)) else 0,
             late,
             -evidence(tail),
             # torchrun's own time of the failure: its nodes wait for each other before they
@@ -302,22 +384,46 @@ def root_cause(
     return failed[min(range(len(failed)), key=order)]
 
 
+#: the Python error line a backend's message ends with, after its own words
+#: (``Error: torch...SignalException: ...``, ``Error: RuntimeError: ...``)
+_ERROR_IN_MESSAGE = re.compile(r"(?<=: )…?[A-Za-z_][\w.]*(?:Error|Exception)\w*(?::\s.*)?$", re.S)
+
+
 def with_log_errors(
     rows: Sequence[ReplicaRow], tails: Mapping[str, Sequence[str]]
 ) -> tuple[ReplicaRow, ...]:
     """``rows`` where each failed replica the backend gave no message gets the Python error
     its log tail ends with (bounded), so the summary, the table and the XCom show the error
-    itself, not just an exit code. A backend's own message (a termination message) stays."""
+    itself, not just an exit code. A backend's own message (a termination message) stays,
+    unless the Python error it ends with tells less than the log tail's (a teardown or a lost
+    peer, where the tail holds the replica's own error: a termination message is only the
+    log's last lines): that error then takes its place, after the backend's own words
+    (``Error: ``).
+
+    >>> from torchx_provider.replicas import ReplicaRow
+    >>> from torchx_provider.specs.api import AppState
+    >>> row = ReplicaRow("t", 1, AppState.FAILED, 1, message="Error: torch.distributed."
+    ...                  "elastic.multiprocessing.api.SignalException: Process 7 got signal: 15")
+    >>> tail = ["Traceback (most recent call last):", "RuntimeError: rank 3 failed",
+    ...         "Traceback (most recent call last):", "SignalException: got signal: 15"]
+    >>> with_log_errors([row], {"t/1": tail})[0].message
+    'Error: RuntimeError: rank 3 failed'
+    """
     from dataclasses import replace
 
     from torchx_provider.specs.api import AppState
 
     out = []
     for row in rows:
-        if row.state == AppState.FAILED and not row.message:
+        if row.state == AppState.FAILED:
             error = python_error(tails.get(row.key, ()))
-            if error:
+            if error and not row.message:
                 row = replace(row, message=bounded(error))
+            elif error:
+                told = _ERROR_IN_MESSAGE.search(row.message)
+                if told is not None and _telling(told.group(0)) < _telling(error):
+                    said = row.message[: told.start()] + error
+                    row = replace(row, message=bounded(said))
         out.append(row)
     return tuple(out)
 

@@ -167,6 +167,103 @@ def test_of_two_torchrun_summaries_the_earlier_failure_is_first() -> None:
     assert root_cause(rows, {"trainer/0": traceback, "trainer/1": raised}) == rows[0]
 
 
+#: the rank on the other node, as gloo words a peer that is gone, in torchrun's summary
+PEER_LOST_BLOCK = [
+    line.replace("10:00:03", "10:00:13").replace(
+        "RuntimeError: rank 3 failed at step 3",
+        "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+        "[10.89.0.8]:9124",
+    )
+    for line in RECORDED_BLOCK
+]
+#: the node whose rank raised, stopped from outside at torchrun's exit barrier before it
+#: printed its summary: its rank's traceback, then torchrun's teardown
+RAISED_THEN_STOPPED = [
+    *TRACEBACK[:3],
+    "RuntimeError: rank 3 failed at step 3",
+    "[0]:rank=2 step=3 lost a peer, waiting to be stopped",
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 9 closing signal "
+    "SIGTERM",
+    "INFO:torch.distributed.elastic.agent.server.api:Local worker group finished "
+    "(WorkerState.FAILED). Waiting 300 seconds for other agents to finish",
+    *TORN_DOWN,
+]
+
+
+def test_a_replica_that_lost_its_peer_is_never_the_root_cause() -> None:
+    """Seen on real containers under load: the node whose rank raised was stopped from
+    outside (Volcano's fail-fast policy, once its peer node's pod failed) before its torchrun
+    printed its summary, and ended seconds later than its peer, whose summary names gloo's
+    lost connection."""
+    rows = [failed(0, 1, T0), failed(1, 1, T2)]
+    tails = {"trainer/0": PEER_LOST_BLOCK, "trainer/1": RAISED_THEN_STOPPED}
+    assert root_cause(rows, tails) == rows[1]
+    assert python_error(RAISED_THEN_STOPPED) == "RuntimeError: rank 3 failed at step 3"
+    # whichever ended first, and with both summaries printed
+    rows = [failed(0, 1, T2), failed(1, 1, T0)]
+    assert root_cause(rows, tails) == rows[1]
+    assert root_cause(rows, {**tails, "trainer/1": RECORDED_BLOCK}) == rows[1]
+    # two replicas that both lost a peer: the other rules decide between them
+    both = {"trainer/0": PEER_LOST_BLOCK, "trainer/1": PEER_LOST_BLOCK}
+    assert root_cause([failed(0, 1, T2), failed(1, 1, T0)], both).key == "trainer/1"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [::1]:1",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:575] Connection "
+        "reset by peer",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, "
+        "remote process exited or there was a network error, NCCL version 2.19.3",
+        "RuntimeError: NCCL communicator was aborted on rank 1.",
+    ],
+)
+def test_peer_losses_as_each_library_words_them(error: str) -> None:
+    from torchx_provider.failures import is_peer_loss
+
+    assert is_peer_loss(error)
+
+
+def test_the_tracebacks_of_two_ranks_interleaved_line_by_line() -> None:
+    """Two ranks of one node fail at once and write their tracebacks to the same stream; the
+    node was then stopped from outside before its torchrun printed a summary."""
+    tail = [
+        "Traceback (most recent call last):",
+        "Traceback (most recent call last):",
+        '  File "/app/train.py", line 117, in main',
+        '  File "/app/train.py", line 126, in main',
+        '    raise RuntimeError(f"rank {rank} failed at step {step} as asked")',
+        "    loss.backward()",
+        "RuntimeError: rank 3 failed at step 3 as asked",
+        "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [::1]:1",
+        *TORN_DOWN,
+    ]
+    assert python_error(tail) == "RuntimeError: rank 3 failed at step 3 as asked"
+    rows = [failed(0, 1, T0), failed(1, 1, T2)]
+    assert root_cause(rows, {"trainer/0": PEER_LOST_BLOCK, "trainer/1": tail}) == rows[1]
+    # torchrun's own ChildFailedError line (no text of its own) is no error: its summary is
+    torchrun = [
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 33, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+    ]
+    assert "Connection closed by peer" in python_error([*torchrun, *PEER_LOST_BLOCK])
+
+
+def test_a_teardown_is_the_error_only_where_there_is_no_other() -> None:
+    assert python_error([*TRACEBACK, *TORN_DOWN]) == "ValueError: rank 3 got a bad batch"
+    assert python_error([*TORN_DOWN, *TRACEBACK]) == "ValueError: rank 3 got a bad batch"
+    assert python_error(TORN_DOWN).endswith("SignalException: Process 7 got signal: 15")
+    assert evidence([*TRACEBACK, *TORN_DOWN]) == 1
+    # the replica's own error over a lost peer's, whichever torchrun named its root cause
+    assert python_error([*RECORDED_BLOCK, *PEER_LOST_BLOCK]) == (
+        "RuntimeError: rank 3 failed at step 3"
+    )
+    assert "Connection closed by peer" in python_error([*PEER_LOST_BLOCK, *TORN_DOWN])
+
+
 @pytest.mark.parametrize(
     ("killed_at", "exited_at", "first"),
     [
@@ -221,6 +318,28 @@ def test_the_summary_leads_with_the_root_cause_marked_when_others_failed() -> No
     assert heads == [
         "::group::trainer/3 failed first: exit code 1 (Error) — last 4 lines",
         "::group::trainer/0 failed: exit code 143 (Error) — last 3 lines",
+    ]
+
+
+def test_the_error_is_found_further_back_than_the_summary_shows() -> None:
+    """The pumps keep more of each log than the summary shows: the node whose rank raised
+    can print its error 80 lines before its end (torchrun's summary, then its teardown)."""
+    from torchx_provider.triggers.logpump import TAIL_LINES
+    from torchx_provider.triggers.summary import SUMMARY_LINES
+
+    noise = [f"INFO:torch.distributed.elastic: line {n}" for n in range(80)]
+    log = [*TRACEBACK, *noise, *TORN_DOWN]
+    assert SUMMARY_LINES < len(log) <= TAIL_LINES
+    rows = [failed(0, 1, T0), failed(1, 1, T2)]
+    tails = {"trainer/0": PEER_LOST_BLOCK, "trainer/1": log}
+    assert root_cause(rows, tails) == rows[1]
+    assert python_error(log) == "ValueError: rank 3 got a bad batch"
+    summary = failure_summary(rows, tails, "trainer/1")
+    assert summary[0] == (
+        f"::group::trainer/1 failed first: exit code 1 (Error) — last {SUMMARY_LINES} lines"
+    )
+    assert summary[1 : SUMMARY_LINES + 1] == [
+        f"[trainer/1] {line}" for line in log[-SUMMARY_LINES:]
     ]
 
 
@@ -361,6 +480,19 @@ def test_a_failed_replica_without_a_message_gets_its_logs_python_error() -> None
         "",  # succeeded
         "",  # no traceback in its log
     ]
+    # a termination message that only tells torchrun's teardown (the log's last lines):
+    # the error before it in the log takes the teardown's place
+    teardown = ReplicaRow("trainer", 4, AppState.FAILED, 1, message="Error: " + TORN_DOWN[-1])
+    got = with_log_errors([teardown], {"trainer/4": [*TRACEBACK, *TORN_DOWN]})
+    assert got[0].message == "Error: ValueError: rank 3 got a bad batch"
+    # the same for a lost peer's error, torchrun's root cause when two ranks failed in the
+    # same second; a message cut at its start is still read
+    lost = PEER_LOST_BLOCK[-3].strip()
+    said = ReplicaRow("trainer", 4, AppState.FAILED, 1, message=f"Error: …{lost[4:]}")
+    got = with_log_errors([said], {"trainer/4": [*RECORDED_BLOCK, *PEER_LOST_BLOCK]})
+    assert got[0].message == "Error: RuntimeError: rank 3 failed at step 3"
+    # a log with nothing but the teardown leaves the message as it was
+    assert with_log_errors([teardown], {"trainer/4": TORN_DOWN}) == (teardown,)
 
 
 def test_a_failure_the_backend_gives_no_time_is_timed_when_first_seen() -> None:

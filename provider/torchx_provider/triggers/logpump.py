@@ -11,8 +11,9 @@ last lines come before the line saying how the app ended.
 
 A source that cannot be read (its node unreachable, a 5xx, the stream broken) never ends or
 pauses the follow: the pump says so once, retries from its cursor with backoff, and says when
-the source is readable again. Each pump keeps the last :data:`SUMMARY_LINES` lines of its
-source for the failure summary (:mod:`~torchx_provider.triggers.summary`); nothing else is
+the source is readable again. Each pump keeps the last :data:`TAIL_LINES` lines of its
+source, to find where a failure began (:mod:`~torchx_provider.failures`) and for the failure
+summary (:mod:`~torchx_provider.triggers.summary`, which shows fewer); nothing else is
 buffered -- a batch is written before the next is read.
 """
 
@@ -36,8 +37,9 @@ from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLin
 from torchx_provider.tasklog import TaskLogger
 from torchx_provider.triggers.policy import Refusals, retry_delay
 
-#: Last lines of each source kept for the failure summary.
-SUMMARY_LINES = 50
+#: Last lines of each source kept: a node's own error can be 80 lines before its end
+#: (torchrun's summary of four failed ranks, then its teardown when the platform stopped it).
+TAIL_LINES = 150
 #: Reads of a source that keeps failing after the app ended before its lines are given up.
 FINAL_LOG_ATTEMPTS = 3
 #: Seconds of writing lines after which a pump lets the event loop run other work.
@@ -72,7 +74,7 @@ class LogPumps:
         retry_base: float = 10.0,
         reconnect: Callable[[], Awaitable[bool]] | None = None,
         rand: Callable[[], float] = random.random,
-        summary_lines: int = SUMMARY_LINES,
+        tail_lines: int = TAIL_LINES,
         on_progress: Callable[[], None] = lambda: None,
         on_lines: Callable[[str, list[str], str], None] | None = None,
         hold: Callable[[], Awaitable[None]] | None = None,
@@ -98,14 +100,14 @@ class LogPumps:
         #: source key -> when (:attr:`clock`) a read of it last failed
         self.failed_at: dict[str, float] = {}
         self._said: set[str] = set()
-        self._summary_lines = summary_lines
+        self._tail_lines = tail_lines
         self._last_yield = time.monotonic()
 
     def start(self, sources: Iterable[LogSource]) -> None:
         """Start a pump for each source not pumped yet."""
         for source in sources:
             if source.key not in self._tasks:
-                self.tails[source.key] = deque(maxlen=self._summary_lines)
+                self.tails[source.key] = deque(maxlen=self._tail_lines)
                 self._tasks[source.key] = asyncio.ensure_future(self._pump(source))
 
     async def finish(self, timeout: float) -> None:

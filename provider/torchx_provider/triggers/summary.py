@@ -38,6 +38,10 @@ def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
     return [r for r in rows if r.state == AppState.FAILED]
 
 
+#: Last lines of each failed replica's log the summary shows.
+SUMMARY_LINES = 50
+
+
 def failure_summary(
     rows: Iterable[ReplicaRow], tails: Mapping[str, Sequence[str]], first: str = ""
 ) -> list[str]:
@@ -49,7 +53,7 @@ def failure_summary(
     failed = failed_rows(rows)
     failed.sort(key=lambda r: r.key != first)
     for row in failed:
-        lines = list(tails.get(row.key, ()))
+        lines = list(tails.get(row.key, ()))[-SUMMARY_LINES:]
         head = replica_failure(row)
         if len(failed) > 1 and row.key == first:
             head = head.replace(" failed:", " failed first:", 1)
