@@ -25,8 +25,8 @@ knows has no kind. This module holds what is the same for every backend:
   from outside (a job that fails fast stops its other pods once the first one failed) before
   its torchrun could print its summary; its own error is then still in its log, before
   torchrun's teardown;
-* :func:`python_error`: the error line of the last Python traceback in a tail, a teardown's
-  (torchrun's ``SignalException``) only where there is no other;
+* :func:`python_error`: the error a tail's Python tracebacks tell most of: a replica's own
+  error over a lost peer's, either over torchrun's teardown (``SignalException``);
 * :func:`error_class`: the exception class of a kind (an unknown kind is the base class).
 """
 
