@@ -123,11 +123,16 @@ def indexed_replicas(
     app_state: AppState,
     jobs: Iterable[tuple[Mapping[str, Any], Callable[[int], str]]],
     pods: Sequence[Mapping[str, Any]],
+    suspended: bool = False,
 ) -> list[tuple[readback.ReplicaRecord, Mapping[str, Any]]]:
     """Each replica of an app whose roles are Indexed Jobs, with its pod template: ``jobs``
     gives each role's Job spec and the hostname of its replica ``index``. The pod, once there
     is one, is the replica's state (the controllers count pods or Jobs, not replicas); before
-    it exists a replica is pending, or what the app ended as."""
+    it exists a replica is pending, or what the app ended as. While the app is ``suspended``
+    and not ended (Kueue preempted it: it waits to be admitted again) every replica is
+    pending: the pods left are being removed by the suspension, and the exit they show (a
+    SIGTERM handled, exit 1 under torchrun) is no failure of the replica; the pod's details
+    (exit code, message) stay on the record."""
     pod_index = readback.pods_by_replica(pods)
     out: list[tuple[readback.ReplicaRecord, Mapping[str, Any]]] = []
     for job_spec, hostname in jobs:
@@ -140,7 +145,8 @@ def indexed_replicas(
             pod = pod_index.get(key)
             state = AppState.PENDING if pod is not None or not is_terminal(app_state) else app_state
             record = readback.ReplicaRecord(key, state, hostname(index))
-            out.append((record.with_pod(pod, prefer_pod_state=True), template))
+            waits = suspended and not is_terminal(app_state)
+            out.append((record.with_pod(pod, prefer_pod_state=not waits), template))
     return out
 
 
@@ -152,10 +158,12 @@ def describe_indexed(
     *,
     num_restarts: int,
     msg: str,
+    suspended: bool = False,
 ) -> DescribeAppResponse:
-    """The response of an app in ``app_state`` whose roles are Indexed Jobs (``jobs`` as
-    :func:`indexed_replicas` takes them); ``msg`` is its message, ``NONE`` when empty."""
-    replicas = indexed_replicas(app_state, jobs, pods)
+    """The response of an app in ``app_state`` whose roles are Indexed Jobs (``jobs``,
+    ``suspended`` as :func:`indexed_replicas` takes them); ``msg`` is its message, ``NONE``
+    when empty."""
+    replicas = indexed_replicas(app_state, jobs, pods, suspended)
     return readback.describe_app(
         app_id, app_state, replicas, num_restarts=num_restarts, msg=msg or NONE
     )

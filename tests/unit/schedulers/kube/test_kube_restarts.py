@@ -294,3 +294,37 @@ def test_a_volcano_restart_is_a_restart_not_a_preemption() -> None:
     back = ["Running", "Restarting", "Pending", "Running", "Pending"]
     assert t.app_state(vcjob_at(back, 1, "Pending")) is AppState.PENDING
     assert t.app_state(vcjob_at(["Pending"], 0, "Pending") | {"status": {}}) is AppState.SUBMITTED
+
+
+@pytest.mark.parametrize("make", [jobset, appwrapper], ids=["jobset", "appwrapper"])
+def test_the_replicas_of_an_app_kueue_suspended_wait_whatever_their_pods_show(
+    make: Any,
+) -> None:
+    """Kueue preempts a running app: ``spec.suspend`` is set and its pods are removed. A pod
+    still there shows the exit its SIGTERM gave (1 under torchrun): the replica is not
+    failed, it waits to be admitted again -- the exit code stays on the record."""
+    base = make(local_queue="team-a")
+    base["spec"]["suspend"] = False
+    if base["kind"] == "AppWrapper":
+        base["status"] = {"phase": "Running"}
+    running = describe_of(base, [pod("Running", 0)])
+    assert replica_states(running) == [AppState.RUNNING]
+    preempted = copy.deepcopy(base)
+    preempted["spec"]["suspend"] = True
+    if base["kind"] == "AppWrapper":
+        preempted["status"] = {"phase": "Suspending"}
+    resp = describe_of(preempted, [pod("Failed", 0, 1)])
+    assert resp.state is AppState.PENDING
+    (replica,) = resp.roles_statuses[0].replicas
+    assert (replica.state, replica.exit_code) == (AppState.PENDING, 1)
+    # not suspended, the same pod is a failed replica
+    assert replica_states(describe_of(base, [pod("Failed", 0, 1)])) == [AppState.FAILED]
+
+
+def describe_of(obj: dict[str, Any], pods: list[dict[str, Any]]) -> Any:
+    describe = describe_jobset if obj["kind"] == "JobSet" else describe_appwrapper
+    return describe(APP_ID, obj, pods)
+
+
+def replica_states(resp: Any) -> list[AppState]:
+    return [r.state for s in resp.roles_statuses for r in s.replicas]

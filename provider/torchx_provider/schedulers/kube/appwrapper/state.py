@@ -151,5 +151,11 @@ def describe_appwrapper(
     jobs = [(job["spec"], hostnames(job)) for job in job_components(obj)]
     restarts = int((obj.get("status") or {}).get("resettingCount") or 0)
     return describe_indexed(
-        app_id, app_state, jobs, pods, num_restarts=restarts, msg=status_message(obj)
+        app_id,
+        app_state,
+        jobs,
+        pods,
+        num_restarts=restarts,
+        msg=status_message(obj),
+        suspended=bool((obj.get("spec") or {}).get("suspend")),
     )

@@ -212,4 +212,5 @@ def describe_jobset(
         pods,
         num_restarts=_restarts(status),
         msg=status_message(obj, pods),
+        suspended=bool((obj.get("spec") or {}).get("suspend")),
     )
