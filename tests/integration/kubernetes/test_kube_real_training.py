@@ -170,6 +170,16 @@ def text_of(log: TaskLog) -> str:
     return "\n".join(log.lines)[-6000:]
 
 
+#: the lines that tell which rank failed where and how, for a failure's one-line story
+STORY = re.compile(r"::group::|rank      :|Error: |SignalException|^app ")
+
+
+def story_of(log: TaskLog) -> str:
+    """A failed run on one line (a test summary shows a message's first line only): the
+    app's states, each rank torchrun names, the error lines and the summary's heads."""
+    return " | ".join(line.strip()[:160] for line in log.lines if STORY.search(line))
+
+
 async def run_to_failure(kube_cluster: Any, scheduler: Any, app: Any) -> tuple[Any, TaskLog]:
     """Submit ``app`` to Volcano, follow it to its end: the error the task fails with, and
     the task log."""
@@ -220,13 +230,13 @@ async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
     keys = {m["key"] for m in step_lines(log.lines) if m["rank"] == "3"}
     assert len(keys) == 1, (keys, text)
     role, replica = keys.pop().split("/")
-    assert (error.role, error.replica_id) == (role, int(replica)), (error, text)
+    assert (error.role, error.replica_id) == (role, int(replica)), (story_of(log), error)
     # the kubelet's reason, then the Python error from the termination message (the tail of
     # the log: torchrun's failure summary), or from the log before it where that tail tells
     # only a lost peer or a teardown
     assert error.replica_message == "Error: RuntimeError: rank 3 failed at step 3 as asked", (
+        story_of(log),
         error.replica_message,
-        text,
     )
     assert "Root Cause (first observed failure)" in "\n".join(log.lines), text
 
