@@ -67,6 +67,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def say(line: str) -> None:
+    """Write ``line`` and its newline in one write. Python run unbuffered (the image sets
+    PYTHONUNBUFFERED, as most training images do) writes ``print``'s text and its newline in
+    two writes; torchrun's tee, reading each rank's output as it comes, can then read the text
+    alone and put the next line's ``[rank]:`` prefix at the end of this one."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def save(path: str, model: nn.Module, opt: torch.optim.Optimizer, step: int, rank: int) -> None:
     """Write atomically: ranks sharing the directory write the same state, last one wins."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -80,13 +89,13 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     dist.init_process_group(backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank={rank} world_size={world} started", flush=True)
+    say(f"rank={rank} world_size={world} started")
 
     ballast: Any = None
     if args.alloc_mb > 0:
         # torch.ones writes every page, so the memory is really used.
         ballast = torch.ones(args.alloc_mb * (1 << 18), dtype=torch.float32)
-        print(f"rank={rank} allocated {args.alloc_mb} MiB", flush=True)
+        say(f"rank={rank} allocated {args.alloc_mb} MiB")
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
@@ -97,13 +106,13 @@ def main(argv: list[str]) -> int:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = int(state["step"])
-        print(f"rank={rank} resumed from checkpoint at step {start}", flush=True)
+        say(f"rank={rank} resumed from checkpoint at step {start}")
     ddp = DistributedDataParallel(model)
     done = start
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         save(args.checkpoint, model, opt, done, rank)
-        print(f"rank={rank} step={done} checkpoint saved on SIGTERM", flush=True)
+        say(f"rank={rank} step={done} checkpoint saved on SIGTERM")
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -118,10 +127,10 @@ def main(argv: list[str]) -> int:
             raise RuntimeError(f"rank {rank} failed at step {step} as asked")
         if args.hang_at_step:
             if step == args.hang_at_step and rank == args.hang_rank:
-                print(f"rank={rank} hangs before its all_reduce", flush=True)
+                say(f"rank={rank} hangs before its all_reduce")
                 time.sleep(3600)
             if os.environ.get("LOCAL_RANK", "0") == "0":
-                print(f"rank={rank} step={step} all_reduce", flush=True)
+                say(f"rank={rank} step={step} all_reduce")
         try:
             loss = nn.functional.mse_loss(ddp(x), y)
             loss.backward()
@@ -132,18 +141,18 @@ def main(argv: list[str]) -> int:
                 raise
             # Another rank is gone: it is the failure, not this rank. Its launcher stops this
             # one (SIGTERM); failing at once would race it for torchrun's "Root Cause".
-            print(f"rank={rank} step={step} lost a peer, waiting to be stopped", flush=True)
+            say(f"rank={rank} step={step} lost a peer, waiting to be stopped")
             time.sleep(args.peer_lost_wait)
             raise
         opt.step()
         mean /= world
         done = step
         save(args.checkpoint, model, opt, step, rank)
-        print(f"rank={rank} world_size={world} step={step} loss={mean.item():.6f}", flush=True)
+        say(f"rank={rank} world_size={world} step={step} loss={mean.item():.6f}")
         if args.step_seconds > 0:
             time.sleep(args.step_seconds)
     del ballast
-    print(f"rank={rank} done after step {done}", flush=True)
+    say(f"rank={rank} done after step {done}")
     dist.destroy_process_group()
     return 0
 

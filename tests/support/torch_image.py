@@ -47,8 +47,21 @@ STEP_LINE = re.compile(
 )
 
 
+#: a task log line holding a second of torchrun's ``[rank]:`` prefixes after its text: the
+#: rank's output reached torchrun's tee in two pieces (its text, then its newline) and the
+#: next line's prefix was written before the newline
+GLUED_LINE = re.compile(r"^\[[^\]]+\] .*\S\[\d+\]:")
+
+
 def step_lines(lines: Sequence[str]) -> list[re.Match[str]]:
-    """The step lines among a task log's ``lines``."""
+    """The step lines among a task log's ``lines``; fails on a line that holds two of
+    torchrun's lines glued (the step it holds would otherwise just be missing)."""
+    glued = [line for line in lines if GLUED_LINE.match(line)]
+    assert not glued, (
+        f"{len(glued)} task log line(s) hold two of torchrun's lines glued, first "
+        f"{glued[0]!r}: the script wrote a line's text and its newline in two writes "
+        "(print under PYTHONUNBUFFERED); write each line in one"
+    )
     return [m for m in map(STEP_LINE.match, lines) if m]
 
 
