@@ -12,26 +12,20 @@ Each test saves screenshots under ``.ci-logs/browser/``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD, airflow_bin, remove_dags_containers
+from app_view_helpers import open_view, remove_runs_containers, shot, view_deployment
+from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD
 from torchx_deployment import Deployment
 
-from torchx_provider.plugins.app_view import BUNDLE
-
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow, pytest.mark.browser]
-
-SHOTS = Path(__file__).resolve().parents[2] / ".ci-logs" / "browser"
-PLUGIN = "torchx_provider.plugins.app_view:TorchXAppViewPlugin"
 
 DAGS = (
     DEPLOYMENT_DAG_HEAD
@@ -74,60 +68,16 @@ with DAG("torchx_view_failing", **ARGS):
 )
 
 
-def plugin_entry_point(where: Path) -> str | None:
-    """A directory that declares the view's ``airflow.plugins`` entry point, for an
-    installation made before it existed (an editable install of an earlier checkout);
-    ``None`` when the installed package declares it."""
-    from importlib.metadata import entry_points
-
-    if any(ep.value == PLUGIN for ep in entry_points(group="airflow.plugins")):
-        return None
-    info = where / "torchx_app_view_entry_point-0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torchx-app-view-entry-point\nVersion: 0\n"
-    )
-    (info / "entry_points.txt").write_text(f"[airflow.plugins]\ntorchx_app_view = {PLUGIN}\n")
-    return str(where)
-
-
 @pytest.fixture(scope="module")
 def deployment(docker_engine: Any, skip_or_fail: Any) -> Iterator[Deployment]:
-    if not BUNDLE.is_file():
-        skip_or_fail("the view's bundle is not built (cd ui && npm ci && npm run build)")
-    home = Path(tempfile.mkdtemp(prefix="torchx-view-"))
-    dep = Deployment(home, airflow_bin())
-    extra = plugin_entry_point(home / "entry-point")
-    if extra is not None:
-        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (dep.env.get("PYTHONPATH"), extra) if p)
-    (home / "dags" / "torchx_view.py").write_text(DAGS)
+    made: list[Deployment] = []
     try:
-        dep.start_all()
-        yield dep
+        with view_deployment("torchx-view-", DAGS, skip_or_fail) as dep:
+            made.append(dep)
+            yield dep
     finally:
-        dep.stop_all()
-        remove_dags_containers(
-            docker_engine, ("torchx_view_running", "torchx_view_failing", "torchx_view_retried")
-        )
-        if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
-            shutil.rmtree(home, ignore_errors=True)
-
-
-def open_view(
-    browser: Any, dep: Deployment, dag_id: str, run_id: str, *, dark: bool = False
-) -> Any:
-    context = browser.new_context(
-        viewport={"width": 1400, "height": 1000}, color_scheme="dark" if dark else "light"
-    )
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
-    return page
-
-
-def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"app-view-{name}.png"), full_page=True)
+        for dep in made:  # once it is stopped
+            remove_runs_containers(docker_engine, dep)
 
 
 def test_the_plugin_defines_the_view_on_the_task_instance(deployment: Deployment) -> None:
@@ -200,8 +150,15 @@ def test_each_try_shows_its_own_app(deployment: Deployment, browser: Any) -> Non
     run_id = deployment.run_until(dag_id, "success", 240)  # on try 2
     page = open_view(browser, deployment, dag_id, run_id)
     try:
-        page.get_by_test_id("torchx-tries").wait_for(timeout=60_000)
         state = page.get_by_test_id("torchx-app-state")
+        if not KEEPS_TRIES:
+            # no task_state_store: the view shows the latest try's app, and no other try
+            state.filter(has_text="SUCCEEDED").wait_for(timeout=60_000)
+            assert page.get_by_test_id("torchx-tries").count() == 0
+            assert page.get_by_test_id("torchx-app-id").inner_text().startswith("viewretry-")
+            shot(page, "latest-try-only")
+            return
+        page.get_by_test_id("torchx-tries").wait_for(timeout=60_000)
         state.filter(has_text="SUCCEEDED").wait_for()
         second = page.get_by_test_id("torchx-app-id").inner_text()
         page.get_by_test_id("torchx-try-1").click()
@@ -217,6 +174,10 @@ def test_each_try_shows_its_own_app(deployment: Deployment, browser: Any) -> Non
         assert page.get_by_test_id("torchx-app-id").inner_text() == second
     finally:
         page.context.close()
+
+
+#: whether this Airflow keeps each try's app for the view (its ``task_state_store``, 3.3+)
+KEEPS_TRIES = importlib.util.find_spec("airflow.models.task_state_store") is not None
 
 
 def is_dark(css_color: str) -> bool:

@@ -55,6 +55,8 @@ class Deployment:
         self.restarts: dict[str, int] = {}
         #: output files of processes that were frozen (SIGSTOP) at some point
         self.paused: set[Path] = set()
+        #: (dag_id, run_id) of every run :meth:`trigger` made
+        self.triggered: list[tuple[str, str]] = []
         (home / "dags").mkdir(parents=True, exist_ok=True)
         (home / "out").mkdir(exist_ok=True)
         self.env = {
@@ -187,6 +189,7 @@ class Deployment:
         wait_for(f"DAG {dag_id} to be parsed", lambda: self.get(f"/api/v2/dags/{dag_id}"), 120)
         self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
+        self.triggered.append((dag_id, str(run["dag_run_id"])))
         return str(run["dag_run_id"])
 
     def run_until(self, dag_id: str, state: str, timeout: float) -> str:
@@ -272,7 +275,7 @@ class Deployment:
             events = self.task_log_events(dag_id, run_id, task_id, attempt=attempt)
             if events:
                 lines.append(f"attempt {attempt}'s last records:")
-                lines += [f"  {event[:200]}" for event in events[-last:]]
+                lines += [f"  {event[:600]}" for event in events[-last:]]
         return "\n".join(lines)
 
     def task_log_events(
@@ -289,5 +292,10 @@ class Deployment:
                 except ValueError:
                     events.append(raw)
                     continue
-                events.append(str(record.get("event", "")))
+                event = str(record.get("event", ""))
+                # a failed task's exception is in the record, not in its event
+                for error in record.get("error_detail") or ():
+                    if isinstance(error, dict):
+                        event += f" [{error.get('exc_type')}: {error.get('exc_value')}]"
+                events.append(event)
         return events

@@ -288,7 +288,9 @@ class JobFollower:
                 # end with what the backend said, not with the disappearance.
             if self.seen.observe(resp):
                 self.checkpoints.moved()  # a follow rebuilt later knows the app ran
-            if self.timeline.observe(self.state, self.rows, self.seen.ui_url):
+            if self.timeline.observe(
+                self.state, self.rows, self.seen.ui_url, self.seen.preemptions
+            ):
                 self.checkpoints.moved()
             self.pumps.start(self._sources())
             if self.state is not None and is_terminal(self.state):
@@ -635,7 +637,7 @@ class JobFollower:
 
     def _event(self, kind: EventKind, message: str, *, error: ErrorKind | None = None) -> JobEvent:
         seen = self.seen
-        self.timeline.observe(self.state, self.rows, seen.ui_url)
+        self.timeline.observe(self.state, self.rows, seen.ui_url, seen.preemptions)
         root = next((r for r in self.rows if r.key == self._root_cause), None)
         said = root.message if root is not None else ""
         self.timeline.found_root_cause(self._root_cause, self._root_error, said)

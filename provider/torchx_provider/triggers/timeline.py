@@ -121,6 +121,8 @@ class Timeline:
         self.app: list[list[Any]] = []
         self.app_dropped = 0
         self.app_phase = ""
+        #: ``preempted`` marks the app's lane ever had (dropped ones included)
+        self.app_preempted = 0
         self.replicas: dict[str, _Replica] = {}
         self.waits: list[list[Any]] = []
         self.root_cause = ""
@@ -149,10 +151,19 @@ class Timeline:
         return True
 
     def observe(
-        self, state: AppState | None, rows: Iterable[ReplicaRow], ui_url: str | None = None
+        self,
+        state: AppState | None,
+        rows: Iterable[ReplicaRow],
+        ui_url: str | None = None,
+        preemptions: int = 0,
     ) -> bool:
-        """Take in a describe: the app's ``state`` and its replicas' ``rows``. Whether the
-        timeline changed."""
+        """Take in a describe: the app's ``state`` and its replicas' ``rows``, and how often
+        the follow knows the app was preempted or evicted (``preemptions``: the backend's
+        count, or the returns to waiting it saw). Whether the timeline changed.
+
+        A preemption the follow did not see happen (the app was preempted and admitted again
+        between two describes, or while no follow ran) is marked when it is learned of: the
+        lane's marks are as many as the app's preemptions."""
         rows = tuple(rows)
         now = self._clock()
         changed = False
@@ -174,6 +185,9 @@ class Timeline:
                 self._app_event([at, phase])
                 self.app_phase = phase
                 changed = True
+        for _ in range(preemptions - self.app_preempted):
+            self._app_event([now, "preempted"])
+            changed = True
         if ui_url and ui_url != self.ui_url:
             self.ui_url = ui_url
             changed = True
@@ -249,6 +263,8 @@ class Timeline:
         return self._changed()
 
     def _app_event(self, event: list[Any]) -> None:
+        if event[1] == "preempted":
+            self.app_preempted += 1
         self.app.append(event)
         if len(self.app) > APP_EVENTS:
             del self.app[KEPT_FIRST]
@@ -342,7 +358,11 @@ class Timeline:
             "version": VERSION,
             "origin": self.origin,
             "now": self.now,
-            "app": {"phase": self.app_phase, "events": [list(e) for e in self.app]},
+            "app": {
+                "phase": self.app_phase,
+                "events": [list(e) for e in self.app],
+                "preemptions": self.app_preempted,
+            },
             "replicas": [r.to_dict() for r in self.replicas.values()],
             "waits": [list(w) for w in self.waits],
         }
@@ -371,6 +391,8 @@ class Timeline:
             t.app = [list(e) for e in app.get("events") or []]
             t.app_dropped = int(app.get("dropped") or 0)
             t.app_phase = str(app.get("phase") or "")
+            marks = sum(1 for e in t.app if len(e) > 1 and e[1] == "preempted")
+            t.app_preempted = int(app.get("preemptions") or marks)
             for item in data.get("replicas") or []:
                 rep = _Replica(
                     str(item["role"]),

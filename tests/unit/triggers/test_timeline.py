@@ -81,6 +81,41 @@ def test_phases_preemption_and_restart_are_kept_with_their_times() -> None:
     assert next(r for r in snap["replicas"] if r["id"] == 1)["restarts"] == 1
 
 
+def test_a_preemption_between_two_describes_is_marked_when_the_follow_learns_of_it() -> None:
+    """Preempted and admitted again between two describes (the follow saw it running, then
+    running again; the backend counts the preemption): the app's lane has its mark, once,
+    and one seen happen is not counted twice."""
+    wall = Wall()
+    t = Timeline(wall)
+    t.observe(AppState.PENDING, rows(AppState.PENDING))
+    wall.t += 5
+    t.observe(AppState.RUNNING, rows(AppState.RUNNING))
+    wall.t += 20  # the backend now counts one preemption
+    assert t.observe(AppState.RUNNING, rows(AppState.RUNNING), preemptions=1)
+    wall.t += 5
+    assert not t.observe(AppState.RUNNING, rows(AppState.RUNNING), preemptions=1)
+    wall.t += 5  # a second one the follow sees happen: one more mark
+    t.observe(AppState.PENDING, rows(AppState.PENDING), preemptions=2)
+    wall.t += 5
+    t.observe(AppState.SUCCEEDED, rows(AppState.SUCCEEDED, exit_code=0), preemptions=2)
+    snap = t.snapshot()
+    assert snap["app"]["events"] == [
+        [0.0, "queued"],
+        [5.0, "running"],
+        [25.0, "preempted"],
+        [35.0, "preempted"],
+        [35.0, "queued"],
+        [40.0, "succeeded"],
+    ]
+    assert snap["app"]["preemptions"] == 2
+    # a follow resumed from the checkpoint counts from where it was
+    again = Timeline.from_dict(json.loads(json.dumps(snap)), wall)
+    assert not again.observe(AppState.SUCCEEDED, rows(AppState.SUCCEEDED), preemptions=2)
+    # a checkpoint written before the count was kept: its marks are the count
+    del snap["app"]["preemptions"]
+    assert Timeline.from_dict(snap, wall).app_preempted == 2
+
+
 def test_the_backends_times_place_a_start_and_an_end_seen_late() -> None:
     wall = Wall(1_700_000_000.0)
     t = Timeline(wall)

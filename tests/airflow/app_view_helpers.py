@@ -1,0 +1,100 @@
+"""What the browser tiers of the "TorchX app" view share: a real deployment with the view's
+plugin, the view opened on a task instance, and screenshots kept under ``.ci-logs/browser/``
+(CI keeps them as artifacts)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from torchx_airflow_helpers import airflow_bin
+from torchx_deployment import Deployment
+
+from torchx_provider.plugins.app_view import BUNDLE
+
+#: where the screenshots go: ``.ci-logs/browser/``, or a folder of its own under it for the
+#: other Airflow versions' runs (``TORCHX_OTHER_VERSION``, set by scripts/other_versions.sh)
+SHOTS = Path(__file__).resolve().parents[2] / ".ci-logs" / "browser"
+if os.environ.get("TORCHX_OTHER_VERSION"):
+    SHOTS = SHOTS / f"airflow-{os.environ['TORCHX_OTHER_VERSION']}"
+PLUGIN = "torchx_provider.plugins.app_view:TorchXAppViewPlugin"
+
+
+def plugin_entry_point(where: Path) -> str | None:
+    """A directory that declares the view's ``airflow.plugins`` entry point, for an
+    installation made before it existed (an editable install of an earlier checkout);
+    ``None`` when the installed package declares it."""
+    from importlib.metadata import entry_points
+
+    if any(ep.value == PLUGIN for ep in entry_points(group="airflow.plugins")):
+        return None
+    info = where / "torchx_app_view_entry_point-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchx-app-view-entry-point\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(f"[airflow.plugins]\ntorchx_app_view = {PLUGIN}\n")
+    return str(where)
+
+
+@contextmanager
+def view_deployment(
+    prefix: str,
+    dags: str,
+    skip_or_fail: Callable[[str], Any],
+    env: dict[str, str] | None = None,
+) -> Iterator[Deployment]:
+    """A started deployment whose DAG folder holds ``dags``, with the view's plugin and
+    ``env`` for every component; stopped (and its home removed) after."""
+    if not BUNDLE.is_file():
+        skip_or_fail("the view's bundle is not built (cd ui && npm ci && npm run build)")
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    dep = Deployment(home, airflow_bin())
+    dep.env.update(env or {})
+    extra = plugin_entry_point(home / "entry-point")
+    if extra is not None:
+        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (dep.env.get("PYTHONPATH"), extra) if p)
+    (home / "dags" / "torchx_view.py").write_text(dags)
+    try:
+        dep.start_all()
+        yield dep
+    finally:
+        dep.stop_all()
+        if not os.environ.get("TORCHX_KEEP_DEPLOYMENT"):
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def remove_runs_containers(client: Any, dep: Deployment) -> None:
+    """Remove the containers of the runs ``dep`` triggered, and no other's: another Airflow
+    version's deployment may run the same DAGs at the same time (CI runs two at once)."""
+    from torchx_airflow_helpers import remove_containers
+
+    from torchx_provider.schedulers.labels import LABEL_DAG_ID, LABEL_RUN_ID, label_value
+
+    for dag_id, run_id in dep.triggered:
+        labels = [f"{LABEL_DAG_ID}={dag_id}", f"{LABEL_RUN_ID}={label_value(run_id)}"]
+        found = client.containers.list(all=True, filters={"label": labels})
+        remove_containers(found, f" of {dag_id} {run_id}")
+
+
+def open_view(
+    browser: Any, dep: Deployment, dag_id: str, run_id: str, *, dark: bool = False
+) -> Any:
+    """A page on the view of ``dag_id``'s task ``train`` in ``run_id``."""
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 1000}, color_scheme="dark" if dark else "light"
+    )
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
+    return page
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"app-view-{name}.png"), full_page=True)
