@@ -7,6 +7,13 @@
 #   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
 #   bash scripts/other_versions.sh 3.1.8          # one of them
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
+#   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
+#
+# The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself; CI
+# runs them apart, at other times: '@cluster' (its Kubernetes tier) beside the main test
+# command, on the same cluster, as a second session (tests/support/cluster_sharing.py: its own
+# names, its own Kueue queues, its own result files), and '@local' (everything else) with
+# the entries that need no cluster.
 #
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
@@ -16,12 +23,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # kubernetes / kubernetes_asyncio / docker versions pyproject.toml allows.
 OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lowest}"
 # What runs on each: the unit tier and the Docker dag.test() tier; with the lowest clients,
-# the Docker and Kubernetes integration tiers too (the local cluster must be up). An older
-# Airflow gets the dependency versions of its release day (scripts/airflow_venv.py).
+# the Docker and Kubernetes integration tiers too (the local cluster must be up); on an older
+# Airflow, the "TorchX app" view's browser tier too (its plugin API is there from 3.1; the
+# view shows the latest try only before 3.3). An older Airflow gets the dependency versions
+# of its release day (scripts/airflow_venv.py).
 tiers() {
   case "$1" in
     *+lowest)
       printf '%s ' tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py
+      ;;
+    3.1.* | 3.2.*)
+      printf '%s ' tests/unit tests/airflow/test_torchx_dagtest_docker.py \
+        tests/airflow/test_torchx_app_view_browser.py
       ;;
     *) echo "tests/unit tests/airflow/test_torchx_dagtest_docker.py" ;;
   esac
@@ -29,10 +42,18 @@ tiers() {
 
 prepare=false
 if [ "${1:-}" = --prepare ]; then prepare=true; shift; fi
-versions=("$@")
-[ ${#versions[@]} -gt 0 ] || read -r -a versions <<<"$OTHER_VERSIONS"
+entries=("$@")
+[ ${#entries[@]} -gt 0 ] || read -r -a entries <<<"$OTHER_VERSIONS"
+for entry in "${entries[@]}"; do
+  case "$entry" in
+    *@*) [[ "$entry" =~ ^[^@]+\+lowest@(cluster|local)$ ]] || {
+      echo "$entry: only the lowest clients' entry has lanes: VERSION+lowest@cluster or @local" >&2
+      exit 2
+    } ;;
+  esac
+done
 if $prepare; then
-  for version in "${versions[@]}"; do python3 scripts/airflow_venv.py --env-only "$version"; done
+  for entry in "${entries[@]}"; do python3 scripts/airflow_venv.py --env-only "${entry%@*}"; done
   exit 0
 fi
 
@@ -42,25 +63,37 @@ fi
 # the test command (scripts/test.sh: its cluster and local lanes side by side), alone.
 logs=.ci-logs/other-versions
 run_entry() {
-  local version="$1" start=$SECONDS python log result
-  log="$logs/$version.log"
+  local entry="$1" version="${1%@*}" start=$SECONDS python log result
+  log="$logs/$entry.log"
   python=$(python3 scripts/airflow_venv.py "$version")
   read -r -a paths <<<"$(tiers "$version")"
-  echo "==> Airflow $version: ${paths[*]} ($python)" >"$log"
+  echo "==> Airflow $entry: ${paths[*]} ($python)" >"$log"
   # the dry-run property test does not depend on the Airflow version: its 2,000 examples per
   # backend run once, in the main environment
   local -a command=("$python" -m pytest)
   # with the lowest clients, not the real-training tiers: they call nothing of the clients
   # the other tiers do not, and take minutes of real containers
-  [[ "$version" == *+lowest ]] &&
-    command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$version" bash scripts/test.sh -m "not training")
-  if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 "${command[@]}" -q \
+  case "$entry" in
+    *+lowest)
+      command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" bash scripts/test.sh -m "not training") ;;
+    *+lowest@local) command+=(--lane local -m "not training") ;;
+    *+lowest@cluster)
+      # its Kubernetes tier (the kube part: its tiers hold no fault rows, and the tests that
+      # must be alone on the cluster are the training tier it leaves out), as a second session
+      command=(env TORCHX_TEST_CLUSTER_TAG=lo
+        TORCHX_PERMISSIONS_RESULTS="$PWD/$logs/$entry/permissions.json"
+        TORCHX_FAULTS_RESULTS="$PWD/$logs/$entry/faults.json"
+        "$python" -m pytest --lane cluster --cluster-part kube -m "not training")
+      mkdir -p "$logs/$entry" ;;
+  esac
+  if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \
+      "${command[@]}" -q \
       -p no:cacheprovider "${paths[@]}" >>"$log" 2>&1; then
     result=passed
   else
     result=FAILED
   fi
-  echo "Airflow $version: $result in $((SECONDS - start)) s" >>"$log"
+  echo "Airflow $entry: $result in $((SECONDS - start)) s" >>"$log"
   cat "$log"
   [ "$result" = passed ]
 }
@@ -68,18 +101,18 @@ run_entry() {
 # (only this run's entries: CI runs the entries that need no cluster and the one that does
 # as two calls, at different times)
 mkdir -p "$logs"
-for version in "${versions[@]}"; do rm -rf "${logs:?}/$version.log" "${logs:?}/$version"; done
-for version in "${versions[@]}"; do
-  if [[ "$version" == *+lowest ]]; then continue; fi
+for entry in "${entries[@]}"; do rm -rf "${logs:?}/$entry.log" "${logs:?}/$entry"; done
+for entry in "${entries[@]}"; do
+  if [[ "$entry" == *+lowest || "$entry" == *@cluster ]]; then continue; fi
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do sleep 1; done  # at most two at a time
-  run_entry "$version" &
+  run_entry "$entry" &
 done
 wait
-for version in "${versions[@]}"; do
-  if [[ "$version" == *+lowest ]]; then run_entry "$version" || true; fi
+for entry in "${entries[@]}"; do
+  if [[ "$entry" == *+lowest || "$entry" == *@cluster ]]; then run_entry "$entry" || true; fi
 done
 echo "==> other versions"
 own=()
-for version in "${versions[@]}"; do own+=("$logs/$version.log"); done
+for entry in "${entries[@]}"; do own+=("$logs/$entry.log"); done
 grep -h "^Airflow .*: \(passed\|FAILED\) in" "${own[@]}"
 ! grep -q "^Airflow .*: FAILED in" "${own[@]}"

@@ -47,10 +47,20 @@ run_pytest() {
 # The cluster lane in three pytest processes: 'kube' and 'rows' at once (tests/conftest.py
 # says which test is in which and why they do not get in each other's way), then 'alone',
 # the tests that restart the API server, when nothing else uses the cluster.
+# Where another session of the Kubernetes tier shares the cluster (TORCHX_TEST_CLUSTER_LOCK,
+# tests/support/cluster_sharing.py; CI runs the lowest client libraries' so), it holds
+# "$TORCHX_TEST_CLUSTER_LOCK.sessions" shared while it runs: 'alone' waits for it to end.
 run_cluster_lane() {
   run_pytest cluster-kube --lane cluster --cluster-part kube "$@" &
   run_pytest cluster-rows --lane cluster --cluster-part rows "$@" &
   wait
+  if [ -n "${TORCHX_TEST_CLUSTER_LOCK:-}" ]; then
+    {
+      echo "waiting for the other sessions on the cluster to end ($TORCHX_TEST_CLUSTER_LOCK.sessions)"
+      flock -x 9
+      echo "they have ended"
+    } >>"$OUT/cluster-alone.log" 9>"$TORCHX_TEST_CLUSTER_LOCK.sessions"
+  fi
   run_pytest cluster-alone --lane cluster --cluster-part alone "$@"
 }
 

@@ -925,6 +925,7 @@ write_env() {
     echo "TORCHX_CLUSTER_MCAD_APISERVER=https://127.0.0.1:$MCAD_APISERVER_PORT"
     echo "TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE=$KUEUE_LOCAL_QUEUE"
     echo "TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE=$KUEUE_CLUSTER_QUEUE"
+    echo "TORCHX_CLUSTER_KUEUE_SECOND_QUEUES=$KUEUE_LOCAL_QUEUE-2,$KUEUE_CLUSTER_QUEUE-2"
     echo "TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES=$KUEUE_HIGH_PRIORITY,$KUEUE_LOW_PRIORITY"
   } >"$RUN/env.tmp"
   mv "$RUN/env.tmp" "$RUN/env"
@@ -1148,8 +1149,11 @@ kueue_webhooks() {
   kueue_webhook vworkload.kueue.torchx.test /validate-kueue-x-k8s-io-v1beta2-workload $k CREATE,UPDATE workloads,workloads/status
 }
 
-# One flavor; one ClusterQueue with a finite quota, preempting lower-priority work of its
-# own; one LocalQueue in the test namespace; two priorities.
+# One flavor; a ClusterQueue with a finite quota, preempting lower-priority work of its own,
+# and its LocalQueue in the test namespace; two priorities. A second pair alike ("-2", in no
+# cohort) for a second session of the tests that runs at the same time on this cluster
+# (tests/support/cluster_sharing.py): the quota the Kueue tests fill and the preemptions they
+# count stay each session's own.
 kueue_queues() {
   cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -1157,10 +1161,14 @@ kind: ResourceFlavor
 metadata:
   name: $KUEUE_FLAVOR
 ---
+EOF
+  local suffix
+  for suffix in "" -2; do
+    cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
 metadata:
-  name: $KUEUE_CLUSTER_QUEUE
+  name: $KUEUE_CLUSTER_QUEUE$suffix
 spec:
   namespaceSelector: {}
   queueingStrategy: BestEffortFIFO
@@ -1178,11 +1186,14 @@ spec:
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata:
-  name: $KUEUE_LOCAL_QUEUE
+  name: $KUEUE_LOCAL_QUEUE$suffix
   namespace: $TEST_NAMESPACE
 spec:
-  clusterQueue: $KUEUE_CLUSTER_QUEUE
+  clusterQueue: $KUEUE_CLUSTER_QUEUE$suffix
 ---
+EOF
+  done
+  cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
 metadata:
@@ -1213,8 +1224,11 @@ forget_kueue_webhooks() {
     validatingwebhookconfiguration/torchx-kueue-validating >/dev/null || true
 }
 local_queue_active() {
-  kubectl_admin -n "$TEST_NAMESPACE" get localqueues.kueue.x-k8s.io "$KUEUE_LOCAL_QUEUE" \
-    -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -q True
+  local queue
+  for queue in "$KUEUE_LOCAL_QUEUE" "$KUEUE_LOCAL_QUEUE-2"; do
+    kubectl_admin -n "$TEST_NAMESPACE" get localqueues.kueue.x-k8s.io "$queue" \
+      -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -q True || return 1
+  done
 }
 
 # After the namespace exists (the LocalQueue is in it) and after the AppWrapper CRD (with
@@ -1231,7 +1245,7 @@ start_kueue() {
   wait_for "kueue /readyz (its webhook server listens)" 90 kueue kueue_ready
   kueue_webhooks | kubectl_admin apply -f - >/dev/null
   kueue_queues | kubectl_admin apply -f - >/dev/null
-  wait_for "LocalQueue $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE active" 60 kueue local_queue_active
+  wait_for "LocalQueues $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE(-2) active" 60 kueue local_queue_active
 }
 
 # ---------------------------------------------------------------- JobSet

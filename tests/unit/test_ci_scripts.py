@@ -165,3 +165,18 @@ def test_each_test_is_in_exactly_one_lane(tmp_path: Path) -> None:
     local = _lanes(tmp_path, "local")
     assert cluster == {"test_marked", "test_cluster_fixture", "test_through_a_deployment"}
     assert local == {"test_plain"}
+
+
+def test_only_the_lowest_clients_entry_has_lanes() -> None:
+    """``VERSION+lowest@cluster`` / ``@local`` run one lane of the lowest clients' tiers (CI
+    runs them at different times); any other lane or entry is refused before anything runs."""
+    for entry in ("3.1.8@local", "3.3.2+lowest@rows", "3.3.2+lowest@"):
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "other_versions.sh"), entry],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (entry, done.stdout, done.stderr)
+        assert "VERSION+lowest@cluster or @local" in done.stderr, done.stderr

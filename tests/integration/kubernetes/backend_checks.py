@@ -10,6 +10,7 @@ from typing import Any
 
 from kueue_objects import condition, cpu_quota, queue_options
 
+from cluster_sharing import IT_DAG
 from kube_apps import (
     all_running,
     app_pods,
@@ -73,12 +74,12 @@ def cancel_by_delete(scheduler: Any, app: specs.AppDef) -> None:
 def reattach(scheduler: Any, app: specs.AppDef, task_id: str) -> None:
     """The app the first try of task ``task_id`` submitted is found by its second try (and
     listed), not by another task's."""
-    first = TaskInstanceKey("it_dag", task_id, RUN_ID, -1, 1)
+    first = TaskInstanceKey(IT_DAG, task_id, RUN_ID, -1, 1)
     app_id, _ = submit(scheduler, app, first)
-    retry = TaskInstanceKey("it_dag", task_id, RUN_ID, -1, 2)
+    retry = TaskInstanceKey(IT_DAG, task_id, RUN_ID, -1, 2)
     assert [f.app_id for f in scheduler.find_apps(retry)] == [app_id]
     assert app_id in {r.app_id for r in scheduler.list()}
-    other = TaskInstanceKey("it_dag", "other", RUN_ID, -1, 2)
+    other = TaskInstanceKey(IT_DAG, "other", RUN_ID, -1, 2)
     assert scheduler.find_apps(other) == []
 
 

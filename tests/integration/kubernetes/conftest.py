@@ -90,6 +90,7 @@ from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
 
+from cluster_sharing import cluster_turn, session_tag
 from kube_apps import kube_scheduler
 from local_cluster import CLUSTER_SCRIPT, cluster_env
 from registry_fixture import local_registry  # noqa: F401
@@ -443,6 +444,16 @@ def _restricted_for(admin_kubeconfig: str, out_dir: Path, name: str) -> str:
 def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
     local_queue = env.get("TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE")
     cluster_queue = env.get("TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE")
+    if session_tag():
+        # a session sharing the cluster with another run of these tests: the second pair
+        # (tests/support/cluster_sharing.py)
+        second = env.get("TORCHX_CLUSTER_KUEUE_SECOND_QUEUES", "").split(",")
+        if len(second) != 2:
+            _unavailable(
+                "this session shares the cluster (TORCHX_TEST_CLUSTER_TAG) but the cluster "
+                "has no second pair of Kueue queues: start it with this checkout's cluster.sh"
+            )
+        local_queue, cluster_queue = second
     priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
     if not local_queue or not cluster_queue or len(priorities) != 2:
         return None
@@ -541,6 +552,16 @@ def _wait_until(
             text = message() if callable(message) else message
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {text}")
         time.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Where another session runs these tests on the same cluster (CI: the lowest client
+    libraries' beside the main one), a test marked ``cluster_quiet`` runs while none of the
+    other session's does (tests/support/cluster_sharing.py)."""
+    quiet = request.node.get_closest_marker("cluster_quiet") is not None
+    with cluster_turn(exclusive=quiet):
+        yield
 
 
 @pytest.fixture(autouse=True)

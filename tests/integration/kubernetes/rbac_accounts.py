@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from cluster_sharing import tagged
+
 #: the documented Role (tests/cluster/rbac.yaml) and its ServiceAccount
 ROLE = "torchx-provider"
 
@@ -52,7 +54,8 @@ class Accounts:
         from kubernetes import client
 
         ns = self.cluster.namespace
-        name = f"torchx-{name}"[:60]
+        # with the session's tag: another session's run of the same test has its own
+        name = tagged(f"torchx-{name}", 60)
         self._remove_leftovers(name)
         meta = client.V1ObjectMeta(name=name)
         self.core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=meta))
@@ -109,8 +112,19 @@ class Accounts:
         path.write_text(json.dumps(config))
         return str(path)
 
-    def bind_cluster_role(self, name: str, rules: list[dict[str, Any]]) -> None:
-        """Let the documented account also do ``rules`` at the cluster scope."""
+    def with_cluster_role(self, name: str, rules: list[dict[str, Any]]) -> str:
+        """A kubeconfig of an account bound to the documented Role that may also do
+        ``rules`` at the cluster scope (a ClusterRole and its binding of the same name)."""
+        from kubernetes.client.exceptions import ApiException
+
+        kubeconfig = self.account(name, self.documented_rules())
+        name = tagged(f"torchx-{name}", 60)
+        for delete in (self.rbac.delete_cluster_role_binding, self.rbac.delete_cluster_role):
+            try:  # a stopped run's leftovers
+                delete(name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
         self.rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
         self.made.append(("clusterrole", name))
         self.rbac.create_cluster_role_binding(
@@ -122,11 +136,12 @@ class Accounts:
                     "name": name,
                 },
                 "subjects": [
-                    {"kind": "ServiceAccount", "name": ROLE, "namespace": self.cluster.namespace}
+                    {"kind": "ServiceAccount", "name": name, "namespace": self.cluster.namespace}
                 ],
             }
         )
         self.made.append(("clusterbinding", name))
+        return kubeconfig
 
     def delete(self) -> None:
         ns = self.cluster.namespace

@@ -293,9 +293,10 @@ async def test_a_replica_evicted_then_restarted_by_its_job_counts_as_an_eviction
     app_id = submit("volcano", volcano_scheduler, app)
     log = TaskLog()
     event, _ = await follow_and_evict(kube_cluster, app_id, log, wait_until, end_within=150)
+    # on one line: a test summary shows a message's first line only
+    story = " | ".join(log.lines[-40:])
     assert event.kind == EventKind.FINISHED and event.state.name == "SUCCEEDED", (
-        event,
-        log.lines,
+        f"{event.kind.name} {event.state.name}: {event.message!r}; {story}"
     )
     assert event.preemptions == 1, (event.preemptions, log.lines)
     said = [ln for ln in log.lines if "the platform ended a replica's pod" in ln]

@@ -25,7 +25,9 @@ from torchx_provider import specs
 from torchx_provider.schedulers.kube.volcano import create_async_client, create_scheduler
 from torchx_provider.specs.api import AppState, is_terminal
 
-pytestmark = pytest.mark.kubernetes
+# The API server's count of open watches is every client's: another session of this tier on
+# the cluster waits while these tests count (tests/support/cluster_sharing.py).
+pytestmark = [pytest.mark.kubernetes, pytest.mark.cluster_quiet]
 
 JOBS = 50
 WATCH_GAUGE = re.compile(

@@ -7,6 +7,7 @@ Pushing happens in ``schedule()``, so this needs the cluster as well as a Docker
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -52,7 +53,9 @@ def test_a_workspace_role_runs_the_pushed_image(
 ) -> None:
     from kubernetes import client
 
-    (tmp_path / "hello.txt").write_text("pushed for the cluster\n")
+    # a content of its own: another session's build of this test is another image, whose
+    # removal cannot take this one's tag
+    (tmp_path / "hello.txt").write_text(f"pushed for the cluster ({secrets.token_hex(4)})\n")
     image_repo = local_registry.repo(REPO)
     resource = specs.Resource(cpu=0.1, gpu=0, memMB=64)
     app = specs.AppDef(

@@ -17,6 +17,7 @@ import pytest
 from kueue_objects import KUEUE, condition, queue_options, workload
 from rbac_accounts import Accounts
 
+from cluster_sharing import tagged
 from kube_apps import one_replica_app, restricted_async_client, submit, tracked, wait_state
 from reliability_results import outcome_row, recorded
 from task_log import TaskLog
@@ -104,7 +105,7 @@ def watch_held(
     return seen if suspended else [*seen, "never suspended"]
 
 
-KEY = TaskInstanceKey("it-kueue-holds", "train", "run-1", -1, 1)
+KEY = TaskInstanceKey(tagged("it-kueue-holds"), "train", "run-1", -1, 1)
 
 
 def test_a_cancel_by_suspension_holds_under_kueue(

@@ -16,6 +16,7 @@ import backend_checks
 import pytest
 
 import kube_apps
+from cluster_sharing import IT_DAG
 from kube_apps import is_subset, submit, trainer_and_ps, wait_gone
 from torchx_provider import specs
 from torchx_provider.schedulers.kube.mcad import create_async_client, create_scheduler
@@ -92,7 +93,7 @@ def test_a_failed_pod_fails_a_completed_appwrapper(kube_cluster: Any, scheduler:
 
 
 def test_list_find_and_cancel(kube_cluster: Any, scheduler: Any) -> None:
-    key = TaskInstanceKey("it_dag", "mcad", "scheduled__2024-05-01T00:00:00+00:00", 2, 1)
+    key = TaskInstanceKey(IT_DAG, "mcad", "scheduled__2024-05-01T00:00:00+00:00", 2, 1)
     info = scheduler.submit_dryrun(
         app("it-mcad-list", kube_cluster.pod_behaviour(keep_running=True)), {}, ti_key=key
     )

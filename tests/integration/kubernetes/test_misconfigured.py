@@ -152,20 +152,19 @@ async def test_a_kubeconfig_without_the_clusters_ca_names_the_certificate_fix(
 
 
 def test_a_queue_that_does_not_exist_is_refused_where_queues_may_be_read(
-    kube_cluster: Any, accounts: Accounts
+    kube_cluster: Any, accounts: Accounts, unique_name: Any
 ) -> None:
-    accounts.bind_cluster_role(
-        "torchx-test-read-queues",
+    kubeconfig = accounts.with_cluster_role(
+        "read-queues",
         [{"apiGroups": ["scheduling.volcano.sh"], "resources": ["queues"], "verbs": ["get"]}],
     )
-    scheduler = create_scheduler(
-        "it", kubeconfig=kube_cluster.restricted_kubeconfig, namespace=kube_cluster.namespace
-    )
+    scheduler = create_scheduler("it", kubeconfig=kubeconfig, namespace=kube_cluster.namespace)
+    name = unique_name("misconf")
     try:
         # a configuration a retry cannot heal: AppConfigurationError, before any submission
         with pytest.raises(AppConfigurationError, match="Volcano queue 'nope' does not exist"):
-            submit(scheduler, app(kube_cluster), queue="nope")
-        found = [a.app_id for a in scheduler.list() if a.name.startswith("misconf")]
+            submit(scheduler, app(kube_cluster, name), queue="nope")
+        found = [a.app_id for a in scheduler.list() if a.name.startswith(name)]
     finally:
         scheduler.close()
     assert found == []  # nothing was created

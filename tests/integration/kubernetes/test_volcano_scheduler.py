@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import kube_apps
+from cluster_sharing import IT_DAG
 from kube_apps import TRAIN_ARGS, is_subset, kube_role, volcano_pod_names, wait_gone
 from torchx_provider import specs
 from torchx_provider.errors import BackendUnavailableError
@@ -226,7 +227,7 @@ def test_cancel_keeps_the_job_then_delete_removes_it(kube_cluster: Any, schedule
 
 
 def test_list_and_find_by_task_instance(kube_cluster: Any, scheduler: Any) -> None:
-    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-01T10:00:00+00:00", -1, 1)
+    key = TaskInstanceKey(IT_DAG, "train", "manual__2024-05-01T10:00:00+00:00", -1, 1)
     behaviour = kube_cluster.pod_behaviour(keep_running=True)
     info = scheduler.submit_dryrun(
         specs.AppDef("it-list", [role("t", 1, behaviour)]), {"queue": QUEUE}, ti_key=key
@@ -255,7 +256,7 @@ def test_a_retry_finds_its_job_in_the_namespace_it_was_submitted_to(
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.operators.submission import SubmissionPlan, live_apps
 
-    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-01T11:00:00+00:00", -1, 1)
+    key = TaskInstanceKey(IT_DAG, "train", "manual__2024-05-01T11:00:00+00:00", -1, 1)
     app = specs.AppDef("it-ns", [role("t", 1, kube_cluster.pod_behaviour(keep_running=True))])
     cfg = {"queue": QUEUE, "namespace": OTHER_NAMESPACE}
     app_id = scheduler.schedule(scheduler.submit_dryrun(app, cfg, ti_key=key))
@@ -283,7 +284,7 @@ def test_a_retry_takes_a_job_that_succeeded_after_its_try_died(
     from torchx_provider.hooks.base import BackendTarget
     from torchx_provider.operators.submission import SubmissionPlan, live_apps
 
-    key = TaskInstanceKey("it_dag", "train", "manual__2024-05-02T11:00:00+00:00", -1, 1)
+    key = TaskInstanceKey(IT_DAG, "train", "manual__2024-05-02T11:00:00+00:00", -1, 1)
     ok = specs.AppDef("it-done", [role("t", 1, kube_cluster.pod_behaviour(run_seconds=1))])
     bad = specs.AppDef(
         "it-bad", [role("t", 1, kube_cluster.pod_behaviour(exit_code=3, run_seconds=1))]

@@ -1,0 +1,78 @@
+"""Two sessions of the Kubernetes tier on one cluster at the same time.
+
+CI runs the Kubernetes tier twice, in the main environment and with the lowest client
+libraries, at once (most of it waits on kwok's clocks). Objects with random names never meet;
+what the tests name themselves, and what they count cluster-wide, would. So:
+
+* a session that shares the cluster with another run of the same tests has a tag
+  (``TORCHX_TEST_CLUSTER_TAG``, a few lowercase letters): the names the tests choose
+  (ServiceAccounts and Roles, ClusterRoles, the DAG ids of task instance keys, workspace
+  images) end with it, and it takes the cluster's second pair of Kueue queues (a ClusterQueue
+  with the same quota, in no cohort: the quota tests fill and the preemptions they count stay
+  its own);
+* a test that counts what the API server holds for every client (its open watches) is marked
+  ``cluster_quiet``: where ``TORCHX_TEST_CLUSTER_LOCK`` names a lock file, it runs while no
+  test of the other session does (:func:`cluster_turn`), and every other test of the tier
+  waits for it to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+TAG_VARIABLE = "TORCHX_TEST_CLUSTER_TAG"
+LOCK_VARIABLE = "TORCHX_TEST_CLUSTER_LOCK"
+
+
+def session_tag() -> str:
+    """This session's tag, or "" in a session that has the cluster's names to itself."""
+    tag = os.environ.get(TAG_VARIABLE, "")
+    if tag and not re.fullmatch(r"[a-z]{1,6}", tag):
+        raise ValueError(f"{TAG_VARIABLE}={tag!r}: use 1 to 6 lowercase letters")
+    return tag
+
+
+def tagged(name: str, limit: int = 63) -> str:
+    """``name`` with this session's tag at its end (cut to ``limit`` characters with it)."""
+    tag = session_tag()
+    if not tag:
+        return name[:limit]
+    suffix = f"-{tag}"
+    return name[: limit - len(suffix)] + suffix
+
+
+@contextlib.contextmanager
+def cluster_turn(exclusive: bool) -> Iterator[None]:
+    """Hold the sessions' shared lock while a test runs: shared for most tests, exclusive
+    for a ``cluster_quiet`` one. A turnstile lock taken first keeps a waiting exclusive test
+    from being passed forever by the other session's shared turns. Nothing to hold where
+    ``TORCHX_TEST_CLUSTER_LOCK`` is unset."""
+    path = os.environ.get(LOCK_VARIABLE)
+    if not path:
+        yield
+        return
+    lock = Path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as main, open(f"{lock}.turnstile", "a+") as turnstile:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+#: the DAG id of the task instance keys the Kubernetes tier's tests label their apps with
+#: (the provider finds a task's apps by that key: another session's must not match)
+IT_DAG = tagged("it_dag")
