@@ -55,6 +55,8 @@ class Deployment:
         self.restarts: dict[str, int] = {}
         #: output files of processes that were frozen (SIGSTOP) at some point
         self.paused: set[Path] = set()
+        #: the REST API's token, once it asked for one
+        self.token: str | None = None
         #: (dag_id, run_id) of every run :meth:`trigger` made
         self.triggered: list[tuple[str, str]] = []
         (home / "dags").mkdir(parents=True, exist_ok=True)
@@ -169,16 +171,19 @@ class Deployment:
     # -- REST API -----------------------------------------------------------------------------
     def request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.base + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 text = resp.read().decode()
         except urllib.error.HTTPError as e:
+            if e.code == 401 and not self.token and path != "/auth/token":
+                # Airflow before 3.3 wants a token even when every user is an admin: the
+                # simple auth manager gives one without credentials then
+                self.token = str(self.request("GET", "/auth/token")["access_token"])
+                return self.request(method, path, body)
             raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()[:500]}") from None
         return json.loads(text) if text else None
 

@@ -17,9 +17,20 @@ declare global {
   var ChakraUISystem: ReturnType<typeof createSystem> | undefined;
 }
 
-let fallback: ReturnType<typeof createSystem> | undefined;
+type System = ReturnType<typeof createSystem>;
+let own: System | undefined;
 
-const system = () => globalThis.ChakraUISystem ?? (fallback ??= createSystem(defaultConfig));
+/** The UI's own Chakra system where it shares one this bundle's Chakra can use (it has
+ * every function this version's system has: Airflow 3.2's lacks some, and rendering with it
+ * fails), else one of this bundle's with Chakra's default theme (light and dark too). */
+const system = (): System => {
+  own ??= createSystem(defaultConfig);
+  const host = globalThis.ChakraUISystem as Record<string, unknown> | undefined;
+  const usable =
+    host !== undefined &&
+    Object.entries(own).every(([key, value]) => typeof value !== "function" || typeof host[key] === "function");
+  return usable ? (host as unknown as System) : own;
+};
 
 const PluginComponent = ({ dagId, mapIndex, runId, taskId }: PluginProps) => (
   <ChakraProvider value={system()}>
