@@ -9,11 +9,10 @@
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
 #   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
 #
-# The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself; CI
-# runs them apart, at other times: '@cluster' (its Kubernetes tier) beside the main test
-# command, on the same cluster, as a second session (tests/support/cluster_sharing.py: its own
-# names, its own Kueue queues, its own result files), and '@local' (everything else) with
-# the entries that need no cluster.
+# The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself (as
+# CI does); '@cluster' runs its Kubernetes tier as a second session beside another one on the
+# same cluster (tests/support/cluster_sharing.py: its own names, its own Kueue queues, its own
+# result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else.
 #
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
