@@ -76,10 +76,14 @@ run_entry() {
     *+lowest@cluster)
       # its Kubernetes tier (the kube part: its tiers hold no fault rows, and the tests that
       # must be alone on the cluster are the training tier it leaves out), as a second session
+      # holding the sessions' lock (shared) while it runs: the other session's API server
+      # restarts wait for its end (scripts/test.sh)
       command=(env TORCHX_TEST_CLUSTER_TAG=lo
         TORCHX_PERMISSIONS_RESULTS="$PWD/$logs/$entry/permissions.json"
         TORCHX_FAULTS_RESULTS="$PWD/$logs/$entry/faults.json"
         "$python" -m pytest --lane cluster --cluster-part kube -m "not training")
+      [ -n "${TORCHX_TEST_CLUSTER_LOCK:-}" ] &&
+        command=(flock -s -o "$TORCHX_TEST_CLUSTER_LOCK.sessions" "${command[@]}")
       mkdir -p "$logs/$entry" ;;
   esac
   if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \

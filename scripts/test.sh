@@ -48,7 +48,7 @@ run_pytest() {
 # says which test is in which and why they do not get in each other's way), then 'alone',
 # the tests that restart the API server, when nothing else uses the cluster.
 # Where another session of the Kubernetes tier shares the cluster (TORCHX_TEST_CLUSTER_LOCK,
-# tests/support/cluster_sharing.py; CI runs the lowest client libraries' so), it holds
+# tests/support/cluster_sharing.py; scripts/other_versions.sh VERSION+lowest@cluster), it holds
 # "$TORCHX_TEST_CLUSTER_LOCK.sessions" shared while it runs: 'alone' waits for it to end.
 run_cluster_lane() {
   run_pytest cluster-kube --lane cluster --cluster-part kube "$@" &

@@ -556,9 +556,9 @@ def _wait_until(
 
 @pytest.fixture(autouse=True)
 def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Where another session runs these tests on the same cluster (CI: the lowest client
-    libraries' beside the main one), a test marked ``cluster_quiet`` runs while none of the
-    other session's does (tests/support/cluster_sharing.py)."""
+    """Where another session runs these tests on the same cluster (the lowest client
+    libraries' beside the main one, run by hand), a test marked ``cluster_quiet`` runs while
+    none of the other session's does (tests/support/cluster_sharing.py)."""
     quiet = request.node.get_closest_marker("cluster_quiet") is not None
     with cluster_turn(exclusive=quiet):
         yield
