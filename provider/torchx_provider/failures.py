@@ -24,7 +24,8 @@ knows has no kind. This module holds what is the same for every backend:
   ended: the failure began elsewhere. The replica whose rank raised can end last, stopped
   from outside (a job that fails fast stops its other pods once the first one failed) before
   its torchrun could print its summary; its own error is then still in its log, before
-  torchrun's teardown;
+  torchrun's teardown. It may not have ended at all when the app failed: :func:`suspects`
+  adds such a replica to the failed ones (:func:`raised_unended`);
 * :func:`python_error`: the error a tail's Python tracebacks tell most of: a replica's own
   error over a lost peer's, either over torchrun's teardown (``SignalException``);
 * :func:`error_class`: the exception class of a kind (an unknown kind is the base class).
@@ -384,6 +385,42 @@ def root_cause(
     return failed[min(range(len(failed)), key=order)]
 
 
+def raised_unended(row: ReplicaRow, tails: Mapping[str, Sequence[str]]) -> bool:
+    """Of an app that ended FAILED, ``row`` is a replica that neither failed nor succeeded
+    (still running, or stopped from outside) whose log tail holds its own Python error (not a
+    lost peer's, not torchrun's teardown): it raised, and the app failed before its pod or
+    container did. A gang that fails fast (Volcano's
+    ``PodFailed -> AbortJob``, a JobSet's failure policy) fails the app when the first pod
+    fails, which can be a peer that lost this one, while this one is still being stopped.
+
+    >>> from torchx_provider.replicas import ReplicaRow
+    >>> from torchx_provider.specs.api import AppState
+    >>> raised = ["Traceback (most recent call last):", "RuntimeError: rank 3 failed"]
+    >>> stopping = ReplicaRow("t", 1, AppState.RUNNING)
+    >>> raised_unended(stopping, {"t/1": raised}), raised_unended(stopping, {})
+    (True, False)
+    >>> lost = ["Traceback (most recent call last):", "RuntimeError: Connection reset by peer"]
+    >>> raised_unended(stopping, {"t/1": lost})
+    False
+    """
+    from torchx_provider.specs.api import AppState
+
+    if row.state in (AppState.SUCCEEDED, AppState.FAILED):
+        return False
+    error = python_error(tails.get(row.key, ()))
+    return bool(error) and _telling(error) == 2
+
+
+def suspects(rows: Sequence[ReplicaRow], tails: Mapping[str, Sequence[str]]) -> list[ReplicaRow]:
+    """The replicas of an app that ended FAILED where its failure may have begun, in the
+    app's order, for :func:`root_cause`: the failed ones and those that raised but had not
+    ended yet (:func:`raised_unended`). Having no finish time, such a replica comes after
+    every failed one but those that lost a peer: it leads only over them."""
+    from torchx_provider.specs.api import AppState
+
+    return [r for r in rows if r.state == AppState.FAILED or raised_unended(r, tails)]
+
+
 #: the Python error line a backend's message ends with, after its own words
 #: (``Error: torch...SignalException: ...``, ``Error: RuntimeError: ...``)
 _ERROR_IN_MESSAGE = re.compile(r"(?<=: )…?[A-Za-z_][\w.]*(?:Error|Exception)\w*(?::\s.*)?$", re.S)
@@ -398,7 +435,8 @@ def with_log_errors(
     unless the Python error it ends with tells less than the log tail's (a teardown or a lost
     peer, where the tail holds the replica's own error: a termination message is only the
     log's last lines): that error then takes its place, after the backend's own words
-    (``Error: ``).
+    (``Error: ``). A replica not ended whose log tail holds its own error
+    (:func:`raised_unended`) gets that error as its message and the user's kind.
 
     >>> from torchx_provider.replicas import ReplicaRow
     >>> from torchx_provider.specs.api import AppState
@@ -415,7 +453,10 @@ def with_log_errors(
 
     out = []
     for row in rows:
-        if row.state == AppState.FAILED:
+        if raised_unended(row, tails):
+            error = python_error(tails.get(row.key, ()))
+            row = replace(row, message=row.message or bounded(error), failure=row.failure or "user")
+        elif row.state == AppState.FAILED:
             error = python_error(tails.get(row.key, ()))
             if error and not row.message:
                 row = replace(row, message=bounded(error))

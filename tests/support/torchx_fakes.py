@@ -4,9 +4,11 @@ Apps advance one step each time they are described: PENDING, then RUNNING for
 ``fake.ticks`` describes while each replica writes ``fake.lines`` log lines spread over those
 ticks, then the outcome in ``fake.outcome`` (SUCCEEDED by default; a replica listed in
 ``fake.fail_replicas`` as ``role/id`` exits 1; one in ``fake.traceback_replicas`` ends its
-log with a Python traceback; one in ``fake.waiting_replicas`` waits on an image it cannot
-pull while the app runs; one in ``fake.missing_image_replicas`` waits on an image its
-registry does not have, which can never be pulled). Apps are set through ``AppDef.metadata``.
+log with a Python traceback, one in ``fake.peer_lost_replicas`` with gloo's lost peer; one in
+``fake.unended_replicas`` is still RUNNING when the app FAILED; one in
+``fake.waiting_replicas`` waits on an image it cannot pull while the app runs; one in
+``fake.missing_image_replicas`` waits on an image its registry does not have, which can never
+be pulled). Apps are set through ``AppDef.metadata``.
 
 The backend is one row of the backend table (:data:`FAKE_BACKEND`), added with
 :func:`register` and removed with :func:`unregister`, as a third-party backend would be.
@@ -95,6 +97,10 @@ class FakeApp:
 
     def replica_state(self, role: str, rid: int) -> AppState:
         state = self.state()
+        if state == AppState.FAILED and f"{role}/{rid}" in self.meta("unended_replicas", "").split(
+            ","
+        ):
+            return AppState.RUNNING  # still being stopped when the app failed
         if (
             state == AppState.FAILED
             and not self.failing(role, rid)
@@ -120,6 +126,12 @@ class FakeApp:
             lines[-2:] = [
                 TimestampedLine(at, "Traceback (most recent call last):\n"),
                 TimestampedLine(at, f"ValueError: {role} {rid} got a bad batch\n"),
+            ]
+        if written >= 2 and f"{role}/{rid}" in self.meta("peer_lost_replicas", "").split(","):
+            at = lines[-1].timestamp
+            lines[-2:] = [
+                TimestampedLine(at, "Traceback (most recent call last):\n"),
+                TimestampedLine(at, f"RuntimeError: {PEER_LOST}\n"),
             ]
         return lines
 
@@ -393,6 +405,10 @@ def register() -> None:
 
 def unregister() -> None:
     unregister_backend(FAKE_BACKEND.name)
+
+
+#: gloo's words for a peer rank that is gone
+PEER_LOST = "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.9]:9124"
 
 
 def make_app(name: str = "echo", replicas: int = 2, **meta: Any) -> AppDef:

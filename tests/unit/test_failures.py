@@ -208,6 +208,63 @@ def test_a_replica_that_lost_its_peer_is_never_the_root_cause() -> None:
     assert root_cause([failed(0, 1, T2), failed(1, 1, T0)], both).key == "trainer/1"
 
 
+def test_a_replica_still_stopping_whose_log_shows_its_error_is_a_suspect() -> None:
+    """Volcano fails the job at its first failed pod, which can be the node that lost its
+    peer; the node whose rank raised is then still being stopped."""
+    from torchx_provider.failures import suspects, with_log_errors
+
+    lost = failed(0, 1, T0)
+    stopping = ReplicaRow("trainer", 1, AppState.RUNNING)
+    tails = {"trainer/0": PEER_LOST_BLOCK, "trainer/1": TRACEBACK[:3] + RAISED_THEN_STOPPED[3:5]}
+    rows = with_log_errors([lost, stopping], tails)
+    assert rows[1].message == "RuntimeError: rank 3 failed at step 3"
+    assert (rows[1].state, rows[1].failure, rows[1].exit_code) == (AppState.RUNNING, "user", None)
+    assert suspects(rows, tails) == list(rows)
+    assert root_cause(suspects(rows, tails), tails) == rows[1]
+    # a failed replica that tells its own error stays ahead of one not ended
+    own = {**tails, "trainer/0": RECORDED_BLOCK}
+    assert root_cause(suspects(with_log_errors([lost, stopping], own), own), own).key == "trainer/0"
+    # so does one that tells nothing (a replica killed, no traceback)
+    quiet = {**tails, "trainer/0": ["step 3"]}
+    assert root_cause(suspects([lost, stopping], quiet), quiet) == lost
+    # not a suspect: a replica not ended that only lost its peer or was torn down, one that
+    # succeeded, one without a log
+    for state, tail in [
+        (AppState.RUNNING, PEER_LOST_BLOCK),
+        (AppState.RUNNING, TORN_DOWN),
+        (AppState.SUCCEEDED, TRACEBACK),
+        (AppState.RUNNING, []),
+    ]:
+        row = ReplicaRow("trainer", 1, state)
+        assert suspects([lost, row], {"trainer/1": tail}) == [lost], (state, tail)
+        assert with_log_errors([row], {"trainer/1": tail}) == (row,)
+    # one stopped from outside (CANCELLED) after it raised is one
+    cancelled = ReplicaRow("trainer", 1, AppState.CANCELLED, 143)
+    assert suspects([lost, cancelled], tails) == [lost, cancelled]
+
+
+def test_the_summary_and_error_name_a_root_cause_not_ended() -> None:
+    lost = failed(0, 1, T0)
+    stopping = ReplicaRow(
+        "trainer", 1, AppState.RUNNING, message="RuntimeError: rank 3 failed", failure="user"
+    )
+    heads = [
+        ln
+        for ln in failure_summary([lost, stopping], {"trainer/1": TRACEBACK}, "trainer/1")
+        if ln.startswith("::group::")
+    ]
+    assert heads == [
+        "::group::trainer/1 failed first: its log shows its error; still RUNNING when the app "
+        "failed (RuntimeError: rank 3 failed) — last 4 lines",
+        "::group::trainer/0 failed: exit code 1 (Error) — last 0 lines",
+    ]
+    event = finished(AppState.FAILED, lost, stopping, root="trainer/1")
+    error = failure_error(event)
+    assert type(error) is errors.UserCodeError and error.replica_id == 1
+    [result] = [r for r in replica_results(event) if r["root_cause"]]
+    assert (result["replica_id"], result["state"]) == (1, "RUNNING")
+
+
 @pytest.mark.parametrize(
     "error",
     [

@@ -76,11 +76,11 @@ def root_row(event: JobEvent) -> ReplicaRow | None:
     """The replica that failed first: the one the follow named, else (an older event) the
     first failed one by finish time, without logs to break ties. Of a stalled app, the
     replica that stopped first."""
-    if event.error == ErrorKind.STALL:
-        return next((r for r in event.replicas if r.key == event.root_cause), None)
-    failed = failed_rows(event.replicas)
-    named = [r for r in failed if r.key == event.root_cause]
-    return named[0] if named else root_cause(failed, {})
+    # the named one can be a replica that raised and had not ended (failures.raised_unended)
+    named = next((r for r in event.replicas if r.key == event.root_cause), None)
+    if named is not None or event.error == ErrorKind.STALL:
+        return named
+    return root_cause(failed_rows(event.replicas), {})
 
 
 def failure_error(event: JobEvent, deadline_cause: str = "") -> Exception | None:

@@ -46,6 +46,7 @@ from torchx_provider.failures import (
     python_error,
     removed_from_outside,
     root_cause,
+    suspects,
     with_log_errors,
 )
 from torchx_provider.schedulers.api import AsyncSchedulerClient
@@ -73,7 +74,7 @@ from torchx_provider.triggers.policy import (
 )
 from torchx_provider.triggers.progress import ProgressBook, ProgressPattern, ReplicaProgress
 from torchx_provider.triggers.selection import LogSelection
-from torchx_provider.triggers.summary import failed_rows, failure_summary, start_failure
+from torchx_provider.triggers.summary import failure_summary, start_failure
 from torchx_provider.triggers.timeline import Timeline
 from torchx_provider.triggers.waiting import ran_unseen
 from torchx_provider.triggers.watch import Named, WatchLimits, assess, stall_report
@@ -382,7 +383,7 @@ class JobFollower:
             )
         if self.state == AppState.FAILED:
             self.seen.rows = with_log_errors(self.rows, self.pumps.tails)
-            first = root_cause(failed_rows(self.rows), self.pumps.tails)
+            first = root_cause(suspects(self.rows, self.pumps.tails), self.pumps.tails)
             if first is not None:
                 self._root_cause = first.key
                 self._root_error = python_error(self.pumps.tails.get(first.key, ()))

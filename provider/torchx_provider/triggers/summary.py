@@ -25,12 +25,22 @@ HEADER_MESSAGE_LIMIT = 300
 
 def replica_failure(row: ReplicaRow) -> str:
     """``trainer/1 failed: exit code 137 (OOMKilled: ...)``: one failed replica in a few
-    words -- its exit code, the backend's reason and its message (bounded)."""
+    words -- its exit code, the backend's reason and its message (bounded). A replica that
+    raised but had not ended when the app failed
+    (:func:`~torchx_provider.failures.raised_unended`) is said to be so, with its state.
+
+    >>> print(replica_failure(ReplicaRow("t", 1, AppState.RUNNING, message="ValueError: x")))
+    t/1 failed: its log shows its error; still RUNNING when the app failed (ValueError: x)
+    """
     code = "unknown" if row.exit_code is None else str(row.exit_code)
     message = bounded(row.message.replace("\n", " "), HEADER_MESSAGE_LIMIT)
     if row.reason and not message.startswith(row.reason):
         message = f"{row.reason}: {message}" if message else row.reason
-    return f"{row.key} failed: exit code {code} ({message or 'no reason given'})"
+    if row.state != AppState.FAILED and row.exit_code is None:
+        ended = f"its log shows its error; still {row.state.name} when the app failed"
+    else:
+        ended = f"exit code {code}"
+    return f"{row.key} failed: {ended} ({message or 'no reason given'})"
 
 
 def failed_rows(rows: Iterable[ReplicaRow]) -> list[ReplicaRow]:
@@ -50,7 +60,9 @@ def failure_summary(
     key: the root cause) leads, marked so when others failed too, the others follow in the
     app's order."""
     out: list[str] = []
-    failed = failed_rows(rows)
+    rows = list(rows)
+    # the first can be a replica that raised and had not ended (failures.raised_unended)
+    failed = [r for r in rows if r.state == AppState.FAILED or r.key == first]
     failed.sort(key=lambda r: r.key != first)
     for row in failed:
         lines = list(tails.get(row.key, ()))[-SUMMARY_LINES:]

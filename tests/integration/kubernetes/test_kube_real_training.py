@@ -233,11 +233,14 @@ async def test_a_rank_raising_is_the_user_code_error_of_its_replica(
     assert (error.role, error.replica_id) == (role, int(replica)), (story_of(log), error)
     # the kubelet's reason, then the Python error from the termination message (the tail of
     # the log: torchrun's failure summary), or from the log before it where that tail tells
-    # only a lost peer or a teardown
-    assert error.replica_message == "Error: RuntimeError: rank 3 failed at step 3 as asked", (
+    # only a lost peer or a teardown; or, where Volcano failed the job while rank 3's node was
+    # still being stopped, the error alone, from its log
+    raised = "RuntimeError: rank 3 failed at step 3 as asked"
+    assert error.replica_message in (f"Error: {raised}", raised), (
         story_of(log),
         error.replica_message,
     )
+    assert type(error) is UserCodeError, (story_of(log), error)
     assert "Root Cause (first observed failure)" in "\n".join(log.lines), text
 
 

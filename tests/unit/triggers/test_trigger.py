@@ -118,6 +118,53 @@ async def test_failure_carries_state_message_and_exit_codes(fake_cluster: Any) -
     ]
 
 
+async def test_a_replica_that_raised_but_had_not_ended_is_the_root_cause(
+    fake_cluster: Any,
+) -> None:
+    """Seen on the real node under Volcano: worker/0's torchrun failed first on the lost
+    connection, Volcano failed the job, and worker/1 -- whose rank raised -- was still being
+    stopped (RUNNING) at the follow's last describe. The task's error names worker/1 and its
+    own error, as a ``UserCodeError``; the summary leads with it."""
+    app_id = submit(
+        outcome="FAILED",
+        fail_replicas="worker/0",
+        peer_lost_replicas="worker/0",
+        traceback_replicas="worker/1",
+        unended_replicas="worker/1",
+    )
+    log = ListLog()
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=log, poll_interval=0.001
+    ).run()
+    assert event.state == AppState.FAILED and event.root_cause == "worker/1", event
+    assert [(r.key, r.state) for r in event.replicas] == [
+        ("worker/0", AppState.FAILED),
+        ("worker/1", AppState.RUNNING),
+    ]
+    error = failure_error(event)
+    assert type(error) is errors.UserCodeError, error
+    assert (error.role, error.replica_id, error.exit_code) == ("worker", 1, None)
+    assert error.replica_message == "ValueError: worker 1 got a bad batch"
+    assert "first failed replica: worker/1 failed: its log shows its error; still RUNNING" in str(
+        error
+    )
+    heads = [ln for ln in log.lines if ln.startswith("::group::")]
+    assert heads[0].startswith("::group::worker/1 failed first: its log shows its error"), heads
+    assert heads[1].startswith("::group::worker/0 failed: exit code 1 (RuntimeError:"), heads
+    # without worker/1's own error, the replica that failed is the root cause
+    app_id = submit(
+        outcome="FAILED",
+        fail_replicas="worker/0",
+        peer_lost_replicas="worker/0,worker/1",
+        unended_replicas="worker/1",
+    )
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
+    ).run()
+    assert event.root_cause == "worker/0", event
+    assert [r.message for r in event.replicas][1] == ""
+
+
 async def test_short_outages_are_retried(fake_cluster: Any) -> None:
     app_id = submit()
     fake_cluster.outages = 2
