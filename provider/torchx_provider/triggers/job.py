@@ -280,16 +280,23 @@ class TorchXJobTrigger(BaseTrigger):
         app, within a bound, if the task really left the deferred state (module doc)."""
         if self._fired:
             return
-        state, known = await self._task_state()
-        if not kill_cancels(self.args.cancel_on_kill, state, known=known):
-            why = "on_kill_action=keep" if not self.args.cancel_on_kill else "still deferred"
-            self.log.info("trigger stopped; app %s left running (%s)", self.args.app_id, why)
-            return
+        # The client is made while Airflow is asked (where a kill can cancel at all): the user
+        # waits on both, each a round trip, more than a second on a loaded machine.
+        connecting = asyncio.ensure_future(self._client()) if self.args.cancel_on_kill else None
         try:
-            client = await self._client()
+            state, known = await self._task_state()
+            if not kill_cancels(self.args.cancel_on_kill, state, known=known):
+                why = "on_kill_action=keep" if not self.args.cancel_on_kill else "still deferred"
+                self.log.info("trigger stopped; app %s left running (%s)", self.args.app_id, why)
+                return
+            assert connecting is not None  # kill_cancels is False without cancel_on_kill
+            client = await connecting
             await asyncio.wait_for(client.cancel(self.args.app_id), CANCEL_TIMEOUT)
             self.log.info("task killed; cancelled app %s", self.args.app_id)
         finally:
+            if connecting is not None:
+                # not cancelled: a client made in a thread meanwhile would never be closed
+                await asyncio.gather(connecting, return_exceptions=True)
             await self._close_clients()
 
     async def _task_state(self) -> tuple[str | None, bool]:

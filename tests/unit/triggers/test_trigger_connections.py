@@ -252,3 +252,44 @@ async def test_on_kill_asks_airflow_for_the_task_state(
     await TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).on_kill()
     assert [(m.dag_id, m.task_ids, m.run_ids) for m in asked] == [("d", ["t"], ["r"])]
     assert (app_id in fake_cluster.cancelled) is cancels
+
+
+@pytest.mark.parametrize(("state", "cancels"), [("deferred", False), ("failed", True)])
+async def test_on_kill_connects_while_it_asks_airflow_and_closes_the_client(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch, state: str, cancels: bool
+) -> None:
+    """The user waits on the answer and on the connection: they are made at once, and the
+    client is closed whatever the answer."""
+    from airflow.sdk.execution_time import task_runner
+
+    seen: list[str] = []
+
+    class Comms:
+        async def asend(self, msg: Any) -> Any:
+            seen.append("asked")
+            await asyncio.sleep(0.2)
+            seen.append("answered")
+
+            class Reply:
+                task_states = {"r": {"t": state}}
+
+            return Reply()
+
+    def connect(**client_kwargs: Any) -> torchx_fakes.FakeAsyncClient:
+        seen.append("connected")
+        return torchx_fakes.FakeAsyncClient(**client_kwargs)
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+    monkeypatch.setattr(torchx_fakes, "create_async_client", connect)
+    closed = torchx_fakes.FakeAsyncClient.closed
+    app_id = submit(ticks=1000)
+    ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
+    await TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti)).on_kill()
+    assert seen == ["asked", "connected", "answered"]
+    assert torchx_fakes.FakeAsyncClient.closed == closed + 1
+    assert (app_id in fake_cluster.cancelled) is cancels
+    # a trigger told to keep the app does not connect at all
+    seen.clear()
+    keep = trigger_args(app_id, task_instance=ti, cancel_on_kill=False)
+    await TorchXJobTrigger.from_args(keep).on_kill()
+    assert seen == ["asked", "answered"]

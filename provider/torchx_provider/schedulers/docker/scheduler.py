@@ -224,8 +224,11 @@ class DockerAsyncClient(AsyncSchedulerClient):
             yield batch
 
     async def cancel(self, app_id: str) -> None:
-        if await self.describe(app_id) is not None:
-            await asyncio.to_thread(self.engine.cancel, app_id)
+        """See :meth:`AsyncSchedulerClient.cancel`: one list call finds the app's unfinished
+        containers (none: nothing to do), which are stopped. No describe first: on a task's
+        kill the client is new, and its describe would open an event stream and inspect
+        every container before the first is stopped."""
+        await asyncio.to_thread(self.engine.cancel, app_id)
 
     async def close(self) -> None:
         subscriptions, self._events = self._events, {}
