@@ -50,13 +50,23 @@ class Accounts:
         rules = [r for r in rules if r["verbs"]]
         return self.account(f"no-{verb}-{resource.replace('/', '-')}", rules)
 
+    def _name(self, name: str) -> str:
+        """The cluster's name of account ``name``: with the session's tag, as another
+        session's run of the same test has its own."""
+        return tagged(f"torchx-{name}", 60)
+
     def account(self, name: str, rules: list[dict[str, Any]]) -> str:
         from kubernetes import client
 
         ns = self.cluster.namespace
-        # with the session's tag: another session's run of the same test has its own
-        name = tagged(f"torchx-{name}", 60)
-        self._remove_leftovers(name)
+        name = self._name(name)
+        self._remove_leftovers(
+            name,
+            self.rbac.delete_namespaced_role_binding,
+            self.rbac.delete_namespaced_role,
+            self.core.delete_namespaced_service_account,
+            namespace=ns,
+        )
         meta = client.V1ObjectMeta(name=name)
         self.core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=meta))
         self.made.append(("sa", name))
@@ -73,19 +83,16 @@ class Accounts:
         self.made.append(("binding", name))
         return self.kubeconfig(name, self.token(name))
 
-    def _remove_leftovers(self, name: str) -> None:
-        """Remove an account ``name`` (and its Role and binding) that a run stopped before
-        its cleanup left on the cluster: the cluster's state outlives its processes."""
+    @staticmethod
+    def _remove_leftovers(name: str, *deletes: Callable[..., Any], namespace: str = "") -> None:
+        """Delete the objects ``name`` (each ``delete`` one kind) that a run stopped before its
+        cleanup left on the cluster (the cluster's state outlives its processes); one not
+        there is fine."""
         from kubernetes.client.exceptions import ApiException
 
-        ns = self.cluster.namespace
-        for delete in (
-            self.rbac.delete_namespaced_role_binding,
-            self.rbac.delete_namespaced_role,
-            self.core.delete_namespaced_service_account,
-        ):
+        for delete in deletes:
             try:
-                delete(name, ns)
+                delete(name, namespace) if namespace else delete(name)
             except ApiException as e:
                 if e.status != 404:
                     raise
@@ -115,16 +122,11 @@ class Accounts:
     def with_cluster_role(self, name: str, rules: list[dict[str, Any]]) -> str:
         """A kubeconfig of an account bound to the documented Role that may also do
         ``rules`` at the cluster scope (a ClusterRole and its binding of the same name)."""
-        from kubernetes.client.exceptions import ApiException
-
         kubeconfig = self.account(name, self.documented_rules())
-        name = tagged(f"torchx-{name}", 60)
-        for delete in (self.rbac.delete_cluster_role_binding, self.rbac.delete_cluster_role):
-            try:  # a stopped run's leftovers
-                delete(name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+        name = self._name(name)
+        self._remove_leftovers(
+            name, self.rbac.delete_cluster_role_binding, self.rbac.delete_cluster_role
+        )
         self.rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
         self.made.append(("clusterrole", name))
         self.rbac.create_cluster_role_binding(
