@@ -8,6 +8,7 @@
 #   bash scripts/other_versions.sh 3.1.8          # one of them
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
 #   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
+#   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
 # The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself (as
 # CI does); '@cluster' runs its Kubernetes tier as a second session beside another one on the
@@ -24,12 +25,13 @@ OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lo
 # What runs on each: the unit tier and the Docker dag.test() tier; with the lowest clients,
 # the Docker and Kubernetes integration tiers too (the local cluster must be up). An older
 # Airflow gets the dependency versions of its release day (scripts/airflow_venv.py). The "TorchX
-# app" view's browser tier also passes on Airflow 3.1.8 and 3.2.2 (run it with that entry's
-# Python: tests/airflow/test_torchx_app_view_browser.py); not in CI yet: with both entries'
-# deployments at once beside the cluster lane, 3.1.8's live view was not drawn within 60 s.
+# app" view's browser tier is an entry of its own, VERSION@browser (a deployment of that
+# Airflow and chromium): such entries run one at a time, after the others (with two
+# deployments at once beside the cluster lane, 3.1.8's live view was not drawn within 60 s).
 tiers() {
   case "$1" in
-    *+lowest)
+    *@browser) echo "tests/airflow/test_torchx_app_view_browser.py" ;;
+    *+lowest | *+lowest@*)
       printf '%s ' tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py
       ;;
     *) echo "tests/unit tests/airflow/test_torchx_dagtest_docker.py" ;;
@@ -42,6 +44,10 @@ entries=("$@")
 [ ${#entries[@]} -gt 0 ] || read -r -a entries <<<"$OTHER_VERSIONS"
 for entry in "${entries[@]}"; do
   case "$entry" in
+    *@browser) [[ "$entry" != *+lowest@browser ]] || {
+      echo "$entry: the browser tier runs on an Airflow release, not on the lowest clients" >&2
+      exit 2
+    } ;;
     *@*) [[ "$entry" =~ ^[^@]+\+lowest@(cluster|local)$ ]] || {
       echo "$entry: only the lowest clients' entry has lanes: VERSION+lowest@cluster or @local" >&2
       exit 2
@@ -62,7 +68,7 @@ run_entry() {
   local entry="$1" version="${1%@*}" start=$SECONDS python log result
   log="$logs/$entry.log"
   python=$(python3 scripts/airflow_venv.py "$version")
-  read -r -a paths <<<"$(tiers "$version")"
+  read -r -a paths <<<"$(tiers "$entry")"
   echo "==> Airflow $entry: ${paths[*]} ($python)" >"$log"
   # the dry-run property test does not depend on the Airflow version: its 2,000 examples per
   # backend run once, in the main environment
@@ -102,14 +108,15 @@ run_entry() {
 # as two calls, at different times)
 mkdir -p "$logs"
 for entry in "${entries[@]}"; do rm -rf "${logs:?}/$entry.log" "${logs:?}/$entry"; done
+alone() { [[ "$1" == *+lowest || "$1" == *@cluster || "$1" == *@browser ]]; }
 for entry in "${entries[@]}"; do
-  if [[ "$entry" == *+lowest || "$entry" == *@cluster ]]; then continue; fi
+  if alone "$entry"; then continue; fi
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do sleep 1; done  # at most two at a time
   run_entry "$entry" &
 done
 wait
 for entry in "${entries[@]}"; do
-  if [[ "$entry" == *+lowest || "$entry" == *@cluster ]]; then run_entry "$entry" || true; fi
+  if alone "$entry"; then run_entry "$entry" || true; fi
 done
 echo "==> other versions"
 own=()
