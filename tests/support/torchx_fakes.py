@@ -120,6 +120,9 @@ class FakeApp:
             TimestampedLine(BASE + timedelta(seconds=i // 2), f"{role} {rid} line {i}\n")
             for i in range(written)
         ]
+        words = self.meta("last_words", "")
+        if self.cancelled and words and lines:  # what it says as it is stopped (SIGTERM)
+            lines.append(TimestampedLine(lines[-1].timestamp, f"{role} {rid} {words}\n"))
         if written >= 2 and f"{role}/{rid}" in self.meta("traceback_replicas", "").split(","):
             # its last two lines: a Python traceback (the evidence of a root cause)
             at = lines[-1].timestamp

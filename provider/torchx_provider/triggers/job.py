@@ -31,7 +31,12 @@ last progress on the way out and repeats nothing.
 clears it or deletes its run, but also (an Airflow bug) when the trigger moves to another
 triggerer -- asks Airflow for the task instance's state and cancels the app only if the task
 is no longer deferred (:func:`~torchx_provider.triggers.policy.kill_cancels`), and never with
-``on_kill_action="keep"``. It runs only for a trigger a triggerer is running: a task marked
+``on_kill_action="keep"``. Once it cancelled the app it reads the app's logs on from where
+the follow left them, to the app's end or for :data:`~torchx_provider.triggers.policy.KILL_DRAIN`
+seconds: what the replicas say as they stop (a checkpoint saved on SIGTERM) reaches the task
+log. Airflow 3.3.2 cancels the trigger again about every second while ``on_kill`` runs: the
+kill goes on shielded from those cancels, within its own bounds. It runs only for a trigger a
+triggerer is running: a task marked
 failed in the second or so between deferring and being picked up by a triggerer leaves its
 app running (as on Airflow < 3.3, where ``on_kill`` does not exist); cancel it with the app
 handle from the task's XCom.
@@ -58,6 +63,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
+    KILL_DRAIN,
     OUTAGE_BUDGET,
     kill_cancels,
     monotonic_deadline,
@@ -158,6 +164,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: The kills under way (:meth:`TorchXJobTrigger.on_kill`), held while one outlives the
+#: ``on_kill`` that began it (asyncio keeps only a weak reference to a task).
+_KILLS: set[asyncio.Future[None]] = set()
+
+
 class TorchXJobTrigger(BaseTrigger):
     """Follows one TorchX app; see the module documentation. Takes :class:`JobTriggerArgs`
     fields as keyword arguments (and the :data:`LEGACY_KWARGS` of older trigger rows)."""
@@ -175,6 +186,8 @@ class TorchXJobTrigger(BaseTrigger):
         self._timeline: Timeline | None = None
         self._target: BackendTarget | None = None
         self._clients: list[AsyncSchedulerClient] = []
+        #: the follow under way (``on_kill`` reads the logs on from its cursors)
+        self._follower: Any = None
 
     @classmethod
     def from_args(cls, args: JobTriggerArgs) -> TorchXJobTrigger:
@@ -254,6 +267,7 @@ class TorchXJobTrigger(BaseTrigger):
                 timeline=self._timeline,
                 hold_lines=LOOP_WATCH.get().wait_if_back,
             )
+            self._follower = follower
             event = await follower.run()
         except asyncio.CancelledError:
             raise
@@ -277,9 +291,22 @@ class TorchXJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """The triggerer cancelled this trigger for a "user action" (Airflow 3.3+): cancel the
-        app, within a bound, if the task really left the deferred state (module doc)."""
+        app, within a bound, if the task really left the deferred state, then read its last
+        lines (module doc). The kill runs as a task of its own that ``on_kill`` waits on
+        shielded: Airflow 3.3.2 cancels the trigger's task again at each turn of its runner's
+        loop (about a second) until the task has ended, ``on_kill`` included, which cut the
+        kill short -- before its cancel on a loaded machine, always before its last lines.
+        The kill's own bounds (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`) end it."""
         if self._fired:
             return
+        kill = asyncio.ensure_future(self._kill())
+        _KILLS.add(kill)
+        kill.add_done_callback(_KILLS.discard)
+        await asyncio.shield(kill)
+
+    async def _kill(self) -> None:
+        """:meth:`on_kill`'s work. Raises nothing (nothing may be left to hear it): a cancel
+        that failed is said in the task log, with what to do."""
         # The client is made while Airflow is asked (where a kill can cancel at all): the user
         # waits on both, each a round trip, more than a second on a loaded machine.
         connecting = asyncio.ensure_future(self._client()) if self.args.cancel_on_kill else None
@@ -293,11 +320,47 @@ class TorchXJobTrigger(BaseTrigger):
             client = await connecting
             await asyncio.wait_for(client.cancel(self.args.app_id), CANCEL_TIMEOUT)
             self.log.info("task killed; cancelled app %s", self.args.app_id)
+            await self._last_lines(client)
+        except Exception as e:
+            self.log.error(
+                "task killed, but app %s could not be cancelled (%s: %s): cancel it with the "
+                "handle in the task's XCom",
+                self.args.app_id,
+                type(e).__name__,
+                e,
+            )
         finally:
             if connecting is not None:
                 # not cancelled: a client made in a thread meanwhile would never be closed
                 await asyncio.gather(connecting, return_exceptions=True)
             await self._close_clients()
+
+    async def _last_lines(self, client: AsyncSchedulerClient) -> None:
+        """After the kill's cancel: the app's logs read on from where the follow left them
+        (its cursors), to the app's end or for :data:`KILL_DRAIN` seconds -- the lines the
+        replicas write as they stop. Nothing is stored: the task has ended."""
+        stopped = self._follower
+        if stopped is None:  # the follow had not started: nothing was read to go on from
+            return
+        follow = await asyncio.to_thread(_follow_module)
+        last = follow.JobFollower(
+            client,
+            self.args.app_id,
+            log=self.log,
+            poll_interval=1.0,
+            selection=stopped.selection,
+            cursors=dict(stopped.cursors),
+            state=stopped.state,
+            cancel_on_timeout=False,
+        )
+        try:
+            await asyncio.wait_for(last.run(), KILL_DRAIN)
+        except TimeoutError:
+            self.log.info(
+                "stopped reading app %s's last lines after %.0fs", self.args.app_id, KILL_DRAIN
+            )
+        except Exception as e:  # the cancel is done; its last lines are a courtesy
+            self.log.warning("could not read app %s's last lines: %s", self.args.app_id, e)
 
     async def _task_state(self) -> tuple[str | None, bool]:
         """``(state, known)`` of the deferred task instance, asked from Airflow."""

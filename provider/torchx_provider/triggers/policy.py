@@ -50,6 +50,9 @@ FIRST_RETRY = 1.0
 JITTER = 0.2
 #: seconds a cancel (on a timeout, or from a trigger's ``on_kill``) may take
 CANCEL_TIMEOUT = 20.0
+#: seconds a trigger's ``on_kill`` goes on reading the cancelled app's logs to their end: the
+#: lines its replicas write as they stop (a checkpoint saved on SIGTERM, torchrun's teardown)
+KILL_DRAIN = 30.0
 #: seconds ``defer(timeout=...)`` waits beyond the follow's own deadline: Airflow's timeout is
 #: only the backstop for a triggerer that could not act on the deadline itself
 DEFER_TIMEOUT_GRACE = 120.0

@@ -337,6 +337,31 @@ async def test_on_kill_cancels_and_cleanup_does_not(fake_cluster: Any) -> None:
     assert kept not in fake_cluster.cancelled
 
 
+async def test_on_kill_reads_what_the_replicas_say_as_they_stop(fake_cluster: Any) -> None:
+    """A user's kill cancels the trigger's follow, then ``on_kill`` cancels the app: the lines
+    its replicas write as they stop (a checkpoint saved on SIGTERM) reach the task log, read
+    on from where the follow left off (no line twice)."""
+    app_id = submit(ticks=1000, lines=4000, replicas=2, last_words="checkpoint saved on SIGTERM")
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    log = ListLog()
+    trigger._log = log  # the task log
+    run = asyncio.ensure_future(trigger.run().__anext__())
+    for _ in range(1000):  # until the follow forwarded some of replica 1's lines
+        if len(log.of("worker/1")) >= 10:
+            break
+        await asyncio.sleep(0.01)
+    run.cancel()  # the triggerer stops the trigger for the user's action
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await trigger.on_kill()
+    assert fake_cluster.cancelled == [app_id]
+    for replica in ("worker/0", "worker/1"):
+        lines = log.of(replica)
+        assert lines[-1].endswith("checkpoint saved on SIGTERM"), lines[-3:]
+        assert len(lines) == len(set(lines)), "a line forwarded twice"
+    assert any(f"app {app_id}: RUNNING -> CANCELLED" in ln for ln in log.lines), log.lines[-5:]
+
+
 async def test_the_follow_never_blocks_the_event_loop(fake_cluster: Any, caplog: Any) -> None:
     """asyncio's debug mode reports any callback that holds the loop for 50 ms."""
     loop = asyncio.get_running_loop()
@@ -386,3 +411,60 @@ async def test_trigger_resumes_from_and_stores_its_xcom_checkpoint(
     stored = store[(CHECKPOINT_XCOM_KEY, "r")]
     assert stored["app_id"] == app_id
     assert LogCursor.from_dict(stored["cursors"]["worker/0"]).seen_at_since == 2
+
+
+async def test_on_kill_outlives_airflows_cancels_of_it(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.3.2's triggerer cancels the trigger's task again at each turn of its loop
+    (about a second) while ``on_kill`` runs: the kill must still cancel the app and say so,
+    however slowly Airflow answers what state the task is in."""
+    from airflow.sdk.execution_time import task_runner
+
+    class Comms:
+        async def asend(self, msg: Any) -> Any:
+            await asyncio.sleep(0.3)  # a loaded API server
+
+            class Reply:
+                task_states = {"r": {"t": "failed"}}
+
+            return Reply()
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+    app_id = submit(ticks=1000)
+    ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id, task_instance=ti))
+    log = ListLog()
+    trigger._log = log
+    killing = asyncio.ensure_future(trigger.on_kill())
+    await asyncio.sleep(0.05)
+    killing.cancel()  # the runner's next turn
+    with pytest.raises(asyncio.CancelledError):
+        await killing
+    assert app_id not in fake_cluster.cancelled
+    for _ in range(200):
+        if any("task killed; cancelled app" in ln for ln in log.lines):
+            break
+        await asyncio.sleep(0.01)
+    assert fake_cluster.cancelled == [app_id], log.lines
+    assert any(f"task killed; cancelled app {app_id}" in ln for ln in log.lines), log.lines
+
+
+async def test_a_kill_whose_cancel_fails_says_so_and_raises_nothing(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app_id = submit(ticks=1000)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    log = ListLog()
+    trigger._log = log
+
+    async def refused(self: Any, app_id: str) -> None:
+        raise RuntimeError("403 Forbidden")
+
+    monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "cancel", refused)
+    await trigger.on_kill()
+    said = [ln for ln in log.lines if "could not be cancelled" in ln]
+    assert said == [
+        f"task killed, but app {app_id} could not be cancelled (RuntimeError: 403 Forbidden): "
+        "cancel it with the handle in the task's XCom"
+    ], log.lines
