@@ -222,6 +222,16 @@ with DAG("torchx_deploy_policy_evicted", **ARGS):
         retry_policy=RETRY_INFRASTRUCTURE_ONLY,
     )
 
+# a Volcano job whose replica kwok keeps running: marked failed while deferred
+with DAG("torchx_deploy_kube_marked", **ARGS):
+    TorchXKubernetesOperator(
+        task_id="train",
+        app=kube_app("kubemarked", {KEEP_RUNNING!r}),
+        conn_id="{KUBE_CONN_ID}",
+        deferrable=True,
+        poll_interval=1,
+    )
+
 # dist.ddp 1x2 of the example training script, a step a second: marked failed as it trains
 with DAG("torchx_deploy_train_marked", **ARGS):
     TorchXDockerOperator(
@@ -403,6 +413,49 @@ def test_marking_a_training_task_failed_lets_its_ranks_say_they_saved(
     assert deployment.ti(dag_id, run_id, "train")["state"] == "failed"
     assert all(c.status != "running" for c in containers(docker_engine, app_id))
     remove_containers(containers(docker_engine, app_id))
+
+
+def test_marking_a_deferred_kubernetes_task_failed_cancels_its_job(
+    deployment: Deployment, deployed_kube: Any
+) -> None:
+    """On Volcano, the trigger's ``on_kill`` cancels over HTTP, which a cancel of its task
+    cuts at the next await: Airflow 3.3.2's triggerer cancels it again about every second
+    while it runs. The kill still stops the job (Volcano aborts it) and says so in the task
+    log; the task stays failed."""
+    kube = deployed_kube
+    dag_id = "torchx_deploy_kube_marked"
+    torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)  # left by an earlier run
+    run_id = deployment.trigger(dag_id)
+    app_id = deferred_app(deployment, dag_id, run_id)
+    name = app_id.rsplit(":", 1)[-1]
+    wait_for(
+        f"app {app_id}'s pod to run",
+        lambda: torchx_kube_cluster.running_pods(kube, dag_id, prefix=f"{name}-"),
+        120,
+    )
+    deployment.wait_deferral_processed(dag_id, run_id)
+    marked = time.monotonic()
+    deployment.set_state(dag_id, run_id, "train", "failed")
+
+    def phases() -> list[str]:
+        jobs = torchx_kube_cluster.volcano_jobs(kube, dag_id)
+        return [str(((j.get("status") or {}).get("state") or {}).get("phase")) for j in jobs]
+
+    try:
+        wait_for(
+            "the Volcano job to be aborted",
+            lambda: all(p in ("Aborting", "Aborted") for p in phases()),
+            60,
+            interval=0.5,
+        )
+    except TimeoutError as e:
+        raise AssertionError((phases(), timeline(deployment, dag_id, run_id))) from e
+    took = time.monotonic() - marked
+    print(f"marked failed: Volcano job aborting {took:.1f}s later")
+    said = f"task killed; cancelled app {app_id}"
+    wait_for("the kill to say so", lambda: said in attempt_text(deployment, dag_id, 1), 30, 1)
+    assert deployment.ti(dag_id, run_id, "train")["state"] == "failed"
+    torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)
 
 
 def test_marking_a_running_worker_task_failed_cancels_its_job(
