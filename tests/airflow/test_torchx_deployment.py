@@ -599,12 +599,23 @@ def test_the_stored_trigger_holds_no_secret(deployment: Deployment, docker_engin
     stored = json.dumps(mine[0])
     assert SECRET not in stored
     assert "docker_with_secret" in stored and "client_kwargs" not in stored
-    wait_for(
-        "the task to succeed",
-        lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
-        180,
-        interval=1,
-    )
+    try:
+        wait_for(
+            "the task to succeed",
+            lambda: deployment.ti(dag_id, run_id, "train")["state"] == "success",
+            180,
+            interval=1,
+        )
+    except TimeoutError as e:  # where it stopped: the task, its log, the components' last words
+        raise AssertionError(
+            " | ".join(
+                [
+                    f"task: {deployment.ti(dag_id, run_id, 'train')}",
+                    *timeline(deployment, dag_id, run_id)[-30:],
+                    *(f"{c}: {deployment.output(c)[-1500:]}" for c in ("triggerer", "scheduler")),
+                ]
+            )
+        ) from e
     for table, column in (("xcom", "value"), ("trigger", "kwargs")):
         values = metadata_rows(deployment, f"SELECT {column} FROM {table}")
         assert not [v for (v,) in values if v and SECRET in str(v)], table
