@@ -141,7 +141,8 @@ with DAG("torchx_deploy_kill_worker", **ARGS):
 with DAG("torchx_deploy_secret", **ARGS):
     TorchXDockerOperator(
         task_id="train",
-        app=app("secret", "sleep 6; echo pushing with {SECRET}; echo done"),
+        # long enough for the scheduler to take in the deferral first (wait_deferral_processed)
+        app=app("secret", "sleep 30; echo pushing with {SECRET}; echo done"),
         conn_id="docker_with_secret",
         deferrable=True,
         poll_interval=1,
@@ -593,6 +594,9 @@ def test_the_stored_trigger_holds_no_secret(deployment: Deployment, docker_engin
     dag_id = "torchx_deploy_secret"
     run_id = deployment.trigger(dag_id)
     app_id = deferred_app(deployment, dag_id, run_id)
+    # the job ends by itself: not before the scheduler took in the deferral (Airflow's race,
+    # see wait_deferral_processed; most likely why this try once never succeeded in CI)
+    deployment.wait_deferral_processed(dag_id, run_id)
     rows = metadata_rows(deployment, "SELECT classpath, kwargs FROM trigger")
     mine = [json.loads(kw) for cp, kw in rows if cp.endswith("TorchXJobTrigger") and app_id in kw]
     assert len(mine) == 1, rows
