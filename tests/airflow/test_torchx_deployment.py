@@ -240,7 +240,7 @@ with DAG("torchx_deploy_train_marked", **ARGS):
         app="dist.ddp",
         app_args={{
             "script": {TRAIN_SCRIPT!r},
-            "script_args": ["--steps", "600", "--step-seconds", "1"],
+            "script_args": ["--steps", "120", "--step-seconds", "1"],
             "image": {TORCH_IMAGE!r},
             "name": "trainer",
             "j": "1x2",

@@ -164,6 +164,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: The message Airflow (3.3+) cancels a trigger's task with for a user's action (its
+#: triggerer's ``_USER_ACTION_CANCEL_MSG``); a shutdown or a move cancels without it.
+USER_ACTION_CANCEL = "__airflow_user_action__"
+
 #: The kills under way (:meth:`TorchXJobTrigger.on_kill`), held while one outlives the
 #: ``on_kill`` that began it (asyncio keeps only a weak reference to a task).
 _KILLS: set[asyncio.Future[None]] = set()
@@ -188,6 +192,8 @@ class TorchXJobTrigger(BaseTrigger):
         self._clients: list[AsyncSchedulerClient] = []
         #: the follow under way (``on_kill`` reads the logs on from its cursors)
         self._follower: Any = None
+        #: the kill of a user's action, once begun (:meth:`_begin_kill`)
+        self._killing: asyncio.Future[None] | None = None
 
     @classmethod
     def from_args(cls, args: JobTriggerArgs) -> TorchXJobTrigger:
@@ -208,11 +214,15 @@ class TorchXJobTrigger(BaseTrigger):
 
     async def _client(self, stale: BackendTarget | None = None) -> AsyncSchedulerClient:
         """A client of a (freshly) resolved target; closed by :meth:`_close_clients`."""
-        self._target = await self._resolve(stale)
-        # Creating a client may import its library and read files: off the loop.
-        client = await asyncio.to_thread(self._target.create_async_client)
+        client = await self._new_client(stale)
         self._clients.append(client)
         return client
+
+    async def _new_client(self, stale: BackendTarget | None = None) -> AsyncSchedulerClient:
+        """A client of a (freshly) resolved target, for the caller to close."""
+        self._target = await self._resolve(stale)
+        # Creating a client may import its library and read files: off the loop.
+        return await asyncio.to_thread(self._target.create_async_client)
 
     async def _reconnect(self) -> AsyncSchedulerClient:
         """After a 401: the connection resolved again, a new client, the old one closed."""
@@ -269,7 +279,12 @@ class TorchXJobTrigger(BaseTrigger):
             )
             self._follower = follower
             event = await follower.run()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as e:
+            if e.args and e.args[0] == USER_ACTION_CANCEL:
+                # the kill begins here: Airflow 3.3.2 calls on_kill only after an await of
+                # its own, which its next cancel of this task can cut short (on_kill then
+                # never runs); on_kill, when it does run, waits on this same kill
+                self._begin_kill()
             raise
         except Exception as e:
             self.log.exception("following app %s failed", args.app_id)
@@ -299,17 +314,23 @@ class TorchXJobTrigger(BaseTrigger):
         The kill's own bounds (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`) end it."""
         if self._fired:
             return
-        kill = asyncio.ensure_future(self._kill())
-        _KILLS.add(kill)
-        kill.add_done_callback(_KILLS.discard)
-        await asyncio.shield(kill)
+        await asyncio.shield(self._begin_kill())
+
+    def _begin_kill(self) -> asyncio.Future[None]:
+        """The kill under way, begun now if it was not (once per trigger)."""
+        if self._killing is None:
+            self._killing = asyncio.ensure_future(self._kill())
+            _KILLS.add(self._killing)
+            self._killing.add_done_callback(_KILLS.discard)
+        return self._killing
 
     async def _kill(self) -> None:
         """:meth:`on_kill`'s work. Raises nothing (nothing may be left to hear it): a cancel
         that failed is said in the task log, with what to do."""
         # The client is made while Airflow is asked (where a kill can cancel at all): the user
         # waits on both, each a round trip, more than a second on a loaded machine.
-        connecting = asyncio.ensure_future(self._client()) if self.args.cancel_on_kill else None
+        # (its own client: the follow's are closed as the follow ends, which can be now)
+        connecting = asyncio.ensure_future(self._new_client()) if self.args.cancel_on_kill else None
         try:
             state, known = await self._task_state()
             if not kill_cancels(self.args.cancel_on_kill, state, known=known):
@@ -332,8 +353,9 @@ class TorchXJobTrigger(BaseTrigger):
         finally:
             if connecting is not None:
                 # not cancelled: a client made in a thread meanwhile would never be closed
-                await asyncio.gather(connecting, return_exceptions=True)
-            await self._close_clients()
+                [made] = await asyncio.gather(connecting, return_exceptions=True)
+                if not isinstance(made, BaseException):
+                    await made.close()
 
     async def _last_lines(self, client: AsyncSchedulerClient) -> None:
         """After the kill's cancel: the app's logs read on from where the follow left them

@@ -490,3 +490,47 @@ async def test_a_kill_whose_cancel_fails_says_so_and_raises_nothing(
         f"task killed, but app {app_id} could not be cancelled (RuntimeError: 403 Forbidden): "
         "cancel it with the handle in the task's XCom"
     ], log.lines
+
+
+async def test_a_users_kill_begins_in_the_follow_even_if_airflow_never_calls_on_kill(
+    fake_cluster: Any,
+) -> None:
+    """Airflow 3.3.2 awaits a log call between its cancel of the trigger and ``on_kill``; its
+    next cancel can land there, and ``on_kill`` never runs. The follow, cancelled with
+    Airflow's user-action message, begins the kill itself; ``on_kill`` joins the same kill."""
+    from airflow.jobs.triggerer_job_runner import _USER_ACTION_CANCEL_MSG
+
+    from torchx_provider.triggers.job import USER_ACTION_CANCEL
+
+    assert USER_ACTION_CANCEL == _USER_ACTION_CANCEL_MSG
+    app_id = submit(ticks=1000)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    log = ListLog()
+    trigger._log = log
+    run = asyncio.ensure_future(trigger.run().__anext__())
+    for _ in range(500):
+        if trigger._follower is not None:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    run.cancel(USER_ACTION_CANCEL)
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    for _ in range(300):  # no on_kill
+        if fake_cluster.cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert fake_cluster.cancelled == [app_id], log.lines[-5:]
+    await trigger.on_kill()  # joins it: no second cancel
+    assert fake_cluster.cancelled == [app_id]
+    assert sum(f"task killed; cancelled app {app_id}" in ln for ln in log.lines) == 1
+    # a cancel without the message (a shutdown, a move) begins nothing
+    kept = submit(ticks=1000)
+    other = TorchXJobTrigger.from_args(trigger_args(kept))
+    run = asyncio.ensure_future(other.run().__anext__())
+    await asyncio.sleep(0.1)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await asyncio.sleep(0.1)
+    assert kept not in fake_cluster.cancelled
