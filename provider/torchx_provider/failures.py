@@ -389,9 +389,9 @@ def raised_unended(row: ReplicaRow, tails: Mapping[str, Sequence[str]]) -> bool:
     """Of an app that ended FAILED, ``row`` is a replica that neither failed nor succeeded
     (still running, or stopped from outside) whose log tail holds its own Python error (not a
     lost peer's, not torchrun's teardown): it raised, and the app failed before its pod or
-    container did. A gang that fails fast (Volcano's
-    ``PodFailed -> AbortJob``, a JobSet's failure policy) fails the app when the first pod
-    fails, which can be a peer that lost this one, while this one is still being stopped.
+    container did. A gang that fails fast (Volcano's ``PodFailed -> AbortJob``, a JobSet's
+    failure policy) fails the app when the first pod fails, which can be a peer that lost this
+    one, while this one is still being stopped.
 
     >>> from torchx_provider.replicas import ReplicaRow
     >>> from torchx_provider.specs.api import AppState
@@ -455,7 +455,11 @@ def with_log_errors(
     for row in rows:
         if raised_unended(row, tails):
             error = python_error(tails.get(row.key, ()))
-            row = replace(row, message=row.message or bounded(error), failure=row.failure or "user")
+            row = replace(
+                row,
+                message=row.message or bounded(error),
+                failure=row.failure or FailureKind.USER.value,
+            )
         elif row.state == AppState.FAILED:
             error = python_error(tails.get(row.key, ()))
             if error and not row.message:
