@@ -144,7 +144,7 @@ class LogPumps:
                 ):
                     refusals.allowed()
                     if lines:
-                        await self._write(source, lines)
+                        await self._write(source, lines, cursor)
                         attempt = 0
                         self._readable(key)
                     self.cursors[key] = cursor
@@ -196,11 +196,18 @@ class LogPumps:
                     await asyncio.wait_for(self.ended.wait(), delay)
             attempt += 1
 
-    async def _write(self, source: LogSource, lines: list[TimestampedLine]) -> None:
+    async def _write(
+        self, source: LogSource, lines: list[TimestampedLine], cursor: LogCursor
+    ) -> None:
+        """Write ``lines``, then keep ``cursor`` (the source's cursor after them). Cancelled
+        between slices (a kill, a shutdown), it writes the rest of the batch at once and keeps
+        the cursor before it raises: whatever reads on from the cursors (the kill's last
+        lines, a resumed follow) must not write any of them again."""
         if self.hold is not None:
             # a triggerer back from a freeze: its copy of the trigger may no longer be its
             # own (triggers/thaw.py); cancelled while it holds, it writes nothing twice
             await self.hold()
+        cancelled: asyncio.CancelledError | None = None
         prefix = f"[{source.key}] "
         tail = self.tails[source.key]
         info = self.log.info
@@ -214,9 +221,15 @@ class LogPumps:
             if on_lines is not None:
                 key = batch[-1].key
                 on_lines(source.key, texts, "" if key is None else key + "Z")
-            if time.monotonic() - self._last_yield > YIELD_EVERY:
-                await asyncio.sleep(0)  # a big batch must not hold the event loop
+            if cancelled is None and time.monotonic() - self._last_yield > YIELD_EVERY:
+                try:
+                    await asyncio.sleep(0)  # a big batch must not hold the event loop
+                except asyncio.CancelledError as e:
+                    cancelled = e
                 self._last_yield = time.monotonic()
+        self.cursors[source.key] = cursor
+        if cancelled is not None:
+            raise cancelled
 
     def say_once(self, key: str, text: str, *, warning: bool = True) -> None:
         """Warn ``text`` (``warning=False``: say it as an info) unless something was said

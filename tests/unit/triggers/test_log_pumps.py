@@ -166,3 +166,52 @@ async def test_a_notice_is_said_once_at_its_level() -> None:
     pumps.say_once("admitted", "admitted", warning=False)
     pumps.say_once("admitted", "admitted", warning=False)
     assert log.said == [("warning", "waits for quota"), ("info", "admitted")]
+
+
+class OneBigBatch(Flaky):
+    """Serves lines 0..n-1 of one source as one batch, then waits for the app's end."""
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+        self.starts.append(cursor)
+        start = 0 if cursor.since is None else int((cursor.since - BASE).total_seconds()) + 1
+        batch = [
+            TimestampedLine(BASE + timedelta(seconds=i), f"line {i}\n")
+            for i in range(start, self.n)
+        ]
+        for line in batch:
+            cursor = cursor.after(line)
+        if batch:
+            yield batch, cursor
+        await ended.wait()
+
+
+async def test_a_pump_stopped_amid_a_big_batch_keeps_the_cursor_of_what_it_wrote(
+    monkeypatch: Any,
+) -> None:
+    """Stopped (a kill, a shutdown) while it yields amid a big batch, the pump writes the
+    batch whole and keeps the cursor after it: a reader going on from its cursors (the kill's
+    last lines, a resumed follow) writes none of it again."""
+    from torchx_provider.triggers import logpump
+
+    monkeypatch.setattr(logpump, "YIELD_EVERY", 0.0)  # a yield after every slice
+    client = OneBigBatch(20 * logpump.WRITE_SLICE, [])
+    log = Log()
+    cursors: dict[str, LogCursor] = {}
+    pumps = LogPumps(lambda: client, "app", log, cursors, retry_base=0.001)
+    pumps.start([LogSource("t", 0)])
+    for _ in range(1000):  # until the pump is amid its batch
+        if lines_of_t0(log):
+            break
+        await asyncio.sleep(0)
+    written = len(lines_of_t0(log))
+    assert 0 < written < client.n, written
+    await pumps.close()
+    assert len(lines_of_t0(log)) == client.n
+    assert cursors["t/0"].since == BASE + timedelta(seconds=client.n - 1)
+    # read on from the cursors: nothing more, nothing twice
+    client.n += 3
+    again = await pumped(client, log, cursors, seconds=0.05)
+    assert lines_of_t0(log) == [f"[t/0] line {i}" for i in range(client.n)]
+    assert list(again.tails["t/0"]) == ["line 320", "line 321", "line 322"]
