@@ -34,8 +34,10 @@ is no longer deferred (:func:`~torchx_provider.triggers.policy.kill_cancels`), a
 ``on_kill_action="keep"``. Once it cancelled the app it reads the app's logs on from where
 the follow left them, to the app's end or for :data:`~torchx_provider.triggers.policy.KILL_DRAIN`
 seconds: what the replicas say as they stop (a checkpoint saved on SIGTERM) reaches the task
-log. Airflow 3.3.2 cancels the trigger again about every second while ``on_kill`` runs: the
-kill goes on shielded from those cancels, within its own bounds. It runs only for a trigger a
+log. Airflow 3.3.2 cancels the trigger again about every second until it has ended, and closes
+its log once it has: the kill begins in ``run`` itself, as the follow is cancelled with
+Airflow's user-action message, and ``run`` waits for it through those cancels, within the
+kill's own bounds (``on_kill`` then joins the kill done). It runs only for a trigger a
 triggerer is running: a task marked
 failed in the second or so between deferring and being picked up by a triggerer leaves its
 app running (as on Airflow < 3.3, where ``on_kill`` does not exist); cancel it with the app
@@ -168,6 +170,12 @@ def _plain(value: Any) -> Any:
 #: triggerer's ``_USER_ACTION_CANCEL_MSG``); a shutdown or a move cancels without it.
 USER_ACTION_CANCEL = "__airflow_user_action__"
 
+
+def _user_action(cancel: asyncio.CancelledError) -> bool:
+    """Whether a cancel is Airflow's for a user's action (not a shutdown or a move)."""
+    return bool(cancel.args) and cancel.args[0] == USER_ACTION_CANCEL
+
+
 #: The kills under way (:meth:`TorchXJobTrigger.on_kill`), held while one outlives the
 #: ``on_kill`` that began it (asyncio keeps only a weak reference to a task).
 _KILLS: set[asyncio.Future[None]] = set()
@@ -280,11 +288,10 @@ class TorchXJobTrigger(BaseTrigger):
             self._follower = follower
             event = await follower.run()
         except asyncio.CancelledError as e:
-            if e.args and e.args[0] == USER_ACTION_CANCEL:
-                # the kill begins here: Airflow 3.3.2 calls on_kill only after an await of
-                # its own, which its next cancel of this task can cut short (on_kill then
-                # never runs); on_kill, when it does run, waits on this same kill
-                self._begin_kill()
+            if _user_action(e):
+                # the kill begins and ends here, before Airflow's own handling (on_kill then
+                # joins the kill done): see _kill_through_recancels
+                await self._kill_through_recancels()
             raise
         except Exception as e:
             self.log.exception("following app %s failed", args.app_id)
@@ -307,14 +314,37 @@ class TorchXJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The triggerer cancelled this trigger for a "user action" (Airflow 3.3+): cancel the
         app, within a bound, if the task really left the deferred state, then read its last
-        lines (module doc). The kill runs as a task of its own that ``on_kill`` waits on
-        shielded: Airflow 3.3.2 cancels the trigger's task again at each turn of its runner's
-        loop (about a second) until the task has ended, ``on_kill`` included, which cut the
-        kill short -- before its cancel on a loaded machine, always before its last lines.
-        The kill's own bounds (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`) end it."""
+        lines (module doc). The kill runs as a task of its own, begun and waited for in
+        ``run`` (:meth:`_kill_through_recancels`) when Airflow cancelled the follow for the
+        action; here it is joined (done by then, on Airflow 3.3.2), shielded from Airflow's
+        cancels. The kill's own bounds (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`) end it."""
         if self._fired:
             return
         await asyncio.shield(self._begin_kill())
+
+    async def _kill_through_recancels(self) -> None:
+        """The kill of a user's action, begun in the follow and waited for there, through the
+        cancels Airflow 3.3.2 repeats for the same action.
+
+        Airflow's triggerer cancels a trigger again at every turn of its runner's loop (about
+        a second) until the trigger has ended, and once it has, it closes the trigger's log:
+        what the trigger says after that goes to the triggerer's own output, not the task
+        log. Its ``on_kill`` would be cut by the second cancel (on Python 3.11 its
+        ``wait_for`` gives way to it), so the trigger would end a second in, with the app's
+        cancel or the ranks' last words still to come. Waited for here, the kill keeps the
+        trigger, and so its log, until it is done, within its own bounds
+        (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`). A cancel of another kind (a shutdown)
+        is not held up: it ends the wait, and the kill goes on unseen."""
+        kill = self._begin_kill()
+        task = asyncio.current_task()
+        while not kill.done():
+            try:
+                await asyncio.shield(kill)
+            except asyncio.CancelledError as again:
+                if not _user_action(again):
+                    raise
+                if task is not None:
+                    task.uncancel()  # the same action's cancel again: taken
 
     def _begin_kill(self) -> asyncio.Future[None]:
         """The kill under way, begun now if it was not (once per trigger)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -536,3 +537,80 @@ async def test_a_users_kill_begins_in_the_follow_even_if_airflow_never_calls_on_
         await run
     await asyncio.sleep(0.1)
     assert kept not in fake_cluster.cancelled
+
+
+async def airflow_run_trigger(trigger: TorchXJobTrigger, log: ListLog) -> None:
+    """Airflow 3.3.2's ``TriggerRunner.run_trigger``, in short: the trigger's log is the task
+    log until this task has ended (the triggerer then closes it)."""
+    from torchx_provider.triggers.job import USER_ACTION_CANCEL
+
+    try:
+        async for _ in trigger.run():
+            pass
+    except asyncio.CancelledError as e:
+        if e.args and e.args[0] == USER_ACTION_CANCEL:
+            log.info("Trigger cancelled by user action, invoking on_kill")
+            await asyncio.sleep(0)  # Airflow awaits its own log call here
+            with contextlib.suppress(asyncio.CancelledError):  # Airflow swallows it
+                await asyncio.wait_for(trigger.on_kill(), timeout=30)
+        raise
+    finally:
+        log.info("trigger completed")
+
+
+async def test_a_users_kill_keeps_the_trigger_and_its_log_through_airflows_repeated_cancels(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.3.2 cancels a killed trigger again at every turn of its loop until it has
+    ended, then closes its log. The trigger ends only once the kill is done: the app's cancel
+    (slow here, as on a loaded machine) and the ranks' last words are in the task log when it
+    does. A shutdown's cancel meanwhile ends it at once."""
+    from torchx_provider.triggers.job import USER_ACTION_CANCEL
+
+    real_cancel = torchx_fakes.FakeAsyncClient.cancel
+
+    async def slow_cancel(self: Any, app_id: str) -> None:
+        await asyncio.sleep(0.6)
+        await real_cancel(self, app_id)
+
+    monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "cancel", slow_cancel)
+
+    async def killed(app_id: str, recancel: str | None) -> tuple[list[str], float]:
+        trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+        log = ListLog()
+        trigger._log = log
+        task = asyncio.ensure_future(airflow_run_trigger(trigger, log))
+        for _ in range(1000):  # until the follow forwarded some of replica 1's lines
+            if len(log.of("worker/1")) >= 10:
+                break
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        task.cancel(USER_ACTION_CANCEL)
+        while not task.done():  # the runner's loop, a turn every 0.1 s here
+            await asyncio.sleep(0.1)
+            task.cancel(recancel)
+        ended = time.monotonic() - started
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(log.lines), ended  # what the task log got: the trigger's log is closed
+
+    app_id = submit(ticks=1000, lines=400, replicas=2, last_words="checkpoint saved on SIGTERM")
+    lines, _ = await killed(app_id, USER_ACTION_CANCEL)
+    assert fake_cluster.cancelled == [app_id]
+    assert any(f"task killed; cancelled app {app_id}" in ln for ln in lines), lines[-5:]
+    for replica in ("worker/0", "worker/1"):
+        assert any(
+            ln.endswith(f"[{replica}] {replica.replace('/', ' ')} checkpoint saved on SIGTERM")
+            for ln in lines
+        ), lines[-8:]
+    assert lines[-1] == "trigger completed"
+
+    # the triggerer shutting down meanwhile: no wait for the kill
+    other = submit(ticks=1000, lines=400, replicas=2)
+    _, ended = await killed(other, "EOF - shutting down")
+    assert ended < 0.5, ended
+    for _ in range(200):  # the kill goes on, unseen
+        if other in fake_cluster.cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert other in fake_cluster.cancelled
