@@ -46,6 +46,8 @@ from torchx_airflow_helpers import (
 )
 from torchx_deployment import Deployment, wait_for
 
+from torch_image import TORCH_IMAGE, TRAIN_SCRIPT, build_torch_image
+
 pytestmark = [pytest.mark.airflow, pytest.mark.docker, pytest.mark.slow]
 
 LINES = 120
@@ -231,6 +233,25 @@ with DAG("torchx_deploy_kube_marked", **ARGS):
         poll_interval=1,
     )
 
+# dist.ddp 1x2 of the example training script, a step a second: marked failed as it trains
+with DAG("torchx_deploy_train_marked", **ARGS):
+    TorchXDockerOperator(
+        task_id="train",
+        app="dist.ddp",
+        app_args={{
+            "script": {TRAIN_SCRIPT!r},
+            "script_args": ["--steps", "120", "--step-seconds", "1"],
+            "image": {TORCH_IMAGE!r},
+            "name": "trainer",
+            "j": "1x2",
+            "cpu": 1,
+            "memMB": 2048,
+            "tee": 1,
+        }},
+        deferrable=True,
+        poll_interval=1,
+    )
+
 with DAG("torchx_deploy_restart", **ARGS):
     TorchXDockerOperator(
         task_id="train", app=app("restart", COUNT), deferrable=True, poll_interval=1
@@ -364,6 +385,34 @@ def test_marking_a_deferred_task_failed_cancels_its_job(
     events = deployment.task_log_events(dag_id, run_id, "train")
     assert "Trigger cancelled by user action, invoking on_kill" in events
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
+    remove_containers(containers(docker_engine, app_id))
+
+
+@pytest.mark.training
+def test_marking_a_training_task_failed_lets_its_ranks_say_they_saved(
+    deployment: Deployment, docker_engine: Any, skip_or_fail: Callable[[str], NoReturn]
+) -> None:
+    """A deferred ``dist.ddp`` task marked failed (the REST API, as the UI does) while it
+    trains: the trigger's ``on_kill`` cancels the app, the SIGTERM reaches torchrun and through
+    it each rank, which saves its checkpoint and says so; those lines reach the task log
+    (the trigger reads the logs on after the cancel) and the task stays failed."""
+    build_torch_image(skip_or_fail)
+    dag_id = "torchx_deploy_train_marked"
+    run_id = deployment.trigger(dag_id)
+    app_id = deferred_app(deployment, dag_id, run_id)
+
+    def text() -> str:
+        return "\n".join(deployment.task_log_events(dag_id, run_id, "train"))
+
+    wait_for("a rank's step 3 in the task log", lambda: "step=3 loss=" in text(), 300, 1)
+    deployment.set_state(dag_id, run_id, "train", "failed")
+    saved = re.compile(r"rank=(\d) step=\d+ checkpoint saved on SIGTERM")
+    try:
+        wait_for("both ranks' last words", lambda: len(set(saved.findall(text()))) == 2, 90, 1)
+    except TimeoutError as e:
+        raise AssertionError(text()[-4000:]) from e
+    assert deployment.ti(dag_id, run_id, "train")["state"] == "failed"
+    assert all(c.status != "running" for c in containers(docker_engine, app_id))
     remove_containers(containers(docker_engine, app_id))
 
 
