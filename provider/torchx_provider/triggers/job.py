@@ -66,6 +66,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from torchx_provider.triggers.policy import (
     CANCEL_TIMEOUT,
     KILL_DRAIN,
+    KILL_WAIT,
     OUTAGE_BUDGET,
     kill_cancels,
     monotonic_deadline,
@@ -333,18 +334,30 @@ class TorchXJobTrigger(BaseTrigger):
         ``wait_for`` gives way to it), so the trigger would end a second in, with the app's
         cancel or the ranks' last words still to come. Waited for here, the kill keeps the
         trigger, and so its log, until it is done, within its own bounds
-        (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`). A cancel of another kind (a shutdown)
-        is not held up: it ends the wait, and the kill goes on unseen."""
+        (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`), and for :data:`KILL_WAIT` at most (a
+        kill stuck asking Airflow or connecting must not keep the trigger for ever). A cancel
+        of another kind (a shutdown) is not held up: it ends the wait, and the kill goes on
+        unseen."""
         kill = self._begin_kill()
         task = asyncio.current_task()
-        while not kill.done():
+        loop = asyncio.get_running_loop()
+        until = loop.time() + KILL_WAIT
+        while not kill.done() and loop.time() < until:
             try:
-                await asyncio.shield(kill)
+                # (asyncio.wait cancels nothing it waits on when its waiter is cancelled)
+                await asyncio.wait({kill}, timeout=until - loop.time())
             except asyncio.CancelledError as again:
                 if not _user_action(again):
                     raise
                 if task is not None:
                     task.uncancel()  # the same action's cancel again: taken
+        if not kill.done():
+            self.log.warning(
+                "stopped waiting for the kill of app %s after %.0fs; it goes on, and what it "
+                "says from now on is not in this log",
+                self.args.app_id,
+                KILL_WAIT,
+            )
 
     def _begin_kill(self) -> asyncio.Future[None]:
         """The kill under way, begun now if it was not (once per trigger)."""

@@ -53,6 +53,9 @@ CANCEL_TIMEOUT = 20.0
 #: seconds a trigger's ``on_kill`` goes on reading the cancelled app's logs to their end: the
 #: lines its replicas write as they stop (a checkpoint saved on SIGTERM, torchrun's teardown)
 KILL_DRAIN = 30.0
+#: seconds a killed trigger waits for its kill at most (Airflow closes the trigger's log once
+#: it ends): the kill's own bounds and some room for asking Airflow and connecting
+KILL_WAIT = CANCEL_TIMEOUT + KILL_DRAIN + 10.0
 #: seconds ``defer(timeout=...)`` waits beyond the follow's own deadline: Airflow's timeout is
 #: only the backstop for a triggerer that could not act on the deadline itself
 DEFER_TIMEOUT_GRACE = 120.0

@@ -614,3 +614,44 @@ async def test_a_users_kill_keeps_the_trigger_and_its_log_through_airflows_repea
             break
         await asyncio.sleep(0.01)
     assert other in fake_cluster.cancelled
+
+
+async def test_a_kill_stuck_before_its_cancel_keeps_the_trigger_only_for_its_bound(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill that never gets an answer (Airflow never tells the task's state) keeps the
+    killed trigger for ``KILL_WAIT`` at most, through Airflow's repeated cancels; the task
+    log says the trigger stopped waiting."""
+    from torchx_provider.triggers import job
+
+    monkeypatch.setattr(job, "KILL_WAIT", 0.6)
+
+    async def never(self: Any) -> tuple[str | None, bool]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(TorchXJobTrigger, "_task_state", never)
+    app_id = submit(ticks=1000, lines=40, replicas=2)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    log = ListLog()
+    trigger._log = log
+    task = asyncio.ensure_future(airflow_run_trigger(trigger, log))
+    for _ in range(500):
+        if trigger._follower is not None:
+            break
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    task.cancel(job.USER_ACTION_CANCEL)
+    while not task.done():
+        await asyncio.sleep(0.1)
+        task.cancel(job.USER_ACTION_CANCEL)
+        assert time.monotonic() - started < 5, "the trigger outlived its kill's bound"
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started > 0.5, "it did not wait for the kill"
+    assert any(
+        f"stopped waiting for the kill of app {app_id} after 1s" in ln for ln in log.lines
+    ), log.lines[-4:]
+    assert fake_cluster.cancelled == []
+    assert trigger._killing is not None
+    trigger._killing.cancel()
