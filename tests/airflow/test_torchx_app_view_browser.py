@@ -35,11 +35,14 @@ TICKS = (
     "trap 'exit 143' TERM; i=0; while [ $i -lt 240 ]; do "
     "echo replica $TORCHX_REPLICA_IDX tick $i; i=$((i+1)); sleep 0.5 & wait $!; done"
 )
-# worker/1 fails first, with a Python traceback; the others end well a little later
+# worker/1 fails first, with a Python traceback; the others end well a little later. Each
+# app here runs 10 s or more: one that ends before the scheduler took in its task's deferral
+# meets Airflow 3.3's known race (the try is failed without execute_complete), likelier the
+# busier the machine
 FIRST_FAILS = (
-    'if [ "$TORCHX_REPLICA_IDX" = 1 ]; then echo loading data; sleep 2; '
+    'if [ "$TORCHX_REPLICA_IDX" = 1 ]; then echo loading data; sleep 10; '
     "echo 'Traceback (most recent call last):'; echo '  File train.py, line 7, in <module>'; "
-    "echo 'RuntimeError: CUDA out of memory'; exit 3; fi; sleep 6; echo done"
+    "echo 'RuntimeError: CUDA out of memory'; exit 3; fi; sleep 14; echo done"
 )
 
 with DAG("torchx_view_running", **ARGS):
@@ -47,8 +50,8 @@ with DAG("torchx_view_running", **ARGS):
 
 # try 1 fails, try 2 (Airflow's retry: a new app) ends well
 RETRIED = (
-    'if [ "{{ ti.try_number }}" = 1 ]; then echo try one fails; sleep 1; exit 3; fi; '
-    "echo try two ends well"
+    'if [ "{{ ti.try_number }}" = 1 ]; then echo try one fails; sleep 10; exit 3; fi; '
+    "sleep 10; echo try two ends well"
 )
 
 with DAG("torchx_view_retried", **ARGS):

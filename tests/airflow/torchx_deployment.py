@@ -200,12 +200,15 @@ class Deployment:
     def run_until(self, dag_id: str, state: str, timeout: float) -> str:
         """A new run of ``dag_id``, once its task ``train`` is in ``state``: its run id."""
         run_id = self.trigger(dag_id)
-        wait_for(
-            f"{dag_id}'s task to be {state}",
-            lambda: self.ti(dag_id, run_id, "train")["state"] == state,
-            timeout,
-            interval=1,
-        )
+        try:
+            wait_for(
+                f"{dag_id}'s task to be {state}",
+                lambda: self.ti(dag_id, run_id, "train")["state"] == state,
+                timeout,
+                interval=1,
+            )
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.task_story(dag_id, run_id, 'train', last=25)}") from e
         return run_id
 
     def wait_deferral_processed(
