@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import secrets
 import socket
 import tarfile
@@ -93,7 +94,9 @@ def test_a_registry_that_never_answers_is_a_queue_timeout(
     assert took < 3 + 4, took
     text = str(error)
     assert f"image {image!r} of role 'w' was still being pulled" in text, text
-    assert "nothing received yet after 3." in text, text
+    # the pull's own time, begun a little after the submission's clock (more so under load)
+    waited = re.search(r"nothing received yet after (\d+\.\d) s", text)
+    assert waited is not None and 2.0 <= float(waited[1]) <= 3.5, text
     assert "(queue_timeout 3.0s)" in text and "the app was not created" in text, text
     assert silent_registry.opened, "the engine never reached the registry"
     if deferrable:
