@@ -144,10 +144,11 @@ class LogPumps:
                 ):
                     refusals.allowed()
                     if lines:
-                        await self._write(source, lines, cursor)
+                        await self._write(source, lines, cursor)  # keeps the cursor
                         attempt = 0
                         self._readable(key)
-                    self.cursors[key] = cursor
+                    else:
+                        self.cursors[key] = cursor
                     self.on_progress()
                 self._readable(key)
                 return
