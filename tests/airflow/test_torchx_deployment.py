@@ -384,8 +384,7 @@ def test_marking_a_deferred_task_failed_cancels_its_job(
     assert deployment.ti(dag_id, run_id, "train")["state"] == "failed"
     # the trigger's kill says so in the task log (Airflow's own "invoking on_kill" line comes
     # only once the kill is done: the trigger waits for it)
-    said = f"task killed; cancelled app {app_id}"
-    wait_for("the kill to say so", lambda: said in attempt_text(deployment, dag_id, 1), 30, 1)
+    wait_kill_said(deployment, dag_id, app_id)
     assert all(c.name.endswith(".cancelled") for c in containers(docker_engine, app_id))
     remove_containers(containers(docker_engine, app_id))
 
@@ -455,8 +454,7 @@ def test_marking_a_deferred_kubernetes_task_failed_cancels_its_job(
         raise AssertionError((phases(), timeline(deployment, dag_id, run_id))) from e
     took = time.monotonic() - marked
     print(f"marked failed: Volcano job aborting {took:.1f}s later")
-    said = f"task killed; cancelled app {app_id}"
-    wait_for("the kill to say so", lambda: said in attempt_text(deployment, dag_id, 1), 30, 1)
+    wait_kill_said(deployment, dag_id, app_id)
     assert deployment.ti(dag_id, run_id, "train")["state"] == "failed"
     torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)
 
@@ -801,6 +799,12 @@ def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
         )
     )
     torchx_kube_cluster.delete_volcano_jobs(kube, dag_id)
+
+
+def wait_kill_said(dep: Deployment, dag_id: str, app_id: str) -> None:
+    """Wait until try 1's task log says the trigger's kill cancelled ``app_id``."""
+    said = f"task killed; cancelled app {app_id}"
+    wait_for("the kill to say so", lambda: said in attempt_text(dep, dag_id, 1), 30, 1)
 
 
 def attempt_text(dep: Deployment, dag_id: str, attempt: int) -> str:
