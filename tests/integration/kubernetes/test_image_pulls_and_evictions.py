@@ -285,11 +285,17 @@ async def test_an_evicted_replica_ends_the_job_as_the_platforms_failure_and_is_r
 async def test_a_replica_evicted_then_restarted_by_its_job_counts_as_an_eviction(
     kube_cluster: Any, volcano_scheduler: Any, wait_until: Callable[..., Any]
 ) -> None:
-    """Volcano restarts a job whose pod was evicted (max_retries=1): the app runs again and
-    succeeds, and its end counts the eviction as one (``preemptions``), said by the
-    platform's word, not taken for a failure of the replica's."""
+    """Volcano restarts a job whose pod was evicted: the app runs again and succeeds, and its
+    end counts the eviction as one (``preemptions``), said by the platform's word, not taken
+    for a failure of the replica's.
+
+    Two retries, not one: under load Volcano v1.14 may spend two of the job's retries on one
+    eviction (its controller executed ``RestartJob`` twice within 0.3 s, the second on the
+    pod it had just made again; with ``max_retries=1`` the job failed, 2 of 9 runs beside
+    six busy loops). The follow said that failure rightly (``worker/0``, the eviction's
+    reason), so it is Volcano's count that the test leaves room for."""
     app = one_replica_app(kube_cluster, "evicted-again", run_seconds=20)
-    app.roles[0].max_retries = 1
+    app.roles[0].max_retries = 2
     app_id = submit("volcano", volcano_scheduler, app)
     log = TaskLog()
     event, _ = await follow_and_evict(kube_cluster, app_id, log, wait_until, end_within=150)
