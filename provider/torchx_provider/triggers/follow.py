@@ -247,9 +247,14 @@ class JobFollower:
         try:
             return await self._run()
         except asyncio.CancelledError:
-            # Stopped from outside (a triggerer shutting down, a rolling restart): what was
-            # handed to the log is flushed on the way out, so keep every line's cursor.
-            with contextlib.suppress(Exception, asyncio.CancelledError):
+            # Stopped from outside (a triggerer shutting down, a rolling restart, a user's
+            # action): what was handed to the log is flushed on the way out, so keep every
+            # line's cursor. The pumps stop first (one amid a batch writes it whole and keeps
+            # its cursor), then the cursors are stored: a follow resumed from them writes none
+            # of those lines again. Only errors are swallowed: a cancel of another kind arriving
+            # meanwhile (a shutdown during a user's kill) is raised, for the trigger to tell.
+            with contextlib.suppress(Exception):
+                await self.pumps.close()
                 await self.checkpoints.final(paced=False)
             raise
         finally:

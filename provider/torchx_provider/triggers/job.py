@@ -177,9 +177,16 @@ def _user_action(cancel: asyncio.CancelledError) -> bool:
     return bool(cancel.args) and cancel.args[0] == USER_ACTION_CANCEL
 
 
-#: The kills under way (:meth:`TorchXJobTrigger.on_kill`), held while one outlives the
-#: ``on_kill`` that began it (asyncio keeps only a weak reference to a task).
-_KILLS: set[asyncio.Future[None]] = set()
+#: The kills (:meth:`TorchXJobTrigger.on_kill`) and closes under way, held while one outlives
+#: what began it (asyncio keeps only a weak reference to a task).
+_KEPT: set[asyncio.Future[None]] = set()
+
+
+def _kept(task: asyncio.Future[None]) -> asyncio.Future[None]:
+    """``task``, held until it is done."""
+    _KEPT.add(task)
+    task.add_done_callback(_KEPT.discard)
+    return task
 
 
 class TorchXJobTrigger(BaseTrigger):
@@ -243,13 +250,24 @@ class TorchXJobTrigger(BaseTrigger):
         return client
 
     async def _close_clients(self) -> None:
+        """Close the follow's clients, to the last, whatever cancels this trigger meanwhile
+        (Airflow's repeated cancels of a user's action come about every second)."""
+        closing = _kept(asyncio.ensure_future(self._close_each()))
+        await asyncio.shield(closing)
+
+    async def _close_each(self) -> None:
         while self._clients:
             await self._clients.pop().close()
 
     # -- running -----------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
         args = self.args
-        follow = await asyncio.to_thread(_follow_module)
+        try:
+            follow = await asyncio.to_thread(_follow_module)
+        except asyncio.CancelledError as e:
+            if _user_action(e):  # cancelled as it began: the kill as below
+                await self._kill_through_recancels()
+            raise
         from torchx_provider.schedulers.logs import cursors_from_json, merge_cursors  # loaded
         from torchx_provider.triggers.watch import watch_options  # loaded with it
 
@@ -336,8 +354,8 @@ class TorchXJobTrigger(BaseTrigger):
         trigger, and so its log, until it is done, within its own bounds
         (:data:`CANCEL_TIMEOUT`, :data:`KILL_DRAIN`), and for :data:`KILL_WAIT` at most (a
         kill stuck asking Airflow or connecting must not keep the trigger for ever). A cancel
-        of another kind (a shutdown) is not held up: it ends the wait, and the kill goes on
-        unseen."""
+        of another kind (a shutdown) is not held up: it ends the wait, with a warning that the
+        kill may not end (a triggerer that stops cancels its tasks, this kill among them)."""
         kill = self._begin_kill()
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
@@ -348,6 +366,11 @@ class TorchXJobTrigger(BaseTrigger):
                 await asyncio.wait({kill}, timeout=until - loop.time())
             except asyncio.CancelledError as again:
                 if not _user_action(again):
+                    self.log.warning(
+                        "the triggerer is stopping during the kill of app %s: if it is still "
+                        "running, cancel it with the handle in the task's XCom",
+                        self.args.app_id,
+                    )
                     raise
                 if task is not None:
                     task.uncancel()  # the same action's cancel again: taken
@@ -362,9 +385,7 @@ class TorchXJobTrigger(BaseTrigger):
     def _begin_kill(self) -> asyncio.Future[None]:
         """The kill under way, begun now if it was not (once per trigger)."""
         if self._killing is None:
-            self._killing = asyncio.ensure_future(self._kill())
-            _KILLS.add(self._killing)
-            self._killing.add_done_callback(_KILLS.discard)
+            self._killing = _kept(asyncio.ensure_future(self._kill()))
         return self._killing
 
     async def _kill(self) -> None:

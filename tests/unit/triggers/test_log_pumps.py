@@ -8,11 +8,15 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
+import torchx_fakes
 from task_log import TaskLog as Log
 from torchx_provider.errors import BackendUnavailableError
 from torchx_provider.schedulers.api import AsyncSchedulerClient
 from torchx_provider.schedulers.logs import LogCursor, LogSource, TimestampedLine
-from torchx_provider.triggers.logpump import LogPumps
+from torchx_provider.triggers.follow import JobFollower
+from torchx_provider.triggers.logpump import WRITE_SLICE, LogPumps
 
 BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
 
@@ -215,3 +219,58 @@ async def test_a_pump_stopped_amid_a_big_batch_keeps_the_cursor_of_what_it_wrote
     again = await pumped(client, log, cursors, seconds=0.05)
     assert lines_of_t0(log) == [f"[t/0] line {i}" for i in range(client.n)]
     assert list(again.tails["t/0"]) == ["line 320", "line 321", "line 322"]
+
+
+class BigBatchApp(torchx_fakes.FakeAsyncClient):
+    """The fake backend, each replica's log served as one batch of ``n`` lines."""
+
+    n = 20 * WRITE_SLICE
+
+    async def follow_logs(
+        self, app_id: str, source: LogSource, cursor: LogCursor, ended: asyncio.Event
+    ) -> AsyncIterator[tuple[list[TimestampedLine], LogCursor]]:
+        batch = [TimestampedLine(BASE + timedelta(seconds=i), f"line {i}\n") for i in range(self.n)]
+        for line in batch:
+            cursor = cursor.after(line)
+        yield batch, cursor
+        await ended.wait()
+
+
+async def test_a_follow_stopped_amid_a_big_batch_stores_the_cursor_after_what_it_wrote(
+    fake_cluster: Any, monkeypatch: Any
+) -> None:
+    """Stopped from outside (a user's action, a move to another triggerer) while a pump writes
+    a big batch, the follow stores its cursors once the pumps have stopped: the stored cursor
+    is after the batch, which was written whole, so a follow resumed from it writes none of
+    it again."""
+    from torchx_provider.triggers import logpump
+
+    monkeypatch.setattr(logpump, "YIELD_EVERY", 0.0)  # a yield after every slice
+    app_id = torchx_fakes.submit(replicas=1, lines=0, ticks=100_000)
+    stored: list[dict[str, LogCursor]] = []
+
+    async def checkpoint(cursors: dict[str, LogCursor], *_: Any) -> None:
+        stored.append(dict(cursors))
+
+    log = Log()
+    follower = JobFollower(
+        BigBatchApp(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        checkpoint=checkpoint,
+        checkpoint_every=3600.0,
+    )
+    run = asyncio.ensure_future(follower.run())
+    for _ in range(10_000):  # until the pump is amid its batch
+        if log.of("worker/0"):
+            break
+        await asyncio.sleep(0)
+    assert 0 < len(log.of("worker/0")) < BigBatchApp.n, len(log.of("worker/0"))
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert log.of("worker/0") == [f"line {i}" for i in range(BigBatchApp.n)]
+    assert stored and stored[-1]["worker/0"].since == BASE + timedelta(seconds=BigBatchApp.n - 1), (
+        stored[-1:]
+    )

@@ -564,16 +564,30 @@ async def test_a_users_kill_keeps_the_trigger_and_its_log_through_airflows_repea
     """Airflow 3.3.2 cancels a killed trigger again at every turn of its loop until it has
     ended, then closes its log. The trigger ends only once the kill is done: the app's cancel
     (slow here, as on a loaded machine) and the ranks' last words are in the task log when it
-    does. A shutdown's cancel meanwhile ends it at once."""
+    does, and every client it made is closed, though closing is slower than Airflow's turn.
+    A shutdown's cancel meanwhile ends it at once, saying the kill may not end."""
     from torchx_provider.triggers.job import USER_ACTION_CANCEL
 
     real_cancel = torchx_fakes.FakeAsyncClient.cancel
+    real_close = torchx_fakes.FakeAsyncClient.close
+    real_init = torchx_fakes.FakeAsyncClient.__init__
+    made: list[Any] = []
 
     async def slow_cancel(self: Any, app_id: str) -> None:
         await asyncio.sleep(0.6)
         await real_cancel(self, app_id)
 
+    async def slow_close(self: Any) -> None:
+        await asyncio.sleep(0.25)  # more than two turns of the runner's loop
+        await real_close(self)
+
+    def counted_init(self: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, **kwargs)
+
     monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "cancel", slow_cancel)
+    monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "close", slow_close)
+    monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "__init__", counted_init)
 
     async def killed(app_id: str, recancel: str | None) -> tuple[list[str], float]:
         trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
@@ -595,7 +609,11 @@ async def test_a_users_kill_keeps_the_trigger_and_its_log_through_airflows_repea
         return list(log.lines), ended  # what the task log got: the trigger's log is closed
 
     app_id = submit(ticks=1000, lines=400, replicas=2, last_words="checkpoint saved on SIGTERM")
+    closed_before = torchx_fakes.FakeAsyncClient.closed
     lines, _ = await killed(app_id, USER_ACTION_CANCEL)
+    await asyncio.sleep(0.6)  # a close cut by a cancel would never end
+    assert len(made) >= 2  # the follow's client and the kill's
+    assert torchx_fakes.FakeAsyncClient.closed - closed_before == len(made), len(made)
     assert fake_cluster.cancelled == [app_id]
     assert any(f"task killed; cancelled app {app_id}" in ln for ln in lines), lines[-5:]
     for replica in ("worker/0", "worker/1"):
@@ -607,13 +625,61 @@ async def test_a_users_kill_keeps_the_trigger_and_its_log_through_airflows_repea
 
     # the triggerer shutting down meanwhile: no wait for the kill
     other = submit(ticks=1000, lines=400, replicas=2)
-    _, ended = await killed(other, "EOF - shutting down")
+    lines, ended = await killed(other, "EOF - shutting down")
     assert ended < 0.5, ended
-    for _ in range(200):  # the kill goes on, unseen
+    assert any(
+        f"the triggerer is stopping during the kill of app {other}: if it is still running, "
+        "cancel it with the handle in the task's XCom" in ln
+        for ln in lines
+    ), lines[-5:]
+    for _ in range(200):  # (this loop goes on, and the kill with it; a stopping one ends)
         if other in fake_cluster.cancelled:
             break
         await asyncio.sleep(0.01)
     assert other in fake_cluster.cancelled
+
+
+async def test_a_users_kill_as_the_trigger_begins_is_done_before_it_ends(
+    fake_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled for a user's action while it still loads its follow (its first step, in a
+    thread), the trigger cancels the app before it ends, through Airflow's repeated cancels:
+    not from ``on_kill``, which the next of them would cut."""
+    from torchx_provider.triggers import job
+    from torchx_provider.triggers.job import USER_ACTION_CANCEL
+
+    real_module = job._follow_module
+    loading = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_module() -> Any:
+        loop.call_soon_threadsafe(loading.set)
+        time.sleep(0.5)
+        return real_module()
+
+    real_cancel = torchx_fakes.FakeAsyncClient.cancel
+
+    async def slow_cancel(self: Any, app_id: str) -> None:
+        await asyncio.sleep(0.6)  # as on a loaded machine: more than a turn of Airflow's
+        await real_cancel(self, app_id)
+
+    monkeypatch.setattr(job, "_follow_module", slow_module)
+    monkeypatch.setattr(torchx_fakes.FakeAsyncClient, "cancel", slow_cancel)
+    app_id = submit(ticks=1000, lines=10, replicas=1)
+    trigger = TorchXJobTrigger.from_args(trigger_args(app_id))
+    log = ListLog()
+    trigger._log = log
+    task = asyncio.ensure_future(airflow_run_trigger(trigger, log))
+    await asyncio.wait_for(loading.wait(), 5)
+    task.cancel(USER_ACTION_CANCEL)
+    while not task.done():  # the runner's loop, a turn every 0.1 s here
+        await asyncio.sleep(0.1)
+        task.cancel(USER_ACTION_CANCEL)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fake_cluster.cancelled == [app_id]
+    said = [ln for ln in log.lines if f"task killed; cancelled app {app_id}" in ln]
+    assert said and log.lines.index(said[0]) < log.lines.index("trigger completed"), log.lines
 
 
 async def test_a_kill_stuck_before_its_cancel_keeps_the_trigger_only_for_its_bound(
