@@ -203,6 +203,8 @@ class TorchXJobTrigger(BaseTrigger):
         self._fired = False
         #: the app's timeline, as the checkpoint stored it and as the follow goes on with it
         self._stored_timeline: Any = None
+        #: a checkpoint was there to read but could not be read (nothing says the app never ran)
+        self._checkpoint_unread = False
         self._timeline: Timeline | None = None
         self._target: BackendTarget | None = None
         self._clients: list[AsyncSchedulerClient] = []
@@ -279,6 +281,14 @@ class TorchXJobTrigger(BaseTrigger):
             self._timeline = Timeline.from_dict(self._stored_timeline)
             if args.waiting_since is not None:
                 self._timeline.submitted(args.waiting_since)
+            # the start of the wait a resumed follow times (queue_timeout is per wait): a wait
+            # after the app ran (preempted, requeued) from its own start, not the submission;
+            # with no checkpoint to tell whether it ran, from this follow's first describe
+            waiting_since = (
+                None
+                if self._checkpoint_unread
+                else self._timeline.waiting_again_since() or args.waiting_since
+            )
             pattern, watch = watch_options(args)
             follower = follow.JobFollower(
                 client,
@@ -293,9 +303,7 @@ class TorchXJobTrigger(BaseTrigger):
                 deadline=None if args.deadline is None else monotonic_deadline(args.deadline),
                 cancel_on_timeout=args.cancel_on_kill,
                 queue_timeout=args.queue_timeout,
-                waiting_since=None
-                if args.waiting_since is None
-                else monotonic_deadline(args.waiting_since),
+                waiting_since=None if waiting_since is None else monotonic_deadline(waiting_since),
                 # an older row has no connection id to resolve again
                 reconnect=None if self._legacy_client_kwargs is not None else self._reconnect,
                 progress_pattern=pattern,
@@ -505,6 +513,7 @@ class TorchXJobTrigger(BaseTrigger):
             return {}, None, {}
         except Exception as e:
             self.log.warning("could not read stored log cursors (%s); starting from kwargs", e)
+            self._checkpoint_unread = True
             return {}, None, {}
         if not isinstance(stored, Mapping) or stored.get("app_id") != self.args.app_id:
             return {}, None, {}

@@ -216,6 +216,33 @@ class Timeline:
             return None
         return max(known) if latest else min(known)
 
+    def waiting_again_since(self) -> float | None:
+        """POSIX seconds when the app's present wait began, if it waits again after it ran
+        (preempted, evicted, requeued); ``None`` if it never ran or does not wait now. A
+        follow resumed then times that wait from its own start, not from the submission.
+
+        >>> t = Timeline(origin=100.0)
+        >>> t.app, t.app_phase = [[0.0, "queued"], [5.0, "running"]], "running"
+        >>> t.waiting_again_since() is None
+        True
+        >>> t.app += [[3600.0, "preempted"], [3600.0, "queued"], [3610.0, "admitted"]]
+        >>> t.app_phase = "admitted"
+        >>> t.waiting_again_since()
+        3700.0
+        """
+        if self.origin is None or self.app_phase not in ("queued", "admitted"):
+            return None
+        since: float | None = None
+        ran = False
+        for event in self.app:
+            if len(event) < 2:
+                continue
+            if event[1] == "running":
+                ran, since = True, None
+            elif ran and since is None and event[1] in ("preempted", "queued"):
+                since = float(event[0])
+        return None if since is None else self.origin + since
+
     def submitted(self, at: float) -> bool:
         """The app was submitted at ``at`` (POSIX seconds): it waited from then, before the
         follow's first describe. Only on a timeline that holds nothing yet."""

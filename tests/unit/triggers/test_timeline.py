@@ -340,6 +340,60 @@ async def test_a_trigger_checkpoints_the_timeline_and_a_rebuilt_one_goes_on_with
     assert [r["id"] for r in stored["replicas"]] == [0, 1]
 
 
+async def test_a_trigger_resumed_while_its_app_waits_again_times_that_wait_from_its_start(
+    fake_cluster: Any, monkeypatch: Any
+) -> None:
+    """Ran for two hours, preempted, waiting again for 10 s when the triggerer restarted: the
+    resumed trigger times that wait (``queue_timeout`` 60 s, per wait) from the preemption,
+    not from the submission two hours before: the app is not cancelled at the first
+    describe, and runs to its end. So too where the checkpoint cannot be read (nothing says
+    it never ran). An app that never ran still has its first wait timed from the submission."""
+    import time
+
+    from torchx_fakes import submit, trigger_args
+    from torchx_provider import compat
+    from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger
+
+    store: dict[str, Any] = {}
+    unreadable = False
+
+    async def aget_one(key: str, **scope: Any) -> Any:
+        if unreadable:
+            raise ConnectionError("supervisor gone")
+        return store.get(key)
+
+    async def aset(key: str, value: Any, **scope: Any) -> None:
+        store[key] = json.loads(json.dumps(value))
+
+    monkeypatch.setattr(compat, "xcom_get_one", aget_one)
+    monkeypatch.setattr(compat, "xcom_set", aset)
+    monkeypatch.setattr(TorchXJobTrigger, "log", Log())
+    submitted = time.time() - 7200
+    ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
+
+    async def resumed(app_events: list[list[Any]]) -> tuple[str, JobEvent]:
+        app_id = submit(pending=20, ticks=3, replicas=1)
+        timeline = {"version": 1, "origin": submitted, "now": 7190.0}
+        timeline["app"] = {"phase": "queued", "events": app_events}
+        store[CHECKPOINT_XCOM_KEY] = checkpoint_value(app_id, {}, AppState.PENDING, None, timeline)
+        args = trigger_args(app_id, task_instance=ti, queue_timeout=60.0, waiting_since=submitted)
+        trigger = TorchXJobTrigger.from_args(args)
+        [event] = [e async for e in trigger.run()]
+        return app_id, JobEvent.from_payload(event.payload)
+
+    ran = [[0.0, "queued"], [5.0, "running"], [7190.0, "preempted"], [7190.0, "queued"]]
+    app_id, ended = await resumed(ran)
+    assert ended.succeeded, ended.message
+    assert app_id not in fake_cluster.cancelled
+    unreadable = True
+    app_id, ended = await resumed(ran)
+    assert ended.succeeded, ended.message
+    unreadable = False
+    app_id, ended = await resumed([[0.0, "queued"]])  # it never ran: waited two hours
+    assert ended.kind is EventKind.TIMEOUT, ended.message
+    assert app_id in fake_cluster.cancelled
+
+
 def test_a_warning_about_a_running_app_is_no_reason_to_wait() -> None:
     t = Timeline(Wall())
     t.observe(AppState.RUNNING, rows(AppState.RUNNING))
