@@ -290,9 +290,9 @@ async def test_a_replica_evicted_then_restarted_by_its_job_counts_as_an_eviction
     for a failure of the replica's.
 
     Two retries, not one: under load Volcano v1.14 may spend two of the job's retries on one
-    eviction (its controller executed ``RestartJob`` twice within 0.3 s, the second on the
-    pod it had just made again; with ``max_retries=1`` the job failed, 2 of 9 runs beside
-    six busy loops). The follow said that failure rightly (``worker/0``, the eviction's
+    eviction (its controller executed ``RestartJob`` twice within 0.3 s, with a sync that
+    made the pod again between them; with ``max_retries=1`` the job failed, 3 of 9 runs
+    beside six busy loops). The follow said that failure rightly (``worker/0``, the eviction's
     reason), so it is Volcano's count that the test leaves room for."""
     app = one_replica_app(kube_cluster, "evicted-again", run_seconds=20)
     app.roles[0].max_retries = 2
