@@ -305,24 +305,36 @@ def test_a_trigger_times_the_first_wait_from_the_submission() -> None:
     assert not t.submitted(1_700_000_050.0)  # a resumed timeline keeps its own
 
 
+class XComStore:
+    """The XComs of one task instance, in memory, served to the trigger in place of its
+    supervisor's (``compat.xcom_get_one`` / ``xcom_set``); ``unreadable``: reads fail."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        from torchx_provider import compat
+        from torchx_provider.triggers.job import TorchXJobTrigger
+
+        self.values: dict[str, Any] = {}
+        self.unreadable = False
+        monkeypatch.setattr(compat, "xcom_get_one", self.get_one)
+        monkeypatch.setattr(compat, "xcom_set", self.set)
+        monkeypatch.setattr(TorchXJobTrigger, "log", Log())
+
+    async def get_one(self, key: str, **scope: Any) -> Any:
+        if self.unreadable:
+            raise ConnectionError("supervisor gone")
+        return self.values.get(key)
+
+    async def set(self, key: str, value: Any, **scope: Any) -> None:
+        self.values[key] = json.loads(json.dumps(value))
+
+
 async def test_a_trigger_checkpoints_the_timeline_and_a_rebuilt_one_goes_on_with_it(
     fake_cluster: Any, monkeypatch: Any
 ) -> None:
     from torchx_fakes import submit, trigger_args
-    from torchx_provider import compat
     from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger
 
-    store: dict[str, Any] = {}
-
-    async def aget_one(key: str, **scope: Any) -> Any:
-        return store.get(key)
-
-    async def aset(key: str, value: Any, **scope: Any) -> None:
-        store[key] = json.loads(json.dumps(value))
-
-    monkeypatch.setattr(compat, "xcom_get_one", aget_one)
-    monkeypatch.setattr(compat, "xcom_set", aset)
-    monkeypatch.setattr(TorchXJobTrigger, "log", Log())
+    store = XComStore(monkeypatch).values
     app_id = submit(lines=4, ticks=2, replicas=2)
     before = {"version": 1, "origin": 1.0, "now": 2.0, "app": {"phase": "queued", "events": []}}
     before["app"]["events"] = [[0.0, "queued"], [1.0, "admitted", "admitted by cq"]]
@@ -351,23 +363,10 @@ async def test_a_trigger_resumed_while_its_app_waits_again_times_that_wait_from_
     import time
 
     from torchx_fakes import submit, trigger_args
-    from torchx_provider import compat
     from torchx_provider.triggers.job import CHECKPOINT_XCOM_KEY, TorchXJobTrigger
 
-    store: dict[str, Any] = {}
-    unreadable = False
-
-    async def aget_one(key: str, **scope: Any) -> Any:
-        if unreadable:
-            raise ConnectionError("supervisor gone")
-        return store.get(key)
-
-    async def aset(key: str, value: Any, **scope: Any) -> None:
-        store[key] = json.loads(json.dumps(value))
-
-    monkeypatch.setattr(compat, "xcom_get_one", aget_one)
-    monkeypatch.setattr(compat, "xcom_set", aset)
-    monkeypatch.setattr(TorchXJobTrigger, "log", Log())
+    xcoms = XComStore(monkeypatch)
+    store = xcoms.values
     submitted = time.time() - 7200
     ti = {"dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1}
 
@@ -385,10 +384,10 @@ async def test_a_trigger_resumed_while_its_app_waits_again_times_that_wait_from_
     app_id, ended = await resumed(ran)
     assert ended.succeeded, ended.message
     assert app_id not in fake_cluster.cancelled
-    unreadable = True
+    xcoms.unreadable = True
     app_id, ended = await resumed(ran)
     assert ended.succeeded, ended.message
-    unreadable = False
+    xcoms.unreadable = False
     app_id, ended = await resumed([[0.0, "queued"]])  # it never ran: waited two hours
     assert ended.kind is EventKind.TIMEOUT, ended.message
     assert app_id in fake_cluster.cancelled
