@@ -21,11 +21,13 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from cluster_sharing import cluster_turn
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -141,3 +143,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    if lane == "cluster" and part == "kube":
+        # the tests that count what the API server holds for every client run last: by then
+        # 'rows', the shorter part run beside this one, has most often ended, and they need
+        # not wait for its tests (cluster_turn_taken)
+        items.sort(key=lambda item: item.get_closest_marker("cluster_quiet") is not None)
+
+
+@pytest.fixture(autouse=True)
+def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Where other pytest processes use the same cluster (``kube`` and ``rows`` of the test
+    command, or a second session of the Kubernetes tier), a test marked ``cluster_quiet``
+    runs while none of theirs does (tests/support/cluster_sharing.py). Tests of the local
+    lane take no turn."""
+    if lane_of(request.node) != "cluster":
+        yield
+        return
+    quiet = request.node.get_closest_marker("cluster_quiet") is not None
+    with cluster_turn(exclusive=quiet):
+        yield

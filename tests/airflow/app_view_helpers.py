@@ -4,6 +4,7 @@ plugin, the view opened on a task instance, and screenshots kept under ``.ci-log
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -97,6 +98,34 @@ def open_view(
         page.goto(f"{dep.base}/auth/token/login")
     page.goto(f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
     return page
+
+
+def shown(
+    page: Any, locator: Any, dep: Deployment, dag_id: str, run_id: str, timeout: float = 60_000
+) -> None:
+    """Wait for ``locator`` on the view of ``dag_id``'s task ``train`` in ``run_id``; when it
+    does not come, fail with what the view showed instead, what its API answered and the
+    task's story (its state and the last records of its log)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.wait_for(timeout=timeout)
+        return
+    except PlaywrightTimeout:
+        pass
+    try:
+        text = page.locator("body").inner_text(timeout=5_000)[-3000:]
+    except PlaywrightTimeout:
+        text = "(the page did not answer)"
+    try:
+        answer = json.dumps(dep.get(f"/torchx/app/{dag_id}/{run_id}/train?map_index=-1"))[:4000]
+    except Exception as e:  # the API server itself may be what is wrong
+        answer = f"(not read: {e})"
+    shot(page, f"timed-out-{dag_id}")
+    raise AssertionError(
+        f"{locator} not shown after {timeout / 1000:.0f} s\nthe view showed:\n{text}\n"
+        f"its API answered:\n{answer}\n{dep.task_story(dag_id, run_id, 'train', last=40)}"
+    )
 
 
 def shot(page: Any, name: str) -> None:

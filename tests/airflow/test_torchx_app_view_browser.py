@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from app_view_helpers import open_view, remove_runs_containers, shot, view_deployment
+from app_view_helpers import open_view, remove_runs_containers, shot, shown, view_deployment
 from torchx_airflow_helpers import DEPLOYMENT_DAG_HEAD
 from torchx_deployment import Deployment
 
@@ -105,7 +105,7 @@ def test_a_running_apps_view_is_live(deployment: Deployment, browser: Any) -> No
             page.get_by_role("link", name=re.compile("TorchX app"))
         ).first.wait_for()
         view = page.get_by_test_id("torchx-app-view")
-        view.wait_for(timeout=60_000)
+        shown(page, view, deployment, dag_id, run_id)
         for key in ("worker/0", "worker/1"):
             page.get_by_test_id(f"torchx-lane-{key}").wait_for(timeout=60_000)
         view.get_by_text("live", exact=True).wait_for()
@@ -127,7 +127,7 @@ def test_a_failed_apps_view_names_the_replica_that_failed_first(
     page = open_view(browser, deployment, dag_id, run_id, dark=dark)
     try:
         root = page.get_by_test_id("torchx-root-cause")
-        root.wait_for(timeout=60_000)
+        shown(page, root, deployment, dag_id, run_id)
         assert "worker/1 failed first: exit code 3" in root.inner_text()
         error = page.get_by_test_id("torchx-root-error").inner_text()
         assert "RuntimeError: CUDA out of memory" in error

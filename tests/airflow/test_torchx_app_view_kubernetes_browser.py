@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torchx_kube_cluster
-from app_view_helpers import open_view, shot, view_deployment
+from app_view_helpers import open_view, shot, shown, view_deployment
 from torchx_deployment import Deployment, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.browser, pytest.mark.kubernetes]
@@ -159,9 +159,8 @@ def test_a_preempted_then_readmitted_jobset_shows_its_preemption_and_its_success
     )
     page = open_view(browser, deployment, low_dag, run_id)
     try:
-        page.get_by_test_id("torchx-app-state").filter(has_text="SUCCEEDED").wait_for(
-            timeout=60_000
-        )
+        succeeded = page.get_by_test_id("torchx-app-state").filter(has_text="SUCCEEDED")
+        shown(page, succeeded, deployment, low_dag, run_id)
         page.get_by_test_id("torchx-lane-worker/0").wait_for()
         totals = page.get_by_test_id("torchx-totals").inner_text().lower()
         assert re.search(r"preemptions\s*1\b", totals), (totals, story)
@@ -181,7 +180,7 @@ def test_a_failed_volcano_apps_view_names_its_first_failing_replica(
     page = open_view(browser, deployment, dag_id, run_id)
     try:
         root = page.get_by_test_id("torchx-root-cause")
-        root.wait_for(timeout=60_000)
+        shown(page, root, deployment, dag_id, run_id)
         story = deployment.task_story(dag_id, run_id, "train", last=40)
         assert "loader/0 failed first: exit code 3" in root.inner_text(), story
         error = page.get_by_test_id("torchx-root-error").inner_text()

@@ -15,6 +15,10 @@ never meet; what the tests name themselves, and what they count cluster-wide, wo
   ``cluster_quiet``: where ``TORCHX_TEST_CLUSTER_LOCK`` names a lock file, it runs while no
   test of the other session does (:func:`cluster_turn`), and every other test of the tier
   waits for it to end.
+
+The test command's own two processes on the cluster at once ('kube' and 'rows',
+scripts/test.sh) share such a lock as well, a file of their own where none is set: the fault
+rows and the Airflow deployment's triggerer open watches of their own.
 """
 
 from __future__ import annotations

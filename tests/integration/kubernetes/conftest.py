@@ -90,7 +90,7 @@ from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
 
-from cluster_sharing import cluster_turn, session_tag
+from cluster_sharing import session_tag
 from kube_apps import kube_scheduler
 from local_cluster import CLUSTER_SCRIPT, cluster_env
 from registry_fixture import local_registry  # noqa: F401
@@ -552,16 +552,6 @@ def _wait_until(
             text = message() if callable(message) else message
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {text}")
         time.sleep(interval)
-
-
-@pytest.fixture(autouse=True)
-def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Where another session runs these tests on the same cluster (the lowest client
-    libraries' beside the main one, run by hand), a test marked ``cluster_quiet`` runs while
-    none of the other session's does (tests/support/cluster_sharing.py)."""
-    quiet = request.node.get_closest_marker("cluster_quiet") is not None
-    with cluster_turn(exclusive=quiet):
-        yield
 
 
 @pytest.fixture(autouse=True)
