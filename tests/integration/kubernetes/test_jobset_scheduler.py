@@ -7,10 +7,15 @@ uses the restricted kubeconfig.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
 import re
+import signal
 import time
+from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import backend_checks
@@ -253,6 +258,25 @@ def evicted_by_the_kubelet(kube_cluster: Any, pod_name: str) -> None:
     core.patch_namespaced_pod_status(pod_name, kube_cluster.namespace, body)
 
 
+@contextlib.contextmanager
+def jobset_controller_paused(kube_cluster: Any) -> Iterator[None]:
+    """The local cluster's JobSet controller stopped (SIGSTOP) while the block runs, and
+    continued after it, so that what describe says between a replica's failure and the
+    JobSet's restart can be read: unpaused, that lasts well under a second, and a describe
+    every 0.3 s on a loaded machine once missed it. Keep the block short: the controller's
+    webhooks wait meanwhile. Another cluster's controller is not paused."""
+    if not kube_cluster.local:
+        yield
+        return
+    run = Path(kube_cluster.kubeconfig).resolve().parents[1]
+    pid = int((run / "pids" / "jobset-controller.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_an_evicted_replica_restarts_the_jobset_without_counting(
     kube_cluster: Any, scheduler: Any
 ) -> None:
@@ -264,10 +288,11 @@ def test_an_evicted_replica_restarts_the_jobset_without_counting(
     )
     wait_state(scheduler, app_id, all_running)
     victim = sorted(p.metadata.name for p in pods(kube_cluster, app_id))[0]
-    evicted_by_the_kubelet(kube_cluster, victim)
-    seen = wait_state(
-        scheduler, app_id, lambda r: any(x.state is AppState.FAILED for x in replicas(r)), 30
-    )
+    with jobset_controller_paused(kube_cluster):
+        evicted_by_the_kubelet(kube_cluster, victim)
+        seen = wait_state(
+            scheduler, app_id, lambda r: any(x.state is AppState.FAILED for x in replicas(r)), 30
+        )
     (failed,) = [x for x in replicas(seen) if x.state is AppState.FAILED]
     assert (failed.exit_code, failed.reason, failed.failure) == (
         137,
