@@ -27,8 +27,6 @@ from typing import NoReturn
 
 import pytest
 
-from cluster_sharing import cluster_turn
-
 IN_CI = bool(os.environ.get("CI"))
 
 
@@ -159,6 +157,8 @@ def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
     if lane_of(request.node) != "cluster":
         yield
         return
+    from cluster_sharing import cluster_turn  # tests/support, on the path of the tests only
+
     quiet = request.node.get_closest_marker("cluster_quiet") is not None
     with cluster_turn(exclusive=quiet):
         yield
