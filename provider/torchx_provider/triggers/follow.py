@@ -184,6 +184,7 @@ class JobFollower:
             state=state,
             queue_timeout=queue_timeout,
             waiting_since=waiting_since,
+            earlier_preemptions=timeline.app_preempted if timeline is not None else 0,
         )
         #: each replica's last line and step, from the lines forwarded
         self.progress = ProgressBook(progress_pattern, progress)

@@ -27,6 +27,8 @@ class Observation:
     :param state: the last state a previous follow persisted, if any.
     :param queue_timeout: seconds the app may wait to run, per wait (``None``: no limit).
     :param waiting_since: when the first wait began, on ``clock`` (``None``: now).
+    :param earlier_preemptions: the preemptions a previous follow of the app saw (its
+        timeline's, restored with it).
     """
 
     app_id: str
@@ -36,6 +38,7 @@ class Observation:
     state: AppState | None = None
     queue_timeout: InitVar[float | None] = None
     waiting_since: InitVar[float | None] = None
+    earlier_preemptions: int = 0
     queue: QueueWait = field(init=False)
     #: time in each phase and returns to waiting, as this follow saw them (a resumed
     #: follow of an app that ran counts from its first describe)
@@ -138,8 +141,9 @@ class Observation:
     @property
     def preemptions(self) -> int:
         """How often the app was preempted or evicted and went back to waiting: what the
-        backend counts, or the returns to waiting this follow saw, whichever is more."""
-        return max(self.evictions, self.phases.returns)
+        backend counts, or the returns to waiting the follows saw (a previous follow's and
+        this one's), whichever is more."""
+        return max(self.evictions, self.earlier_preemptions + self.phases.returns)
 
     def _phase_note(self, state: AppState, went_back: bool) -> str:
         """What a transition means for a preempted app: it waits again (not a failure), or

@@ -358,8 +358,9 @@ async def test_a_trigger_resumed_while_its_app_waits_again_times_that_wait_from_
     """Ran for two hours, preempted, waiting again for 10 s when the triggerer restarted: the
     resumed trigger times that wait (``queue_timeout`` 60 s, per wait) from the preemption,
     not from the submission two hours before: the app is not cancelled at the first
-    describe, and runs to its end. So too where the checkpoint cannot be read (nothing says
-    it never ran). An app that never ran still has its first wait timed from the submission."""
+    describe, and runs to its end, with the preemption counted. So too where the checkpoint
+    cannot be read (nothing says it never ran). An app that never ran still has its first
+    wait timed from the submission."""
     import time
 
     from torchx_fakes import submit, trigger_args
@@ -384,6 +385,9 @@ async def test_a_trigger_resumed_while_its_app_waits_again_times_that_wait_from_
     app_id, ended = await resumed(ran)
     assert ended.succeeded, ended.message
     assert app_id not in fake_cluster.cancelled
+    # the preemption the previous follow saw is still counted (this backend counts none)
+    assert ended.preemptions == 1 and ended.timeline is not None
+    assert ended.timeline["app"]["preemptions"] == 1
     xcoms.unreadable = True
     app_id, ended = await resumed(ran)
     assert ended.succeeded, ended.message
