@@ -176,6 +176,8 @@ class JobFollower:
         #: the refusals of this follow's describes
         self._refusals = Refusals()
         self._reconnected = False
+        #: whether a describe of this follow found the app (else only an earlier one did)
+        self._found = False
         self.seen = Observation(
             app_id,
             log=log,
@@ -291,6 +293,8 @@ class JobFollower:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
                     return await self._gone()
+            else:
+                self._found = True
                 # Seen ended just before it was removed (a TTL shorter than our wake-up):
                 # end with what the backend said, not with the disappearance.
             if self.seen.observe(resp):
@@ -435,16 +439,32 @@ class JobFollower:
         # a clean-up, the platform), a failure of the platform's, as when one container of
         # several is removed. (So is a cancel from outside that deletes the app, MCAD's.)
         await self.pumps.finish(FINAL_DRAIN)
-        rows = removed_from_outside(self.rows, sorted(self.cursors), datetime.now(timezone.utc))
+        # a follow that described none of its replicas knows them by the lines it read and
+        # by the timeline an earlier follow stored
+        known = sorted({*self.cursors, *self.timeline.replicas})
+        rows = removed_from_outside(self.rows, known, datetime.now(timezone.utc))
+        unseen = not self._found  # only an earlier follow saw it (a triggerer restart since)
+        last = self.state.name
         self.log.info(
-            "app %s: %s -> FAILED (removed from the backend, not by this task)",
+            "app %s: %s -> FAILED (removed from the backend, not by this task%s)",
             self.app_id,
-            self.state.name,
+            last,
+            "; while no follow ran: its outcome is unknown" if unseen else "",
         )
         self.seen.state = AppState.FAILED
         self.seen.rows = rows
         first = next((r for r in rows if r.reason == REMOVED_FROM_OUTSIDE), None)
         self._root_cause = "" if first is None else first.key
+        if unseen:
+            return self._event(
+                EventKind.FINISHED,
+                f"app {self.app_id!r} is gone from the backend: last seen "
+                f"{last} before this follow resumed, it was removed while no "
+                "follow ran, by something other than this task; it may have ended first "
+                "(removed after its end by a clean-up or a TTL shorter than the pause, "
+                "such as ttl_seconds_after_finished) or been deleted, so its outcome is "
+                "unknown and taken as a failure of the platform's",
+            )
         return self._event(
             EventKind.FINISHED,
             f"app {self.app_id!r} was removed from the backend before it finished, by "

@@ -1,7 +1,8 @@
 """Follows that begin late. One resumed (a triggerer restart) after every container of its
 Docker app was removed from outside: the app failed on the platform
-(``InfrastructureError``), as when the follow sees the removal itself; it was not
-cancelled, since the task did not cancel it. One begun after its short app ended: the time
+(``InfrastructureError``), as when the follow sees the removal itself, its end saying that
+its outcome is unknown (it may have ended before it was removed); it was not cancelled,
+since the task did not cancel it. One begun after its short app ended: the time
 it ran is the engine's."""
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ async def test_a_resumed_follow_of_an_app_removed_from_outside_fails_it_on_the_p
     assert type(error) is errors.InfrastructureError, error
     assert (error.role, error.replica_id, error.reason) == ("w", 0, "RemovedFromOutside")
     assert "not by this task" in "\n".join(log.lines)
+    # it may have ended before it was removed: the end says so instead of guessing
+    assert "its outcome is unknown" in event.message, event.message
 
 
 async def test_an_app_that_ended_before_the_follow_began_ran_as_long_as_the_engine_says(

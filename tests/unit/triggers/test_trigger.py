@@ -212,6 +212,37 @@ async def test_an_app_deleted_before_it_finished_failed_on_the_platform(
     assert error.reason == "RemovedFromOutside" and event.root_cause == f"{error.role}/0"
 
 
+async def test_an_app_gone_while_no_follow_ran_has_an_unknown_outcome(fake_cluster: Any) -> None:
+    """Last seen RUNNING by an earlier follow (the checkpoint's state), gone at the resumed
+    follow's first describe: it may have succeeded and been removed by a TTL meanwhile, so
+    the end says the outcome is unknown (still the platform's failure: a retry runs it
+    again), not that it was removed before it finished."""
+    from torchx_provider.triggers.timeline import Timeline
+
+    app_id = submit(ticks=100_000)
+    fake_cluster.apps[app_id].deleted = True
+    log = ListLog()
+    # no line read yet (no cursors): its replicas are known by the stored timeline
+    stored = {"version": 1, "origin": 1.0, "now": 5.0, "app": {"phase": "running"}}
+    stored["replicas"] = [{"role": "echo", "id": 0, "events": [[1.0, "running"]]}]
+    event = await JobFollower(
+        torchx_fakes.FakeAsyncClient(),
+        app_id,
+        log=log,
+        poll_interval=0.001,
+        state=AppState.RUNNING,
+        timeline=Timeline.from_dict(stored),
+    ).run()
+    assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
+    assert "its outcome is unknown" in event.message, event.message
+    assert "last seen RUNNING before this follow resumed" in event.message
+    assert "removed from the backend before it finished" not in event.message
+    assert any("while no follow ran" in line for line in log.lines), log.lines
+    error = failure_error(event)
+    assert type(error) is errors.InfrastructureError, error
+    assert (error.role, error.replica_id, error.reason) == ("echo", 0, "RemovedFromOutside")
+
+
 async def test_an_app_deleted_by_this_tasks_kill_is_said_cancelled_by_it(
     fake_cluster: Any,
 ) -> None:
