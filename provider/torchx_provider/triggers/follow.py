@@ -146,6 +146,7 @@ class JobFollower:
         watch: WatchLimits | None = None,
         timeline: Timeline | None = None,
         hold_lines: Callable[[], Awaitable[None]] | None = None,
+        loop_back: Callable[[], float | None] = lambda: None,
         killed: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -166,6 +167,9 @@ class JobFollower:
         #: the last notice the backend gave (why the app waits, most often)
         self.last_notice: str | None = None
         self.reconnect = reconnect
+        #: when (``clock``) this follow's event loop last came back from being away longer
+        #: than Airflow's triggerer health threshold (a frozen triggerer), ``None``: never
+        self.loop_back = loop_back
         self.start_grace = start_grace
         #: replica key -> since when (``clock``) it has waited on its configuration
         self._waiting: dict[str, float] = {}
@@ -334,7 +338,8 @@ class JobFollower:
         """Name stragglers and find a stall (:func:`~torchx_provider.triggers.watch.assess`)
         among the running replicas whose logs are read; the replicas that stopped first
         when the app is stalled, else ``()``. A replica's quiet starts no earlier than this
-        follow saw it running, nor than a read of its log last failed."""
+        follow saw it running, nor than a read of its log last failed, nor than the event
+        loop came back from a freeze (the lines written meanwhile are not read yet)."""
         self._watch_due = None
         if not self.watch.on or self._watch_off:
             return ()
@@ -352,11 +357,14 @@ class JobFollower:
         if self.pumps.unreadable_now() & set(watched):
             return ()  # not known while a log cannot be read; its quiet starts again after
         never = float("-inf")
+        back = self.loop_back()
+        thawed = never if back is None else back
         quiet_since = {
             key: max(
                 self._running_since[key],
                 self.progress.moved.get(key, never),
                 self.pumps.failed_at.get(key, never),
+                thawed,
             )
             for key in watched
         }

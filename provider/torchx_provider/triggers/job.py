@@ -311,6 +311,7 @@ class TorchXJobTrigger(BaseTrigger):
                 watch=watch,
                 timeline=self._timeline,
                 hold_lines=LOOP_WATCH.get().wait_if_back,
+                loop_back=LOOP_WATCH.get().came_back,
             )
             self._follower = follower
             event = await follower.run()

@@ -82,6 +82,13 @@ class LoopWatch:
             self.back_at = now
         self.last_tick = now
 
+    def came_back(self) -> float | None:
+        """When (``clock``) the loop last came back from being away longer than the
+        threshold, ``None``: never. Looked at now, so a caller that runs before the ticker
+        after a freeze sees that freeze."""
+        self.note()
+        return self.back_at
+
     def holding_for(self) -> float:
         """How much longer lines are to be held (0: not held)."""
         self.note()

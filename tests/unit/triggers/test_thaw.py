@@ -45,6 +45,20 @@ def test_the_ticker_noticing_first_still_holds_the_pumps() -> None:
     assert abs(watch.holding_for() - 4.9) < 1e-6
 
 
+def test_the_return_from_a_freeze_is_seen_before_the_ticker_runs() -> None:
+    """A follow's stall check after a freeze may run before the ticker: it sees the return
+    all the same (and the time of it), and nothing before a freeze."""
+    clock = Clock()
+    watch = LoopWatch(10.0, clock=clock, hold=5.0)
+    assert watch.came_back() is None
+    clock.now += 9.0
+    assert watch.came_back() is None
+    clock.now += 600.0  # frozen for ten minutes
+    assert watch.came_back() == 1609.0
+    clock.now += 1.0
+    assert watch.came_back() == 1609.0  # the last return, not each look
+
+
 async def test_a_held_pump_cancelled_meanwhile_writes_nothing() -> None:
     clock = Clock()
     slept: list[float] = []
