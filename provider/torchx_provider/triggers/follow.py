@@ -338,8 +338,9 @@ class JobFollower:
         """Name stragglers and find a stall (:func:`~torchx_provider.triggers.watch.assess`)
         among the running replicas whose logs are read; the replicas that stopped first
         when the app is stalled, else ``()``. A replica's quiet starts no earlier than this
-        follow saw it running, nor than a read of its log last failed, nor than the event
-        loop came back from a freeze (the lines written meanwhile are not read yet)."""
+        follow saw it running, nor than a read of its log last failed; and quiet from
+        before the event loop came back from a freeze is not held against it (the lines
+        written meanwhile are not read yet)."""
         self._watch_due = None
         if not self.watch.on or self._watch_off:
             return ()
@@ -357,18 +358,22 @@ class JobFollower:
         if self.pumps.unreadable_now() & set(watched):
             return ()  # not known while a log cannot be read; its quiet starts again after
         never = float("-inf")
-        back = self.loop_back()
-        thawed = never if back is None else back
         quiet_since = {
             key: max(
                 self._running_since[key],
                 self.progress.moved.get(key, never),
                 self.pumps.failed_at.get(key, never),
-                thawed,
             )
             for key in watched
         }
-        seen = assess(quiet_since, self.progress.replicas, now, self.watch, self._said)
+        seen = assess(
+            quiet_since,
+            self.progress.replicas,
+            now,
+            self.watch,
+            self._said,
+            blind_until=self.loop_back(),
+        )
         for note in seen.notes:
             (self.log.warning if note.warning else self.log.info)("%s", note.text)
         self._said = dict(seen.said)

@@ -158,6 +158,7 @@ def assess(
     now: float,
     limits: WatchLimits,
     said: Mapping[str, Named] | None = None,
+    blind_until: float | None = None,
 ) -> Assessment:
     """The stragglers and the stall of the watched replicas (see the module docstring).
 
@@ -165,6 +166,10 @@ def assess(
         moved; the replicas not watched (not running, log not read) are left out.
     :param progress: what each replica's log showed last.
     :param said: the stragglers named so far (:attr:`Assessment.said` of the last call).
+    :param blind_until: until when the follow could not have seen a move (its event loop
+        was frozen: the lines written meanwhile are read after it): no replica is taken to
+        straggle, nor the app to stall, for quiet before it. Which replica stopped first
+        is still told by ``quiet_since``.
     """
     said = dict(said or {})
     notes: list[Note] = []
@@ -185,7 +190,8 @@ def assess(
         if after is None or key not in order.reached:
             continue
         quiet = now - since
-        straggling = quiet >= after and key in passed
+        seen_quiet = quiet if blind_until is None else min(quiet, now - blind_until)
+        straggling = seen_quiet >= after and key in passed
         if straggling:
             if before is None or before.progress != now_shows:
                 notes.append(_straggling(key, quiet, now_shows, again=before is not None))
@@ -194,9 +200,13 @@ def assess(
             named[key] = before  # not passed any more, and not moved: still the one named
         if since + after > now:
             due.append(since + after)
+        elif seen_quiet < after:
+            due.append(now - seen_quiet + after)
     stalled: tuple[str, ...] = ()
     if limits.stall_timeout is not None and quiet_since:
         last_move = max(quiet_since.values())
+        if blind_until is not None:
+            last_move = max(last_move, blind_until)
         if now - last_move >= limits.stall_timeout:
             stalled = order.first()
         else:

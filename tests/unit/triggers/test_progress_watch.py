@@ -302,22 +302,26 @@ def test_time_a_log_could_not_be_read_is_no_silence() -> None:
 
 
 def test_time_the_triggerer_was_frozen_is_no_silence() -> None:
-    """Both replicas' last lines at t=100, and the follow's loop back at t=950 from a freeze
-    (the triggerer stopped; the lines written meanwhile not read yet): no stall at t=1000
-    with a 600 s stall_timeout; without the freeze, both are stalled."""
+    """The replicas' last lines at t=100 and t=150, and the follow's loop back at t=950 from
+    a freeze (the triggerer stopped; the lines written meanwhile not read yet): no stall at
+    t=1000 with a 600 s stall_timeout, and none due before t=1550; without the freeze, the
+    app is stalled. Still silent at t=1600, it is stalled, t/0 named as the replica that
+    stopped first."""
     clock = TickClock(now=1000.0)
     client = ScriptedLogs(clock, {"t/0": [], "t/1": []}, ends_at=1e9)
 
-    def watching(back: float | None) -> tuple[str, ...]:
+    def watching(back: float | None) -> Any:
         f = follower(
             client, "app-f", clock, watch=WatchLimits(stall_timeout=600.0), loop_back=lambda: back
         )
         f.seen.state = AppState.RUNNING
         f.seen.rows = (ReplicaRow("t", 0, AppState.RUNNING), ReplicaRow("t", 1, AppState.RUNNING))
         f._running_since = {"t/0": 0.0, "t/1": 0.0}
-        f.progress.moved = {"t/0": 100.0, "t/1": 100.0}
-        return f._watch_replicas()
+        f.progress.moved = {"t/0": 100.0, "t/1": 150.0}
+        return f._watch_replicas(), f._watch_due
 
-    assert watching(None) == ("t/0", "t/1")
-    assert watching(950.0) == ()
-    assert watching(300.0) == ("t/0", "t/1")  # a freeze long before is no excuse
+    assert watching(None)[0] == ("t/0",)
+    assert watching(950.0) == ((), 1550.0)
+    assert watching(300.0)[0] == ("t/0",)  # a freeze long before is no excuse
+    clock.now = 1600.0
+    assert watching(950.0)[0] == ("t/0",)
