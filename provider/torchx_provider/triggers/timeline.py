@@ -155,15 +155,17 @@ class Timeline:
         state: AppState | None,
         rows: Iterable[ReplicaRow],
         ui_url: str | None = None,
-        preemptions: int = 0,
+        preemptions: int | None = None,
     ) -> bool:
         """Take in a describe: the app's ``state`` and its replicas' ``rows``, and how often
         the follow knows the app was preempted or evicted (``preemptions``: the backend's
-        count, or the returns to waiting it saw). Whether the timeline changed.
+        count, or the returns to waiting it saw, this describe's included; ``None``: every
+        return to waiting is one). Whether the timeline changed.
 
         A preemption the follow did not see happen (the app was preempted and admitted again
         between two describes, or while no follow ran) is marked when it is learned of: the
-        lane's marks are as many as the app's preemptions."""
+        lane's marks are as many as the app's preemptions. A return to waiting whose
+        preemption the backend counted first (marked then) is not marked again."""
         rows = tuple(rows)
         now = self._clock()
         changed = False
@@ -173,7 +175,7 @@ class Timeline:
         if phase is not None and phase != self.app_phase:
             back = phase == "queued" and self.app_phase == "running"
             if not (phase == "queued" and self.app_phase == "admitted"):
-                if back:
+                if back and (preemptions is None or self.app_preempted < preemptions):
                     self._app_event([now, "preempted"])
                 at = now
                 if phase in ENDS:
@@ -185,7 +187,7 @@ class Timeline:
                 self._app_event([at, phase])
                 self.app_phase = phase
                 changed = True
-        for _ in range(preemptions - self.app_preempted):
+        for _ in range((preemptions or 0) - self.app_preempted):
             self._app_event([now, "preempted"])
             changed = True
         if ui_url and ui_url != self.ui_url:

@@ -81,6 +81,25 @@ def test_phases_preemption_and_restart_are_kept_with_their_times() -> None:
     assert next(r for r in snap["replicas"] if r["id"] == 1)["restarts"] == 1
 
 
+def test_a_preemption_the_backend_counts_before_the_app_waits_again_is_marked_once() -> None:
+    """Kueue's eviction count may rise while the job still shows running, and the return to
+    waiting come at the next describe: one preemption, one mark (and one in the result)."""
+    wall = Wall()
+    t = Timeline(wall)
+    t.observe(AppState.RUNNING, rows(AppState.RUNNING), preemptions=0)
+    wall.t += 10
+    t.observe(AppState.RUNNING, rows(AppState.RUNNING), preemptions=1)
+    wall.t += 1
+    t.observe(AppState.PENDING, rows(AppState.PENDING), preemptions=1)
+    wall.t += 10
+    t.observe(AppState.RUNNING, rows(AppState.RUNNING), preemptions=1)
+    snap = t.snapshot()
+    assert [e[1] for e in snap["app"]["events"]] == ["running", "preempted", "queued", "running"]
+    assert snap["app"]["preemptions"] == 1
+    again = Timeline.from_dict(json.loads(json.dumps(snap)), wall)
+    assert again.app_preempted == 1  # what a resumed follow starts from
+
+
 def test_a_preemption_between_two_describes_is_marked_when_the_follow_learns_of_it() -> None:
     """Preempted and admitted again between two describes (the follow saw it running, then
     running again; the backend counts the preemption): the app's lane has its mark, once,
