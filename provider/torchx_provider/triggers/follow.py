@@ -180,7 +180,8 @@ class JobFollower:
         #: the refusals of this follow's describes
         self._refusals = Refusals()
         self._reconnected = False
-        #: whether a describe of this follow found the app (else only an earlier one did)
+        #: whether a describe of this follow found the app since it began or since its last
+        #: outage (else it may have ended unseen)
         self._found = False
         self.seen = Observation(
             app_id,
@@ -453,16 +454,18 @@ class JobFollower:
         # several is removed. (So is a cancel from outside that deletes the app, MCAD's.)
         await self.pumps.finish(FINAL_DRAIN)
         # a follow that described none of its replicas knows them by the lines it read and
-        # by the timeline an earlier follow stored
-        known = sorted({*self.cursors, *self.timeline.replicas})
+        # by the timeline an earlier follow stored (less those it saw end)
+        ended = set(self.timeline.replicas) - set(self.timeline.unended())
+        known = sorted({*self.cursors, *self.timeline.replicas} - ended)
         rows = removed_from_outside(self.rows, known, datetime.now(timezone.utc))
-        unseen = not self._found  # only an earlier follow saw it (a triggerer restart since)
+        # not seen since this follow resumed, or since an outage: it may have ended unseen
+        unseen = not self._found
         last = self.state.name
         self.log.info(
             "app %s: %s -> FAILED (removed from the backend, not by this task%s)",
             self.app_id,
             last,
-            "; while no follow ran: its outcome is unknown" if unseen else "",
+            "; while the follow could not see it: its outcome is unknown" if unseen else "",
         )
         self.seen.state = AppState.FAILED
         self.seen.rows = rows
@@ -471,9 +474,10 @@ class JobFollower:
         if unseen:
             return self._event(
                 EventKind.FINISHED,
-                f"app {self.app_id!r} is gone from the backend: last seen "
-                f"{last} before this follow resumed, it was removed while no "
-                "follow ran, by something other than this task; it may have ended first "
+                f"app {self.app_id!r} is gone from the backend: last seen {last} before "
+                "the follow lost sight of it (a triggerer restart, or the backend "
+                "unreachable meanwhile), it was removed by something other than this task "
+                "while no describe could see it; it may have ended first "
                 "(removed after its end by a clean-up or a TTL shorter than the pause, "
                 "such as ttl_seconds_after_finished) or been deleted, so its outcome is "
                 "unknown and taken as a failure of the platform's",
@@ -605,6 +609,7 @@ class JobFollower:
         server coming back), then :data:`REFUSAL_GRACE` after the first refusal; anything
         else past the outage budget; at the deadline, either."""
         now = self.clock()
+        self._found = False  # what the app does meanwhile is not seen
         if self._outage is None:
             # Timed from when the backend was first found failing (a shared watch may
             # have broken before this describe), not from this describe.

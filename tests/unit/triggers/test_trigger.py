@@ -224,7 +224,10 @@ async def test_an_app_gone_while_no_follow_ran_has_an_unknown_outcome(fake_clust
     log = ListLog()
     # no line read yet (no cursors): its replicas are known by the stored timeline
     stored = {"version": 1, "origin": 1.0, "now": 5.0, "app": {"phase": "running"}}
-    stored["replicas"] = [{"role": "echo", "id": 0, "events": [[1.0, "running"]]}]
+    stored["replicas"] = [
+        {"role": "echo", "id": 0, "events": [[1.0, "running"]]},
+        {"role": "echo", "id": 1, "events": [[1.0, "running"], [4.0, "succeeded", 0, ""]]},
+    ]
     event = await JobFollower(
         torchx_fakes.FakeAsyncClient(),
         app_id,
@@ -235,12 +238,34 @@ async def test_an_app_gone_while_no_follow_ran_has_an_unknown_outcome(fake_clust
     ).run()
     assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
     assert "its outcome is unknown" in event.message, event.message
-    assert "last seen RUNNING before this follow resumed" in event.message
+    assert "last seen RUNNING before the follow lost sight of it" in event.message
     assert "removed from the backend before it finished" not in event.message
-    assert any("while no follow ran" in line for line in log.lines), log.lines
+    assert any("while the follow could not see it" in line for line in log.lines), log.lines
+    # echo/1 was seen succeed: it is not said removed
+    assert [(r.key, r.reason) for r in event.replicas] == [("echo/0", "RemovedFromOutside")]
     error = failure_error(event)
     assert type(error) is errors.InfrastructureError, error
     assert (error.role, error.replica_id, error.reason) == ("echo", 0, "RemovedFromOutside")
+
+
+async def test_an_app_gone_after_an_outage_has_an_unknown_outcome(fake_cluster: Any) -> None:
+    """Seen running, then the backend unreachable for a while, then the app gone: it may
+    have ended and been removed meanwhile, as for a follow resumed after a restart."""
+    app_id = submit(ticks=100_000)
+    follower = JobFollower(
+        torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
+    )
+    running = asyncio.create_task(follower.run())
+    for _ in range(5000):  # until the follower saw the app once
+        if follower.state is not None:
+            break
+        await asyncio.sleep(0.001)
+    fake_cluster.outages = 3
+    fake_cluster.apps[app_id].deleted = True
+    event = await asyncio.wait_for(running, timeout=5)
+    assert event.state == AppState.FAILED
+    assert "its outcome is unknown" in event.message, event.message
+    assert type(failure_error(event)) is errors.InfrastructureError
 
 
 async def test_an_app_deleted_by_this_tasks_kill_is_said_cancelled_by_it(
