@@ -169,7 +169,11 @@ class Deployment:
         )
 
     # -- REST API -----------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, tries: int = 5) -> Any:
+        """One call of the deployment's REST API. A "Database error" (500) is tried again,
+        up to ``tries`` times a second apart: the deployment's SQLite database, written by
+        every component, can be locked past the API server's wait on a loaded machine (seen
+        once in CI), and the failed statement was rolled back."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.token:
@@ -184,7 +188,11 @@ class Deployment:
                 # simple auth manager gives one without credentials then
                 self.token = str(self.request("GET", "/auth/token")["access_token"])
                 return self.request(method, path, body)
-            raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()[:500]}") from None
+            said = e.read().decode()
+            if e.code == 500 and "Database error" in said and tries > 1:
+                time.sleep(1.0)
+                return self.request(method, path, body, tries=tries - 1)
+            raise RuntimeError(f"{method} {path}: {e.code} {said[:500]}") from None
         return json.loads(text) if text else None
 
     def get(self, path: str) -> Any:
