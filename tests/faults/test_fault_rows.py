@@ -336,7 +336,7 @@ ROWS.append(
 ROWS.append(
     Row(
         "apiserver-restart",
-        "kube-apiserver stopped (SIGTERM; SIGKILL if still up after 30 s), started again "
+        "kube-apiserver stopped (SIGTERM; SIGKILL if still up after 5 s), started again "
         "5 s after it exited",
         "followed to the end",
         5,
