@@ -186,10 +186,9 @@ async def test_a_vanished_app_ends_with_an_error_event(fake_cluster: Any) -> Non
     assert event.kind == EventKind.ERROR and "does not exist" in event.message
 
 
-async def test_an_app_deleted_before_it_finished_failed_on_the_platform(
-    fake_cluster: Any,
-) -> None:
-    # A user's delete, a clean-up: not this task, which cancels only as its follow ends.
+async def deleted_once_seen(fake_cluster: Any, outages: int = 0) -> JobEvent:
+    """Follow an app until it is seen, then delete it (after ``outages`` describes that
+    fail) and return the follow's end."""
     app_id = submit(ticks=100_000)
     follower = JobFollower(
         torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
@@ -200,8 +199,16 @@ async def test_an_app_deleted_before_it_finished_failed_on_the_platform(
             break
         await asyncio.sleep(0.001)
     assert follower.state in (AppState.PENDING, AppState.RUNNING)
+    fake_cluster.outages = outages
     fake_cluster.apps[app_id].deleted = True
-    event = await asyncio.wait_for(running, timeout=5)
+    return await asyncio.wait_for(running, timeout=5)
+
+
+async def test_an_app_deleted_before_it_finished_failed_on_the_platform(
+    fake_cluster: Any,
+) -> None:
+    # A user's delete, a clean-up: not this task, which cancels only as its follow ends.
+    event = await deleted_once_seen(fake_cluster)
     assert event.kind == EventKind.FINISHED and event.state == AppState.FAILED
     assert "removed from the backend before it finished" in event.message
     assert {(r.state, r.reason, r.failure) for r in event.replicas} == {
@@ -251,18 +258,7 @@ async def test_an_app_gone_while_no_follow_ran_has_an_unknown_outcome(fake_clust
 async def test_an_app_gone_after_an_outage_has_an_unknown_outcome(fake_cluster: Any) -> None:
     """Seen running, then the backend unreachable for a while, then the app gone: it may
     have ended and been removed meanwhile, as for a follow resumed after a restart."""
-    app_id = submit(ticks=100_000)
-    follower = JobFollower(
-        torchx_fakes.FakeAsyncClient(), app_id, log=ListLog(), poll_interval=0.001
-    )
-    running = asyncio.create_task(follower.run())
-    for _ in range(5000):  # until the follower saw the app once
-        if follower.state is not None:
-            break
-        await asyncio.sleep(0.001)
-    fake_cluster.outages = 3
-    fake_cluster.apps[app_id].deleted = True
-    event = await asyncio.wait_for(running, timeout=5)
+    event = await deleted_once_seen(fake_cluster, outages=3)
     assert event.state == AppState.FAILED
     assert "its outcome is unknown" in event.message, event.message
     assert type(failure_error(event)) is errors.InfrastructureError
