@@ -298,10 +298,10 @@ class JobFollower:
                 resp = await self.client.last_seen(self.app_id)
                 if resp is None or not is_terminal(resp.state):
                     return await self._gone()
-            else:
-                self._found = True
                 # Seen ended just before it was removed (a TTL shorter than our wake-up):
                 # end with what the backend said, not with the disappearance.
+            else:
+                self._found = True
             if self.seen.observe(resp):
                 self.checkpoints.moved()  # a follow rebuilt later knows the app ran
             if self.timeline.observe(
@@ -455,8 +455,7 @@ class JobFollower:
         await self.pumps.finish(FINAL_DRAIN)
         # a follow that described none of its replicas knows them by the lines it read and
         # by the timeline an earlier follow stored (less those it saw end)
-        ended = set(self.timeline.replicas) - set(self.timeline.unended())
-        known = sorted({*self.cursors, *self.timeline.replicas} - ended)
+        known = sorted({*self.cursors, *self.timeline.replicas} - self.timeline.ended())
         rows = removed_from_outside(self.rows, known, datetime.now(timezone.utc))
         # not seen since this follow resumed, or since an outage: it may have ended unseen
         unseen = not self._found

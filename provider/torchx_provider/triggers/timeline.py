@@ -282,9 +282,9 @@ class Timeline:
         del self.waits[:-WAITS]
         return self._changed()
 
-    def unended(self) -> list[str]:
-        """The keys (``role/replica``) of the replicas this timeline has, but not ended."""
-        return [key for key, rep in self.replicas.items() if rep.phase not in ENDS]
+    def ended(self) -> set[str]:
+        """The keys (``role/replica``) of the replicas this timeline saw end."""
+        return {key for key, rep in self.replicas.items() if rep.phase in ENDS}
 
     def found_root_cause(self, key: str, error: str = "", message: str = "") -> bool:
         """The replica that failed first (``key``), its error line and its message."""
