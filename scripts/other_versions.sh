@@ -65,7 +65,8 @@ fi
 # the test command (scripts/test.sh: its cluster and local lanes side by side), alone.
 logs=.ci-logs/other-versions
 run_entry() {
-  local entry="$1" version="${1%@*}" start=$SECONDS python log result
+  local entry="$1" version="${1%@*}" start=$SECONDS python log result rc=0
+  local began=$(($(date +%s) - ${TORCHX_CI_EPOCH:-0}))
   log="$logs/$entry.log"
   python=$(python3 scripts/airflow_venv.py "$version")
   read -r -a paths <<<"$(tiers "$entry")"
@@ -77,7 +78,8 @@ run_entry() {
   # the other tiers do not, and take minutes of real containers
   case "$entry" in
     *+lowest)
-      command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" bash scripts/test.sh -m "not training") ;;
+      command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" TORCHX_TEST_LABEL="$entry"
+        bash scripts/test.sh -m "not training") ;;
     *+lowest@local) command+=(--lane local -m "not training") ;;
     *+lowest@cluster)
       # its Kubernetes tier (the kube part: its tiers hold no fault rows, and the tests that
@@ -98,8 +100,14 @@ run_entry() {
     result=passed
   else
     result=FAILED
+    rc=1
   fi
   echo "Airflow $entry: $result in $((SECONDS - start)) s" >>"$log"
+  # in CI, a line of the run's table of times (.ci/run)
+  if [ -n "${TORCHX_CI_TIMINGS:-}" ]; then
+    printf 'Airflow %s\t%s\t%s\t%s\t-\n' "$entry" "$began" \
+      "$(($(date +%s) - TORCHX_CI_EPOCH))" "$rc" >>"$TORCHX_CI_TIMINGS"
+  fi
   cat "$log"
   [ "$result" = passed ]
 }

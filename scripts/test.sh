@@ -3,7 +3,9 @@
 #
 #   bash scripts/test.sh [PYTEST ARGS...]
 #
-# Environment: PYTHON (default .venv/bin/python), TORCHX_TEST_LOGS (default .ci-logs/test).
+# Environment: PYTHON (default .venv/bin/python), TORCHX_TEST_LOGS (default .ci-logs/test);
+# in CI, TORCHX_CI_TIMINGS and TORCHX_CI_EPOCH (.ci/run's table of times: each process adds
+# its line, named TORCHX_TEST_LABEL: NAME).
 #
 #   * the cluster lane: the tiers that use the local Kubernetes cluster (tests/integration/
 #     kubernetes, the fault rows, the Kubernetes dag.test() tier, the Airflow deployment);
@@ -39,9 +41,15 @@ run_pytest() {
   shift
   local started=$SECONDS rc
   # the slowest tests of each process are listed at its end: where its time went
+  local began=$(($(date +%s) - ${TORCHX_CI_EPOCH:-0}))
   "$PY" -m pytest --durations=25 "$@" >>"$OUT/$name.log" 2>&1
   rc=$?
   echo "$rc $((SECONDS - started))" >"$OUT/$name.rc"
+  # in CI, a line of the run's table of times (.ci/run)
+  if [ -n "${TORCHX_CI_TIMINGS:-}" ]; then
+    printf '%s\t%s\t%s\t%s\t-\n' "${TORCHX_TEST_LABEL:-tests}: $name" "$began" \
+      "$(($(date +%s) - TORCHX_CI_EPOCH))" "$rc" >>"$TORCHX_CI_TIMINGS"
+  fi
 }
 
 # The cluster lane in three pytest processes: 'kube' and 'rows' at once (tests/conftest.py

@@ -44,6 +44,31 @@ def test_the_timings_table_orders_by_start_and_says_a_failed_step(tmp_path: Path
     assert m.parse("") == []
 
 
+def test_the_timings_table_says_how_busy_the_machine_was_during_each_step(tmp_path: Path) -> None:
+    timings = tmp_path / "timings.tsv"
+    timings.write_text("setup\t0\t60\t0\tcold\ntests\t60\t120\t0\t-\n")
+    cpu = tmp_path / "cpu.tsv"
+    # two cores: 100 jiffies a second; the setup kept one busy, the tests both; a last line
+    # cut short by the run's end
+    cpu.write_text("0\t0\t0\n60\t3000\t6000\n120\t9000\t12000\n125\t90")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "ci_timings.py"),
+            str(timings),
+            "120",
+            "--cpu",
+            str(cpu),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "| setup | 0:00 | 1:00 | cold | ok | 50% |" in out
+    assert "| tests | 1:00 | 1:00 | - | ok | 100% |" in out
+    assert "| **whole run** | 0:00 | **2:00** | | | 75% |" in out
+
+
 def _lanes(tmp_path: Path, lane: str) -> set[str]:
     """The tests a session with ``--lane lane`` runs, of a small suite beside the real
     root conftest (its lane rule is the one under test)."""
