@@ -129,10 +129,30 @@ def requirements(version: str) -> list[str]:
     return [f"apache-airflow=={airflow}", *reqs, *dev]
 
 
+#: exits 3 when the environment holds an editable install of this package whose checkout is
+#: gone (a clone removed since): Airflow loads its providers' entry points on import, so
+#: ``import airflow`` fails there until it is uninstalled
+_CHECKOUT_GONE = """
+import importlib.metadata as m, json, os, sys, urllib.parse, urllib.request
+try:
+    found = m.distribution("airflow-provider-torchx")
+except m.PackageNotFoundError:
+    sys.exit(0)
+url = json.loads(found.read_text("direct_url.json") or "{}").get("url", "")
+path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+sys.exit(3 if url.startswith("file:") and not os.path.isdir(path) else 0)
+"""
+
+
 def existing_python(version: str) -> Path | None:
     python = venv_dir(version) / "bin" / "python"
     if not python.exists():
         return None
+    # each call installs the calling checkout anew: an install of a removed one only goes
+    # (the environment itself, minutes to make, is kept)
+    if subprocess.run([str(python), "-c", _CHECKOUT_GONE], capture_output=True).returncode == 3:
+        print(f"{venv_dir(version)}: removing the install of a removed checkout", file=sys.stderr)
+        _run(str(python), "-m", "pip", "uninstall", "-y", "-q", "airflow-provider-torchx")
     airflow, _, py = parse(version)
     want_py = f"and sys.version.startswith({py + '.'!r})" if py else ""
     check = f"import airflow, sys; sys.exit(not (airflow.__version__ == {airflow!r} {want_py}))"

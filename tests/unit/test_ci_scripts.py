@@ -205,3 +205,26 @@ def test_only_the_lowest_clients_entry_has_lanes() -> None:
         )
         assert done.returncode == 2, (entry, done.stdout, done.stderr)
         assert "VERSION+lowest@cluster or @local" in done.stderr, done.stderr
+
+
+def test_an_install_of_a_removed_checkout_is_found_in_an_environment(tmp_path: Path) -> None:
+    """The other versions' environments are kept across runs, but an editable install of a
+    clone removed since breaks ``import airflow`` there: it is found (and uninstalled by
+    scripts/airflow_venv.py) instead of the whole environment being made again."""
+    m = _script("airflow_venv")
+    dist = tmp_path / "site" / "airflow_provider_torchx-0.0.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-provider-torchx\n")
+
+    def found_gone(checkout: Path) -> int:
+        (dist / "direct_url.json").write_text(
+            f'{{"dir_info": {{"editable": true}}, "url": "{checkout.as_uri()}"}}'
+        )
+        return subprocess.run(
+            [sys.executable, "-c", m._CHECKOUT_GONE],
+            env={"PYTHONPATH": str(tmp_path / "site")},
+            check=False,
+        ).returncode
+
+    assert found_gone(REPO) == 0
+    assert found_gone(tmp_path / "a removed clone") == 3
