@@ -10,10 +10,12 @@
 #   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
 #   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
-# The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself (as
-# CI does); '@cluster' runs its Kubernetes tier as a second session beside another one on the
-# same cluster (tests/support/cluster_sharing.py: its own names, its own Kueue queues, its own
-# result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else.
+# The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself;
+# '@cluster' runs its Kubernetes tier as a second session beside another one on the same
+# cluster (tests/support/cluster_sharing.py: its own names, its own Kueue queues, its own
+# result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else. CI runs the
+# two lanes apart: '@cluster' beside the test command's cluster lane, '@local' with the
+# entries that need no cluster.
 #
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
