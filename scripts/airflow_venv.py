@@ -31,6 +31,8 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -129,28 +131,38 @@ def requirements(version: str) -> list[str]:
     return [f"apache-airflow=={airflow}", *reqs, *dev]
 
 
-#: exits 3 when the environment holds an editable install of this package whose checkout is
-#: gone (a clone removed since): Airflow loads its providers' entry points on import, so
-#: ``import airflow`` fails there until it is uninstalled
-_CHECKOUT_GONE = """
-import importlib.metadata as m, json, os, sys, urllib.parse, urllib.request
+#: prints the checkout this package is installed from (editable) in an environment, if any
+_INSTALLED_FROM = """
+import importlib.metadata as m, json, urllib.parse, urllib.request
 try:
     found = m.distribution("airflow-provider-torchx")
 except m.PackageNotFoundError:
-    sys.exit(0)
+    raise SystemExit(0)
 url = json.loads(found.read_text("direct_url.json") or "{}").get("url", "")
-path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
-sys.exit(3 if url.startswith("file:") and not os.path.isdir(path) else 0)
+if url.startswith("file:"):
+    print(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
 """
+
+
+def installed_from(python: Path, env: dict[str, str] | None = None) -> Path | None:
+    """The checkout this package is installed from in ``python``'s environment (editable),
+    or None."""
+    done = subprocess.run(
+        [str(python), "-c", _INSTALLED_FROM], capture_output=True, text=True, env=env
+    )
+    path = done.stdout.strip()
+    return Path(path) if done.returncode == 0 and path else None
 
 
 def existing_python(version: str) -> Path | None:
     python = venv_dir(version) / "bin" / "python"
     if not python.exists():
         return None
-    # each call installs the calling checkout anew: an install of a removed one only goes
-    # (the environment itself, minutes to make, is kept)
-    if subprocess.run([str(python), "-c", _CHECKOUT_GONE], capture_output=True).returncode == 3:
+    # An install of a clone removed since breaks `import airflow` there (Airflow loads its
+    # providers' entry points on import): it goes, the environment (minutes to make) stays;
+    # each call installs the calling checkout anyway.
+    checkout = installed_from(python)
+    if checkout is not None and not checkout.is_dir():
         print(f"{venv_dir(version)}: removing the install of a removed checkout", file=sys.stderr)
         _run(str(python), "-m", "pip", "uninstall", "-y", "-q", "airflow-provider-torchx")
     airflow, _, py = parse(version)
@@ -203,8 +215,24 @@ def airflow_python(version: str, install_checkout: bool = True) -> Path:
         if existing_python(version) is None:
             raise RuntimeError(f"{env_dir} does not import apache-airflow {version}")
     if install_checkout:
-        _pip(python, "--no-deps", "-e", str(REPO))
+        install_this_checkout(python)
     return python
+
+
+def install_this_checkout(python: Path) -> None:
+    """This checkout, editable, in ``python``'s environment: once per checkout and
+    ``pyproject.toml``. Two entries of one CI run share an environment (the lowest clients'
+    two lanes): a second install while the first one's tests run would take the package
+    away under them for a moment, and two at once would race."""
+    env_dir = python.parent.parent
+    want = f"{REPO}\n{hashlib.sha256((REPO / 'pyproject.toml').read_bytes()).hexdigest()}\n"
+    stamp = env_dir / "torchx-checkout-installed"
+    with open(env_dir / "torchx-install.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text() == want and installed_from(python) == REPO:
+            return
+        _pip(python, "--no-deps", "-e", str(REPO))
+        stamp.write_text(want)
 
 
 if __name__ == "__main__":

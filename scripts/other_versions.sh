@@ -84,10 +84,10 @@ run_entry() {
         bash scripts/test.sh -m "not training") ;;
     *+lowest@local) command+=(--lane local -m "not training") ;;
     *+lowest@cluster)
-      # its Kubernetes tier (the kube part: its tiers hold no fault rows, and the tests that
-      # must be alone on the cluster are the training tier it leaves out), as a second session
-      # holding the sessions' lock (shared) while it runs: the other session's API server
-      # restarts wait for its end (scripts/test.sh)
+      # its Kubernetes tier (the kube part: its tiers hold no fault rows, so none of the API
+      # server restarts that must be alone on the cluster), as a second session holding the
+      # sessions' lock (shared) while it runs: it and the other session's API server restarts
+      # exclude each other (scripts/test.sh)
       command=(env TORCHX_TEST_CLUSTER_TAG=lo
         TORCHX_PERMISSIONS_RESULTS="$PWD/$logs/$entry/permissions.json"
         TORCHX_FAULTS_RESULTS="$PWD/$logs/$entry/faults.json"

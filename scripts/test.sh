@@ -40,9 +40,15 @@ run_pytest() {
   local name="$1"
   shift
   local started=$SECONDS rc
-  # the slowest tests of each process are listed at its end: where its time went
+  # the slowest tests of each process are listed at its end, and every test's time is in
+  # NAME.xml (JUnit): where its time went
   local began=$(($(date +%s) - ${TORCHX_CI_EPOCH:-0}))
-  "$PY" -m pytest --durations=25 "$@" >>"$OUT/$name.log" 2>&1
+  # with HOLDING set, the process holds that lock file exclusively while it runs (flock -o:
+  # not passed on to what the tests start, such as an API server that outlives them)
+  local -a holding=()
+  [ -z "${HOLDING:-}" ] || holding=(flock -x -o "$HOLDING")
+  "${holding[@]}" "$PY" -m pytest --durations=25 --junitxml="$OUT/$name.xml" "$@" \
+    >>"$OUT/$name.log" 2>&1
   rc=$?
   echo "$rc $((SECONDS - started))" >"$OUT/$name.rc"
   # in CI, a line of the run's table of times (.ci/run)
@@ -57,7 +63,8 @@ run_pytest() {
 # the tests that restart the API server, when nothing else uses the cluster.
 # Where another session of the Kubernetes tier shares the cluster (TORCHX_TEST_CLUSTER_LOCK,
 # tests/support/cluster_sharing.py; scripts/other_versions.sh VERSION+lowest@cluster), it holds
-# "$TORCHX_TEST_CLUSTER_LOCK.sessions" shared while it runs: 'alone' waits for it to end.
+# "$TORCHX_TEST_CLUSTER_LOCK.sessions" shared while it runs, and 'alone' holds it exclusively:
+# whichever comes second waits for the other's end.
 # 'kube' and 'rows' share a lock too (their own, where none is set): the 'kube' tests that
 # count the API server's open watches (marked cluster_quiet; run last in 'kube', when 'rows'
 # has most often ended) run while no test of 'rows' does.
@@ -67,13 +74,13 @@ run_cluster_lane() {
   TORCHX_TEST_CLUSTER_LOCK="$lock" run_pytest cluster-rows --lane cluster --cluster-part rows "$@" &
   wait
   if [ -n "${TORCHX_TEST_CLUSTER_LOCK:-}" ]; then
-    {
-      echo "waiting for the other sessions on the cluster to end ($TORCHX_TEST_CLUSTER_LOCK.sessions)"
-      flock -x 9
-      echo "they have ended"
-    } >>"$OUT/cluster-alone.log" 9>"$TORCHX_TEST_CLUSTER_LOCK.sessions"
+    echo "holding $TORCHX_TEST_CLUSTER_LOCK.sessions: after the other sessions on the cluster," \
+      "before any that starts later" >>"$OUT/cluster-alone.log"
+    HOLDING="$TORCHX_TEST_CLUSTER_LOCK.sessions" \
+      run_pytest cluster-alone --lane cluster --cluster-part alone "$@"
+  else
+    run_pytest cluster-alone --lane cluster --cluster-part alone "$@"
   fi
-  run_pytest cluster-alone --lane cluster --cluster-part alone "$@"
 }
 
 PARTS=(cluster-kube cluster-rows cluster-alone local)

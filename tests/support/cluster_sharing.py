@@ -1,8 +1,8 @@
 """Two sessions of the Kubernetes tier on one cluster at the same time.
 
 The Kubernetes tier can run twice at once, in the main environment and with the lowest client
-libraries (``scripts/other_versions.sh 3.3.2+lowest@cluster``; CI runs them one after the
-other: on two cores, at once was slower, see docs/development.md). Objects with random names
+libraries (``scripts/other_versions.sh 3.3.2+lowest@cluster``; CI runs them at once, see
+docs/development.md). Objects with random names
 never meet; what the tests name themselves, and what they count cluster-wide, would. So:
 
 * a session that shares the cluster with another run of the same tests has a tag

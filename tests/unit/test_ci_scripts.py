@@ -7,6 +7,7 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -209,22 +210,75 @@ def test_only_the_lowest_clients_entry_has_lanes() -> None:
 
 def test_an_install_of_a_removed_checkout_is_found_in_an_environment(tmp_path: Path) -> None:
     """The other versions' environments are kept across runs, but an editable install of a
-    clone removed since breaks ``import airflow`` there: it is found (and uninstalled by
-    scripts/airflow_venv.py) instead of the whole environment being made again."""
+    clone removed since breaks ``import airflow`` there: where it points is read (and
+    scripts/airflow_venv.py uninstalls it) instead of the whole environment being made again;
+    an install of this very checkout is not made twice."""
     m = _script("airflow_venv")
     dist = tmp_path / "site" / "airflow_provider_torchx-0.0.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: airflow-provider-torchx\n")
+    env = {"PYTHONPATH": str(tmp_path / "site")}
 
-    def found_gone(checkout: Path) -> int:
+    def pointing_at(checkout: Path) -> Path | None:
         (dist / "direct_url.json").write_text(
             f'{{"dir_info": {{"editable": true}}, "url": "{checkout.as_uri()}"}}'
         )
-        return subprocess.run(
-            [sys.executable, "-c", m._CHECKOUT_GONE],
-            env={"PYTHONPATH": str(tmp_path / "site")},
-            check=False,
-        ).returncode
+        return m.installed_from(Path(sys.executable), env=env)
 
-    assert found_gone(REPO) == 0
-    assert found_gone(tmp_path / "a removed clone") == 3
+    assert pointing_at(REPO) == REPO
+    assert pointing_at(tmp_path / "a removed clone") == tmp_path / "a removed clone"
+    (dist / "direct_url.json").unlink()
+    assert m.installed_from(Path(sys.executable), env=env) is None
+
+
+def test_the_api_server_restarts_and_another_session_exclude_each_other(tmp_path: Path) -> None:
+    """With ``TORCHX_TEST_CLUSTER_LOCK`` set, the test command's ``alone`` part (the API
+    server restarts) waits for a session holding the sessions' lock (shared) to end, and
+    holds it exclusively while it runs: a session starting then waits for it in turn."""
+    sessions = tmp_path / "cluster.lock.sessions"
+    record = tmp_path / "record"
+    # a stand-in for pytest: each part says when it ran; 'alone' also tries the lock as a
+    # session starting meanwhile would
+    fake = tmp_path / "python"
+    fake.write_text(
+        textwrap.dedent(
+            f"""\
+            #!/bin/bash
+            [ "$1" = -m ] || exec {sys.executable} "$@"
+            all="$*"; part="${{all##*--cluster-part }}"; part="${{part%% *}}"
+            case "$all" in *"--lane local"*) part=local ;; esac
+            if [ "$part" = alone ]; then
+              flock -s -n {sessions} true && echo "alone: a session got in" >>{record}
+            fi
+            echo "$part $(date +%s.%N)" >>{record}
+            echo "1 passed in 0.01s"
+            """
+        )
+    )
+    fake.chmod(0o755)
+    holder = subprocess.Popen(["flock", "-s", str(sessions), "sleep", "3"])
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "test.sh")],
+            env={
+                "PATH": "/usr/bin:/bin",
+                "PYTHON": str(fake),
+                "TORCHX_TEST_LOGS": str(tmp_path / "logs"),
+                "TORCHX_TEST_CLUSTER_LOCK": str(tmp_path / "cluster.lock"),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        holder.wait(timeout=10)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = record.read_text().splitlines()
+    ran = {line.split()[0]: float(line.split()[1]) for line in lines if " " in line}
+    assert "alone: a session got in" not in lines
+    assert set(ran) == {"kube", "rows", "alone", "local"}, lines
+    # the parts beside the session did not wait for it; 'alone' did
+    assert ran["kube"] - ran["local"] < 2.5 and ran["alone"] - ran["kube"] >= 2.0, lines
+    assert time.monotonic() - started >= 3
