@@ -80,12 +80,18 @@ CLUSTER_FIXTURES = frozenset({"kube_cluster", "deployment_cluster"})
 
 #: The cluster lane is itself run in parts (``--cluster-part``): ``kube`` and ``rows`` at
 #: the same time, then ``alone``. ``rows`` are the fault rows and the Airflow deployment's
-#: tests: neither submits to Kueue, so the Kueue tiers of ``kube`` keep the one ClusterQueue
-#: and its quota to themselves (their preemption and waiting rows count on it). ``alone``
-#: are the tests marked ``cluster_alone`` (the API server restarts), run when no other test
-#: uses the cluster.
+#: tests, then the real node's training tier: none submits to the Kueue queues of ``kube``
+#: (the training tier has a ClusterQueue of its own), so the Kueue tiers keep theirs and its
+#: quota to themselves (their preemption and waiting rows count on it); the training tier
+#: comes last, when the rows' outages and restarts, which a loaded machine would stretch, are
+#: over. ``alone`` are the tests marked ``cluster_alone`` (the API server restarts), run when
+#: no other test uses the cluster.
 CLUSTER_PARTS = ("kube", "rows", "alone")
-ROWS_PART = ("tests/faults/", "tests/airflow/test_torchx_deployment.py")
+ROWS_PART = (
+    "tests/faults/",
+    "tests/airflow/test_torchx_deployment.py",
+    "tests/integration/kubernetes/test_kube_real_training.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -141,6 +147,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    if lane == "cluster" and part == "rows":
+        # the real node's training tier after the rows (a stable sort: each keeps its order)
+        items.sort(key=lambda item: item.get_closest_marker("training") is not None)
     if lane == "cluster" and part == "kube":
         # the tests that count what the API server holds for every client run last: by then
         # 'rows', the shorter part run beside this one, has most often ended, and they need

@@ -926,6 +926,7 @@ write_env() {
     echo "TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE=$KUEUE_LOCAL_QUEUE"
     echo "TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE=$KUEUE_CLUSTER_QUEUE"
     echo "TORCHX_CLUSTER_KUEUE_SECOND_QUEUES=$KUEUE_LOCAL_QUEUE-2,$KUEUE_CLUSTER_QUEUE-2"
+    echo "TORCHX_CLUSTER_KUEUE_NODE_QUEUES=$KUEUE_LOCAL_QUEUE-3,$KUEUE_CLUSTER_QUEUE-3"
     echo "TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES=$KUEUE_HIGH_PRIORITY,$KUEUE_LOW_PRIORITY"
   } >"$RUN/env.tmp"
   mv "$RUN/env.tmp" "$RUN/env"
@@ -1152,8 +1153,9 @@ kueue_webhooks() {
 # One flavor; a ClusterQueue with a finite quota, preempting lower-priority work of its own,
 # and its LocalQueue in the test namespace; two priorities. A second pair alike ("-2", in no
 # cohort) for a second session of the tests that runs at the same time on this cluster
-# (tests/support/cluster_sharing.py): the quota the Kueue tests fill and the preemptions they
-# count stay each session's own.
+# (tests/support/cluster_sharing.py), and a third ("-3") for the real node's training tier,
+# which runs beside the Kueue tiers: the quota each fills and the preemptions each counts
+# stay its own.
 kueue_queues() {
   cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -1163,7 +1165,7 @@ metadata:
 ---
 EOF
   local suffix
-  for suffix in "" -2; do
+  for suffix in "" -2 -3; do
     cat <<EOF
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -1225,7 +1227,7 @@ forget_kueue_webhooks() {
 }
 local_queue_active() {
   local queue
-  for queue in "$KUEUE_LOCAL_QUEUE" "$KUEUE_LOCAL_QUEUE-2"; do
+  for queue in "$KUEUE_LOCAL_QUEUE" "$KUEUE_LOCAL_QUEUE-2" "$KUEUE_LOCAL_QUEUE-3"; do
     kubectl_admin -n "$TEST_NAMESPACE" get localqueues.kueue.x-k8s.io "$queue" \
       -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' | grep -q True || return 1
   done
@@ -1245,7 +1247,7 @@ start_kueue() {
   wait_for "kueue /readyz (its webhook server listens)" 90 kueue kueue_ready
   kueue_webhooks | kubectl_admin apply -f - >/dev/null
   kueue_queues | kubectl_admin apply -f - >/dev/null
-  wait_for "LocalQueues $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE(-2) active" 60 kueue local_queue_active
+  wait_for "LocalQueues $TEST_NAMESPACE/$KUEUE_LOCAL_QUEUE(-2,-3) active" 60 kueue local_queue_active
 }
 
 # ---------------------------------------------------------------- JobSet

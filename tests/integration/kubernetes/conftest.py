@@ -46,6 +46,9 @@ The fixture returns a :class:`KubeCluster`:
     ``namespace``, ClusterQueue and its quota, high and low WorkloadPriorityClass);
     ``None`` on a cluster given by kubeconfig. :meth:`KubeCluster.require_kueue`
     returns it, or skips (fails in CI) without it.
+``node_kueue``
+    the local cluster's third pair of Kueue queues, alike, for the real node's training
+    tier, which runs beside the Kueue tiers (:meth:`KubeCluster.require_node_kueue`).
 ``local``
     True for the local cluster, where the fake kubelet (kwok) follows the
     behaviour annotations below and :meth:`KubeCluster.set_pod_logs` works.
@@ -165,6 +168,7 @@ class KubeCluster:
     mcad_restricted_kubeconfig: str | None = None
     mcad_controller: bool = False
     kueue: KueueQueues | None = None
+    node_kueue: KueueQueues | None = None
     local: bool = False
     pod_logs_dir: Path | None = None
     _clients: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
@@ -183,6 +187,16 @@ class KubeCluster:
         if self.kueue is None:
             _unavailable("this cluster has no Kueue queues of the local cluster's")
         return self.kueue
+
+    def require_node_kueue(self) -> KueueQueues:
+        """The Kueue queues of the real node's training tier (a ClusterQueue of its own, with
+        the same quota); skips (fails in CI) on a cluster without them."""
+        if self.node_kueue is None:
+            _unavailable(
+                "this cluster has no Kueue queues for the real node's tier: start it with "
+                "this checkout's cluster.sh"
+            )
+        return self.node_kueue
 
     # -- clients ---------------------------------------------------------------
     def api_client(self, *, restricted: bool = False, mcad: bool = False) -> Any:
@@ -441,6 +455,14 @@ def _restricted_for(admin_kubeconfig: str, out_dir: Path, name: str) -> str:
     return str(path)
 
 
+def _node_kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
+    pair = env.get("TORCHX_CLUSTER_KUEUE_NODE_QUEUES", "").split(",")
+    priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
+    if len(pair) != 2 or not all(pair) or len(priorities) != 2:
+        return None
+    return KueueQueues(pair[0], pair[1], priorities[0], priorities[1])
+
+
 def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
     local_queue = env.get("TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE")
     cluster_queue = env.get("TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE")
@@ -472,6 +494,7 @@ def _cluster_from_env(env: dict[str, str]) -> KubeCluster:
         else None,
         mcad_controller=env.get("TORCHX_CLUSTER_MCAD_CONTROLLER") == "kar-controllers",
         kueue=_kueue_from_env(env),
+        node_kueue=_node_kueue_from_env(env),
         local=True,
         pod_logs_dir=Path(env["TORCHX_CLUSTER_POD_LOGS"]),
     )

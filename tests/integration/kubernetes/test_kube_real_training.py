@@ -3,8 +3,11 @@ x 2 processes over gloo in real containers (a kubelet on containerd, pod network
 DNS: tests/cluster/node.sh), submitted and followed as the triggerer follows it, on Volcano
 and on JobSet admitted by Kueue.
 
-The node is started for this module and stopped after it (the other tiers keep kwok's fast
-nodes to themselves, and no scheduler message they read names a node they do not expect).
+The node is started for this module and stopped after it: the other tiers keep kwok's fast
+nodes to themselves (the node's taint keeps their pods off it). The module runs in the
+cluster lane's ``rows`` part, after the fault rows and beside the Kueue tiers: its Kueue apps
+go to a ClusterQueue of their own (the cluster's third pair of queues), so the quota the
+Kueue tiers fill and the preemptions they count stay theirs.
 Each app lands there by the role's pod overlay (the node's label and taint) and runs the image
 tests/images/build_torch_image.sh builds, imported into the node's containerd from the
 Docker engine (nothing is pulled).
@@ -51,8 +54,6 @@ pytestmark = [
     pytest.mark.kubernetes,
     pytest.mark.training,
     pytest.mark.slow,
-    # the node is started and stopped here: nothing else may use the cluster meanwhile
-    pytest.mark.cluster_alone,
 ]
 
 #: seconds a 2x2 run may take from submission to its end (35 to 50 s measured on a loaded
@@ -201,7 +202,7 @@ async def test_ddp_2x2_over_gloo_trains_on_real_containers(
     API server."""
     backend = BACKENDS[name]
     scheduler = tracked_scheduler(backend.create_scheduler)
-    cfg = VOLCANO if name == "volcano" else queue_options(kube_cluster.require_kueue())
+    cfg = VOLCANO if name == "volcano" else queue_options(kube_cluster.require_node_kueue())
     started = time.monotonic()
     app_id, _ = submit(scheduler, training_app(real_node, "--steps", "5"), **cfg)
     log = TaskLog()
@@ -283,7 +284,7 @@ async def test_a_kueue_preemption_of_a_running_ddp_jobset_resumes_from_its_check
     requeues it and admits it again once the other ended. Every rank resumes from the
     checkpoint and the app succeeds: followed throughout, the preemption said, no failure
     (no Airflow retry spent)."""
-    kueue = kube_cluster.require_kueue()
+    kueue = kube_cluster.require_node_kueue()
     scheduler = tracked_scheduler(jobset.create_scheduler)
     steps = 20
     app = training_app(
