@@ -61,6 +61,59 @@ if $prepare; then
   exit 0
 fi
 
+# The lowest clients' Kubernetes tier (the kube part of the cluster lane: its tiers hold no
+# fault rows, so none of the API server restarts that must be alone on the cluster) as two
+# sessions at once: the tier mostly waits on clocks. Each has a tag and a pair of Kueue queues
+# of its own, and its own result files (tests/support/cluster_sharing.py); the first takes
+# the files that fill Kueue's quota or count watches, the second everything else (a file added
+# later lands there). Each holds the sessions' lock (shared) while it runs, where
+# TORCHX_TEST_CLUSTER_LOCK is set: they and another session's API server restarts exclude
+# each other (scripts/test.sh).
+#   lowest_cluster_sessions PYTHON ENTRY PYTEST_ARGS... PATHS...
+LOWEST_FIRST_SESSION=(
+  tests/integration/kubernetes/test_appwrapper_scheduler.py
+  tests/integration/kubernetes/test_image_pulls_and_evictions.py
+  tests/integration/kubernetes/test_jobset_scheduler.py
+  tests/integration/kubernetes/test_kube_shared_watches.py
+  tests/integration/kubernetes/test_kueue_holds.py
+  tests/integration/kubernetes/test_kueue_preemption.py
+  tests/integration/kubernetes/test_pending_reasons.py
+)
+lowest_cluster_sessions() {
+  local python="$1" entry="$2" dir
+  shift 2
+  dir="$logs/$entry"
+  mkdir -p "$dir"
+  local -a args=() paths=() ignore=()
+  for arg in "$@"; do
+    if [ -e "$arg" ]; then paths+=("$arg"); else args+=("$arg"); fi
+  done
+  for path in "${LOWEST_FIRST_SESSION[@]}"; do ignore+=("--ignore=$path"); done
+  local -a lock=()
+  [ -z "${TORCHX_TEST_CLUSTER_LOCK:-}" ] || lock=(flock -s -o "$TORCHX_TEST_CLUSTER_LOCK.sessions")
+  session() {  # session NAME TAG QUEUES PYTEST_ARGS...
+    local name="$1" tag="$2" queues="$3"
+    shift 3
+    "${lock[@]}" env TORCHX_TEST_CLUSTER_TAG="$tag" TORCHX_TEST_CLUSTER_QUEUES="$queues" \
+      TORCHX_PERMISSIONS_RESULTS="$PWD/$dir/$name-permissions.json" \
+      TORCHX_FAULTS_RESULTS="$PWD/$dir/$name-faults.json" \
+      "$python" -m pytest --lane cluster --cluster-part kube -m "not training" "${args[@]}" \
+      "$@" >"$dir/$name.log" 2>&1
+  }
+  session first lo second "${LOWEST_FIRST_SESSION[@]}" &
+  local first=$!
+  session second lb third "${paths[@]}" "${ignore[@]}" &
+  local second=$!
+  local failed=0
+  wait "$first" || failed=1
+  wait "$second" || failed=1
+  for name in first second; do
+    echo "--- its $name session"
+    cat "$dir/$name.log"
+  done
+  return "$failed"
+}
+
 # Each entry's output goes to .ci-logs/other-versions/VERSION.log and is printed when it ends.
 # The entries that need nothing running (the unit and Docker dag.test() tiers: one CPU-bound
 # pytest each) run two at a time, one per core; an entry that needs the cluster runs through
@@ -83,18 +136,7 @@ run_entry() {
       command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" TORCHX_TEST_LABEL="$entry"
         bash scripts/test.sh -m "not training") ;;
     *+lowest@local) command+=(--lane local -m "not training") ;;
-    *+lowest@cluster)
-      # its Kubernetes tier (the kube part: its tiers hold no fault rows, so none of the API
-      # server restarts that must be alone on the cluster), as a second session holding the
-      # sessions' lock (shared) while it runs: it and the other session's API server restarts
-      # exclude each other (scripts/test.sh)
-      command=(env TORCHX_TEST_CLUSTER_TAG=lo
-        TORCHX_PERMISSIONS_RESULTS="$PWD/$logs/$entry/permissions.json"
-        TORCHX_FAULTS_RESULTS="$PWD/$logs/$entry/faults.json"
-        "$python" -m pytest --lane cluster --cluster-part kube -m "not training")
-      [ -n "${TORCHX_TEST_CLUSTER_LOCK:-}" ] &&
-        command=(flock -s -o "$TORCHX_TEST_CLUSTER_LOCK.sessions" "${command[@]}")
-      mkdir -p "$logs/$entry" ;;
+    *+lowest@cluster) command=(lowest_cluster_sessions "$python" "$entry") ;;
   esac
   if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \
       "${command[@]}" -q \

@@ -1,16 +1,17 @@
 """Two sessions of the Kubernetes tier on one cluster at the same time.
 
-The Kubernetes tier can run twice at once, in the main environment and with the lowest client
-libraries (``scripts/other_versions.sh 3.3.2+lowest@cluster``; CI runs them at once, see
-docs/development.md). Objects with random names
-never meet; what the tests name themselves, and what they count cluster-wide, would. So:
+The Kubernetes tier can run more than once at a time on one cluster: in the main environment,
+and with the lowest client libraries, whose tier CI runs as two sessions at once
+(``scripts/other_versions.sh 3.3.2+lowest@cluster``, see docs/development.md). Objects with
+random names never meet; what the tests name themselves, and what they count cluster-wide,
+would. So:
 
 * a session that shares the cluster with another run of the same tests has a tag
   (``TORCHX_TEST_CLUSTER_TAG``, a few lowercase letters): the names the tests choose
   (ServiceAccounts and Roles, ClusterRoles, the DAG ids of task instance keys, workspace
-  images) end with it, and it takes the cluster's second pair of Kueue queues (a ClusterQueue
-  with the same quota, in no cohort: the quota tests fill and the preemptions they count stay
-  its own);
+  images) end with it, and it takes a spare pair of the cluster's Kueue queues (a
+  ClusterQueue with the same quota, in no cohort: the quota tests fill and the preemptions
+  they count stay its own): the second, or the third (:func:`session_queues`);
 * a test that counts what the API server holds for every client (its open watches) is marked
   ``cluster_quiet``: where ``TORCHX_TEST_CLUSTER_LOCK`` names a lock file, it runs while no
   test of the other session does (:func:`cluster_turn`), and every other test of the tier
@@ -32,6 +33,7 @@ from pathlib import Path
 
 TAG_VARIABLE = "TORCHX_TEST_CLUSTER_TAG"
 LOCK_VARIABLE = "TORCHX_TEST_CLUSTER_LOCK"
+QUEUES_VARIABLE = "TORCHX_TEST_CLUSTER_QUEUES"
 
 
 def session_tag() -> str:
@@ -40,6 +42,17 @@ def session_tag() -> str:
     if tag and not re.fullmatch(r"[a-z]{1,6}", tag):
         raise ValueError(f"{TAG_VARIABLE}={tag!r}: use 1 to 6 lowercase letters")
     return tag
+
+
+def session_queues() -> str:
+    """Which of the cluster's spare pairs of Kueue queues a tagged session takes: the
+    ``second`` (the default), or the ``third`` (free once the real node's training tier,
+    whose pair it is, has run; a second tagged session at the same time takes it,
+    ``TORCHX_TEST_CLUSTER_QUEUES=third``)."""
+    which = os.environ.get(QUEUES_VARIABLE, "second")
+    if which not in ("second", "third"):
+        raise ValueError(f"{QUEUES_VARIABLE}={which!r}: use 'second' or 'third'")
+    return which
 
 
 def tagged(name: str, limit: int = 63) -> str:

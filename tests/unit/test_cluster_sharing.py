@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_sharing import cluster_turn, session_tag, tagged
+from cluster_sharing import cluster_turn, session_queues, session_tag, tagged
 
 
 def test_names_end_with_the_sessions_tag_within_their_limit(
@@ -26,6 +26,18 @@ def test_a_tag_that_cannot_end_a_name_is_refused(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("TORCHX_TEST_CLUSTER_TAG", "Low_1")
     with pytest.raises(ValueError, match="TORCHX_TEST_CLUSTER_TAG='Low_1': use 1 to 6"):
         session_tag()
+
+
+def test_a_tagged_session_takes_the_second_pair_of_queues_or_the_third(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TORCHX_TEST_CLUSTER_QUEUES", raising=False)
+    assert session_queues() == "second"
+    monkeypatch.setenv("TORCHX_TEST_CLUSTER_QUEUES", "third")
+    assert session_queues() == "third"
+    monkeypatch.setenv("TORCHX_TEST_CLUSTER_QUEUES", "fourth")
+    with pytest.raises(ValueError, match="use 'second' or 'third'"):
+        session_queues()
 
 
 def _enter(exclusive: bool, entered: list[str], name: str, leave: threading.Event) -> None:

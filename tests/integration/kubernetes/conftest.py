@@ -93,7 +93,7 @@ from typing import Any, NoReturn, TypedDict, Unpack
 
 import pytest
 
-from cluster_sharing import session_tag
+from cluster_sharing import session_queues, session_tag
 from kube_apps import kube_scheduler
 from local_cluster import CLUSTER_SCRIPT, cluster_env
 from registry_fixture import local_registry  # noqa: F401
@@ -467,15 +467,16 @@ def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
     local_queue = env.get("TORCHX_CLUSTER_KUEUE_LOCAL_QUEUE")
     cluster_queue = env.get("TORCHX_CLUSTER_KUEUE_CLUSTER_QUEUE")
     if session_tag():
-        # a session sharing the cluster with another run of these tests: the second pair
-        # (tests/support/cluster_sharing.py)
-        second = env.get("TORCHX_CLUSTER_KUEUE_SECOND_QUEUES", "").split(",")
-        if len(second) != 2:
+        # a session sharing the cluster with another run of these tests: the second pair,
+        # or the third (tests/support/cluster_sharing.py)
+        which = session_queues()
+        pair = env.get(f"TORCHX_CLUSTER_KUEUE_{'NODE' if which == 'third' else 'SECOND'}_QUEUES")
+        if pair is None or len(pair.split(",")) != 2:
             _unavailable(
                 "this session shares the cluster (TORCHX_TEST_CLUSTER_TAG) but the cluster "
-                "has no second pair of Kueue queues: start it with this checkout's cluster.sh"
+                f"has no {which} pair of Kueue queues: start it with this checkout's cluster.sh"
             )
-        local_queue, cluster_queue = second
+        local_queue, cluster_queue = pair.split(",")
     priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
     if not local_queue or not cluster_queue or len(priorities) != 2:
         return None
