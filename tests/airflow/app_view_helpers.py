@@ -95,9 +95,23 @@ def open_view(
     if dep.token:
         # an Airflow that wants a token even when every user is an admin (before 3.3): log
         # in first (its login lands on the home page, not on the page asked for)
-        page.goto(f"{dep.base}/auth/token/login")
-    page.goto(f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
+        goto(page, f"{dep.base}/auth/token/login")
+    goto(page, f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
     return page
+
+
+def goto(page: Any, url: str, attempts: int = 3) -> None:
+    """``page.goto(url)``, again when chromium dropped it as ``ERR_NETWORK_CHANGED``: it
+    aborts a navigation under way when the machine's network interfaces change, which the
+    tiers beside the browser's do (a Docker network made or removed, a pod's veth on the real
+    node), as a user's browser does when Wi-Fi changes; the user loads again."""
+    for attempt in range(attempts):
+        try:
+            page.goto(url)
+            return
+        except Exception as e:
+            if "ERR_NETWORK_CHANGED" not in str(e) or attempt == attempts - 1:
+                raise
 
 
 def shown(
