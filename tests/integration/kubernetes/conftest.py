@@ -455,12 +455,27 @@ def _restricted_for(admin_kubeconfig: str, out_dir: Path, name: str) -> str:
     return str(path)
 
 
-def _node_kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
-    pair = env.get("TORCHX_CLUSTER_KUEUE_NODE_QUEUES", "").split(",")
+def _queues(
+    env: dict[str, str], local_queue: str | None, cluster_queue: str | None
+) -> KueueQueues | None:
+    """The queues ``local_queue`` and ``cluster_queue`` with the cluster's two priorities, or
+    None where any of them is missing."""
     priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
-    if len(pair) != 2 or not all(pair) or len(priorities) != 2:
+    if not local_queue or not cluster_queue or len(priorities) != 2:
         return None
-    return KueueQueues(pair[0], pair[1], priorities[0], priorities[1])
+    return KueueQueues(local_queue, cluster_queue, priorities[0], priorities[1])
+
+
+def _pair(env: dict[str, str], which: str) -> list[str] | None:
+    """A spare pair of queues cluster.sh names (``TORCHX_CLUSTER_KUEUE_<WHICH>_QUEUES``:
+    "local,cluster"), or None."""
+    pair = env.get(f"TORCHX_CLUSTER_KUEUE_{which}_QUEUES", "").split(",")
+    return pair if len(pair) == 2 and all(pair) else None
+
+
+def _node_kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
+    pair = _pair(env, "NODE")
+    return _queues(env, *pair) if pair else None
 
 
 def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
@@ -470,17 +485,14 @@ def _kueue_from_env(env: dict[str, str]) -> KueueQueues | None:
         # a session sharing the cluster with another run of these tests: the second pair,
         # or the third (tests/support/cluster_sharing.py)
         which = session_queues()
-        pair = env.get(f"TORCHX_CLUSTER_KUEUE_{'NODE' if which == 'third' else 'SECOND'}_QUEUES")
-        if pair is None or len(pair.split(",")) != 2:
+        pair = _pair(env, "NODE" if which == "third" else "SECOND")
+        if pair is None:
             _unavailable(
                 "this session shares the cluster (TORCHX_TEST_CLUSTER_TAG) but the cluster "
                 f"has no {which} pair of Kueue queues: start it with this checkout's cluster.sh"
             )
-        local_queue, cluster_queue = pair.split(",")
-    priorities = env.get("TORCHX_CLUSTER_KUEUE_PRIORITY_CLASSES", "").split(",")
-    if not local_queue or not cluster_queue or len(priorities) != 2:
-        return None
-    return KueueQueues(local_queue, cluster_queue, priorities[0], priorities[1])
+        local_queue, cluster_queue = pair
+    return _queues(env, local_queue, cluster_queue)
 
 
 def _cluster_from_env(env: dict[str, str]) -> KubeCluster:
