@@ -14,8 +14,8 @@
 # '@cluster' runs its Kubernetes tier as a second session beside another one on the same
 # cluster (tests/support/cluster_sharing.py: its own names, its own Kueue queues, its own
 # result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else. CI runs the
-# two lanes apart: '@cluster' beside the test command's cluster lane, '@local' with the
-# entries that need no cluster.
+# two lanes apart: '@local' with the entries that need no cluster, beside the test command's
+# cluster lane; '@cluster' (as two sessions) after the test command.
 #
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
