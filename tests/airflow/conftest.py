@@ -10,23 +10,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin, remove_containers
+from torchx_airflow_helpers import BUSYBOX, DagRunner, airflow_bin
 
 import airflow_home
 
 if not airflow_home.chosen():
     airflow_home.choose_throwaway_home()
-
-#: when this test session began: Airflow tasks' containers made before it are an earlier
-#: session's (one stopped, or failed before it cleaned up) and must not be counted in this one.
-#: The test command's two lanes (scripts/test.sh) are one session: it gives both its start.
-SESSION_STARTED = float(os.environ.get("TORCHX_TEST_SESSION_STARTED") or time.time())
 
 
 @pytest.fixture(scope="session")
@@ -96,22 +90,7 @@ def docker_engine(skip_or_fail: Callable[[str], NoReturn]) -> object:
         import torchx_provider.schedulers.docker.scheduler  # noqa: F401
     except ImportError as e:
         skip_or_fail(f"the Docker backend is not available: {e}")
-    remove_earlier_sessions_containers(client)
     return client
-
-
-def remove_earlier_sessions_containers(client: Any) -> None:
-    """Remove the containers of Airflow tasks that an earlier test session left: tests
-    find their jobs by the DAG's labels and count what they find (the reliability table's
-    duplicates and orphans), and DAG ids repeat from one session to the next."""
-    from datetime import datetime
-
-    def earlier(c: Any) -> bool:
-        created = datetime.fromisoformat(c.attrs["Created"][:26].rstrip("Z") + "+00:00")
-        return created.timestamp() < SESSION_STARTED
-
-    found = client.containers.list(all=True, filters={"label": "airflow.apache.org/dag-id"})
-    remove_containers(filter(earlier, found), ", left by an earlier session")
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
+import time
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +14,7 @@ from torchx_airflow_helpers import (
     BUSYBOX,
     assert_two_replicas_succeeded,
     crash_after_submit,
+    dag_containers,
     remove_containers,
     rendered_fields,
     task_instances,
@@ -207,3 +210,39 @@ def test_a_large_submission_logs_its_handle_then_its_progress(
         )
     finally:
         remove_containers(containers_of(docker_engine, app_id))
+
+
+def test_only_an_earlier_sessions_containers_of_a_counted_dag_are_removed(
+    docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting a DAG's containers removes what an earlier session left under that DAG id,
+    and nothing else on the shared engine: another session running now (another Airflow's
+    tier, the Docker tests' own tasks) and a user's tasks keep theirs, running or not."""
+    import torchx_airflow_helpers
+
+    token = secrets.token_hex(3)
+    counted, other = f"counted_{token}", f"someone_else_{token}"
+
+    def make(dag_id: str, script: str) -> Any:
+        return docker_engine.containers.run(
+            BUSYBOX,
+            ["sh", "-c", script],
+            labels={"airflow.apache.org/dag-id": dag_id},
+            detach=True,
+        )
+
+    made = [make(counted, "sleep 600"), make(other, "sleep 600"), make(other, "true")]
+    try:
+        time.sleep(0.01)
+        monkeypatch.setattr(torchx_airflow_helpers, "SESSION_STARTED", time.time())
+        ours = make(counted, "sleep 600")
+        made.append(ours)
+        assert [c.id for c in dag_containers(docker_engine, counted)] == [ours.id]
+        left = {c.id for c in docker_engine.containers.list(all=True)}
+        assert made[0].id not in left
+        assert {made[1].id, made[2].id, ours.id} <= left
+        made[1].reload()
+        assert made[1].status == "running"
+    finally:
+        left = {c.id for c in docker_engine.containers.list(all=True)}
+        remove_containers([c for c in made if c.id in left])

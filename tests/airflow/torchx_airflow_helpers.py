@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,6 +15,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 BUSYBOX = "torchx-provider/busybox:latest"
+#: when this test session began: Airflow tasks' containers made before it are an earlier
+#: session's (one stopped, or failed before it cleaned up) and must not be counted in this one.
+#: The test command's lanes (scripts/test.sh) are one session: it gives them its start.
+SESSION_STARTED = float(os.environ.get("TORCHX_TEST_SESSION_STARTED") or time.time())
 #: the example DAGs users start from
 EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
 
@@ -195,10 +200,28 @@ def run_example(
 
 
 def dag_containers(client: Any, dag_id: str) -> list[Any]:
-    """Every container of every app any try of ``dag_id``'s tasks created."""
-    return client.containers.list(
+    """Every container of every app any try of ``dag_id``'s tasks created in this session.
+
+    Tests count them (the reliability table's duplicates and orphans), and DAG ids repeat
+    from one session to the next: those an earlier session left under ``dag_id`` (one
+    stopped, or failed before it cleaned up) are removed here, and no other container. The
+    engine is shared: another session running now (another Airflow version's tiers, the
+    Docker tests' own tasks) and the user's own tasks have DAG ids of their own.
+    """
+    found = client.containers.list(
         all=True, filters={"label": f"airflow.apache.org/dag-id={dag_id}"}
     )
+    earlier = [c for c in found if made_before_session(c)]
+    remove_containers(earlier, ", left by an earlier session")
+    return [c for c in found if c not in earlier]
+
+
+def made_before_session(container: Any) -> bool:
+    """Whether the engine made ``container`` before this test session began."""
+    from datetime import datetime
+
+    created = datetime.fromisoformat(container.attrs["Created"][:26].rstrip("Z") + "+00:00")
+    return created.timestamp() < SESSION_STARTED
 
 
 def remove_containers(containers: Iterable[Any], whose: str = "") -> None:
