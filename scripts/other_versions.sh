@@ -61,55 +61,40 @@ if $prepare; then
   exit 0
 fi
 
-# The lowest clients' Kubernetes tier (the kube part of the cluster lane: its tiers hold no
-# fault rows, so none of the API server restarts that must be alone on the cluster) as two
-# sessions at once: the tier mostly waits on clocks. Each has a tag and a pair of Kueue queues
-# of its own, and its own result files (tests/support/cluster_sharing.py); the first takes
-# the files that fill Kueue's quota or count watches, the second everything else (a file added
-# later lands there). Each holds the sessions' lock (shared) while it runs, where
-# TORCHX_TEST_CLUSTER_LOCK is set: they and another session's API server restarts exclude
-# each other (scripts/test.sh).
-#   lowest_cluster_sessions PYTHON ENTRY PYTEST_ARGS... PATHS...
-LOWEST_FIRST_SESSION=(
-  tests/integration/kubernetes/test_appwrapper_scheduler.py
-  tests/integration/kubernetes/test_image_pulls_and_evictions.py
-  tests/integration/kubernetes/test_jobset_scheduler.py
-  tests/integration/kubernetes/test_kube_shared_watches.py
-  tests/integration/kubernetes/test_kueue_holds.py
-  tests/integration/kubernetes/test_kueue_preemption.py
-  tests/integration/kubernetes/test_pending_reasons.py
-)
+# The lowest clients' Kubernetes tier (the kube and kube2 parts of the cluster lane: they hold
+# no fault rows, so none of the API server restarts that must be alone on the cluster) as two
+# sessions at once, one per part, as the test command runs them: the tier mostly waits on
+# clocks. Each has a tag and a spare pair of Kueue queues of its own, and its own result
+# files (tests/support/cluster_sharing.py). Each holds the sessions' lock (shared) while it
+# runs, where TORCHX_TEST_CLUSTER_LOCK is set: they and another session's API server restarts
+# exclude each other (scripts/test.sh).
+#   lowest_cluster_sessions PYTHON ENTRY PYTEST_ARGS_AND_PATHS...
 lowest_cluster_sessions() {
   local python="$1" entry="$2" dir
   shift 2
   dir="$logs/$entry"
   mkdir -p "$dir"
-  local -a args=() paths=() ignore=()
-  for arg in "$@"; do
-    if [ -e "$arg" ]; then paths+=("$arg"); else args+=("$arg"); fi
-  done
-  for path in "${LOWEST_FIRST_SESSION[@]}"; do ignore+=("--ignore=$path"); done
   local -a lock=()
   [ -z "${TORCHX_TEST_CLUSTER_LOCK:-}" ] || lock=(flock -s -o "$TORCHX_TEST_CLUSTER_LOCK.sessions")
-  session() {  # session NAME TAG QUEUES PYTEST_ARGS...
-    local name="$1" tag="$2" queues="$3"
+  session() {  # session PART TAG QUEUES PYTEST_ARGS_AND_PATHS...
+    local part="$1" tag="$2" queues="$3"
     shift 3
     "${lock[@]}" env TORCHX_TEST_CLUSTER_TAG="$tag" TORCHX_TEST_CLUSTER_QUEUES="$queues" \
-      TORCHX_PERMISSIONS_RESULTS="$PWD/$dir/$name-permissions.json" \
-      TORCHX_FAULTS_RESULTS="$PWD/$dir/$name-faults.json" \
-      "$python" -m pytest --lane cluster --cluster-part kube -m "not training" "${args[@]}" \
-      "$@" >"$dir/$name.log" 2>&1
+      TORCHX_PERMISSIONS_RESULTS="$PWD/$dir/$part-permissions.json" \
+      TORCHX_FAULTS_RESULTS="$PWD/$dir/$part-faults.json" \
+      "$python" -m pytest --lane cluster --cluster-part "$part" -m "not training" "$@" \
+      >"$dir/$part.log" 2>&1
   }
-  session first lo second "${LOWEST_FIRST_SESSION[@]}" &
+  session kube2 lo second "$@" &
   local first=$!
-  session second lb third "${paths[@]}" "${ignore[@]}" &
+  session kube lb third "$@" &
   local second=$!
   local failed=0
   wait "$first" || failed=1
   wait "$second" || failed=1
-  for name in first second; do
-    echo "--- its $name session"
-    cat "$dir/$name.log"
+  for part in kube2 kube; do
+    echo "--- its $part part"
+    cat "$dir/$part.log"
   done
   return "$failed"
 }

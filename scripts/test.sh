@@ -10,8 +10,9 @@
 #   * the cluster lane: the tiers that use the local Kubernetes cluster (tests/integration/
 #     kubernetes, the fault rows, the Kubernetes dag.test() tier, the Airflow deployment);
 #     it starts the cluster itself (tests/integration/kubernetes/conftest.py), or waits for
-#     a build of it already under way. Three pytest processes: 'cluster-kube' and
-#     'cluster-rows' at once, then 'cluster-alone' (the API server restarts);
+#     a build of it already under way. Four pytest processes: 'cluster-kube',
+#     'cluster-kube2' and 'cluster-rows' at once, then 'cluster-alone' (the API server
+#     restarts);
 #   * the local lane: everything else (unit, Docker, the other Airflow tiers, the browser),
 #     one pytest process.
 #
@@ -58,19 +59,23 @@ run_pytest() {
   fi
 }
 
-# The cluster lane in three pytest processes: 'kube' and 'rows' at once (tests/conftest.py
-# says which test is in which and why they do not get in each other's way), then 'alone',
+# The cluster lane in four pytest processes: 'kube', 'kube2' and 'rows' at once
+# (tests/conftest.py says which test is in which and why they do not get in each other's
+# way), then 'alone',
 # the tests that restart the API server, when nothing else uses the cluster.
 # Where another session of the Kubernetes tier shares the cluster (TORCHX_TEST_CLUSTER_LOCK,
 # tests/support/cluster_sharing.py; scripts/other_versions.sh VERSION+lowest@cluster), it holds
 # "$TORCHX_TEST_CLUSTER_LOCK.sessions" shared while it runs, and 'alone' holds it exclusively:
 # whichever comes second waits for the other's end.
-# 'kube' and 'rows' share a lock too (their own, where none is set): the 'kube' tests that
-# count the API server's open watches (marked cluster_quiet; run last in 'kube', when 'rows'
-# has most often ended) run while no test of 'rows' does.
+# 'kube', 'kube2' and 'rows' share a lock too (their own, where none is set): the tests that
+# count the API server's open watches (marked cluster_quiet; run last in their part, when
+# 'rows' has most often ended) run while no test of another part does.
 run_cluster_lane() {
   local lock="${TORCHX_TEST_CLUSTER_LOCK:-$OUT/cluster.lock}"
   TORCHX_TEST_CLUSTER_LOCK="$lock" run_pytest cluster-kube --lane cluster --cluster-part kube "$@" &
+  # a session of its own names and Kueue queues (tests/support/cluster_sharing.py)
+  TORCHX_TEST_CLUSTER_LOCK="$lock" TORCHX_TEST_CLUSTER_TAG=mb TORCHX_TEST_CLUSTER_QUEUES=second \
+    run_pytest cluster-kube2 --lane cluster --cluster-part kube2 "$@" &
   TORCHX_TEST_CLUSTER_LOCK="$lock" run_pytest cluster-rows --lane cluster --cluster-part rows "$@" &
   wait
   if [ -n "${TORCHX_TEST_CLUSTER_LOCK:-}" ]; then
@@ -83,7 +88,7 @@ run_cluster_lane() {
   fi
 }
 
-PARTS=(cluster-kube cluster-rows cluster-alone local)
+PARTS=(cluster-kube cluster-kube2 cluster-rows cluster-alone local)
 for part in "${PARTS[@]}"; do
   : >"$OUT/$part.log"
   rm -f "$OUT/$part.rc"
@@ -130,7 +135,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 totals = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "deselected": 0}
 worst = 0
-for lane in ("cluster-kube", "cluster-rows", "cluster-alone", "local"):
+for lane in ("cluster-kube", "cluster-kube2", "cluster-rows", "cluster-alone", "local"):
     ended = out / f"{lane}.rc"
     if not ended.is_file():  # stopped before it could say
         print(f"lane {lane}: did not end")

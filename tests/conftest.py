@@ -78,19 +78,28 @@ LANES = ("local", "cluster")
 CLUSTER_FIXTURES = frozenset({"kube_cluster", "deployment_cluster"})
 
 
-#: The cluster lane is itself run in parts (``--cluster-part``): ``kube`` and ``rows`` at
-#: the same time, then ``alone``. ``rows`` are the fault rows and the Airflow deployment's
-#: tests, then the real node's training tier: none submits to the Kueue queues of ``kube``
-#: (the training tier has a ClusterQueue of its own), so the Kueue tiers keep theirs and its
-#: quota to themselves (their preemption and waiting rows count on it); the training tier
-#: comes last, when the rows' outages and restarts, which a loaded machine would stretch, are
-#: over. ``alone`` are the tests marked ``cluster_alone`` (the API server restarts), run when
-#: no other test uses the cluster.
-CLUSTER_PARTS = ("kube", "rows", "alone")
-ROWS_PART = (
-    "tests/faults/",
-    "tests/airflow/test_torchx_deployment.py",
-    "tests/integration/kubernetes/test_kube_real_training.py",
+#: The cluster lane is itself run in parts (``--cluster-part``): ``kube``, ``kube2`` and
+#: ``rows`` at the same time, then ``alone``. ``kube`` holds the Airflow tiers on the cluster
+#: and the tiers that use no Kueue quota; ``kube2`` (a session of its own names and Kueue
+#: queues: scripts/test.sh tags it) the Kueue tiers and then the real node's training tier
+#: (whose ClusterQueue is its own). ``rows`` are the fault rows and the Airflow deployment's
+#: tests: none submits to Kueue. ``alone`` are the tests marked ``cluster_alone`` (the API
+#: server restarts), run when no other test uses the cluster.
+CLUSTER_PARTS = ("kube", "kube2", "rows", "alone")
+ROWS_PART = ("tests/faults/", "tests/airflow/test_torchx_deployment.py")
+KUBE2_PART = tuple(
+    f"tests/integration/kubernetes/test_{name}.py"
+    for name in (
+        "appwrapper_scheduler",
+        "image_pulls_and_evictions",
+        "jobset_scheduler",
+        "kube_logs_never_lost",
+        "kube_real_training",
+        "kube_shared_watches",
+        "kueue_holds",
+        "kueue_preemption",
+        "pending_reasons",
+    )
 )
 
 
@@ -106,8 +115,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--cluster-part",
         choices=CLUSTER_PARTS,
         default=None,
-        help="with --lane cluster, run only one part of it: 'kube' and 'rows' can run at "
-        "once, 'alone' (the tests that restart the API server) only by itself",
+        help="with --lane cluster, run only one part of it: 'kube', 'kube2' and 'rows' can "
+        "run at once, 'alone' (the tests that restart the API server) only by itself",
     )
 
 
@@ -126,6 +135,8 @@ def cluster_part_of(item: pytest.Item) -> str:
         return "alone"
     if item.nodeid.startswith(ROWS_PART):
         return "rows"
+    if item.nodeid.startswith(KUBE2_PART):
+        return "kube2"
     return "kube"
 
 
@@ -147,14 +158,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-    if lane == "cluster" and part == "rows":
-        # the real node's training tier after the rows (a stable sort: each keeps its order)
-        items.sort(key=lambda item: item.get_closest_marker("training") is not None)
-    if lane == "cluster" and part == "kube":
+    if lane == "cluster" and part in ("kube", "kube2"):
         # the tests that count what the API server holds for every client run last: by then
-        # 'rows', the shorter part run beside this one, has most often ended, and they need
-        # not wait for its tests (cluster_turn_taken)
-        items.sort(key=lambda item: item.get_closest_marker("cluster_quiet") is not None)
+        # 'rows' has most often ended, and they need not wait for its tests
+        # (cluster_turn_taken); in 'kube2', the real node's training tier after them, when
+        # the other parts' tests have mostly ended (a stable sort: each keeps its order)
+        items.sort(
+            key=lambda item: (
+                item.get_closest_marker("training") is not None,
+                item.get_closest_marker("cluster_quiet") is not None,
+            )
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -129,6 +129,7 @@ def _parts(tmp_path: Path) -> dict[str, set[str]]:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nmarkers =\n    kubernetes: uses the cluster\n"
         "    cluster_alone: restarts the API server\n"
+        "    training: real training\n"
     )
     files = {
         "tests/faults/test_rows.py": """
@@ -156,6 +157,20 @@ def _parts(tmp_path: Path) -> dict[str, set[str]]:
             def test_deployed(deployment_cluster):
                 pass
             """,
+        "tests/integration/kubernetes/test_kueue_holds.py": """
+            import pytest
+
+            @pytest.fixture
+            def kube_cluster():
+                return "cluster"
+
+            def test_held(kube_cluster):
+                pass
+
+            @pytest.mark.training
+            def test_trained(kube_cluster):
+                pass
+            """,
         "tests/integration/kubernetes/test_kueue.py": """
             import pytest
 
@@ -172,7 +187,7 @@ def _parts(tmp_path: Path) -> dict[str, set[str]]:
         (tmp_path / name).write_text(textwrap.dedent(text))
     return {
         part: _collected(tmp_path, "--lane", "cluster", "--cluster-part", part)
-        for part in ("kube", "rows", "alone")
+        for part in ("kube", "kube2", "rows", "alone")
     }
 
 
@@ -181,6 +196,7 @@ def test_each_cluster_test_is_in_exactly_one_part(tmp_path: Path) -> None:
     which keeps Kueue's quota to itself."""
     assert _parts(tmp_path) == {
         "kube": {"test_quota"},
+        "kube2": {"test_held", "test_trained"},
         "rows": {"test_a_row", "test_deployed"},
         "alone": {"test_an_api_server_restart"},
     }
@@ -278,7 +294,7 @@ def test_the_api_server_restarts_and_another_session_exclude_each_other(tmp_path
     lines = record.read_text().splitlines()
     ran = {line.split()[0]: float(line.split()[1]) for line in lines if " " in line}
     assert "alone: a session got in" not in lines
-    assert set(ran) == {"kube", "rows", "alone", "local"}, lines
+    assert set(ran) == {"kube", "kube2", "rows", "alone", "local"}, lines
     # the parts beside the session did not wait for it; 'alone' did
     assert ran["kube"] - ran["local"] < 2.5 and ran["alone"] - ran["kube"] >= 2.0, lines
     assert time.monotonic() - started >= 3

@@ -4,10 +4,10 @@ DNS: tests/cluster/node.sh), submitted and followed as the triggerer follows it,
 and on JobSet admitted by Kueue.
 
 The node is started for this module and stopped after it: the other tiers keep kwok's fast
-nodes to themselves (the node's taint keeps their pods off it). The module runs in the
-cluster lane's ``rows`` part, after the fault rows and beside the Kueue tiers: its Kueue apps
-go to a ClusterQueue of their own (the cluster's third pair of queues), so the quota the
-Kueue tiers fill and the preemptions they count stay theirs.
+nodes to themselves (the node's taint keeps their pods off it). The module runs at the end
+of the cluster lane's ``kube2`` part, beside the others: its Kueue apps go to a ClusterQueue
+of their own (the cluster's third pair of queues), so the quota the Kueue tiers fill and the
+preemptions they count stay theirs.
 Each app lands there by the role's pod overlay (the node's label and taint) and runs the image
 tests/images/build_torch_image.sh builds, imported into the node's containerd from the
 Docker engine (nothing is pulled).
