@@ -97,7 +97,33 @@ def open_view(
         # in first (its login lands on the home page, not on the page asked for)
         goto(page, f"{dep.base}/auth/token/login")
     goto(page, f"{dep.base}/dags/{dag_id}/runs/{run_id}/tasks/train/plugin/torchx_app")
+    reload_a_missed_tab(page)
     return page
+
+
+def reload_a_missed_tab(page: Any, attempts: int = 3) -> None:
+    """Load the page again while Airflow's UI shows its "Page Not Found" in the task's tab
+    instead of the view: opened by its URL on a busy API server, the UI may match the tab's
+    route before it has the list of plugins' tabs, and does not match it again once it has
+    them (its tab bar then shows "TorchX app" above the 404); a user reloads. Returns once
+    the view (or its own error or loading line) or the 404 shows, or after 60 s (the test's
+    own wait then says what the page showed)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    view = page.get_by_test_id("torchx-app-view")
+    settled = (
+        view.or_(page.get_by_test_id("torchx-app-error"))
+        .or_(page.get_by_text("Loading the TorchX app"))
+        .or_(page.get_by_text("Page Not Found"))
+    )
+    for attempt in range(attempts):
+        try:
+            settled.first.wait_for(timeout=60_000)
+        except PlaywrightTimeout:
+            return
+        if not page.get_by_text("Page Not Found").count() or attempt == attempts - 1:
+            return
+        goto(page, page.url)
 
 
 def goto(page: Any, url: str, attempts: int = 3) -> None:
