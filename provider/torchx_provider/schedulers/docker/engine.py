@@ -299,10 +299,8 @@ class DockerEngine(EngineConnection):
         total = len(job.containers)
         window = creation_window(self.config.max_pool_size, total)
         running: InFlight[Outcome] = InFlight(self._executor(), lambda e: (None, e))
-        specs = iter(job.containers)
         created: list[str] = []
-        error: BaseException | None = None
-        started = reported = time.monotonic()
+        started = time.monotonic()
         log.log(
             logging.INFO if total > window else logging.DEBUG,
             "app %s: creating and starting %d containers, %d at a time",
@@ -310,27 +308,12 @@ class DockerEngine(EngineConnection):
             total,
             window,
         )
+        # The loop is a call of its own: CPython 3.14 leaves a loop's jumps back to its start
+        # out of the ``try`` around it, and an exception a signal handler raises at one of
+        # them (they are where pending signals are handled) would skip the roll back; one
+        # raised anywhere in a call comes out of the call, which the ``try`` covers.
         try:
-            while True:
-                if error is None and stop.is_set():
-                    error = SubmissionError(
-                        f"the submission of app {job.app_id!r} was stopped after "
-                        f"{len(created):,} of its {total:,} containers"
-                    )
-                while error is None and len(running) < window:
-                    spec = next(specs, None)
-                    if spec is None:
-                        break
-                    running.submit(partial(self._create_and_start, spec, network_id))
-                if not running:
-                    break
-                outcome = running.next(timeout=STOP_POLL)
-                if outcome is not None:
-                    error = _collect([outcome], created, error)
-                now = time.monotonic()
-                if error is None and now - reported >= PROGRESS_INTERVAL:
-                    log.info(progress_line(job.app_id, len(created), total, now - started))
-                    reported = now
+            error, reported = self._create_window(job, network_id, stop, running, created)
         except BaseException as interrupted:
             self._roll_back(job.app_id, running, created, interrupted)
             raise
@@ -338,12 +321,49 @@ class DockerEngine(EngineConnection):
             self._roll_back(job.app_id, running, created, error)
             raise error
         log.log(
-            logging.INFO if reported > started else logging.DEBUG,
+            logging.INFO if reported else logging.DEBUG,
             "app %s: all %d containers created and started in %.1f s",
             job.app_id,
             total,
             time.monotonic() - started,
         )
+
+    def _create_window(
+        self,
+        job: DockerJob,
+        network_id: str,
+        stop: threading.Event,
+        running: InFlight[Outcome],
+        created: list[str],
+    ) -> tuple[BaseException | None, bool]:
+        """:meth:`_create_all`'s loop: keep ``window`` creations in flight until every
+        container is made or the first error (or stop); ``created`` gets the ids made.
+        Returns that error (``None``: all made) and whether progress was logged."""
+        total = len(job.containers)
+        window = creation_window(self.config.max_pool_size, total)
+        specs = iter(job.containers)
+        error: BaseException | None = None
+        started = reported = time.monotonic()
+        while True:
+            if error is None and stop.is_set():
+                error = SubmissionError(
+                    f"the submission of app {job.app_id!r} was stopped after "
+                    f"{len(created):,} of its {total:,} containers"
+                )
+            while error is None and len(running) < window:
+                spec = next(specs, None)
+                if spec is None:
+                    break
+                running.submit(partial(self._create_and_start, spec, network_id))
+            if not running:
+                return error, reported > started
+            outcome = running.next(timeout=STOP_POLL)
+            if outcome is not None:
+                error = _collect([outcome], created, error)
+            now = time.monotonic()
+            if error is None and now - reported >= PROGRESS_INTERVAL:
+                log.info(progress_line(job.app_id, len(created), total, now - started))
+                reported = now
 
     def _roll_back(
         self,

@@ -32,6 +32,8 @@ class InFlight(Generic[T]):
         self.failed = failed
         #: the numbers of the calls submitted whose outcome has not been taken yet
         self.pending: set[int] = set()
+        #: the numbers of the calls that have ended, each once its outcome is on the queue
+        self._ended: set[int] = set()
         self._numbers = itertools.count()
         self._outcomes: queue.SimpleQueue[tuple[int, T]] = queue.SimpleQueue()
 
@@ -43,7 +45,7 @@ class InFlight(Generic[T]):
         interruption in between leaves one pending that never ends, which :meth:`drain`
         bounds, rather than one that ends unseen."""
         number = next(self._numbers)
-        outcomes = self._outcomes
+        outcomes, ended = self._outcomes, self._ended
 
         def run() -> None:
             try:
@@ -51,6 +53,7 @@ class InFlight(Generic[T]):
             except BaseException as e:  # delivered as the call's outcome
                 outcome = self.failed(e)
             outcomes.put((number, outcome))
+            ended.add(number)
 
         self.pending.add(number)
         self.pool.submit(run)
@@ -68,10 +71,15 @@ class InFlight(Generic[T]):
     def drain(self, quiet: float) -> list[T]:
         """The outcomes of every pending call, waiting for them until ``quiet`` seconds pass
         without one ending (a call is bounded by the engine's call timeout; only a call
-        counted but never handed over can go quiet that long)."""
+        counted but never handed over can go quiet that long). Once every pending call has
+        ended and the queue is empty, it returns at once: the outcomes missing were taken
+        off the queue by a :meth:`next` interrupted before it could return them (the caller
+        finds what they made another way)."""
         out: list[T] = []
         last = time.monotonic()
         while self.pending and time.monotonic() - last < quiet:
+            if self.pending <= self._ended and self._outcomes.empty():
+                break
             outcome = self.next(timeout=min(1.0, quiet))
             if outcome is not None:
                 out.append(outcome)
