@@ -406,14 +406,20 @@ def app_for(
     backend: Backend,
     found: bool = False,
     crashes: bool = False,
+    held: bool = False,
 ) -> specs.AppDef:
     """The row's app: one role ``trainer`` of 2 replicas. With ``found`` (its pods are found
     as they come), each pod is Pending long enough for the row's printer to give it its own
     log before it runs; with ``crashes``, the pods run until the row ends (or crashes) them,
-    and the role has the backend's retries."""
+    and the role has the backend's retries; with ``held``, they run until the row ends them."""
     if crashes:
         behaviour = kube_cluster.pod_behaviour(run_seconds=0, start_seconds=1.5, keep_running=True)
         retries = backend.retries
+    elif held:
+        behaviour = kube_cluster.pod_behaviour(
+            run_seconds=0, start_seconds=1.5 if found else 0.5, keep_running=True
+        )
+        retries = {}
     else:
         behaviour = kube_cluster.pod_behaviour(
             run_seconds=run_seconds, start_seconds=1.5 if found else 0.5
@@ -540,7 +546,14 @@ async def run_row(
     # the pods are found by their labels when the backend does not name them ahead, or when
     # a crashed replica comes back in a new pod
     found = backend.names_ahead is None or bool(row.restarts)
-    app = app_for(kube_cluster, name, run_seconds, backend, found=found, crashes=bool(row.restarts))
+    # a row that stops the API server: its pods run until the row ends them, a few seconds
+    # after the cluster is back. kwok ends a pod on a timer of its own, and an end that falls
+    # in the outage (a loaded machine stretches it) is lost: kwok does not try its status
+    # update again, where a kubelet would; the row is about the follow, not kwok.
+    held = row.restarts_apiserver
+    app = app_for(
+        kube_cluster, name, run_seconds, backend, found=found, crashes=bool(row.restarts), held=held
+    )
     cfg = {**backend.cfg, **row.cfg}
     if row.job_namespace:
         cfg["namespace"] = row.job_namespace
@@ -602,6 +615,9 @@ async def run_row(
 
         row.inject = crash_or_end
         ender = asyncio.create_task(end_pods(kube_cluster, pods, lambda: ends[0]))
+    elif held:
+        ends = [math.inf]
+        ender = asyncio.create_task(end_pods(kube_cluster, pods, lambda: ends[0]))
     events: list[Any] = []
     lines: dict[str, list[str]] = {key: [] for key in keys}
     said: list[str] = []  # the follows' own lines (not the replicas')
@@ -614,6 +630,8 @@ async def run_row(
             await row.inject(proxy, row.seconds)
         finally:
             fault_ended.append(time.monotonic())
+            if held:  # the cluster is back (its nodes Ready): the pods end soon after
+                ends[0] = printer.until = max(started + run_seconds - 2, fault_ended[0] + 5)
 
     def deadline() -> float:
         """The row's deadline, or AFTER_FAULT seconds after its fault's injection ended when
