@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,8 @@ echo done
 def test_cancel_stops_a_running_app_found_by_its_task_instance(
     scheduler: Any, cfg: dict[str, Any], wait_for: Any
 ) -> None:
-    key = TaskInstanceKey("dag", "task", "manual__2024-05-01T10:00:00+00:00", try_number=1)
+    # a run of its own: another session may run this test on the same engine at once
+    key = TaskInstanceKey("dag", "task", f"manual__{secrets.token_hex(4)}", try_number=1)
     app = AppDef(
         "cancel", [Role("sleep", image=IMAGE, entrypoint="sleep", args=["60"], num_replicas=2)]
     )
