@@ -10,6 +10,9 @@
 #   cluster.sh kubeconfig  print the path of the admin kubeconfig
 #   cluster.sh env         print KEY=VALUE lines: kubeconfigs, namespace, servers
 #   cluster.sh missing     print the components not built yet, one a line (none: all cached)
+#   cluster.sh pin MODFILE [EXCLUDE]
+#                          pin the module graph of MODFILE to the version set Kueue, JobSet
+#                          and CoreDNS share (see shared_versions)
 #
 # Everything listens on 127.0.0.1. Nothing runs in a container: etcd, two API
 # servers (the second serves MCAD's AppWrapper v1beta1), controller managers,
@@ -42,6 +45,7 @@ APPWRAPPER_VERSION="v1.2.1"       # github.com/project-codeflare/appwrapper
 MCAD_VERSION="v1.40.0"            # github.com/project-codeflare/multi-cluster-app-dispatcher
 KUEUE_VERSION="v0.17.0"           # sigs.k8s.io/kueue (controller and its 11 CRDs)
 JOBSET_VERSION="v0.11.1"          # sigs.k8s.io/jobset (controller and its CRD)
+COREDNS_VERSION="v1.14.2"         # github.com/coredns/coredns (the real node's DNS, node.sh)
 
 # ---------------------------------------------------------------- layout
 CACHE="${TORCHX_CLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-provider-torchx/cluster}"
@@ -112,6 +116,10 @@ go_bin() {
   else die "no Go toolchain found: set GO=/path/to/go"
   fi
 }
+
+# The checksum database this machine reaches has no record of appwrapper v1.2.1, so that one
+# module is taken from the proxy unverified (in every graph that holds it).
+export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/project-codeflare/appwrapper"
 
 # Binary locations, keyed by version.
 etcd_dir()       { echo "$BIN/etcd-$ETCD_VERSION"; }
@@ -195,6 +203,78 @@ upstream_mod() {
   (cd "$2" && GOFLAGS=-mod=mod "$go" mod download -json "$1") >"$2/download.json" || return 1
   cp "$(jq -r .GoMod "$2/download.json")" "$dest" || return 1
   echo "$dest"
+}
+
+# ---------------------------------------------------------------- one version set
+# Kueue, JobSet with AppWrapper and the real node's CoreDNS are built from three module graphs
+# (Kueue's controller-runtime v0.23 changed a function JobSet and AppWrapper call), and Go's
+# build cache reuses a compiled package only when the package and all it imports are at the
+# same versions. Left alone, the three graphs take k8s.io/api, client-go and some forty other
+# modules at versions a patch or a minor apart, and each build compiled its own copy (the
+# three shared 3 MB of source; pinned, about 70 MB, a fifth of what all the builds compile).
+# So each graph is pinned, with replace directives, to one version set: the versions Go's
+# minimal version selection takes when the three are required together. JobSet's group keeps
+# its own controller-runtime. Kueue's build, first of the three in its lane, compiles what
+# they share; the others find it in the cache.
+SHARED_GRAPH=(
+  "sigs.k8s.io/kueue@$KUEUE_VERSION"
+  "sigs.k8s.io/jobset@$JOBSET_VERSION"
+  "github.com/project-codeflare/appwrapper@$APPWRAPPER_VERSION"
+  "github.com/coredns/coredns@$COREDNS_VERSION"
+)
+
+# shared_versions: prints the path of the version set's "module version" lines (made once for
+# a set of versions: only go.mod files are downloaded).
+shared_versions() {
+  local go dir key m
+  go="$(go_bin)"
+  key="$(printf '%s\n' "${SHARED_GRAPH[@]}" | sha256sum | cut -c1-12)"
+  dir="$BUILD/shared-versions-$key"
+  if [[ ! -s "$dir/versions.txt" ]]; then
+    mkdir -p "$dir"
+    {
+      printf 'module torchx.test/shared-versions\n\ngo 1.26.0\n\nrequire (\n'
+      for m in "${SHARED_GRAPH[@]}"; do printf '\t%s %s\n' "${m%@*}" "${m#*@}"; done
+      printf ')\n'
+    } >"$dir/go.mod"
+    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
+      { log "   listing the shared version set failed (in $dir)"; return 1; }
+    awk 'NF == 2' "$dir/all.txt" >"$dir/versions.tmp"
+    mv "$dir/versions.tmp" "$dir/versions.txt"
+  fi
+  echo "$dir/versions.txt"
+}
+
+# pin_module MODFILE [EXCLUDE]: add to MODFILE a replace directive for each module of its
+# graph that the shared version set has at another version (except the modules the extended
+# regular expression EXCLUDE matches), round after round until its graph takes them all (a
+# module at another version can require modules the graph did not hold).
+pin_module() {
+  local modfile="$1" exclude="${2:-}" versions go dir round lines
+  versions="$(shared_versions)" || return 1
+  go="$(go_bin)"
+  dir="$(dirname "$modfile")/pinning"
+  mkdir -p "$dir"
+  for round in 1 2 3 4 5; do
+    cp "$modfile" "$dir/go.mod"
+    rm -f "$dir/go.sum"
+    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
+      { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
+    lines="$(awk -v ex="$exclude" '
+      NR == FNR { want[$1] = $2; next }
+      NF >= 2 {
+        have = ($3 == "=>") ? $5 : $2
+        if (($1 in want) && want[$1] != have && (ex == "" || $1 !~ ex))
+          printf "replace %s => %s %s\n", $1, $1, want[$1]
+      }' "$versions" "$dir/all.txt")"
+    if [[ -z "$lines" ]]; then
+      log "   $(basename "$(dirname "$modfile")"): $(grep -c '^replace .* => .* v' "$modfile" || true) modules pinned to the shared version set"
+      return 0
+    fi
+    printf '\n%s\n' "$lines" >>"$modfile"
+  done
+  log "   the graph of $modfile did not settle on the shared version set in 5 rounds"
+  return 1
 }
 
 kube_group_built() {
@@ -368,6 +448,7 @@ build_kueue() {
       echo
       echo "require sigs.k8s.io/kueue $KUEUE_VERSION"
     } >"$work/wrapper.mod"
+    pin_module "$work/wrapper.mod" || return 1
     go_wrapper_build "kueue $KUEUE_VERSION" "$out" "$work/wrapper.mod" \
       "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
       sigs.k8s.io/kueue/cmd/kueue
@@ -410,10 +491,8 @@ build_jobset_group() {
       echo "	github.com/project-codeflare/appwrapper $APPWRAPPER_VERSION"
       echo ")"
     } >"$work/wrapper.mod"
-    # The checksum database this machine reaches has no record of appwrapper v1.2.1, so
-    # that one module is taken from the proxy unverified.
-    GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/project-codeflare/appwrapper" \
-      go_wrapper_build "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION" \
+    pin_module "$work/wrapper.mod" '^sigs\.k8s\.io/controller-runtime$' || return 1
+    go_wrapper_build "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION" \
       "$out" "$work/wrapper.mod" "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
       sigs.k8s.io/jobset \
       github.com/project-codeflare/appwrapper/cmd || return 1
@@ -444,8 +523,10 @@ cmd_build() {
   log "cache: $CACHE"
   step "etcd $ETCD_VERSION (Debian $ETCD_DEBIAN_SUITE package)" build_etcd
   # Two lanes. Commands that share a module graph are built in one Go build of one module and
-  # compile their shared packages once (build_kube_group, build_jobset_group); the others
-  # (kwok, Kueue, MCAD: their libraries' versions do not fit another's) alone. Each build spends
+  # compile their shared packages once (build_kube_group, build_jobset_group); Kueue, JobSet's
+  # group and CoreDNS are pinned to one version set and share compiled packages through the
+  # build cache (shared_versions); kwok and MCAD alone (their libraries' versions fit no
+  # other's). Each build spends
   # part of its time downloading modules and linking on one core: two at once keep both cores
   # busy. Both share the one Go build and module cache (go env GOCACHE).
   local lane1 lane2 rc=0
@@ -454,14 +535,16 @@ cmd_build() {
     # the real node's kubelet: the same module graph, so mostly Go's build cache
     step "kubelet $KUBE_VERSION (the real node)" bash "$HERE/node.sh" build kubelet
     step "volcano's CRDs" volcano_crds
-    step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
   ) &
   lane1=$!
   (
     step "kwok $KWOK_VERSION" build_kwok
+    # Kueue first of the three that share a version set (shared_versions): it compiles what
+    # they share, JobSet's group and CoreDNS then take most of it from the cache
     step "kueue $KUEUE_VERSION (controller, CRDs)" build_kueue
     step "jobset $JOBSET_VERSION and appwrapper $APPWRAPPER_VERSION (controllers, CRD)" build_jobset_group
     step "coredns and the pause program (the real node)" bash "$HERE/node.sh" build pause coredns
+    step "mcad $MCAD_VERSION (kar-controllers)" build_mcad
   ) &
   lane2=$!
   wait "$lane1" || rc=1
@@ -1477,8 +1560,9 @@ main() {
     kubeconfig) echo "$RUN/kubeconfig/admin.yaml" ;;
     env) cat "$RUN/env" ;;
     missing) missing_components ;;
+    pin) shift; mkdir -p "$BUILD"; pin_module "$@" ;;
     *)
-      echo "usage: $0 build|crds|up|down|status|kubeconfig|env|missing|clean" >&2
+      echo "usage: $0 build|crds|up|down|status|kubeconfig|env|missing|clean|pin" >&2
       exit 2
       ;;
   esac

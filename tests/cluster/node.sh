@@ -65,7 +65,7 @@ source "$HERE/alive.sh"
 # The kubelet is built from the Kubernetes version cluster.sh builds, with its wrapper module.
 KUBE_VERSION="$(sed -n 's/^KUBE_VERSION="\([^"]*\)".*/\1/p' "$HERE/cluster.sh")"
 VOLCANO_VERSION="$(sed -n 's/^VOLCANO_VERSION="\([^"]*\)".*/\1/p' "$HERE/cluster.sh")"
-COREDNS_VERSION="v1.15.0"         # github.com/coredns/coredns
+COREDNS_VERSION="$(sed -n 's/^COREDNS_VERSION="\([^"]*\)".*/\1/p' "$HERE/cluster.sh")"
 PAUSE_VERSION="1"                 # the pause program below; bump when it changes
 
 # ---------------------------------------------------------------- layout
@@ -207,6 +207,8 @@ build_coredns() {
     echo
     echo "require github.com/coredns/coredns $COREDNS_VERSION"
   } >"$work/go.mod"
+  # the versions Kueue's and JobSet's builds take, so that it compiles little of its own
+  bash "$HERE/cluster.sh" pin "$work/go.mod" || return 1
   cat >"$work/main.go" <<'EOF'
 // CoreDNS for the test cluster's real node: cluster names from the API server, anything
 // else forwarded; health and readiness endpoints; listening on one chosen address.

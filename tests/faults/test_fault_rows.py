@@ -412,19 +412,14 @@ def app_for(
     as they come), each pod is Pending long enough for the row's printer to give it its own
     log before it runs; with ``crashes``, the pods run until the row ends (or crashes) them,
     and the role has the backend's retries; with ``held``, they run until the row ends them."""
-    if crashes:
-        behaviour = kube_cluster.pod_behaviour(run_seconds=0, start_seconds=1.5, keep_running=True)
-        retries = backend.retries
-    elif held:
+    start_seconds = 1.5 if found or crashes else 0.5
+    if crashes or held:
         behaviour = kube_cluster.pod_behaviour(
-            run_seconds=0, start_seconds=1.5 if found else 0.5, keep_running=True
+            run_seconds=0, start_seconds=start_seconds, keep_running=True
         )
-        retries = {}
     else:
-        behaviour = kube_cluster.pod_behaviour(
-            run_seconds=run_seconds, start_seconds=1.5 if found else 0.5
-        )
-        retries = {}
+        behaviour = kube_cluster.pod_behaviour(run_seconds=run_seconds, start_seconds=start_seconds)
+    retries = backend.retries if crashes else {}
     return specs.AppDef(
         name,
         [

@@ -313,7 +313,7 @@ class DockerEngine(EngineConnection):
         # them (they are where pending signals are handled) would skip the roll back; one
         # raised anywhere in a call comes out of the call, which the ``try`` covers.
         try:
-            error, reported = self._create_window(job, network_id, stop, running, created)
+            error, reported = self._create_window(job, network_id, window, stop, running, created)
         except BaseException as interrupted:
             self._roll_back(job.app_id, running, created, interrupted)
             raise
@@ -332,6 +332,7 @@ class DockerEngine(EngineConnection):
         self,
         job: DockerJob,
         network_id: str,
+        window: int,
         stop: threading.Event,
         running: InFlight[Outcome],
         created: list[str],
@@ -340,7 +341,6 @@ class DockerEngine(EngineConnection):
         container is made or the first error (or stop); ``created`` gets the ids made.
         Returns that error (``None``: all made) and whether progress was logged."""
         total = len(job.containers)
-        window = creation_window(self.config.max_pool_size, total)
         specs = iter(job.containers)
         error: BaseException | None = None
         started = reported = time.monotonic()
