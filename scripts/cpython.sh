@@ -129,7 +129,9 @@ src=$(find "$work" -maxdepth 1 -type d -name 'Python-*' | head -n 1)
 rm -rf "$prefix"
 (
   cd "$src"
-  ./configure --prefix="$prefix" --with-ensurepip=no >"$work/configure.log" 2>&1 ||
+  # (without CPython's own test suite and its extension modules: no tier here runs them, and
+  # installing them means building and byte-compiling them on a machine busy with the builds)
+  ./configure --prefix="$prefix" --with-ensurepip=no --disable-test-modules >"$work/configure.log" 2>&1 ||
     { tail -n 30 "$work/configure.log" >&2; exit 1; }
   make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
   make altinstall >"$work/install.log" 2>&1 || { tail -n 30 "$work/install.log" >&2; exit 1; }
