@@ -245,16 +245,29 @@ shared_versions() {
   echo "$dir/versions.txt"
 }
 
-# pin_module MODFILE [EXCLUDE]: add to MODFILE a replace directive for each module of its
-# graph that the shared version set has at another version (except the modules the extended
-# regular expression EXCLUDE matches), round after round until its graph takes them all (a
-# module at another version can require modules the graph did not hold).
+# pin_module MODFILE [EXCLUDE]: add to MODFILE a require and a replace directive for each
+# module of its graph that the shared version set has at another version (except the modules
+# the extended regular expression EXCLUDE matches), round after round until its graph takes
+# them all (a module at another version can require modules the graph did not hold). Required
+# by the main module itself, a pinned module's own requirements are in the graph a build
+# loads (Go prunes the requirements of modules only required by others: a module the pinned
+# version splits its packages into would be looked up at its latest version instead).
 pin_module() {
   local modfile="$1" exclude="${2:-}" versions go dir round lines
   versions="$(shared_versions)" || return 1
   go="$(go_bin)"
   dir="$(dirname "$modfile")/pinning"
   mkdir -p "$dir"
+  if [[ -n "$exclude" ]]; then
+    # the excluded modules are held at the versions the graph takes unpinned (a pinned
+    # module's requirements would otherwise raise them)
+    cp "$modfile" "$dir/go.mod"
+    rm -f "$dir/go.sum"
+    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
+      { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
+    lines="$(awk -v ex="$exclude" 'NF == 2 && $1 ~ ex { printf "replace %s => %s %s\n", $1, $1, $2 }' "$dir/all.txt")"
+    [[ -z "$lines" ]] || printf '\n%s\n' "$lines" >>"$modfile"
+  fi
   for round in 1 2 3 4 5; do
     cp "$modfile" "$dir/go.mod"
     rm -f "$dir/go.sum"
@@ -265,7 +278,7 @@ pin_module() {
       NF >= 2 {
         have = ($3 == "=>") ? $5 : $2
         if (($1 in want) && want[$1] != have && (ex == "" || $1 !~ ex))
-          printf "replace %s => %s %s\n", $1, $1, want[$1]
+          printf "require %s %s\nreplace %s => %s %s\n", $1, want[$1], $1, $1, want[$1]
       }' "$versions" "$dir/all.txt")"
     if [[ -z "$lines" ]]; then
       log "   $(basename "$(dirname "$modfile")"): $(grep -c '^replace .* => .* v' "$modfile" || true) modules pinned to the shared version set"
