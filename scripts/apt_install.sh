@@ -30,9 +30,12 @@ apt_get() { as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Ti
 finish_interrupted() {
   # (apt's own test: journal entries in dpkg's updates folder; dpkg --audit: packages
   # unpacked or half-configured)
-  if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || as_root dpkg --audit 2>/dev/null | grep -q .; then
+  local audit
+  audit="$(dpkg --audit 2>/dev/null || true)"
+  if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ] || [ -n "$audit" ]; then
     log "finishing the Debian packages an interrupted dpkg left unconfigured (dpkg --configure -a)"
-    as_root env DEBIAN_FRONTEND=noninteractive dpkg --configure -a >/dev/null || true
+    as_root env DEBIAN_FRONTEND=noninteractive \
+      dpkg --force-confdef --force-confold --configure -a >/dev/null || true
   fi
 }
 for attempt in 1 2 3; do

@@ -231,16 +231,19 @@ shared_versions() {
   key="$(printf '%s\n' "${SHARED_GRAPH[@]}" | sha256sum | cut -c1-12)"
   dir="$BUILD/shared-versions-$key"
   if [[ ! -s "$dir/versions.txt" ]]; then
-    mkdir -p "$dir"
+    # (a folder of this process's own, moved in place whole: another cluster.sh or node.sh may
+    # make the same set at once)
+    local tmp="$dir.$$"
+    rm -rf "$tmp" && mkdir -p "$tmp" || return 1
     {
       printf 'module torchx.test/shared-versions\n\ngo 1.26.0\n\nrequire (\n'
       for m in "${SHARED_GRAPH[@]}"; do printf '\t%s %s\n' "${m%@*}" "${m#*@}"; done
       printf ')\n'
-    } >"$dir/go.mod"
-    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
-      { log "   listing the shared version set failed (in $dir)"; return 1; }
-    awk 'NF == 2' "$dir/all.txt" >"$dir/versions.tmp"
-    mv "$dir/versions.tmp" "$dir/versions.txt"
+    } >"$tmp/go.mod" || return 1
+    (cd "$tmp" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$tmp/all.txt" ||
+      { log "   listing the shared version set failed (in $tmp)"; return 1; }
+    awk 'NF == 2' "$tmp/all.txt" >"$tmp/versions.txt" && [[ -s "$tmp/versions.txt" ]] || return 1
+    rm -rf "$dir" && mv "$tmp" "$dir" || return 1
   fi
   echo "$dir/versions.txt"
 }
@@ -257,34 +260,33 @@ pin_module() {
   versions="$(shared_versions)" || return 1
   go="$(go_bin)"
   dir="$(dirname "$modfile")/pinning"
-  mkdir -p "$dir"
+  mkdir -p "$dir" || return 1
   if [[ -n "$exclude" ]]; then
     # the excluded modules are held at the versions the graph takes unpinned (a pinned
     # module's requirements would otherwise raise them)
-    cp "$modfile" "$dir/go.mod"
-    rm -f "$dir/go.sum"
+    cp "$modfile" "$dir/go.mod" && rm -f "$dir/go.sum" || return 1
     (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
       { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
-    lines="$(awk -v ex="$exclude" 'NF == 2 && $1 ~ ex { printf "replace %s => %s %s\n", $1, $1, $2 }' "$dir/all.txt")"
-    [[ -z "$lines" ]] || printf '\n%s\n' "$lines" >>"$modfile"
+    lines="$(awk -v ex="$exclude" 'NF == 2 && $1 ~ ex { printf "replace %s => %s %s\n", $1, $1, $2 }' "$dir/all.txt")" ||
+      return 1
+    [[ -z "$lines" ]] || printf '\n%s\n' "$lines" >>"$modfile" || return 1
   fi
   for round in 1 2 3 4 5; do
-    cp "$modfile" "$dir/go.mod"
-    rm -f "$dir/go.sum"
+    cp "$modfile" "$dir/go.mod" && rm -f "$dir/go.sum" || return 1
     (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
       { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
     lines="$(awk -v ex="$exclude" '
       NR == FNR { want[$1] = $2; next }
-      NF >= 2 {
+      NF == 2 || NF == 5 {
         have = ($3 == "=>") ? $5 : $2
         if (($1 in want) && want[$1] != have && (ex == "" || $1 !~ ex))
           printf "require %s %s\nreplace %s => %s %s\n", $1, want[$1], $1, $1, want[$1]
-      }' "$versions" "$dir/all.txt")"
+      }' "$versions" "$dir/all.txt")" || return 1
     if [[ -z "$lines" ]]; then
       log "   $(basename "$(dirname "$modfile")"): $(grep -c '^replace .* => .* v' "$modfile" || true) modules pinned to the shared version set"
       return 0
     fi
-    printf '\n%s\n' "$lines" >>"$modfile"
+    printf '\n%s\n' "$lines" >>"$modfile" || return 1
   done
   log "   the graph of $modfile did not settle on the shared version set in 5 rounds"
   return 1
