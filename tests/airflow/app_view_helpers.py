@@ -126,18 +126,28 @@ def reload_a_missed_tab(page: Any, attempts: int = 3) -> None:
         goto(page, page.url)
 
 
+#: how Playwright reports a navigation chromium dropped when the machine's network changed:
+#: the network error itself, or (when chromium showed its error page first) the navigation
+#: to that page
+NETWORK_CHANGED = ("ERR_NETWORK_CHANGED", 'interrupted by another navigation to "chrome-error://')
+
+
 def goto(page: Any, url: str, attempts: int = 3) -> None:
     """``page.goto(url)``, again when chromium dropped it as ``ERR_NETWORK_CHANGED``: it
     aborts a navigation under way when the machine's network interfaces change, which the
     tiers beside the browser's do (a Docker network made or removed, a pod's veth on the real
-    node), as a user's browser does when Wi-Fi changes; the user loads again."""
+    node), as a user's browser does when Wi-Fi changes; the user loads again. Playwright
+    says so in one of two ways (:data:`NETWORK_CHANGED`); the second, which hides the error
+    under chromium's error page, was seen once on Airflow 3.1.8 with other tiers beside it.
+    A server that is down fails every attempt."""
     for attempt in range(attempts):
         try:
             page.goto(url)
             return
         except Exception as e:
-            if "ERR_NETWORK_CHANGED" not in str(e) or attempt == attempts - 1:
+            if not any(s in str(e) for s in NETWORK_CHANGED) or attempt == attempts - 1:
                 raise
+            page.wait_for_timeout(500)
 
 
 def shown(
