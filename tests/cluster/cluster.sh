@@ -255,26 +255,31 @@ shared_versions() {
 # by the main module itself, a pinned module's own requirements are in the graph a build
 # loads (Go prunes the requirements of modules only required by others: a module the pinned
 # version splits its packages into would be looked up at its latest version instead).
-pin_module() {
-  local modfile="$1" exclude="${2:-}" versions go dir round lines
-  versions="$(shared_versions)" || return 1
+# list_graph MODFILE DIR: DIR/all.txt, the `go list -m all` of MODFILE's graph (listed from
+# a copy in DIR).
+list_graph() {
+  local go
   go="$(go_bin)"
+  cp "$1" "$2/go.mod" && rm -f "$2/go.sum" || return 1
+  (cd "$2" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$2/all.txt" ||
+    { log "   listing the graph of $1 failed (in $2)"; return 1; }
+}
+
+pin_module() {
+  local modfile="$1" exclude="${2:-}" versions dir round lines
+  versions="$(shared_versions)" || return 1
   dir="$(dirname "$modfile")/pinning"
   mkdir -p "$dir" || return 1
   if [[ -n "$exclude" ]]; then
     # the excluded modules are held at the versions the graph takes unpinned (a pinned
     # module's requirements would otherwise raise them)
-    cp "$modfile" "$dir/go.mod" && rm -f "$dir/go.sum" || return 1
-    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
-      { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
+    list_graph "$modfile" "$dir" || return 1
     lines="$(awk -v ex="$exclude" 'NF == 2 && $1 ~ ex { printf "replace %s => %s %s\n", $1, $1, $2 }' "$dir/all.txt")" ||
       return 1
     [[ -z "$lines" ]] || printf '\n%s\n' "$lines" >>"$modfile" || return 1
   fi
   for round in 1 2 3 4 5; do
-    cp "$modfile" "$dir/go.mod" && rm -f "$dir/go.sum" || return 1
-    (cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m all) >"$dir/all.txt" ||
-      { log "   listing the graph of $modfile failed (in $dir)"; return 1; }
+    list_graph "$modfile" "$dir" || return 1
     lines="$(awk -v ex="$exclude" '
       NR == FNR { want[$1] = $2; next }
       NF == 2 || NF == 5 {

@@ -66,8 +66,8 @@ class Kubelet(threading.Thread):
     It also ends, as a kubelet would, a deletion kwok lost: kwok's stage ends a deleted pod
     within 200 ms, but once, on a machine busy with other builds, it never did, and the
     Volcano Job waited for the pod to go before its restart, past the test's 180 s. A pod
-    still deleting after :data:`LOST_DELETION` seconds is removed at once (``lost`` names
-    it), so that what the test checks is the follow, not kwok under load.
+    still deleting after :data:`LOST_DELETION` seconds is removed at once, so that what the
+    test checks is the follow, not kwok under load.
     """
 
     def __init__(
@@ -81,7 +81,6 @@ class Kubelet(threading.Thread):
         self.ran: set[str] = set()
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.lost: list[str] = []
 
     def run(self) -> None:
         from kubernetes import client
@@ -112,8 +111,6 @@ class Kubelet(threading.Thread):
                         and (dt.datetime.now(dt.timezone.utc) - deleting).total_seconds()
                         > LOST_DELETION
                     ):
-                        if f"{name} ({uid})" not in self.lost:
-                            self.lost.append(f"{name} ({uid})")
                         with contextlib.suppress(client.ApiException):
                             api.delete_namespaced_pod(
                                 name, self.kube_cluster.namespace, grace_period_seconds=0
