@@ -2,11 +2,14 @@
 stored while it changes.
 
 While progress is made, at most every ``every`` seconds, :class:`Checkpoints` takes the
-progress, lets :data:`CHECKPOINT_LATENESS` seconds pass (a line handed to the log reaches the
-task log meanwhile, before the cursor that covers it is stored), then waits for a turn of the
-process's checkpoint writes (:mod:`~torchx_provider.triggers.pacing`), taking the progress
-again while it waits, and stores the newest one old enough. A failed write is tried again
-after a pause that doubles per failure up to :data:`CHECKPOINT_BACKOFF` seconds. When the
+progress, lets :data:`CHECKPOINT_LATENESS` seconds pass and waits until every line the
+process had logged by then reached the task log's writer (the triggerer's supervisor, see
+:mod:`~torchx_provider.triggers.delivery`; up to :data:`DELIVERY_WAIT` seconds, else it tries
+again after the pause), so that no cursor is stored before the lines it covers are in the
+task log. Then it waits for a turn of the process's checkpoint writes
+(:mod:`~torchx_provider.triggers.pacing`), taking the progress again while it waits, and
+stores the newest one that can be. A failed write is tried again after a pause that doubles
+per failure up to :data:`CHECKPOINT_BACKOFF` seconds. When the
 follow ends or is stopped from outside, :meth:`Checkpoints.final` stores the progress as it
 is, after the periodic writes have stopped (none of theirs lands after it).
 
@@ -24,6 +27,7 @@ from typing import Any
 from torchx_provider.schedulers.logs import LogCursor
 from torchx_provider.specs.api import AppState
 from torchx_provider.tasklog import TaskLogger
+from torchx_provider.triggers.delivery import Delivery
 from torchx_provider.triggers.pacing import Aging, CheckpointPacer
 
 #: Seconds between checkpoints of a follow's progress, at least.
@@ -32,6 +36,11 @@ CHECKPOINT_EVERY = 1.0
 CHECKPOINT_LATENESS = 0.5
 #: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
 CHECKPOINT_TIMEOUT = 3.0
+#: Seconds a checkpoint waits for the lines its progress covers to reach the task log's
+#: writer before it is put off (to after the pause).
+DELIVERY_WAIT = 3.0
+#: The same for the final checkpoint (a follow that ended or is being stopped).
+FINAL_DELIVERY_WAIT = 1.0
 #: Seconds between checkpoints at most, after failed ones (which double the pause each).
 CHECKPOINT_BACKOFF = 60.0
 
@@ -52,6 +61,8 @@ class Checkpoints:
     :param log: where a failed (and a recovered) write is said, once each.
     :param every: seconds between checkpoints.
     :param pacer: whose turns the writes take; the event loop's by default.
+    :param delivery: tells when the lines logged reached the task log's writer (on
+        ``clock``); the event loop's by default.
     :param stored: the progress already stored (not written again).
     :param clock: monotonic seconds; :param sleep: waits.
     """
@@ -64,6 +75,7 @@ class Checkpoints:
         *,
         every: float = CHECKPOINT_EVERY,
         pacer: CheckpointPacer | None = None,
+        delivery: Delivery | None = None,
         stored: Progress | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
@@ -73,12 +85,15 @@ class Checkpoints:
         self.log = log
         self.every = every
         self.pacer = pacer
+        self.delivery = delivery
         self.clock = clock
         self.sleep = sleep
         #: the progress last stored
         self.stored: Progress = stored if stored is not None else progress()
         #: writes failed in a row
         self.failures = 0
+        #: whether a checkpoint was put off for lines not yet in the task log (said once)
+        self._undelivered_said = False
         self._moved = asyncio.Event()
         self._task: asyncio.Future[None] | None = None
 
@@ -109,7 +124,15 @@ class Checkpoints:
         waits out its timeout though the supervisor serves it. Taking turns, one follow's
         final write would make all the others miss theirs."""
         await self.stop()
+        if self.write is None:
+            return
         progress = self.progress()
+        if not await self._delivery().wait(self.clock(), FINAL_DELIVERY_WAIT):
+            self.log.warning(
+                "the last lines have not all reached the task log's writer; the log cursors "
+                "stored before stand (a restart repeats lines, it loses none)"
+            )
+            return
         if not paced:
             await self._store(progress)
             return
@@ -127,27 +150,51 @@ class Checkpoints:
             self.pacer = CheckpointPacer.current()
         return self.pacer
 
+    def _delivery(self) -> Delivery:
+        if self.delivery is None:
+            # the event loop's, on its clock; checkpoints on a clock of their own (tests)
+            # watch no socket unless given a delivery on that clock
+            own = self.clock is not time.monotonic
+            self.delivery = Delivery(lambda: [], clock=self.clock) if own else Delivery.current()
+        return self.delivery
+
     async def _loop(self) -> None:
         lateness = min(CHECKPOINT_LATENESS, self.every)
         while self.write is not None:
             await self._moved.wait()
             self._moved.clear()
-            taken: Aging[Progress] = Aging(lateness, self.clock)
+            delivery = self._delivery()
+            taken: Aging[Progress] = Aging(lateness, self.clock, delivery.read_by)
             taken.take(self.progress())
             await self.sleep(lateness)
             if taken.settles_in() > 0:  # a timer may fire a hair early
                 await self.sleep(taken.settles_in())
-            await self._in_turn(taken)
+            if await delivery.wait(taken.oldest_taken_at(), DELIVERY_WAIT):
+                await self._in_turn(taken)
+            else:
+                self._put_off()
             await self.sleep(self._pause(lateness))
+
+    def _put_off(self) -> None:
+        """The lines the progress covers are not in the task log yet: no checkpoint now."""
+        self._moved.set()
+        if not self._undelivered_said:
+            self._undelivered_said = True
+            self.log.info(
+                "lines logged %.0f s ago have not all reached the task log's writer; "
+                "their log cursors are stored once they have",
+                DELIVERY_WAIT,
+            )
 
     async def _in_turn(self, taken: Aging[Progress]) -> None:
         """Wait for a turn, taking the progress meanwhile; then store the newest progress
         old enough."""
-        written: list[Progress] = []
+        written: list[Progress | None] = []
 
-        def produce() -> Awaitable[None]:
+        async def produce() -> None:
             written.append(taken.aged())
-            return self._store(written[0])
+            if written[0] is not None:
+                await self._store(written[0])
 
         turn = asyncio.ensure_future(self._pacer().write(produce))
         try:

@@ -117,19 +117,29 @@ _PACERS: PerLoop[CheckpointPacer] = PerLoop(CheckpointPacer)
 
 
 class Aging(Generic[T]):
-    """Snapshots of a follow's progress; :meth:`aged` is the newest one taken at least
-    ``lateness`` seconds ago (the lines it covers have had that long to reach the task log)."""
+    """Snapshots of a follow's progress; :meth:`aged` is the newest one that can be stored:
+    taken at least ``lateness`` seconds ago, and before ``read_by()`` (the last moment at
+    which everything the process had logged had reached the task log's writer, see
+    :mod:`~torchx_provider.triggers.delivery`; always, by default)."""
 
-    def __init__(self, lateness: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        lateness: float,
+        clock: Callable[[], float] = time.monotonic,
+        read_by: Callable[[], float] | None = None,
+    ) -> None:
         self.lateness = lateness
         self.clock = clock
+        self.read_by = read_by or (lambda: float("inf"))
         self._taken: deque[tuple[float, T]] = deque()
 
     def take(self, value: T) -> None:
         now = self.clock()
-        # of the snapshots old enough, only the newest can still be the one stored
-        while len(self._taken) >= 2 and now - self._taken[1][0] >= self.lateness:
-            self._taken.popleft()
+        # of the snapshots that can be stored, only the newest can still be the one stored
+        if len(self._taken) >= 2:
+            read_by = self.read_by()
+            while len(self._taken) >= 2 and self._storable(self._taken[1][0], now, read_by):
+                self._taken.popleft()
         self._taken.append((now, value))
 
     def settles_in(self) -> float:
@@ -139,20 +149,30 @@ class Aging(Generic[T]):
         return max(0.0, self._taken[-1][0] + self.lateness - self.clock())
 
     def __len__(self) -> int:
-        """Snapshots kept (of those old enough, only the newest is)."""
+        """Snapshots kept (of those that can be stored, only the newest is)."""
         return len(self._taken)
+
+    def oldest_taken_at(self) -> float:
+        """When (on ``clock``) the oldest snapshot kept was taken."""
+        if not self._taken:
+            raise LookupError("no snapshot taken")
+        return self._taken[0][0]
 
     def newest(self) -> T:
         if not self._taken:
             raise LookupError("no snapshot taken")
         return self._taken[-1][1]
 
-    def aged(self) -> T:
-        """The newest snapshot old enough; the oldest one while none is."""
+    def aged(self) -> T | None:
+        """The newest snapshot that can be stored; ``None`` while none can."""
         if not self._taken:
             raise LookupError("no snapshot taken")
-        now = self.clock()
+        now, read_by = self.clock(), self.read_by()
         for taken_at, value in reversed(self._taken):
-            if now - taken_at >= self.lateness:
+            if self._storable(taken_at, now, read_by):
                 return value
-        return self._taken[0][1]
+        return None
+
+    def _storable(self, taken_at: float, now: float, read_by: float) -> bool:
+        # (the sum, as in settles_in: a difference can round the other way)
+        return taken_at + self.lateness <= now and taken_at < read_by

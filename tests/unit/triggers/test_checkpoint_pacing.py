@@ -146,7 +146,7 @@ def test_aging_gives_the_newest_snapshot_old_enough() -> None:
     aging: Aging[str] = Aging(0.5, clock)
     aging.take("a")
     assert aging.settles_in() == pytest.approx(0.5)
-    assert aging.aged() == "a"  # none is old enough yet: the oldest
+    assert aging.aged() is None  # none is old enough yet
     clock.now += 0.6
     aging.take("b")
     clock.now += 0.3
@@ -157,6 +157,28 @@ def test_aging_gives_the_newest_snapshot_old_enough() -> None:
     clock.now += 0.6
     aging.take("d")  # b and c are old enough: only c can still be stored
     assert len(aging) == 2 and aging.aged() == "c" and aging.newest() == "d"
+
+
+def test_aging_gives_only_snapshots_taken_before_the_lines_were_seen_read() -> None:
+    """Old enough is not enough: a snapshot can be stored once everything logged before it
+    was seen read by the task log's writer."""
+    clock = VirtualClock(100.0)
+    read_by = [float("-inf")]
+    aging: Aging[str] = Aging(0.5, clock, lambda: read_by[0])
+    aging.take("a")
+    clock.now += 1.0
+    assert aging.aged() is None  # old enough, its lines not read yet
+    aging.take("b")
+    read_by[0] = clock.now - 0.5  # seen read after a, before b
+    clock.now += 1.0
+    aging.take("c")  # b is old enough but not read: a is kept
+    assert len(aging) == 3 and aging.aged() == "a"
+    read_by[0] = clock.now  # seen read as c was taken: maybe before it
+    assert aging.aged() == "b"
+    clock.now += 0.5
+    assert aging.aged() == "b"
+    read_by[0] = clock.now
+    assert aging.aged() == "c"
 
 
 def submit(**meta: Any) -> str:
