@@ -105,7 +105,9 @@ if [ -n "${CI:-}" ] && [ -z "${TORCHX_TEST_KUBECONFIG:-}" ]; then
 fi
 run_cluster_lane "$@" &
 cluster_pid=$!
-run_pytest local --lane local "$@" &
+# (its file only-unit-left: made once only tests of tests/unit are left, tests/conftest.py)
+rm -f "$OUT/only-unit-left"
+TORCHX_TEST_ONLY_UNIT_LEFT="$OUT/only-unit-left" run_pytest local --lane local "$@" &
 local_pid=$!
 # Show every process's lines as they are written, prefixed with its name (each tail stops
 # once its lane has ended and it has caught up).

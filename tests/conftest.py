@@ -171,6 +171,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
+#: (CI) a file this session makes once only tests of ``tests/unit`` are left to run: from
+#: then on it starts no container, and CI starts the other versions' tiers beside it
+ONLY_UNIT_LEFT = "TORCHX_TEST_ONLY_UNIT_LEFT"
+_last_not_unit: list[str] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    flag = os.environ.get(ONLY_UNIT_LEFT)
+    if not flag:
+        return
+    others = [item.nodeid for item in session.items if not item.nodeid.startswith("tests/unit/")]
+    if others:
+        _last_not_unit[:] = others[-1:]
+    else:
+        Path(flag).touch()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    flag = os.environ.get(ONLY_UNIT_LEFT)
+    if flag and nodeid in _last_not_unit:
+        Path(flag).touch()
+
+
 @pytest.fixture(autouse=True)
 def cluster_turn_taken(request: pytest.FixtureRequest) -> Iterator[None]:
     """Where other pytest processes use the same cluster (``kube`` and ``rows`` of the test

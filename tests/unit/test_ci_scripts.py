@@ -11,7 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.checkout
 
 
 def _script(name: str) -> Any:

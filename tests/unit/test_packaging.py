@@ -70,7 +70,7 @@ def requirements(meta: Message) -> list[Requirement]:
     return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.checkout]
 
 
 def test_license_is_an_spdx_expression_with_its_file(built: tuple[Path, Path]) -> None:
