@@ -4,9 +4,9 @@ stored while it changes.
 While progress is made, at most every ``every`` seconds, :class:`Checkpoints` takes the
 progress, lets :data:`CHECKPOINT_LATENESS` seconds pass and waits until every line the
 process had logged by then reached the task log's writer (the triggerer's supervisor, see
-:mod:`~torchx_provider.triggers.delivery`; up to :data:`DELIVERY_WAIT` seconds, else it tries
-again after the pause), so that no cursor is stored before the lines it covers are in the
-task log. Then it waits for a turn of the process's checkpoint writes
+:mod:`~torchx_provider.triggers.delivery`; after :data:`DELIVERY_WAIT` seconds it says so,
+once, and waits on), so that no cursor is stored before the lines it covers are in the task
+log. Then it waits for a turn of the process's checkpoint writes
 (:mod:`~torchx_provider.triggers.pacing`), taking the progress again while it waits, and
 stores the newest one that can be. A failed write is tried again after a pause that doubles
 per failure up to :data:`CHECKPOINT_BACKOFF` seconds. When the
@@ -20,6 +20,7 @@ repeats nothing, after a crash what each replica wrote since the last stored che
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,7 +38,7 @@ CHECKPOINT_LATENESS = 0.5
 #: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
 CHECKPOINT_TIMEOUT = 3.0
 #: Seconds a checkpoint waits for the lines its progress covers to reach the task log's
-#: writer before it is put off (to after the pause).
+#: writer before it says so (once per follow; it waits on).
 DELIVERY_WAIT = 3.0
 #: The same for the final checkpoint (a follow that ended or is being stopped).
 FINAL_DELIVERY_WAIT = 1.0
@@ -169,15 +170,15 @@ class Checkpoints:
             await self.sleep(lateness)
             if taken.settles_in() > 0:  # a timer may fire a hair early
                 await self.sleep(taken.settles_in())
-            if await delivery.wait(taken.oldest_taken_at(), DELIVERY_WAIT):
-                await self._in_turn(taken)
-            else:
-                self._put_off()
+            since = taken.oldest_taken_at()
+            if not await delivery.wait(since, DELIVERY_WAIT):
+                self._say_undelivered()
+                await delivery.wait(since, math.inf)
+            await self._in_turn(taken)
             await self.sleep(self._pause(lateness))
 
-    def _put_off(self) -> None:
-        """The lines the progress covers are not in the task log yet: no checkpoint now."""
-        self._moved.set()
+    def _say_undelivered(self) -> None:
+        """The lines the progress covers are not in the task log yet (said once)."""
         if not self._undelivered_said:
             self._undelivered_said = True
             self.log.info(

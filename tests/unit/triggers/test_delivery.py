@@ -144,7 +144,7 @@ def at(second: int) -> dict[str, LogCursor]:
 
 async def test_a_checkpoint_waits_for_its_lines_and_is_put_off_while_they_are_unread() -> None:
     """A supervisor far behind: no cursor is stored before the lines it covers were read;
-    the follow says so once, and stores them once they were."""
+    the follow says so once, waits on, and stores them once they were."""
     clock = VirtualClock(100.0)
     channels = Channels()
     channels.left = 4096
@@ -175,16 +175,25 @@ async def test_a_checkpoint_waits_for_its_lines_and_is_put_off_while_they_are_un
     channels.left = 0
     await clock.until(lambda: bool(stored), limit=3 * DELIVERY_WAIT)
     assert stored == [at(1)]
+    channels.left = 4096  # behind again, and progress made: stored once read
+    cursors.update(at(4))
+    checkpoints.moved()
+    await clock.advance(3 * DELIVERY_WAIT)
+    assert stored == [at(1)]
+    channels.left = 0
+    await clock.until(lambda: len(stored) == 2, limit=3 * DELIVERY_WAIT)
+    assert stored == [at(1), at(4)]
+    await checkpoints.stop()
     # the final checkpoint waits the same way; unread, the stored cursors stand
     cursors.update(at(2))
     channels.left = 10
     await clock.run(checkpoints.final())
-    assert stored == [at(1)]
+    assert stored == [at(1), at(4)]
     assert any("the log cursors stored before stand" in ln for ln in log.lines)
     channels.left = 0
     cursors.update(at(3))
     await clock.run(checkpoints.final())
-    assert stored == [at(1), at(3)]
+    assert stored == [at(1), at(4), at(3)]
 
 
 WRITER = """
