@@ -4,14 +4,17 @@ stored while it changes.
 While progress is made, at most every ``every`` seconds, :class:`Checkpoints` takes the
 progress, lets :data:`CHECKPOINT_LATENESS` seconds pass and waits until every line the
 process had logged by then reached the task log's writer (the triggerer's supervisor, see
-:mod:`~torchx_provider.triggers.delivery`; after :data:`DELIVERY_WAIT` seconds it says so,
-once, and waits on), so that no cursor is stored before the lines it covers are in the task
-log. Then it waits for a turn of the process's checkpoint writes
-(:mod:`~torchx_provider.triggers.pacing`), taking the progress again while it waits, and
-stores the newest one that can be. A failed write is tried again after a pause that doubles
-per failure up to :data:`CHECKPOINT_BACKOFF` seconds. When the
-follow ends or is stopped from outside, :meth:`Checkpoints.final` stores the progress as it
-is, after the periodic writes have stopped (none of theirs lands after it).
+:mod:`~torchx_provider.triggers.delivery`), so that no cursor is stored before the lines it
+covers are in the task log; after :data:`DELIVERY_WAIT` seconds it says so (once), and the
+checkpoint holds the cursors stored before with the rest of the progress (the state and
+the replicas' progress are not held up by a supervisor behind on the log). Then it waits
+for a turn of the process's checkpoint writes (:mod:`~torchx_provider.triggers.pacing`),
+taking the progress again while it waits, and stores the newest one that can be. A failed
+write is tried again after a pause that doubles per failure up to
+:data:`CHECKPOINT_BACKOFF` seconds. When the follow ends or is stopped from outside,
+:meth:`Checkpoints.final` stores the progress as it is (its cursors once their lines were
+read, as above, waiting :data:`FINAL_DELIVERY_WAIT` seconds at most), after the periodic
+writes have stopped (none of theirs lands after it).
 
 A follow rebuilt from the stored cursors therefore loses nothing; after a graceful stop it
 repeats nothing, after a crash what each replica wrote since the last stored checkpoint.
@@ -20,7 +23,6 @@ repeats nothing, after a crash what each replica wrote since the last stored che
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,7 +40,8 @@ CHECKPOINT_LATENESS = 0.5
 #: Seconds a checkpoint may take before it is given up (and tried again with newer progress).
 CHECKPOINT_TIMEOUT = 3.0
 #: Seconds a checkpoint waits for the lines its progress covers to reach the task log's
-#: writer before it says so (once per follow; it waits on).
+#: writer; then it says so (once per follow) and stores the rest of its progress with the
+#: cursors stored before, and tries again after the pause.
 DELIVERY_WAIT = 3.0
 #: The same for the final checkpoint (a follow that ended or is being stopped).
 FINAL_DELIVERY_WAIT = 1.0
@@ -133,7 +136,7 @@ class Checkpoints:
                 "the last lines have not all reached the task log's writer; the log cursors "
                 "stored before stand (a restart repeats lines, it loses none)"
             )
-            return
+            progress = self._with_stored_cursors(progress)
         if not paced:
             await self._store(progress)
             return
@@ -170,10 +173,8 @@ class Checkpoints:
             await self.sleep(lateness)
             if taken.settles_in() > 0:  # a timer may fire a hair early
                 await self.sleep(taken.settles_in())
-            since = taken.oldest_taken_at()
-            if not await delivery.wait(since, DELIVERY_WAIT):
+            if not await delivery.wait(taken.oldest_taken_at(), DELIVERY_WAIT):
                 self._say_undelivered()
-                await delivery.wait(since, math.inf)
             await self._in_turn(taken)
             await self.sleep(self._pause(lateness))
 
@@ -187,15 +188,21 @@ class Checkpoints:
                 DELIVERY_WAIT,
             )
 
+    def _with_stored_cursors(self, progress: Progress) -> Progress:
+        """``progress`` with the log cursors stored before (its lines are not all in the
+        task log yet): the rest of it (the state, the replicas' progress) is not held up."""
+        return (self.stored[0], *progress[1:])
+
     async def _in_turn(self, taken: Aging[Progress]) -> None:
         """Wait for a turn, taking the progress meanwhile; then store the newest progress
         old enough."""
-        written: list[Progress | None] = []
+        written: list[Progress] = []
 
         async def produce() -> None:
-            written.append(taken.aged())
-            if written[0] is not None:
-                await self._store(written[0])
+            aged = taken.aged()
+            # none whose lines were all read: the rest of the newest, with the cursors stored
+            written.append(aged if aged is not None else self._with_stored_cursors(taken.newest()))
+            await self._store(written[0])
 
         turn = asyncio.ensure_future(self._pacer().write(produce))
         try:

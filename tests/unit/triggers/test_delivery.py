@@ -74,32 +74,61 @@ def test_what_is_unread_is_counted_until_the_peer_read_all_of_it() -> None:
     assert unread(channels) is None  # closed: no longer the socket it was
 
 
+@linux
+def test_looking_leaves_every_descriptor_as_it_was() -> None:
+    """No Python socket object is made on another's descriptor: under a default timeout
+    one would make it non-blocking (a log channel written without a buffer would then
+    drop what does not fit)."""
+    ours, theirs = socket.socketpair()
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(30)
+    try:
+        with ours, theirs:
+            assert os.get_blocking(ours.fileno()) and os.get_blocking(theirs.fileno())
+            found = parent_channels(os.getpid())
+            assert {ours.fileno(), theirs.fileno()} <= {fd for fd, _ in found}
+            assert os.get_blocking(ours.fileno()) and os.get_blocking(theirs.fileno())
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
 class Channels:
-    """Parent sockets played: what is left unread on them, and how often they were found."""
+    """Parent sockets played: what is left unread on them, how often they were found (a
+    search can fail, ``broken``), and how often looked at."""
 
     def __init__(self, found: bool = True) -> None:
         self.found = found
+        self.broken = False
         self.left: int | None = 0
         self.finds = 0
         self.looks = 0
 
-    def find(self) -> list[tuple[int, int]]:
+    def find(self) -> list[tuple[int, str]]:
         self.finds += 1
-        return [(3, 77)] if self.found else []
+        if self.broken:
+            raise OSError(24, "Too many open files")
+        return [(3, "socket:[77]")] if self.found else []
 
-    def unread(self, channels: list[tuple[int, int]]) -> int | None:
+    def unread(self, channels: list[tuple[int, str]]) -> int | None:
         self.looks += 1
         return self.left
 
 
+async def inline(find: Any) -> Any:
+    return find()
+
+
 def delivery_on(clock: VirtualClock, channels: Channels) -> Delivery:
-    return Delivery(channels.find, channels.unread, clock=clock, sleep=clock.sleep)
+    return Delivery(
+        channels.find, channels.unread, clock=clock, sleep=clock.sleep, in_thread=inline
+    )
 
 
 async def test_without_parent_sockets_there_is_nothing_to_wait_for() -> None:
     clock = VirtualClock(10.0)
     channels = Channels(found=False)
     delivery = delivery_on(clock, channels)
+    assert await clock.run(delivery.wait(clock(), 1.0))
     assert delivery.read_by() == float("inf")
     assert await clock.run(delivery.wait(clock(), 1.0))
     assert channels.finds == 1, "found once, not on every look"
@@ -109,6 +138,7 @@ async def test_waits_until_the_sockets_were_seen_empty_after_the_moment_asked() 
     clock = VirtualClock(10.0)
     channels = Channels()
     delivery = delivery_on(clock, channels)
+    assert await clock.run(delivery.wait(9.0, 1.0))
     assert delivery.read_by() == 10.0
     channels.left = 500
     clock.now = 11.0
@@ -127,37 +157,51 @@ async def test_waits_until_the_sockets_were_seen_empty_after_the_moment_asked() 
     assert delivery.read_by() > 12.0
 
 
-def test_a_socket_gone_is_looked_for_again() -> None:
+async def test_sockets_that_cannot_be_looked_at_are_never_taken_for_none() -> None:
+    """A search that fails (descriptors that cannot be listed now) or a socket replaced
+    leaves the sockets unknown: nothing counts as read until they are found again."""
+    clock = VirtualClock(10.0)
     channels = Channels()
-    sockets = Delivery(channels.find, channels.unread)
-    assert sockets.unread() == 0 and channels.finds == 1
-    channels.left = None  # gone, and what is found again is gone too: no parent socket
-    assert sockets.unread() is None and channels.finds == 2
-    channels.left = 7
-    assert sockets.unread() == 7 and channels.finds == 3
-    assert sockets.unread() == 7 and channels.finds == 3, "kept while they are there"
+    channels.broken = True
+    delivery = delivery_on(clock, channels)
+    assert not await clock.run(delivery.wait(9.0, 1.0))
+    assert delivery.read_by() == float("-inf")
+    channels.broken = False
+    assert await clock.run(delivery.wait(clock(), 1.0))
+    found = channels.finds
+    clock.now += 1.0
+    channels.left = None  # replaced: looked for again, by the next wait
+    seen = delivery.read_by()
+    assert seen < clock() and delivery.read_by() == seen
+    channels.broken = True
+    assert not await clock.run(delivery.wait(clock(), 1.0))
+    channels.broken, channels.left = False, 0
+    assert await clock.run(delivery.wait(clock(), 1.0))
+    assert channels.finds > found + 1
 
 
 def at(second: int) -> dict[str, LogCursor]:
     return {"trainer/0": LogCursor(since=datetime(2026, 1, 1, 0, 0, second, tzinfo=timezone.utc))}
 
 
-async def test_a_checkpoint_waits_for_its_lines_and_is_put_off_while_they_are_unread() -> None:
+async def test_a_checkpoint_holds_back_only_the_cursors_whose_lines_are_unread() -> None:
     """A supervisor far behind: no cursor is stored before the lines it covers were read;
-    the follow says so once, waits on, and stores them once they were."""
+    the follow says so once, and meanwhile stores the rest of its progress (the state) with
+    the cursors stored before; the cursors once their lines were read."""
     clock = VirtualClock(100.0)
     channels = Channels()
     channels.left = 4096
-    stored: list[dict[str, LogCursor]] = []
+    stored: list[tuple[dict[str, LogCursor], AppState | None]] = []
 
     async def write(cursors: dict[str, LogCursor], state: AppState | None, *_: Any) -> None:
-        stored.append(cursors)
+        stored.append((cursors, state))
 
     log = ListLog()
     cursors: dict[str, LogCursor] = {}
+    state: list[AppState | None] = [None]
     checkpoints = Checkpoints(
         write,
-        lambda: (dict(cursors), None),
+        lambda: (dict(cursors), state[0]),
         log,
         every=1.0,
         pacer=CheckpointPacer(clock=clock, sleep=clock.sleep, min_gap=0.0),
@@ -167,33 +211,33 @@ async def test_a_checkpoint_waits_for_its_lines_and_is_put_off_while_they_are_un
     )
     checkpoints.start()
     cursors.update(at(1))
+    state[0] = AppState.RUNNING
     checkpoints.moved()
     await clock.advance(3 * DELIVERY_WAIT)
-    assert not stored
+    assert stored == [({}, AppState.RUNNING)], "the state, not the cursors"
     said = [ln for ln in log.lines if "not all reached the task log's writer" in ln]
     assert len(said) == 1, log.lines
     channels.left = 0
-    await clock.until(lambda: bool(stored), limit=3 * DELIVERY_WAIT)
-    assert stored == [at(1)]
-    channels.left = 4096  # behind again, and progress made: stored once read
+    await clock.until(lambda: len(stored) == 2, limit=3 * DELIVERY_WAIT)
+    assert stored[-1] == (at(1), AppState.RUNNING)
+    channels.left = 4096  # behind again, and progress made: its cursors stored once read
     cursors.update(at(4))
     checkpoints.moved()
     await clock.advance(3 * DELIVERY_WAIT)
-    assert stored == [at(1)]
+    assert len(stored) == 2
     channels.left = 0
-    await clock.until(lambda: len(stored) == 2, limit=3 * DELIVERY_WAIT)
-    assert stored == [at(1), at(4)]
-    await checkpoints.stop()
-    # the final checkpoint waits the same way; unread, the stored cursors stand
-    cursors.update(at(2))
+    await clock.until(lambda: len(stored) == 3, limit=3 * DELIVERY_WAIT)
+    assert stored[-1] == (at(4), AppState.RUNNING)
+    # the final checkpoint waits the same way: unread, the stored cursors with its state
+    cursors.update(at(5))
+    state[0] = AppState.SUCCEEDED
     channels.left = 10
     await clock.run(checkpoints.final())
-    assert stored == [at(1), at(4)]
+    assert stored[-1] == (at(4), AppState.SUCCEEDED)
     assert any("the log cursors stored before stand" in ln for ln in log.lines)
     channels.left = 0
-    cursors.update(at(3))
     await clock.run(checkpoints.final())
-    assert stored == [at(1), at(4), at(3)]
+    assert stored[-1] == (at(5), AppState.SUCCEEDED)
 
 
 WRITER = """
@@ -233,14 +277,15 @@ asyncio.run(main())
 
 
 @linux
-def test_a_slow_parent_never_gets_a_checkpoint_ahead_of_the_lines_it_read() -> None:
+def test_a_parent_behind_never_gets_a_checkpoint_ahead_of_the_lines_it_read() -> None:
     """The race a killed triggerer lost lines to, with real processes and sockets: the
-    parent reads the log socket 4 KB at a time (as Airflow's supervisors do) and slowly,
-    requests at once. Every checkpoint it gets covers only lines it had read by then."""
+    parent reads the log socket 4 KB at a time (as Airflow's supervisors do), keeping up
+    for 0.3 s then slow for 0.5 s, again and again; requests at once. Every checkpoint it
+    gets covers only lines it had read by then, and checkpoints keep coming."""
     import selectors
     import time
 
-    lines = 600  # ~170 KB of records: well ahead of a reader of 40 KB a second
+    lines = 1200  # ~350 KB of records in ~3 s: the slow spells fall far behind
     log_ours, log_theirs = socket.socketpair()
     req_ours, req_theirs = socket.socketpair()
     child = subprocess.Popen(
@@ -257,37 +302,34 @@ def test_a_slow_parent_never_gets_a_checkpoint_ahead_of_the_lines_it_read() -> N
     )
     log_theirs.close()
     req_theirs.close()
-    read, pending, checkpoints = 0, b"", []
-    ahead: list[tuple[int, int]] = []
-    log_ours.setblocking(False)
+    read, pending = 0, b""
+    checkpoints: list[tuple[int, int]] = []  # (the last line covered, lines read by then)
+    started = time.monotonic()
     with selectors.DefaultSelector() as sel, log_ours, req_ours:
-        sel.register(req_ours, selectors.EVENT_READ)
-        next_log_read, deadline = 0.0, time.monotonic() + 120
-        log_open = req_open = True
-        while (log_open or req_open) and time.monotonic() < deadline:
-            if req_open and sel.select(timeout=max(0.0, next_log_read - time.monotonic())):
-                chunk = req_ours.recv(4096)
-                req_open = bool(chunk)
-                pending += chunk
-                *done, pending = pending.split(b"\n")
-                for raw in done:
-                    upto = json.loads(raw)  # the last line the checkpoint covers
-                    checkpoints.append(upto)
-                    if upto >= read:
-                        ahead.append((upto, read))
-            if log_open and time.monotonic() >= next_log_read:
-                try:
-                    chunk = log_ours.recv(4096)
-                except BlockingIOError:
-                    chunk = None
-                if chunk is not None:
-                    log_open = bool(chunk)
+        sel.register(req_ours, selectors.EVENT_READ, "req")
+        sel.register(log_ours, selectors.EVENT_READ, "log")
+        next_slow_read, deadline = 0.0, started + 120
+        while sel.get_map() and time.monotonic() < deadline:
+            now = time.monotonic()
+            keeping_up = (now - started) % 0.8 < 0.3
+            for key, _ in sel.select(timeout=0.01):
+                if key.data == "log" and not keeping_up:
+                    if now < next_slow_read:
+                        continue
+                    next_slow_read = now + 0.1
+                chunk = key.fileobj.recv(4096)  # type: ignore[union-attr]
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif key.data == "log":
                     read += chunk.count(b"\n")
-                next_log_read = time.monotonic() + 0.1
-            elif not req_open:
-                time.sleep(max(0.0, next_log_read - time.monotonic()))
+                else:
+                    pending += chunk
+                    *done, pending = pending.split(b"\n")
+                    checkpoints += [(json.loads(raw), read) for raw in done]
         _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err.decode()
     assert read >= lines, read
-    assert checkpoints, "no checkpoint reached the parent"
+    ahead = [(upto, seen) for upto, seen in checkpoints if upto >= seen]
     assert not ahead, f"checkpoints ahead of the lines read: {ahead[:5]}"
+    moving = [upto for upto, _ in checkpoints if 0 <= upto < lines - 1]
+    assert len(set(moving)) >= 3, f"the checkpoints stopped coming: {checkpoints}"
