@@ -765,11 +765,11 @@ def test_the_shipped_retry_policy_retries_a_replica_evicted_on_kubernetes(
     try:
         wait_for("the retried task to end", ended, 300, interval=1)
     except TimeoutError as e:
-        raise AssertionError(timeline(deployment, dag_id, run_id)) from e
+        raise AssertionError("\n".join(timeline(deployment, dag_id, run_id))) from e
     ti = deployment.ti(dag_id, run_id, "train")
-    assert ti["state"] == "success" and ti["try_number"] >= 2, (
-        ti,
-        timeline(deployment, dag_id, run_id),
+    # (a message of one string: pytest shortens a tuple's)
+    assert ti["state"] == "success" and ti["try_number"] >= 2, "\n".join(
+        [str(ti), *timeline(deployment, dag_id, run_id)]
     )
     text = attempt_text(deployment, dag_id, 1)
     assert "InfrastructureError" in text, text[-3000:]
@@ -873,7 +873,8 @@ def timeline(dep: Deployment, dag_id: str, run_id: str) -> list[str]:
                 continue
             event = str(record.get("event", ""))
             if not event.startswith("[worker/"):
-                out.append(f"{path.name} {record.get('timestamp')} {event[:100]}")
+                error = str(record.get("error_detail") or "")[:600]
+                out.append(f"{path.name} {record.get('timestamp')} {event[:100]} {error}".rstrip())
     return out
 
 
