@@ -9,7 +9,8 @@
 #   cluster.sh status      show which processes run and whether the API answers
 #   cluster.sh kubeconfig  print the path of the admin kubeconfig
 #   cluster.sh env         print KEY=VALUE lines: kubeconfigs, namespace, servers
-#   cluster.sh missing     print the components not built yet, one a line (none: all cached)
+#   cluster.sh missing     print the components not built yet, one a line (none: all cached;
+#                          the real node's too)
 #   cluster.sh pin MODFILE [EXCLUDE]
 #                          pin the module graph of MODFILE to the version set Kueue, JobSet
 #                          and CoreDNS share (see shared_versions)
@@ -1045,6 +1046,7 @@ missing_components() {
   [[ -x "$(mcad_dir)/kar-controllers" || -e "$(mcad_dir).failed" ]] || echo "mcad"
   [[ -x "$(kueue_dir)/kueue" ]] && kueue_crds_present || echo "kueue"
   jobset_built || echo "jobset"
+  bash "$HERE/node.sh" missing  # the real node's: pause, kubelet, coredns
 }
 
 cmd_up() {

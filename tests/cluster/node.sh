@@ -5,6 +5,7 @@
 #   node.sh build [COMPONENT...]
 #                    build the pause program, the kubelet and CoreDNS into the cluster
 #                    cache (once per version; COMPONENT: pause, kubelet, coredns)
+#   node.sh missing  print those not built yet, one a line (none: all cached)
 #   node.sh up       build if needed, then start containerd, CoreDNS and the kubelet and
 #                    wait until the node is Ready (idempotent); the cluster must be up
 #   node.sh down     stop what 'up' started, remove the node, its pods' containers,
@@ -1089,19 +1090,27 @@ cmd_images() {
   step "images from the Docker engine: $IMAGES" import_images
 }
 
+# cmd_missing: print the components whose binaries are not cached, one a line.
+cmd_missing() {
+  [[ -x "$(pause_dir)/pause" ]] || echo "pause"
+  [[ -x "$(kubelet_dir)/kubelet" ]] || echo "kubelet"
+  [[ -x "$(coredns_dir)/coredns" ]] || echo "coredns"
+}
+
 main() {
   case "${1:-}" in
     up | down | smoke | images) lock ;;
   esac
   case "${1:-}" in
     build) shift; cmd_build "$@" ;;
+    missing) cmd_missing ;;
     images) shift; cmd_images "$@" ;;
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
     smoke) cmd_smoke ;;
     *)
-      echo "usage: $0 build|up|down|images|status|smoke" >&2
+      echo "usage: $0 build|missing|up|down|images|status|smoke" >&2
       exit 2
       ;;
   esac
