@@ -30,6 +30,7 @@ from __future__ import annotations
 import array
 import asyncio
 import ctypes
+import functools
 import os
 import socket
 import time
@@ -97,13 +98,9 @@ def _option(fd: int, option: int, ints: int = 1) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-_LIBC: list[Any] = []
-
-
+@functools.cache
 def _libc() -> Any:
-    if not _LIBC:
-        _LIBC.append(ctypes.CDLL(None, use_errno=True))
-    return _LIBC[0]
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def unread(channels: list[Channel]) -> int | None:
@@ -162,11 +159,12 @@ class Delivery:
         """Look now; the last moment at which everything sent before it had been read
         (``inf``: this process has no socket to its parent, nothing to wait for; before the
         sockets were found, the last moment known)."""
-        if self._channels is None or self._parent != os.getppid():
+        channels = self._known()
+        if channels is None:
             return self._read_at
-        if not self._channels:
+        if not channels:
             return float("inf")
-        left = self._count(self._channels)
+        left = self._count(channels)
         if left is None:  # a socket closed or replaced: found again (by the next wait)
             self._channels = None
         elif left == 0:
@@ -189,11 +187,15 @@ class Delivery:
     async def _found(self) -> None:
         """Find the sockets to the parent, if not known (in a thread, one search at a
         time); a search that failed leaves them unknown."""
-        if self._channels is not None and self._parent == os.getppid():
+        if self._known() is not None:
             return
         if self._finding is None or self._finding.done():
             self._finding = asyncio.ensure_future(self._search())
         await asyncio.shield(self._finding)
+
+    def _known(self) -> list[Channel] | None:
+        """The sockets to the parent, if found for this parent (``None``: to be found)."""
+        return self._channels if self._parent == os.getppid() else None
 
     async def _search(self) -> None:
         parent = os.getppid()
