@@ -322,6 +322,18 @@ def deployment(
     assert max(blocks, default=0) < 1.0, f"the triggerer reported a blocked event loop: {blocks}"
 
 
+@pytest.fixture(autouse=True)
+def components_survive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, every process of the deployment still runs: one that exited by
+    itself fails that test (with what it printed last) and is started again, so the tests
+    after it do not all fail for it."""
+    yield
+    if "deployment" not in request.fixturenames:
+        return
+    exited = request.getfixturevalue("deployment").revive()
+    assert not exited, "\n".join(exited)
+
+
 @pytest.fixture
 def deployed_kube(
     deployment_cluster: tuple[Any, str | None], skip_or_fail: Callable[[str], NoReturn]
@@ -1104,7 +1116,7 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
     watcher.start()
     deployment.start("triggerer", name="triggerer-2")
     frozen = "triggerer"
-    deployment.signal(frozen, signal.SIGSTOP)
+    stops = deployment.freeze(frozen)
     try:
         try:
             # past the 10 s heartbeat threshold, the other triggerer takes the trigger over
@@ -1139,7 +1151,7 @@ def test_a_frozen_triggerer_hands_its_job_over_and_does_not_cancel_it_on_resumin
             deployment.start(frozen)
         if "triggerer-2" in deployment.procs:
             deployment.stop("triggerer-2")
-    print(f"followers of the job over time (s, triggerer id): {followers}")
+    print(f"followers of the job over time (s, triggerer id): {followers}; stops: {stops}")
     ti = deployment.ti(dag_id, run_id, "train")
     assert ti["try_number"] == 1, ti
     events = deployment.task_log_events(dag_id, run_id, "train")

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.error
@@ -119,6 +120,41 @@ class Deployment:
             self.paused.add(self._log_path(name, self.restarts[name] - 1))
         os.killpg(self.procs[name].pid, sig)
 
+    def freeze(self, name: str, tries: int = 20) -> int:
+        """Freeze ``name`` (SIGSTOP) at a moment it holds no write lock on the metadata
+        database; how many stops it took.
+
+        SQLite has one writer at a time: a process frozen inside a write transaction (the
+        triggerer's supervisor writes heartbeats, trigger rows and the triggers' XComs
+        every second) would lock every other component out for as long as it is frozen, and
+        their writes fail ("database is locked"), which a frozen triggerer on a server
+        database (row locks) does not do. So each stop is followed by a write of our own
+        (``BEGIN IMMEDIATE``, rolled back); if the database stays locked, the process is
+        resumed and stopped again a moment later.
+        """
+        for attempt in range(1, tries + 1):
+            self.signal(name, signal.SIGSTOP)
+            if self._database_writable(timeout=5):
+                return attempt
+            print(f"{name} was frozen holding the database's write lock: resumed, stopped again")
+            self.signal(name, signal.SIGCONT)
+            time.sleep(0.2 + 0.1 * attempt)
+        raise RuntimeError(f"{name} held the database's write lock at each of {tries} stops")
+
+    def _database_writable(self, timeout: float) -> bool:
+        """Whether a write transaction on the metadata database begins within ``timeout``."""
+        db = sqlite3.connect(self.home / "airflow.db", timeout=timeout, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                return False
+            raise
+        finally:
+            db.close()
+
     def _log_path(self, name: str, n: int) -> Path:
         return self.home / "out" / f"{name}.{n}.log"
 
@@ -153,6 +189,19 @@ class Deployment:
             health.get(c, {}).get("status") == "healthy"
             for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")
         )
+
+    def revive(self) -> list[str]:
+        """Start again every process of the deployment that exited by itself (not stopped
+        by a test); what each printed last, one entry per process (none: all running)."""
+        told = []
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            last = self._log_path(name, self.restarts[name] - 1).read_text(errors="replace")
+            told.append(f"{name} exited {proc.returncode}; its last output:\n{last[-3000:]}")
+            component = next(c for c in COMPONENTS if name.startswith(c))
+            self.start(component, name=name)
+        return told
 
     def stop_all(self) -> None:
         for component in list(self.procs):
