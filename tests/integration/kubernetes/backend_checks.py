@@ -103,9 +103,28 @@ def logs_of_every_replica(
         )
         expected[(role_name, index)] = lines
     assert set(expected) == {("trainer", 0), ("trainer", 1), ("ps", 0)}
+    # kwok serves a pod's lines once its watch has seen the pod's Logs object: on a loaded
+    # machine that can come after the pod ended (kwok's stages are clocks of their own)
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(kube_cluster.api_client())
+
+    def served(name: str, namespace: str) -> bool:
+        try:
+            return "line 2" in core.read_namespaced_pod_log(name, namespace)
+        except ApiException:  # not on its node yet
+            return False
+
+    for pod in found:
+        wait_until(
+            lambda pod=pod: served(pod.metadata.name, pod.metadata.namespace),
+            message=f"kwok to serve the lines of {pod.metadata.name}",
+        )
     wait_state(scheduler, app_id, lambda r: is_terminal(r.state))
     for (role_name, index), lines in expected.items():
-        assert list(scheduler.log_iter(app_id, role_name, index)) == [f"{x}\n" for x in lines]
+        got = list(scheduler.log_iter(app_id, role_name, index))
+        assert got == [f"{x}\n" for x in lines], (role_name, index, got)
     return app_id, expected
 
 
