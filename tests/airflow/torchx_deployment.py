@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -44,6 +45,52 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
                 return last
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def never_reuse_trigger_ids(path: Path) -> None:
+    """Make the ``trigger`` table of the SQLite metadata database at ``path`` number its rows
+    as a server database's sequence does: never an id a deleted row had.
+
+    Airflow declares the id a plain integer key, which SQLite numbers one past the largest
+    id left: once the table is empty (every trigger done and deleted), the next trigger gets
+    an id an earlier one had. A triggerer still running that earlier trigger (a task cleared
+    while deferred: its trigger is dropped a moment later) then hands that trigger's event to
+    the new deferral with the same id (seen once in CI: a cleared task's next try resumed
+    with the event of the try before). PostgreSQL and MySQL never reuse such an id; the
+    table is made again with ``AUTOINCREMENT``, its rows, columns and references unchanged.
+    """
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        (sql,) = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'trigger'"
+        ).fetchone()
+        if "AUTOINCREMENT" in sql:
+            return
+        new, keys = re.subn(r"CONSTRAINT trigger_pkey PRIMARY KEY \(id\),\s*", "", sql)
+        new, ids = re.subn(
+            r"\bid INTEGER NOT NULL,", "id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,", new
+        )
+        new, names = re.subn(r'^CREATE TABLE "?trigger"? \(', "CREATE TABLE trigger_new (", new)
+        if (keys, ids, names) != (1, 1, 1):
+            raise RuntimeError(f"this Airflow's trigger table is not the one expected: {sql}")
+        indexes = [
+            index
+            for (index,) in db.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trigger'"
+                " AND sql IS NOT NULL"
+            )
+        ]
+        db.execute("PRAGMA foreign_keys = OFF")
+        db.execute("BEGIN")
+        db.execute(new)
+        db.execute('INSERT INTO trigger_new SELECT * FROM "trigger"')
+        db.execute('DROP TABLE "trigger"')
+        db.execute('ALTER TABLE trigger_new RENAME TO "trigger"')
+        for index in indexes:
+            db.execute(index)
+        db.execute("COMMIT")
+    finally:
+        db.close()
 
 
 class Deployment:
@@ -92,6 +139,7 @@ class Deployment:
         subprocess.run(
             [self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True
         )
+        never_reuse_trigger_ids(self.home / "airflow.db")
 
     def cli(self, *args: str) -> str:
         """Run ``airflow ARGS`` against this deployment's database; its standard output."""
