@@ -66,7 +66,13 @@ def never_reuse_trigger_ids(path: Path) -> None:
         ).fetchone()
         if "AUTOINCREMENT" in sql:
             return
-        new, keys = re.subn(r"CONSTRAINT trigger_pkey PRIMARY KEY \(id\),\s*", "", sql)
+        # (the key's constraint among others, or last: Airflow 3.1 and 3.2)
+        new, keys = re.subn(
+            r"CONSTRAINT trigger_pkey PRIMARY KEY \(id\),\s*"
+            r"|,\s*CONSTRAINT trigger_pkey PRIMARY KEY \(id\)(?=\s*\)\s*$)",
+            "",
+            sql,
+        )
         new, ids = re.subn(
             r"\bid INTEGER NOT NULL,", "id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,", new
         )
