@@ -106,14 +106,18 @@ def test_tail_outlasts_the_client_timeout(docker_engine: Any, cfg: dict[str, Any
     # A replica that says nothing for longer than the client's timeout is still followed.
     from torchx_provider.schedulers.docker import create_scheduler
 
+    # (submitted with the default timeout: creating and starting a container on a loaded
+    # engine can take longer than the second the follow's client waits)
+    submitter = create_scheduler("quiet")
     scheduler = create_scheduler("quiet", timeout=1)
     app = AppDef(
         "quiet", [Role("q", image=IMAGE, entrypoint="sh", args=["-c", "sleep 2; echo done"])]
     )
-    app_id = scheduler.submit(app, cfg)
+    app_id = submitter.submit(app, cfg)
     try:
         assert list(scheduler.log_iter(app_id, "q", 0, should_tail=True)) == ["done\n"]
         assert scheduler.describe(app_id) is None  # followed to the end: removed
     finally:
-        scheduler.delete(app_id)
+        submitter.delete(app_id)
+        submitter.close()
         scheduler.close()

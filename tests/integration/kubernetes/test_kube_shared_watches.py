@@ -138,7 +138,14 @@ async def test_fifty_jobs_one_watch_per_namespace_and_type(
             await client.close()
 
     assert [state for state, _ in results] == [AppState.SUCCEEDED] * JOBS
-    assert all(AppState.RUNNING in seen for _, seen in results), results
+    # a follow that began before its job ended saw it run (on a loaded machine the last of
+    # fifty clients can make its first list after its job's 12 s: it sees the end only)
+    missed = [
+        (app_id, seen)
+        for app_id, (_, seen) in zip(app_ids, results, strict=True)
+        if not is_terminal(seen[0]) and AppState.RUNNING not in seen
+    ]
+    assert not missed, missed
     # The API server saw at most one more open watch per (namespace, type) from us.
     for snapshot in during:
         extra = snapshot - before
