@@ -36,7 +36,10 @@ LOADER_FAILS = torchx_kube_cluster.pod_behaviour(
     message="Traceback (most recent call last):\n"
     '  File "/workspace/load.py", line 12, in <module>\n'
     "OSError: shard 7 of /data/train is corrupt\n",
-    run_seconds=3,
+    # long enough for the scheduler to take the deferral in before the trigger fires: a
+    # job failed 1.2 s after it ran met Airflow's race (Deployment.wait_deferral_processed)
+    # and the try was failed without its execute_complete, so with no final view
+    run_seconds=12,
 )
 
 
