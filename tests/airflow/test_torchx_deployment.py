@@ -598,7 +598,7 @@ def test_a_triggerer_stopped_or_killed_loses_no_line(
 
 def metadata_rows(dep: Deployment, query: str) -> list[tuple[Any, ...]]:
     """Rows of the deployment's SQLite metadata database."""
-    with sqlite3.connect(dep.home / "airflow.db", timeout=30) as db:
+    with sqlite3.connect(dep.database, timeout=30) as db:
         return list(db.execute(query).fetchall())
 
 

@@ -140,12 +140,17 @@ class Deployment:
         }
         self.env.pop("TORCHX_TEST_AIRFLOW_HOME", None)
 
+    @property
+    def database(self) -> Path:
+        """The SQLite metadata database every component uses."""
+        return self.home / "airflow.db"
+
     # -- processes ----------------------------------------------------------------------------
     def migrate(self) -> None:
         subprocess.run(
             [self.airflow, "db", "migrate"], env=self.env, check=True, capture_output=True
         )
-        never_reuse_trigger_ids(self.home / "airflow.db")
+        never_reuse_trigger_ids(self.database)
 
     def cli(self, *args: str) -> str:
         """Run ``airflow ARGS`` against this deployment's database; its standard output."""
@@ -197,7 +202,7 @@ class Deployment:
 
     def _database_writable(self, timeout: float) -> bool:
         """Whether a write transaction on the metadata database begins within ``timeout``."""
-        db = sqlite3.connect(self.home / "airflow.db", timeout=timeout, isolation_level=None)
+        db = sqlite3.connect(self.database, timeout=timeout, isolation_level=None)
         try:
             db.execute("BEGIN IMMEDIATE")
             db.execute("ROLLBACK")
