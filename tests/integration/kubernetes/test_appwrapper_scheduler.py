@@ -72,7 +72,12 @@ def test_a_failed_replica_is_retried_then_fails(kube_cluster: Any, scheduler: An
     assert resp.state is AppState.FAILED, resp
     assert resp.num_restarts == 2
     assert stored(kube_cluster, app_id)["status"]["resettingCount"] == 2
-    # deletion_on_failure_grace_period kept the last run's pods: their exit codes show.
+    # deletion_on_failure_grace_period kept the last run's pods: their exit codes show. The
+    # AppWrapper fails on its first failed pod; the others of that run end a moment later.
+    resp = wait_state(
+        scheduler, app_id, lambda r: all(x.exit_code is not None for x in replicas(r)), timeout=30
+    )
+    assert resp.state is AppState.FAILED, resp
     assert {r.exit_code for r in replicas(resp)} == {3}
     assert "3" in resp.structured_error_msg or "Error" in resp.structured_error_msg
 
