@@ -7,6 +7,11 @@
 #   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
 #   bash scripts/other_versions.sh 3.1.8          # one of them
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
+#
+# With TORCHX_ENVS_READY set to a folder, '--prepare' writes VERSION.rc there (its exit code)
+# as each environment is made, and a run starts each entry once its environment's file is
+# there, the first ready first (CI makes the environments while the main tests run: an entry
+# whose environment needs no CPython built starts before those that do).
 #   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
 #   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
@@ -56,10 +61,22 @@ for entry in "${entries[@]}"; do
     } ;;
   esac
 done
+ready_dir="${TORCHX_ENVS_READY:-}"
 if $prepare; then
-  for entry in "${entries[@]}"; do python3 scripts/airflow_venv.py --env-only "${entry%@*}"; done
-  exit 0
+  [ -z "$ready_dir" ] || mkdir -p "$ready_dir"
+  made=0
+  for entry in "${entries[@]}"; do
+    rc=0
+    python3 scripts/airflow_venv.py --env-only "${entry%@*}" || rc=$?
+    [ "$rc" -eq 0 ] || made=1
+    if [ -n "$ready_dir" ]; then
+      echo "$rc" >"$ready_dir/${entry%@*}.rc.tmp" && mv "$ready_dir/${entry%@*}.rc.tmp" "$ready_dir/${entry%@*}.rc"
+    fi
+  done
+  exit "$made"
 fi
+# (without TORCHX_ENVS_READY, every environment counts as ready: run_entry makes it if missing)
+env_ready() { [ -z "$ready_dir" ] || [ -f "$ready_dir/${1%@*}.rc" ]; }
 
 # The lowest clients' Kubernetes tier (the kube and kube2 parts of the cluster lane: they hold
 # no fault rows, so none of the API server restarts that must be alone on the cluster) as two
@@ -80,8 +97,8 @@ lowest_cluster_sessions() {
     local part="$1" tag="$2" queues="$3"
     shift 3
     "${lock[@]}" env TORCHX_TEST_CLUSTER_TAG="$tag" TORCHX_TEST_CLUSTER_QUEUES="$queues" \
-      TORCHX_PERMISSIONS_RESULTS="$PWD/$dir/$part-permissions.json" \
-      TORCHX_FAULTS_RESULTS="$PWD/$dir/$part-faults.json" \
+      TORCHX_PERMISSIONS_RESULTS="$dir/$part-permissions.json" \
+      TORCHX_FAULTS_RESULTS="$dir/$part-faults.json" \
       "$python" -m pytest --lane cluster --cluster-part "$part" -m "not training" "$@" \
       >"$dir/$part.log" 2>&1
   }
@@ -99,15 +116,22 @@ lowest_cluster_sessions() {
   return "$failed"
 }
 
-# Each entry's output goes to .ci-logs/other-versions/VERSION.log and is printed when it ends.
+# Each entry's output goes to .ci-logs/other-versions/VERSION.log (or the folder in
+# TORCHX_OTHER_VERSIONS_LOGS) and is printed when it ends.
 # The entries that need nothing running (the unit and Docker dag.test() tiers: one CPU-bound
 # pytest each) run two at a time, one per core; an entry that needs the cluster runs through
 # the test command (scripts/test.sh: its cluster and local lanes side by side), alone.
-logs=.ci-logs/other-versions
+logs="$(realpath -m "${TORCHX_OTHER_VERSIONS_LOGS:-.ci-logs/other-versions}")"
 run_entry() {
   local entry="$1" version="${1%@*}" start=$SECONDS python log result rc=0
   local began=$(($(date +%s) - ${TORCHX_CI_EPOCH:-0}))
   log="$logs/$entry.log"
+  if [ -n "$ready_dir" ] && [ "$(cat "$ready_dir/$version.rc")" != 0 ]; then
+    echo "==> Airflow $entry: its environment was not made (see the environments' log)" >"$log"
+    echo "Airflow $entry: FAILED in 0 s" >>"$log"
+    cat "$log"
+    return 1
+  fi
   python=$(python3 scripts/airflow_venv.py "$version")
   read -r -a paths <<<"$(tiers "$entry")"
   echo "==> Airflow $entry: ${paths[*]} ($python)" >"$log"
@@ -148,14 +172,26 @@ run_entry() {
 mkdir -p "$logs"
 for entry in "${entries[@]}"; do rm -rf "${logs:?}/$entry.log" "${logs:?}/$entry"; done
 alone() { [[ "$1" == *+lowest || "$1" == *@cluster || "$1" == *@browser ]]; }
-for entry in "${entries[@]}"; do
-  if alone "$entry"; then continue; fi
+pending=()
+for entry in "${entries[@]}"; do alone "$entry" || pending+=("$entry"); done
+while [ ${#pending[@]} -gt 0 ]; do
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do sleep 1; done  # at most two at a time
-  run_entry "$entry" &
+  # the first pending entry whose environment is ready, in the order given
+  next=-1
+  for i in "${!pending[@]}"; do
+    if env_ready "${pending[$i]}"; then next=$i && break; fi
+  done
+  if [ "$next" -lt 0 ]; then sleep 2 && continue; fi
+  run_entry "${pending[$next]}" &
+  unset "pending[$next]"
+  pending=("${pending[@]}")
 done
 wait
 for entry in "${entries[@]}"; do
-  if alone "$entry"; then run_entry "$entry" || true; fi
+  if alone "$entry"; then
+    until env_ready "$entry"; do sleep 2; done
+    run_entry "$entry" || true
+  fi
 done
 echo "==> other versions"
 own=()

@@ -228,6 +228,45 @@ def test_only_the_lowest_clients_entry_has_lanes() -> None:
         assert "VERSION+lowest@cluster or @local" in done.stderr, done.stderr
 
 
+def test_each_entry_waits_for_its_own_environment(tmp_path: Path) -> None:
+    """With ``TORCHX_ENVS_READY``, an entry starts once its environment's file is there (the
+    first ready first, whatever the order given), and one whose environment was not made fails
+    saying so, without making it."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    logs = tmp_path / "logs"
+    (ready / "3.1.8.rc").write_text("1\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TORCHX_ENVS_READY": str(ready),
+        "TORCHX_OTHER_VERSIONS_LOGS": str(logs),
+    }
+    run = subprocess.Popen(
+        ["bash", str(REPO / "scripts" / "other_versions.sh"), "3.2.2", "3.1.8"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (logs / "3.1.8.log").exists():
+            assert time.monotonic() < deadline, "3.1.8, whose environment's file is there, waited"
+            assert run.poll() is None, run.communicate()[0]
+            time.sleep(0.2)
+        time.sleep(3)  # the loop looks for ready environments every 2 s
+        assert run.poll() is None, run.communicate()[0]
+        assert not (logs / "3.2.2.log").exists(), "3.2.2 started before its environment was made"
+        (ready / "3.2.2.rc").write_text("1\n")
+        out, _ = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 1, out
+    for version in ("3.1.8", "3.2.2"):
+        assert f"==> Airflow {version}: its environment was not made" in out, out
+        assert f"Airflow {version}: FAILED in 0 s" in out, out
+
+
 def test_an_install_of_a_removed_checkout_is_found_in_an_environment(tmp_path: Path) -> None:
     """The other versions' environments are kept across runs, but an editable install of a
     clone removed since breaks ``import airflow`` there: where it points is read (and
