@@ -336,28 +336,44 @@ class KubeCluster:
         entry: dict[str, Any] = {"logsFile": str(path), "follow": True}
         if container:
             entry["containers"] = [container]
-        try:
-            current = api.get_namespaced_custom_object(group, version, namespace, plural, pod)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            body = {
-                "apiVersion": f"{group}/{version}",
-                "kind": "Logs",
-                "metadata": {"name": pod, "namespace": namespace},
-                "spec": {"logs": [entry]},
-            }
-            api.create_namespaced_custom_object(group, version, namespace, plural, body)
-            return
-        entries = [
-            e
-            for e in current.get("spec", {}).get("logs", [])
-            if (e.get("containers") or [None]) != ([container] if container else [None])
-        ]
-        # kwok takes the first entry naming the container, else the first without names.
-        entries.insert(0, entry) if container else entries.append(entry)
-        current["spec"] = {"logs": entries}
-        api.replace_namespaced_custom_object(group, version, namespace, plural, pod, current)
+        # Made, or changed where it exists. Either can meet a conflict on a loaded API server
+        # (a create whose first attempt went through: 409 AlreadyExists; a change raced by
+        # another): read it again and retry.
+        for attempt in range(5):
+            try:
+                current = api.get_namespaced_custom_object(group, version, namespace, plural, pod)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                body = {
+                    "apiVersion": f"{group}/{version}",
+                    "kind": "Logs",
+                    "metadata": {"name": pod, "namespace": namespace},
+                    "spec": {"logs": [entry]},
+                }
+                try:
+                    api.create_namespaced_custom_object(group, version, namespace, plural, body)
+                    return
+                except ApiException as e:
+                    if e.status != 409 or attempt == 4:
+                        raise
+                    continue
+            entries = [
+                e
+                for e in current.get("spec", {}).get("logs", [])
+                if (e.get("containers") or [None]) != ([container] if container else [None])
+            ]
+            # kwok takes the first entry naming the container, else the first without names.
+            entries.insert(0, entry) if container else entries.append(entry)
+            current["spec"] = {"logs": entries}
+            try:
+                api.replace_namespaced_custom_object(
+                    group, version, namespace, plural, pod, current
+                )
+                return
+            except ApiException as e:
+                if e.status != 409 or attempt == 4:
+                    raise
 
     # -- MCAD without its controller -------------------------------------------
     def set_mcad_appwrapper_state(
