@@ -7,13 +7,13 @@
 #   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
 #   bash scripts/other_versions.sh 3.1.8          # one of them
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
+#   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
+#   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
 # With TORCHX_ENVS_READY set to a folder, '--prepare' writes VERSION.rc there (its exit code)
 # as each environment is made, and a run starts each entry once its environment's file is
 # there, the first ready first (CI makes the environments while the main tests run: an entry
 # whose environment needs no CPython built starts before those that do).
-#   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
-#   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
 # The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself;
 # '@cluster' runs its Kubernetes tier as a second session beside another one on the same
@@ -70,7 +70,8 @@ if $prepare; then
     python3 scripts/airflow_venv.py --env-only "${entry%@*}" || rc=$?
     [ "$rc" -eq 0 ] || made=1
     if [ -n "$ready_dir" ]; then
-      echo "$rc" >"$ready_dir/${entry%@*}.rc.tmp" && mv "$ready_dir/${entry%@*}.rc.tmp" "$ready_dir/${entry%@*}.rc"
+      file="$ready_dir/${entry%@*}.rc"
+      echo "$rc" >"$file.tmp" && mv "$file.tmp" "$file"
     fi
   done
   exit "$made"

@@ -331,7 +331,6 @@ class KubeCluster:
         from kubernetes.client.exceptions import ApiException
 
         api = client.CustomObjectsApi(self.api_client(mcad=mcad))
-        group, version, plural = "kwok.x-k8s.io", "v1alpha1", "logs"
         self._log_objects.add((namespace, pod, mcad))
         entry: dict[str, Any] = {"logsFile": str(path), "follow": True}
         if container:
@@ -341,39 +340,41 @@ class KubeCluster:
         # another): read it again and retry.
         for attempt in range(5):
             try:
-                current = api.get_namespaced_custom_object(group, version, namespace, plural, pod)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                body = {
-                    "apiVersion": f"{group}/{version}",
-                    "kind": "Logs",
-                    "metadata": {"name": pod, "namespace": namespace},
-                    "spec": {"logs": [entry]},
-                }
-                try:
-                    api.create_namespaced_custom_object(group, version, namespace, plural, body)
-                    return
-                except ApiException as e:
-                    if e.status != 409 or attempt == 4:
-                        raise
-                    continue
-            entries = [
-                e
-                for e in current.get("spec", {}).get("logs", [])
-                if (e.get("containers") or [None]) != ([container] if container else [None])
-            ]
-            # kwok takes the first entry naming the container, else the first without names.
-            entries.insert(0, entry) if container else entries.append(entry)
-            current["spec"] = {"logs": entries}
-            try:
-                api.replace_namespaced_custom_object(
-                    group, version, namespace, plural, pod, current
-                )
+                self._create_or_change_logs(api, namespace, pod, container, entry)
                 return
             except ApiException as e:
                 if e.status != 409 or attempt == 4:
                     raise
+
+    @staticmethod
+    def _create_or_change_logs(
+        api: Any, namespace: str, pod: str, container: str | None, entry: dict[str, Any]
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        group, version, plural = "kwok.x-k8s.io", "v1alpha1", "logs"
+        try:
+            current = api.get_namespaced_custom_object(group, version, namespace, plural, pod)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            body = {
+                "apiVersion": f"{group}/{version}",
+                "kind": "Logs",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": {"logs": [entry]},
+            }
+            api.create_namespaced_custom_object(group, version, namespace, plural, body)
+            return
+        entries = [
+            e
+            for e in current.get("spec", {}).get("logs", [])
+            if (e.get("containers") or [None]) != ([container] if container else [None])
+        ]
+        # kwok takes the first entry naming the container, else the first without names.
+        entries.insert(0, entry) if container else entries.append(entry)
+        current["spec"] = {"logs": entries}
+        api.replace_namespaced_custom_object(group, version, namespace, plural, pod, current)
 
     # -- MCAD without its controller -------------------------------------------
     def set_mcad_appwrapper_state(
