@@ -154,6 +154,9 @@ class ReplicaLogFollower:
         self.sleep = sleep
         self.warn: list[str] = []  # instances whose end could not be read
         self._caught_up: set[str] = set()  # instances whose backlog has been read
+        #: instances seen started and not yet read to their end, by key: one whose pod is
+        #: gone before its log was opened is said to be lost (:meth:`_vanished`)
+        self._started: dict[str, ContainerInstance] = {}
 
     async def follow(
         self, cursor: LogCursor
@@ -169,7 +172,7 @@ class ReplicaLogFollower:
                 changed.clear()
                 instances = await self._instances(watch)
                 todo = [i for i in instances if i.started and not cursor.is_done(i.key)]
-                lost = self._lost(cursor, instances)
+                lost = self._lost(cursor, instances) or self._vanished(cursor, instances)
                 if lost is not None:
                     cursor = cursor.finished(lost)
                     yield [], cursor
@@ -240,6 +243,38 @@ class ReplicaLogFollower:
             key=f"log end lost:{self.app_id}:{current}",
         )
         return current
+
+    def _vanished(self, cursor: LogCursor, instances: list[ContainerInstance]) -> str | None:
+        """An instance seen started that is gone before its log was opened: its pod removed
+        or replaced (Volcano deletes a crashed pod at once; kwok, or a busy triggerer, can
+        take longer than its run to answer), or a container restarted twice in place before
+        its older run was read (the kubelet keeps one ended run). None of its lines can be
+        read; said once, so the task log tells of every run this follow saw start. Said
+        after the instance being read is read to its end (the cursor stays on it). (The
+        cursor's own instance, read in part, is :meth:`_lost`'s.)"""
+        present = {i.key for i in instances}
+        for key in [k for k in self._started if cursor.is_done(k)]:
+            del self._started[key]
+        for i in instances:
+            if i.started and not cursor.is_done(i.key):
+                self._started.setdefault(i.key, i)
+        current = cursor.instance
+        if current is not None and not cursor.is_done(current) and current in present:
+            return None  # an instance is being read: the cursor is its until its end
+        gone = [i for k, i in self._started.items() if k not in present and k != current]
+        if not gone:
+            return None
+        instance = gone[0]
+        del self._started[instance.key]
+        self.warn.append(instance.key)
+        self.client.notice(
+            f"[{self.source.key}] an earlier run's log cannot be read: it was gone (its pod "
+            "removed or replaced, or the run no longer kept by the kubelet) before its log "
+            f"could be opened (pod uid {instance.uid}, container {instance.container}, "
+            f"restart {instance.restart}); its lines are not in the task log",
+            key=f"log lost:{self.app_id}:{instance.key}",
+        )
+        return instance.key
 
     def _gone(self, instance: ContainerInstance, cursor: LogCursor) -> LogCursor:
         """``instance``, a container's previous run, finished unread: the API answers 400

@@ -517,6 +517,92 @@ async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost(
     assert f"after {BASE.isoformat()}" in text, text
 
 
+async def test_a_run_whose_pod_came_and_went_before_its_log_was_opened_is_reported_lost(
+    clock: VirtualClock,
+) -> None:
+    """While an earlier run's log is being read (its stream broke twice), the next run's pod
+    is seen started, then replaced before its turn came (a controller that names each new pod
+    anew): the earlier run is read on from where it was, once, to its end; the task log then
+    says which run's lines are missing -- never a run left out without a word -- and the
+    follow goes on to the run after it."""
+    a = pod("a", phase="Failed", state="terminated")
+    b = pod("b", name="job-trainer-0-b", created="2024-05-01T10:00:02Z")
+    c = pod("c", name="job-trainer-0-c", created="2024-05-01T10:00:04Z")
+    watch = FakeWatch([a])
+    client = FakeClient(watch)
+    client.kube.logs["a"] = [cri(0, "a0"), cri(1, "a1"), cri(2, "a2")]
+    client.kube.logs["c"] = [cri(4, "c0")]
+    serve = client.kube.open_log
+    opened_a = 0
+
+    async def runs_come_and_go(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        nonlocal opened_a
+        if name == "job-trainer-0":
+            opened_a += 1
+            if opened_a <= 2:  # a's stream breaks after two lines, twice
+                client.kube.break_first.add("a")
+            resp = await serve(namespace, name, query)
+            # b starts while a is read, and is replaced by c before its turn
+            watch.set_pods([a, b] if opened_a == 1 else [a, c])
+            return resp
+        return await serve(namespace, name, query)
+
+    client.serve = runs_come_and_go
+    lines: list[str] = []  # what was read, and where among it a notice was given
+    ended = asyncio.Event()
+
+    async def follow() -> LogCursor:
+        cursor, told = LogCursor(), 0
+        async for batch, moved in follower_of(client, ended, clock).follow(cursor):
+            lines.extend(f"notice {key}" for key, _ in client.notices[told:])
+            told = len(client.notices)
+            lines.extend(ln.text.rstrip("\n") for ln in batch)
+            cursor = moved
+        return cursor
+
+    task = asyncio.ensure_future(follow())
+    await clock.advance(5)
+    watch.set_pods(
+        [
+            pod(
+                "c",
+                name=c["metadata"]["name"],
+                created="2024-05-01T10:00:04Z",
+                phase="Succeeded",
+                state="terminated",
+            )
+        ]
+    )
+    ended.set()
+    cursor = await clock.run(task, limit=60)
+    assert opened_a == 3
+    assert lines == ["a0", "a1", "a2", "notice log lost:ns:job:b/trainer/0", "c0"]
+    assert cursor.done == ("a/trainer/0", "b/trainer/0", "c/trainer/0")
+    ((key, text),) = client.notices
+    assert key == "log lost:ns:job:b/trainer/0"
+    assert text == (
+        "[trainer/0] an earlier run's log cannot be read: it was gone (its pod removed or "
+        "replaced, or the run no longer kept by the kubelet) before its log could be opened "
+        "(pod uid b, container trainer, restart 0); its lines are not in the task log"
+    )
+
+
+async def test_a_pod_never_seen_started_is_not_reported_lost(clock: VirtualClock) -> None:
+    """A pod replaced before it started wrote nothing: nothing is said of it."""
+    watch = FakeWatch([pod("a", phase="Pending", state="waiting")])
+    client = FakeClient(watch)
+    client.kube.logs["b"] = [cri(2, "b0")]
+    ended, task = follow_from_the_start(client, clock)
+    await clock.advance(1)
+    watch.set_pods(
+        [pod("b", created="2024-05-01T10:00:02Z", phase="Succeeded", state="terminated")]
+    )
+    ended.set()
+    lines, cursor = await clock.run(task, limit=60)
+    assert lines == ["b0"] and cursor.done == ("b/trainer/0",)
+    assert not client.notices
+
+
 async def test_a_previous_run_the_kubelet_no_longer_keeps_is_skipped_not_waited_for(
     clock: VirtualClock,
 ) -> None:
