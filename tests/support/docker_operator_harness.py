@@ -23,6 +23,11 @@ class Log:
 
     info = warning = error = exception = debug = _add
 
+    @property
+    def text(self) -> str:
+        """The whole log, a line each (what a failed check prints, or searches)."""
+        return "\n".join(self.lines)
+
 
 class Operator(TorchXDockerOperator):
     recorded: Log

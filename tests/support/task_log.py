@@ -33,6 +33,11 @@ class TaskLog:
     warning = info
     error = info
 
+    @property
+    def text(self) -> str:
+        """The whole task log, a line each (what a failed check prints, or searches)."""
+        return "\n".join(self.lines)
+
     def of(self, key: str) -> list[str]:
         """The lines forwarded for replica ``key`` (``role/replica``), without their prefix
         (not those the failure summary repeats)."""

@@ -186,7 +186,7 @@ def test_the_rank_that_failed_first_is_the_root_cause_with_its_python_error(run:
     the ``replicas`` XCom name rank 2, which failed first, and show its own Python error."""
     error, ti, log = run(DDP_SCRIPT, replicas=3)
     assert type(error) is UserCodeError, error
-    summary = "\n".join(log.lines)
+    summary = log.text
     assert "trainer/2" in summary and "ValueError: batch 7 has NaN loss" in summary, summary
     assert (error.role, error.replica_id, error.exit_code) == ("trainer", 2, 1), error
     assert error.replica_message == "ValueError: batch 7 has NaN loss", error.replica_message

@@ -60,7 +60,7 @@ async def test_every_run_of_a_restarted_replica_and_its_traceback(
             f"RuntimeError: boom {n}",
         ]
     ]
-    assert log.of("r/0") == expected, "\n".join(log.lines)
+    assert log.of("r/0") == expected, log.text
     terminal = next(i for i, ln in enumerate(log.lines) if "-> FAILED" in ln)
     group = next(i for i, ln in enumerate(log.lines) if ln.startswith("::group::"))
     assert terminal < group

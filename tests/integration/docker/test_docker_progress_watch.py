@@ -122,7 +122,7 @@ def test_a_silent_replica_is_named_and_a_stalled_app_fails_and_is_cancelled(
     }
     outcome, ti, log = run_task(app=app, progress_pattern=r"step (\d+)")
     failed_at = time.monotonic()
-    text = "\n".join(log.lines)
+    text = log.text
     print(text)
     assert type(outcome) is AppStalledError, (outcome, text)
     assert isinstance(outcome, InfrastructureError)
@@ -194,7 +194,7 @@ def test_a_ddp_rank_sleeping_before_all_reduce_is_named_and_the_job_fails(
         stall_timeout=DDP_STALL_TIMEOUT,
     )
     failed_at = time.monotonic()
-    text = "\n".join(log.lines)
+    text = log.text
     print(text)
     assert type(outcome) is AppStalledError, (outcome, text)
     # which node ran rank 2 is the rendezvous' choice: the one whose lines it printed

@@ -89,7 +89,7 @@ def train(torch_image: str, network: str) -> Iterator[Callable[..., tuple[Any, T
 def test_ddp_2x2_over_gloo_trains_with_the_same_loss_on_every_rank(train: Any) -> None:
     started = time.monotonic()
     outcome, ti, log = train("--steps", str(STEPS))
-    text = "\n".join(log.lines)
+    text = log.text
     assert not isinstance(outcome, Exception), (outcome, text)
     assert ti.xcoms["final_state"] == "SUCCEEDED", ti.xcoms
 
@@ -104,7 +104,7 @@ def test_a_rank_raising_at_step_3_is_the_user_code_error_of_its_replica(train: A
     Python error line, not the teardown (SIGTERM) of the other ranks."""
     started = time.monotonic()
     outcome, ti, log = train("--steps", "6", "--fail-at-step", "3", "--fail-rank", "3")
-    text = "\n".join(log.lines)
+    text = log.text
     assert type(outcome) is UserCodeError, (outcome, text)
     # the replica that ran rank 3, from its step lines
     keys = {m["key"] for m in step_lines(log.lines) if m["rank"] == "3"}
@@ -142,7 +142,7 @@ def test_a_rank_crashing_once_is_restarted_and_resumes_from_its_checkpoint(train
         "--fail-once",
         max_retries=3,
     )
-    text = "\n".join(log.lines)
+    text = log.text
     assert not isinstance(outcome, Exception), (outcome, text)
     assert ti.xcoms["final_state"] == "SUCCEEDED", (ti.xcoms, text)
     assert_trained_2x2(log.lines, STEPS)

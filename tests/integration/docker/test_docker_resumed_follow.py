@@ -93,7 +93,7 @@ async def test_a_resumed_follow_of_an_app_removed_from_outside_fails_it_on_the_p
     error = failure_error(event)
     assert type(error) is errors.InfrastructureError, error
     assert (error.role, error.replica_id, error.reason) == ("w", 0, "RemovedFromOutside")
-    assert "not by this task" in "\n".join(log.lines)
+    assert "not by this task" in log.text
     # it may have ended before it was removed: the end says so instead of guessing
     assert "its outcome is unknown" in event.message, event.message
 

@@ -240,7 +240,7 @@ async def test_a_crash_restart_is_a_restart_not_a_preemption(
         assert resp is not None and resp.num_restarts == 2, resp
         # each restart said (two describes may see both at once: the last says the count)
         assert restarts and "(restart 2)" in restarts[-1], log.lines
-    print("\n".join(log.lines))
+    print(log.text)
 
 
 async def test_a_cluster_queue_stopped_while_a_job_waits_is_said(
