@@ -48,6 +48,20 @@ def fake_cluster(airflow_db: Path) -> Iterator[object]:
     torchx_fakes.unregister()
 
 
+@pytest.fixture(autouse=True)
+def components_survive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on a real deployment (a ``deployment`` fixture), every process of
+    it still runs: one that exited by itself fails that test (with what it printed last)
+    and is started again, so the tests after it do not all fail for it."""
+    yield
+    # (only a deployment that was made: one whose setup skipped or failed is not made again)
+    deployment = getattr(request.node, "funcargs", {}).get("deployment")
+    if deployment is None:
+        return
+    exited = deployment.revive()
+    assert not exited, "\n".join(exited)
+
+
 @pytest.fixture(scope="module")
 def browser(skip_or_fail: Any) -> Iterator[Any]:
     """Debian's chromium driven by Playwright (the browser tiers); else skip (fail in CI)."""

@@ -20,6 +20,13 @@ import pytest
 import torchx_kube_cluster
 from torchx_airflow_helpers import run_example
 
+from torchx_provider.schedulers.labels import (
+    LABEL_APP_NAME,
+    LABEL_DAG_ID,
+    LABEL_REPLICA_ID,
+    LABEL_ROLE_NAME,
+)
+
 pytestmark = [pytest.mark.airflow, pytest.mark.kubernetes, pytest.mark.slow]
 
 
@@ -49,8 +56,19 @@ def replica_line(role: str, replica: str) -> str:
     return f"{role} replica {replica}: epoch 1 loss 0.42"
 
 
+#: The example DAGs run here. Their pods alone get lines: the other cluster tests run beside
+#: these in the same namespace, and a line given to one of their pods would be in its log.
+EXAMPLE_DAG_IDS = (
+    "torchx_ddp_volcano",
+    "torchx_train_ddp",
+    "torchx_mcad",
+    "torchx_appwrapper",
+    "torchx_jobset",
+)
+
+
 def watch_pods(kube: Any, mcad: bool) -> Iterator[Callable[[str], list[str]]]:
-    """Give every pod of the provider created from now on its log line; yields a function
+    """Give every pod of the example DAGs created from now on its log line; yields a function
     listing the pods seen of an app name."""
     from kubernetes import client, watch
 
@@ -65,24 +83,27 @@ def watch_pods(kube: Any, mcad: bool) -> Iterator[Callable[[str], list[str]]]:
             for event in w.stream(
                 api.list_namespaced_pod,
                 kube.namespace,
-                label_selector="torchx.pytorch.org/role-name",
+                label_selector=(
+                    f"{LABEL_ROLE_NAME},{LABEL_DAG_ID} in ({','.join(EXAMPLE_DAG_IDS)})"
+                ),
                 timeout_seconds=2,
             ):
+                if stop.is_set():  # the test has ended: the next one's pods are not ours
+                    w.stop()
+                    break
                 pod = event["object"]
                 name = pod.metadata.name
                 new = pod.metadata.creation_timestamp >= since
                 if event["type"] == "ADDED" and new and name not in {n for _, n in seen}:
                     labels = pod.metadata.labels
                     line = replica_line(
-                        labels["torchx.pytorch.org/role-name"],
+                        labels[LABEL_ROLE_NAME],
                         # An AppWrapper v1beta2 replica is its Indexed Job's completion index.
-                        labels.get("torchx.pytorch.org/replica-id")
+                        labels.get(LABEL_REPLICA_ID)
                         or labels["batch.kubernetes.io/job-completion-index"],
                     )
                     kube.set_pod_logs(name, [line], mcad=mcad)
-                    seen.append((labels["torchx.pytorch.org/app-name"], name))
-                if stop.is_set():
-                    w.stop()
+                    seen.append((labels[LABEL_APP_NAME], name))
 
     thread = threading.Thread(target=give_logs, daemon=True)
     thread.start()

@@ -176,7 +176,7 @@ class Deployment:
     def signal(self, name: str, sig: int) -> None:
         """Send ``sig`` to the process group of ``name`` (SIGSTOP freezes it, SIGCONT resumes)."""
         if sig == signal.SIGSTOP:
-            self.paused.add(self._log_path(name, self.restarts[name] - 1))
+            self.paused.add(self._current_log(name))
         os.killpg(self.procs[name].pid, sig)
 
     def freeze(self, name: str, tries: int = 20) -> int:
@@ -217,6 +217,10 @@ class Deployment:
     def _log_path(self, name: str, n: int) -> Path:
         return self.home / "out" / f"{name}.{n}.log"
 
+    def _current_log(self, name: str) -> Path:
+        """The output file of the latest start of process ``name``."""
+        return self._log_path(name, self.restarts[name] - 1)
+
     def stop(self, component: str, timeout: float = 60) -> None:
         """SIGTERM (a graceful stop, as a rolling restart does), then wait."""
         proc = self.procs.pop(component)
@@ -256,7 +260,7 @@ class Deployment:
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
                 continue
-            last = self._log_path(name, self.restarts[name] - 1).read_text(errors="replace")
+            last = self._current_log(name).read_text(errors="replace")
             told.append(f"{name} exited {proc.returncode}; its last output:\n{last[-3000:]}")
             component = next(c for c in COMPONENTS if name.startswith(c))
             self.start(component, name=name)
@@ -400,6 +404,11 @@ class Deployment:
             if events:
                 lines.append(f"attempt {attempt}'s last records:")
                 lines += [f"  {event[:600]}" for event in events[-last:]]
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:  # why a component exited is in what it printed
+                out = self._current_log(name).read_text(errors="replace")
+                lines.append(f"{name}'s last output:")
+                lines += [f"  {line}" for line in out.splitlines()[-40:]]
         return "\n".join(lines)
 
     def task_log_events(
