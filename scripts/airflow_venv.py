@@ -3,8 +3,9 @@ virtual environment of its own, outside the repository.
 
 The package declares ``apache-airflow>=3.1``, client library ranges and Python versions, and
 CI tests what it declares (``scripts/other_versions.sh``): the newest 3.1 and 3.2 patch
-releases, 3.3.2 with the lowest client versions (``3.3.2+lowest``) and 3.3.2 on other
-CPythons (``3.3.2+py3.13``, ``3.3.2+py3.14``, built by ``scripts/cpython.sh``). Each gets
+releases, 3.3.2 with the lowest client versions (``3.3.2+lowest``) and 3.3.2 on the newest
+CPython (``3.3.2+py3.14``; any other, such as ``3.3.2+py3.13``, by hand), built by
+``scripts/cpython.sh``. Each gets
 ``${XDG_CACHE_HOME:-~/.cache}/airflow-provider-torchx/airflow-<version>-venv``, made once with
 ``python -m venv`` and ``pip install apache-airflow==<version>`` plus this package's
 dependencies and dev tools, and reused while it still imports that Airflow on that Python and

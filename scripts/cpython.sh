@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A CPython the machine does not have (the base image ships one Python), built once from
 # Debian's copy of the upstream source release into the cache outside the checkout, for the
-# tiers that run the package on another Python (scripts/other_versions.sh, "+py3.13",
-# "+py3.14").
+# tiers that run the package on another Python (scripts/other_versions.sh, "+py3.14", or
+# "+py3.13" by hand).
 #
 #   bash scripts/cpython.sh 3.14     # prints the interpreter's path (builds it when missing)
 #

@@ -2,12 +2,15 @@
 # The versions the package declares beyond the main environment (Airflow 3.3.2 with the newest
 # client libraries on the machine's Python 3.11): the older Airflow releases, the lowest client
 # library versions and another CPython, each in its own environment outside the checkout
-# (scripts/airflow_venv.py; CPython 3.13 and 3.14 are built by scripts/cpython.sh).
+# (scripts/airflow_venv.py; another CPython, e.g. 3.14, is built by scripts/cpython.sh).
 #
 #   bash scripts/other_versions.sh                # every entry of OTHER_VERSIONS
 #   bash scripts/other_versions.sh 3.1.8          # one of them
 #   bash scripts/other_versions.sh --prepare      # only make the environments (CI, in the background)
+#   bash scripts/other_versions.sh --tiers 3.1.8@unit   # what an entry runs, without running it
 #   bash scripts/other_versions.sh 3.3.2+lowest@cluster   # one lane of the lowest clients' tiers
+#   bash scripts/other_versions.sh 3.1.8@unit     # only its unit tier (no container started)
+#   bash scripts/other_versions.sh 3.1.8@docker   # only its tiers that start containers
 #   bash scripts/other_versions.sh 3.1.8@browser  # the "TorchX app" view's browser tier
 #
 # With TORCHX_ENVS_READY set to a folder, '--prepare' writes VERSION.rc there (its exit code)
@@ -18,17 +21,24 @@
 # The lowest clients' entry runs the test command's two lanes (scripts/test.sh) by itself;
 # '@cluster' runs its Kubernetes tier as a second session beside another one on the same
 # cluster (tests/support/cluster_sharing.py: its own names, its own Kueue queues, its own
-# result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else. CI runs the
-# two lanes apart: '@local' with the entries that need no cluster, beside the test command's
-# cluster lane; '@cluster' (as two sessions) after the test command.
+# result files; set TORCHX_TEST_CLUSTER_LOCK for both), '@local' everything else.
+# Any entry but a browser one splits into '@unit' (its unit tier: one CPU-bound pytest that
+# starts no container) and '@docker' (its tiers that start containers: the Docker dag.test()
+# tier; with the lowest clients, the local lane's integration tiers too). CI runs the parts
+# apart: '@unit' from the test command's start, at the lowest priority, taking the CPU its
+# lanes leave idle; '@docker' once the test command starts no more containers (two tiers of
+# containers at once deadlocked the engine); '@cluster' (as two sessions) once the test
+# command's cluster lane has ended.
 #
 # Prints one line per entry with its result and time; exits non-zero when any failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# Airflow 3.3.2 on CPython 3.13 and 3.14 (first: their interpreters take longest to make),
-# the newest patch release of each supported older Airflow, and Airflow 3.3.2 with the lowest
-# kubernetes / kubernetes_asyncio / docker versions pyproject.toml allows.
-OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lowest}"
+# Airflow 3.3.2 on CPython 3.14, the newest Python the package declares (first: its interpreter
+# takes longest to make; the main environment has the oldest, 3.11, and an entry such as
+# 3.3.2+py3.13 runs one between them), the newest patch release of each supported older
+# Airflow, and Airflow 3.3.2 with the lowest kubernetes / kubernetes_asyncio / docker versions
+# pyproject.toml allows.
+OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lowest}"
 # What runs on each: the unit tier and the Docker dag.test() tier; with the lowest clients,
 # the Docker and Kubernetes integration tiers too (the local cluster must be up). An older
 # Airflow gets the dependency versions of its release day (scripts/airflow_venv.py). The "TorchX
@@ -38,6 +48,9 @@ OTHER_VERSIONS="${OTHER_VERSIONS:-3.3.2+py3.13 3.3.2+py3.14 3.1.8 3.2.2 3.3.2+lo
 tiers() {
   case "$1" in
     *@browser) echo "tests/airflow/test_torchx_app_view_browser.py" ;;
+    *@unit) echo "tests/unit" ;;
+    *+lowest@docker) echo "tests/integration tests/airflow/test_torchx_dagtest_docker.py" ;;
+    *@docker) echo "tests/airflow/test_torchx_dagtest_docker.py" ;;
     *+lowest | *+lowest@*)
       printf '%s ' tests/unit tests/integration tests/airflow/test_torchx_dagtest_docker.py
       ;;
@@ -46,7 +59,11 @@ tiers() {
 }
 
 prepare=false
-if [ "${1:-}" = --prepare ]; then prepare=true; shift; fi
+show_tiers=false
+case "${1:-}" in
+  --prepare) prepare=true && shift ;;
+  --tiers) show_tiers=true && shift ;;
+esac
 entries=("$@")
 [ ${#entries[@]} -gt 0 ] || read -r -a entries <<<"$OTHER_VERSIONS"
 for entry in "${entries[@]}"; do
@@ -55,12 +72,21 @@ for entry in "${entries[@]}"; do
       echo "$entry: the browser tier runs on an Airflow release, not on the lowest clients" >&2
       exit 2
     } ;;
+    *@unit | *@docker) [[ "$entry" =~ ^[^@]+@(unit|docker)$ ]] || {
+      echo "$entry: one part at a time: VERSION@unit or VERSION@docker" >&2
+      exit 2
+    } ;;
     *@*) [[ "$entry" =~ ^[^@]+\+lowest@(cluster|local)$ ]] || {
-      echo "$entry: only the lowest clients' entry has lanes: VERSION+lowest@cluster or @local" >&2
+      echo "$entry: only the lowest clients' entry has lanes: VERSION+lowest@cluster or @local" \
+        "(any entry has parts: VERSION@unit or VERSION@docker)" >&2
       exit 2
     } ;;
   esac
 done
+if $show_tiers; then
+  for entry in "${entries[@]}"; do echo "$entry: $(tiers "$entry")"; done
+  exit 0
+fi
 ready_dir="${TORCHX_ENVS_READY:-}"
 if $prepare; then
   [ -z "$ready_dir" ] || mkdir -p "$ready_dir"
@@ -147,7 +173,8 @@ run_entry() {
     *+lowest)
       command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" TORCHX_TEST_LABEL="$entry"
         bash scripts/test.sh -m "not training and not checkout") ;;
-    *+lowest@local) command=("$python" -m pytest --lane local -m "not training and not checkout") ;;
+    *+lowest@local | *+lowest@unit | *+lowest@docker)
+      command=("$python" -m pytest --lane local -m "not training and not checkout") ;;
     *+lowest@cluster) command=(lowest_cluster_sessions "$python" "$entry") ;;
   esac
   if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,38 @@ def test_only_the_lowest_clients_entry_has_lanes() -> None:
         assert "VERSION+lowest@cluster or @local" in done.stderr, done.stderr
 
 
+def _tiers(entry: str) -> set[str]:
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "other_versions.sh"), "--tiers", entry],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    name, _, paths = done.stdout.strip().partition(": ")
+    assert name == entry, done.stdout
+    return set(paths.split())
+
+
+def test_an_entrys_unit_and_docker_parts_run_its_whole_tiers_between_them() -> None:
+    """CI runs an entry as ``@unit`` (no container: beside the test command) and ``@docker``
+    (later): between them, every tier of the whole entry, the unit tier only in ``@unit``."""
+    for whole, version in (("3.1.8", "3.1.8"), ("3.3.2+lowest@local", "3.3.2+lowest")):
+        unit, docker = _tiers(f"{version}@unit"), _tiers(f"{version}@docker")
+        assert unit == {"tests/unit"}
+        assert "tests/unit" not in docker
+        assert unit | docker == _tiers(whole), whole
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "other_versions.sh"), "3.1.8@unit@docker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "VERSION@unit or VERSION@docker" in done.stderr, done.stderr
+
+
 def test_each_entry_waits_for_its_own_environment(tmp_path: Path) -> None:
     """With ``TORCHX_ENVS_READY``, an entry starts once its environment's file is there (the
     first ready first, whatever the order given), and one whose environment was not made fails
@@ -341,3 +374,34 @@ def test_the_api_server_restarts_and_another_session_exclude_each_other(tmp_path
     # the parts beside the session did not wait for it; 'alone' did
     assert ran["kube"] - ran["local"] < 2.5 and ran["alone"] - ran["kube"] >= 2.0, lines
     assert time.monotonic() - started >= 3
+
+
+def test_what_failed_shows_each_failed_tests_message_beyond_its_first_line(tmp_path: Path) -> None:
+    """The end of a failed run shows the first failed tests' whole messages (a timed-out
+    wait's second line on is the story of the task it waited on), not pytest's first line."""
+    story = "\n".join(
+        ["timed out after 300s", "task instance: state running, try 1"]
+        + [f"record {i}" for i in range(50)]
+    )
+    suite = ET.Element("testsuite")
+    for classname, name, outcome, message in (
+        ("tests.a", "test_ok", None, None),
+        ("tests.a", "test_waits", "failure", story),
+        ("tests.b", "test_setup", "error", "fixture broke"),
+        ("tests.b", "test_more", "failure", "x"),
+    ):
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name)
+        if outcome:
+            ET.SubElement(case, outcome, message=message or "").text = "traceback"
+    junit = tmp_path / "cluster-rows.xml"
+    ET.ElementTree(suite).write(junit)
+    lines = _script("ci_failures").report([junit], lines=40, tests=2)
+    assert lines[0] == "--- cluster-rows: tests.a::test_waits"
+    assert lines[2] == "  task instance: state running, try 1"
+    assert lines[40] == "  record 37"
+    assert lines[41] == "  (12 more lines in .ci-logs/test/cluster-rows.log)"
+    assert lines[42:] == [
+        "--- cluster-rows: tests.b::test_setup",
+        "  fixture broke",
+        "--- and 1 more failed (listed above)",
+    ]
