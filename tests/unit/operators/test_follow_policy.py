@@ -371,9 +371,11 @@ async def test_the_operators_queue_timeout_reaches_the_trigger_and_fails_the_tas
 
     app_id = submit(pending=10_000)
     op = TorchXOperator(
-        task_id="t", app="utils.echo", scheduler="fake", queue_timeout=0.3, poll_interval=0.01
+        task_id="t", app="utils.echo", scheduler="fake", queue_timeout=10, poll_interval=0.01
     )
-    submitted = datetime.now(timezone.utc) - timedelta(seconds=0.2)
+    # 9.8 of its 10 s spent before the trigger starts: a wait timed from the trigger's
+    # start would take 10 s, one timed from the submission 0.2 (however loaded the machine)
+    submitted = datetime.now(timezone.utc) - timedelta(seconds=9.8)
     trigger = job_trigger(
         BackendTarget("fake"),
         app_id,
@@ -383,17 +385,17 @@ async def test_the_operators_queue_timeout_reaches_the_trigger_and_fails_the_tas
         waiting_since=submitted,
     )
     kwargs = trigger.serialize()[1]
-    assert kwargs["queue_timeout"] == 0.3 and kwargs["waiting_since"] == submitted.timestamp()
+    assert kwargs["queue_timeout"] == 10 and kwargs["waiting_since"] == submitted.timestamp()
     trigger = TorchXJobTrigger(**{**kwargs, "task_instance": None})
     started = asyncio.get_running_loop().time()
-    event = JobEvent.from_payload((await asyncio.wait_for(trigger.run().__anext__(), 10)).payload)
+    event = JobEvent.from_payload((await asyncio.wait_for(trigger.run().__anext__(), 30)).payload)
     took = asyncio.get_running_loop().time() - started
     assert event.kind == EventKind.TIMEOUT and event.error == ErrorKind.QUEUE
-    assert took < 0.3, "timed from the submission, not from the trigger's start"
+    assert took < 5, "timed from the submission, not from the trigger's start"
     assert fake_cluster.cancelled == [app_id]
     error = failure_error(event)
     assert isinstance(error, QueueTimeoutError) and error.app_id == app_id
-    assert "did not start in time" in str(error) and "(queue_timeout 0.3s)" in str(error)
+    assert "did not start in time" in str(error) and "(queue_timeout 10s)" in str(error)
 
 
 # -- one replica's logs --------------------------------------------------------------------------
