@@ -1,7 +1,8 @@
-"""What CI prints last when tests failed: each failed test of the test command with the first
-lines of its message (pytest's JUnit files, .ci-logs/test/*.xml). pytest's one-line summary
-cuts a message at its first line, where a test that timed out waiting on a task keeps the
-task's story (its state, the deployment's processes, each attempt's last log records).
+"""What CI prints last when tests failed: the first failed tests with the first lines of their
+messages (pytest's JUnit files: the test command's, .ci-logs/test/*.xml, then the other
+versions'). pytest's one-line summary cuts a message at its first line, where a test that
+timed out waiting on a task keeps the task's story (its state, the deployment's processes,
+each attempt's last log records). Each pytest's log is its JUnit file's name with ``.log``.
 
     python scripts/ci_failures.py .ci-logs/test/*.xml [--lines N] [--tests N]
 """
@@ -36,17 +37,18 @@ def failures(junit: Path) -> Iterator[tuple[str, str]]:
 
 
 def report(files: list[Path], lines: int, tests: int) -> list[str]:
-    """The lines printed for ``files``: for the first ``tests`` failed tests, its id and its
-    message's first ``lines`` lines, each cut at ``WIDTH`` characters; how many more failed."""
+    """The lines printed for ``files``: for the first ``tests`` failed tests, the log of the
+    pytest that ran it, its id and its message's first ``lines`` lines, each cut at ``WIDTH``
+    characters; how many more failed."""
     out: list[str] = []
     found = [(junit, test, message) for junit in files for test, message in failures(junit)]
     for junit, test, message in found[:tests]:
-        out.append(f"--- {junit.stem}: {test}")
+        out.append(f"--- {junit.with_suffix('.log')}: {test}")
         every = message.splitlines()
         out += [f"  {line[:WIDTH]}" for line in every[:lines]]
         left = len(every) - lines
         if left > 0:
-            out.append(f"  ({left} more lines in .ci-logs/test/{junit.stem}.log)")
+            out.append(f"  ({left} more lines in that log)")
     if len(found) > tests:
         out.append(f"--- and {len(found) - tests} more failed (listed above)")
     return out

@@ -126,8 +126,8 @@ lowest_cluster_sessions() {
     "${lock[@]}" env TORCHX_TEST_CLUSTER_TAG="$tag" TORCHX_TEST_CLUSTER_QUEUES="$queues" \
       TORCHX_PERMISSIONS_RESULTS="$dir/$part-permissions.json" \
       TORCHX_FAULTS_RESULTS="$dir/$part-faults.json" \
-      "$python" -m pytest --lane cluster --cluster-part "$part" -m "not training" "$@" \
-      >"$dir/$part.log" 2>&1
+      "$python" -m pytest --lane cluster --cluster-part "$part" -m "not training" \
+      --durations=25 --junitxml="$dir/$part.xml" "$@" >"$dir/$part.log" 2>&1
   }
   session kube2 lo second "$@" &
   local first=$!
@@ -166,7 +166,8 @@ run_entry() {
   # backend run once, in the main environment
   # nor the checks of the checkout itself (its CI scripts, its packaging: marked 'checkout'),
   # the same in every environment
-  local -a command=("$python" -m pytest -m "not checkout")
+  # (each pytest's JUnit file beside its log: a failed run's end shows its messages whole)
+  local -a command=("$python" -m pytest -m "not checkout" --junitxml="$logs/$entry.xml")
   # with the lowest clients, not the real-training tiers: they call nothing of the clients
   # the other tiers do not, and take minutes of real containers
   case "$entry" in
@@ -174,7 +175,8 @@ run_entry() {
       command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" TORCHX_TEST_LABEL="$entry"
         bash scripts/test.sh -m "not training and not checkout") ;;
     *+lowest@local | *+lowest@unit | *+lowest@docker)
-      command=("$python" -m pytest --lane local -m "not training and not checkout") ;;
+      command=("$python" -m pytest --lane local -m "not training and not checkout"
+        --junitxml="$logs/$entry.xml") ;;
     *+lowest@cluster) command=(lowest_cluster_sessions "$python" "$entry") ;;
   esac
   if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \
@@ -198,7 +200,9 @@ run_entry() {
 # (only this run's entries: CI runs the entries that need no cluster and the one that does
 # as two calls, at different times)
 mkdir -p "$logs"
-for entry in "${entries[@]}"; do rm -rf "${logs:?}/$entry.log" "${logs:?}/$entry"; done
+for entry in "${entries[@]}"; do
+  rm -rf "${logs:?}/$entry.log" "${logs:?}/$entry.xml" "${logs:?}/$entry"
+done
 alone() { [[ "$1" == *+lowest || "$1" == *@cluster || "$1" == *@browser ]]; }
 pending=()
 for entry in "${entries[@]}"; do alone "$entry" || pending+=("$entry"); done

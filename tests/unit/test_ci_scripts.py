@@ -396,12 +396,13 @@ def test_what_failed_shows_each_failed_tests_message_beyond_its_first_line(tmp_p
     junit = tmp_path / "cluster-rows.xml"
     ET.ElementTree(suite).write(junit)
     lines = _script("ci_failures").report([junit], lines=40, tests=2)
-    assert lines[0] == "--- cluster-rows: tests.a::test_waits"
+    log = tmp_path / "cluster-rows.log"
+    assert lines[0] == f"--- {log}: tests.a::test_waits"
     assert lines[2] == "  task instance: state running, try 1"
     assert lines[40] == "  record 37"
-    assert lines[41] == "  (12 more lines in .ci-logs/test/cluster-rows.log)"
+    assert lines[41] == "  (12 more lines in that log)"
     assert lines[42:] == [
-        "--- cluster-rows: tests.b::test_setup",
+        f"--- {log}: tests.b::test_setup",
         "  fixture broke",
         "--- and 1 more failed (listed above)",
     ]
