@@ -9,24 +9,18 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from task_log import TaskLog
 from torchx_provider.operators import TorchXDockerOperator
 
 
-class Log:
-    """The operator's logger, kept in a list."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+class Log(TaskLog):
+    """The operator's logger, kept in a list: a task log that takes a logger's keywords too
+    (``exc_info``)."""
 
     def _add(self, msg: str, *args: Any, **_: Any) -> None:
-        self.lines.append(msg % args if args else msg)
+        super().info(msg, *args)
 
     info = warning = error = exception = debug = _add
-
-    @property
-    def text(self) -> str:
-        """The whole log, a line each (what a failed check prints, or searches)."""
-        return "\n".join(self.lines)
 
 
 class Operator(TorchXDockerOperator):
