@@ -267,7 +267,12 @@ async def test_on_kill_connects_while_it_asks_airflow_and_closes_the_client(
     class Comms:
         async def asend(self, msg: Any) -> Any:
             seen.append("asked")
-            await asyncio.sleep(0.2)
+            # answered once the client is being made, or after 5 s: a kill that connected
+            # only after the answer is seen so, however loaded the machine
+            for _ in range(500):
+                if "connected" in seen:
+                    break
+                await asyncio.sleep(0.01)
             seen.append("answered")
 
             class Reply:
