@@ -112,6 +112,10 @@ env_ready() { [ -z "$ready_dir" ] || [ -f "$ready_dir/${1%@*}.rc" ]; }
 # files (tests/support/cluster_sharing.py). Each holds the sessions' lock (shared) while it
 # runs, where TORCHX_TEST_CLUSTER_LOCK is set: they and another session's API server restarts
 # exclude each other (scripts/test.sh).
+# Without the Airflow tiers on the cluster (the test command's alone), 'kube' would take 5
+# minutes and 'kube2' 9: 'kube' takes the Kueue holds' file from 'kube2' (1.7 minutes), and
+# each session then takes about 7 (both have Kueue queues of their own here).
+KUBE_TAKES=(--kube-takes tests/integration/kubernetes/test_kueue_holds.py)
 #   lowest_cluster_sessions PYTHON ENTRY PYTEST_ARGS_AND_PATHS...
 lowest_cluster_sessions() {
   local python="$1" entry="$2" dir
@@ -126,8 +130,8 @@ lowest_cluster_sessions() {
     "${lock[@]}" env TORCHX_TEST_CLUSTER_TAG="$tag" TORCHX_TEST_CLUSTER_QUEUES="$queues" \
       TORCHX_PERMISSIONS_RESULTS="$dir/$part-permissions.json" \
       TORCHX_FAULTS_RESULTS="$dir/$part-faults.json" \
-      "$python" -m pytest --lane cluster --cluster-part "$part" -m "not training" \
-      --durations=25 --junitxml="$dir/$part.xml" "$@" >"$dir/$part.log" 2>&1
+      "$python" -m pytest --lane cluster --cluster-part "$part" "${KUBE_TAKES[@]}" \
+      -m "not training" --durations=25 --junitxml="$dir/$part.xml" "$@" >"$dir/$part.log" 2>&1
   }
   session kube2 lo second "$@" &
   local first=$!

@@ -118,6 +118,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --lane cluster, run only one part of it: 'kube', 'kube2' and 'rows' can "
         "run at once, 'alone' (the tests that restart the API server) only by itself",
     )
+    parser.addoption(
+        "--kube-takes",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="with --cluster-part kube or kube2: the tests of 'kube2' in the file PATH run in "
+        "'kube' instead, where 'kube' has Kueue queues of its own too (give both sessions "
+        "the same; scripts/other_versions.sh evens out the lowest clients' sessions so)",
+    )
 
 
 def lane_of(item: pytest.Item) -> str:
@@ -136,7 +145,8 @@ def cluster_part_of(item: pytest.Item) -> str:
     if item.nodeid.startswith(ROWS_PART):
         return "rows"
     if item.nodeid.startswith(KUBE2_PART):
-        return "kube2"
+        taken = tuple(item.config.getoption("--kube-takes"))
+        return "kube" if taken and item.nodeid.startswith(taken) else "kube2"
     return "kube"
 
 

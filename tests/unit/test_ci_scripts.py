@@ -127,9 +127,9 @@ def _collected(suite: Path, *args: str) -> set[str]:
     return {line.split("::")[1] for line in out.splitlines() if "::" in line}
 
 
-def _parts(tmp_path: Path) -> dict[str, set[str]]:
-    """The cluster tests each ``--cluster-part`` runs, of a small suite laid out like the
-    real one beside the real root conftest."""
+def _parts(tmp_path: Path, *args: str) -> dict[str, set[str]]:
+    """The cluster tests each ``--cluster-part`` runs (with ``args``), of a small suite laid
+    out like the real one beside the real root conftest."""
     (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nmarkers =\n    kubernetes: uses the cluster\n"
@@ -191,7 +191,7 @@ def _parts(tmp_path: Path) -> dict[str, set[str]]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(text))
     return {
-        part: _collected(tmp_path, "--lane", "cluster", "--cluster-part", part)
+        part: _collected(tmp_path, "--lane", "cluster", "--cluster-part", part, *args)
         for part in ("kube", "kube2", "rows", "alone")
     }
 
@@ -205,6 +205,21 @@ def test_each_cluster_test_is_in_exactly_one_part(tmp_path: Path) -> None:
         "rows": {"test_a_row", "test_deployed"},
         "alone": {"test_an_api_server_restart"},
     }
+
+
+def test_kube_takes_the_files_of_kube2_it_is_given_and_nothing_else(tmp_path: Path) -> None:
+    """Where both sessions have Kueue queues of their own (the lowest clients' tier), a file of
+    ``kube2`` can run in ``kube`` instead: each test is still in exactly one part."""
+    taken = "tests/integration/kubernetes/test_kueue_holds.py"
+    assert _parts(tmp_path, "--kube-takes", taken) == {
+        "kube": {"test_quota", "test_held", "test_trained"},
+        "kube2": set(),
+        "rows": {"test_a_row", "test_deployed"},
+        "alone": {"test_an_api_server_restart"},
+    }
+    # a file that is not kube2's moves nothing
+    faults = "tests/faults/test_rows.py"
+    assert _parts(tmp_path, "--kube-takes", faults)["rows"] == {"test_a_row", "test_deployed"}
 
 
 def test_each_test_is_in_exactly_one_lane(tmp_path: Path) -> None:
