@@ -183,6 +183,7 @@ class ReplicaLogFollower:
                     await any_of(changed, self.ended, timeout=RECHECK, sleep=self.sleep)
                     continue
                 instance = todo[0]
+                self._unlisted(cursor, instance)
                 progressed = False
                 end: StreamEnd | None = None
                 async for batch in self._read(instance, cursor, watch, changed):
@@ -223,8 +224,10 @@ class ReplicaLogFollower:
         return replica_instances(pods, s.role, s.replica_id, s.container)
 
     def _lost(self, cursor: LogCursor, instances: list[ContainerInstance]) -> str | None:
-        """The cursor's instance, if it was being read and its pod is gone (replaced or
-        removed) before its end was read: what it wrote after the cursor cannot be read."""
+        """The cursor's instance, if it was being read and is gone before its end was read
+        (its pod replaced or removed, or the run no longer kept by the kubelet: a container
+        restarted twice since, as a resumed follow may find): what it wrote after the cursor
+        cannot be read."""
         current = cursor.instance
         if current is None or cursor.is_done(current):
             return None
@@ -237,9 +240,10 @@ class ReplicaLogFollower:
         container, _, restart = rest.rpartition("/")
         after = "" if cursor.since is None else f" after {cursor.since.isoformat()}"
         self.client.notice(
-            f"[{self.source.key}] the end of an earlier run's log cannot be read: its pod "
-            f"(uid {pod_uid}, container {container}, restart {restart}) was removed before "
-            f"its log was read to the end; what it wrote{after} is not in the task log",
+            f"[{self.source.key}] the end of an earlier run's log cannot be read: it was "
+            "gone (its pod removed or replaced, or the run no longer kept by the kubelet) "
+            f"before its log was read to the end (pod uid {pod_uid}, container {container}, "
+            f"restart {restart}); what it wrote{after} is not in the task log",
             key=f"log end lost:{self.app_id}:{current}",
         )
         return current
@@ -275,6 +279,37 @@ class ReplicaLogFollower:
             key=f"log lost:{self.app_id}:{instance.key}",
         )
         return instance.key
+
+    def _unlisted(self, cursor: LogCursor, instance: ContainerInstance) -> None:
+        """Before ``instance`` is read: the runs of its container in the same pod between the
+        last one this follow knows of and it, which were never listed (the kubelet keeps one
+        ended run; a container that restarted twice between two looks, or before a follow
+        that began or resumed late, leaves runs no one can read). None of their lines can be
+        read; said once, before the lines of the run after them. A cursor that starts from a
+        time and names no run (one stored before runs were tracked) asks for no earlier run."""
+        if cursor.since is not None and cursor.instance is None:
+            return
+        prefix = f"{instance.uid}/{instance.container}/"
+        last = instance.restart - 1
+        # the runs before it this follow read, is reading or saw start
+        known = [
+            int(key[len(prefix) :])
+            for key in (*cursor.done, cursor.instance or "", *self._started)
+            if key.startswith(prefix) and key[len(prefix) :].isdigit()
+        ]
+        first = max((n for n in known if n <= last), default=-1) + 1
+        if last < first:
+            return
+        self.warn.extend(f"{prefix}{n}" for n in range(first, last + 1))
+        runs = f"run {first}" if first == last else f"runs {first} to {last}"
+        self.client.notice(
+            f"[{self.source.key}] {last - first + 1} earlier run(s) of its container cannot "
+            "be read: they ended before this follow could read them, and the kubelet keeps "
+            f"only the last ended run (pod {instance.pod}, uid {instance.uid}, container "
+            f"{instance.container}, {runs} of its restarts); their lines are not in the task "
+            "log",
+            key=f"log lost:{self.app_id}:{prefix}{first}-{last}",
+        )
 
     def _gone(self, instance: ContainerInstance, cursor: LogCursor) -> LogCursor:
         """``instance``, a container's previous run, finished unread: the API answers 400

@@ -304,6 +304,33 @@ async def collect(follower: ReplicaLogFollower, start: LogCursor) -> tuple[list[
     return out, cursor
 
 
+def serve_two_runs(client: FakeClient, previous: list[bytes], current: list[bytes]) -> None:
+    """The kubelet's two kept runs of pod ``a``'s container: the ended one (``previous``)
+    and the current one."""
+
+    async def serve(namespace: str, name: str, query: list[tuple[str, str]]) -> Any:
+        client.kube.logs["a"] = previous if ("previous", "true") in query else current
+        return await client.kube.open_log(namespace, name, query)
+
+    client.serve = serve
+
+
+async def follow_noting(
+    follower: ReplicaLogFollower, client: FakeClient, start: LogCursor
+) -> tuple[list[str], LogCursor]:
+    """What a follow read, with ``notice KEY`` where the follower told the task log, and
+    its cursor."""
+    lines: list[str] = []
+    cursor, told = start, 0
+    async for batch, moved in follower.follow(start):
+        lines.extend(f"notice {key}" for key, _ in client.notices[told:])
+        told = len(client.notices)
+        lines.extend(ln.text.rstrip("\n") for ln in batch)
+        cursor = moved
+    lines.extend(f"notice {key}" for key, _ in client.notices[told:])
+    return lines, cursor
+
+
 def follow_from_the_start(
     client: FakeClient, clock: VirtualClock
 ) -> tuple[asyncio.Event, asyncio.Future[tuple[list[str], LogCursor]]]:
@@ -513,7 +540,7 @@ async def test_an_instance_whose_pod_vanished_mid_read_is_reported_lost(
     ((key, text),) = client.notices
     assert key == "log end lost:ns:job:a/trainer/0"
     assert text.startswith("[trainer/0] the end of an earlier run's log cannot be read"), text
-    assert "(uid a, container trainer, restart 0)" in text, text
+    assert "(pod uid a, container trainer, restart 0)" in text, text
     assert f"after {BASE.isoformat()}" in text, text
 
 
@@ -548,19 +575,11 @@ async def test_a_run_whose_pod_came_and_went_before_its_log_was_opened_is_report
         return await serve(namespace, name, query)
 
     client.serve = runs_come_and_go
-    lines: list[str] = []  # what was read, and where among it a notice was given
     ended = asyncio.Event()
-
-    async def follow() -> LogCursor:
-        cursor, told = LogCursor(), 0
-        async for batch, moved in follower_of(client, ended, clock).follow(cursor):
-            lines.extend(f"notice {key}" for key, _ in client.notices[told:])
-            told = len(client.notices)
-            lines.extend(ln.text.rstrip("\n") for ln in batch)
-            cursor = moved
-        return cursor
-
-    task = asyncio.ensure_future(follow())
+    # what was read, and where among it a notice was given
+    task = asyncio.ensure_future(
+        follow_noting(follower_of(client, ended, clock), client, LogCursor())
+    )
     await clock.advance(5)
     watch.set_pods(
         [
@@ -574,7 +593,7 @@ async def test_a_run_whose_pod_came_and_went_before_its_log_was_opened_is_report
         ]
     )
     ended.set()
-    cursor = await clock.run(task, limit=60)
+    lines, cursor = await clock.run(task, limit=60)
     assert opened_a == 3
     assert lines == ["a0", "a1", "a2", "notice log lost:ns:job:b/trainer/0", "c0"]
     assert cursor.done == ("a/trainer/0", "b/trainer/0", "c/trainer/0")
@@ -636,6 +655,75 @@ async def test_a_previous_run_the_kubelet_no_longer_keeps_is_skipped_not_waited_
         "(pod job-trainer-0, uid a, container trainer, restart 0); its lines are not in the "
         "task log"
     )
+
+
+@pytest.mark.parametrize(
+    ("start", "restarts", "first", "last"),
+    [
+        # a follow that begins when the container has restarted three times
+        (LogCursor(), 3, 0, 1),
+        # a follow resumed from run 0, read to its end: runs 1 and 2 ended meanwhile
+        (LogCursor(BASE, 1, "a/trainer/0", ("a/trainer/0",)), 4, 1, 2),
+        # resumed from the middle of run 1, no longer kept either (its end is said lost)
+        (LogCursor(BASE, 1, "a/trainer/1"), 4, 2, 2),
+    ],
+)
+async def test_runs_restarted_past_before_the_follow_came_are_said_lost_before_the_next(
+    clock: VirtualClock, start: LogCursor, restarts: int, first: int, last: int
+) -> None:
+    """The kubelet keeps the current run of a container and the one before: runs that
+    ended before a follow came to them (begun or resumed late, or a container restarting
+    twice between two looks) cannot be read. The task log says which, once, before the
+    lines of the run after them; the follow reads on."""
+    watch = FakeWatch([pod("a", phase="Succeeded", state="terminated", restarts=restarts)])
+    client = FakeClient(watch)
+    serve_two_runs(client, [cri(5, "kept ended run")], [cri(6, "last run"), cri(7, "done")])
+    ended = asyncio.Event()
+    ended.set()
+    follower = follower_of(client, ended, clock)
+    lines, cursor = await clock.run(follow_noting(follower, client, start), limit=5)
+    key = f"log lost:ns:job:a/trainer/{first}-{last}"
+    assert [ln for ln in lines if not ln.startswith("notice log end lost")] == [
+        f"notice {key}",
+        "kept ended run",
+        "last run",
+        "done",
+    ]
+    runs = f"run {first}" if first == last else f"runs {first} to {last}"
+    assert dict(client.notices)[key] == (
+        f"[trainer/0] {last - first + 1} earlier run(s) of its container cannot be read: they "
+        "ended before this follow could read them, and the kubelet keeps only the last ended "
+        f"run (pod job-trainer-0, uid a, container trainer, {runs} of its restarts); their "
+        "lines are not in the task log"
+    )
+    assert [f"a/trainer/{n}" for n in range(first, last + 1)] == [
+        w for w in follower.warn if w != start.instance
+    ]
+    assert cursor.done[-2:] == (f"a/trainer/{restarts - 1}", f"a/trainer/{restarts}")
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        # the follow read run 2 to its end: run 3, the previous one, is next
+        LogCursor(BASE, 1, "a/trainer/2", ("a/trainer/2",)),
+        # a cursor from a time that names no run asks for no earlier run
+        LogCursor(BASE, 1),
+    ],
+)
+async def test_no_run_is_said_lost_where_the_follow_knows_of_the_one_before(
+    clock: VirtualClock, start: LogCursor
+) -> None:
+    watch = FakeWatch([pod("a", phase="Succeeded", state="terminated", restarts=4)])
+    client = FakeClient(watch)
+    serve_two_runs(client, [cri(5, "kept ended run")], [cri(6, "last run"), cri(7, "done")])
+    ended = asyncio.Event()
+    ended.set()
+    lines, _ = await clock.run(
+        follow_noting(follower_of(client, ended, clock), client, start), limit=5
+    )
+    assert lines == ["kept ended run", "last run", "done"]
+    assert not client.notices
 
 
 async def test_a_container_lingering_after_the_app_ended_is_read_then_left(
