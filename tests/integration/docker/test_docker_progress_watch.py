@@ -19,7 +19,6 @@ import pytest
 import test_docker_real_training as real_training
 
 from docker_operator_harness import TI, Log, Operator
-from task_log import first_at, last_at
 from torchx_provider.errors import AppStalledError, InfrastructureError
 from torchx_provider.schedulers.docker import create_scheduler
 from torchx_provider.schedulers.labels import LABEL_APP_ID
@@ -39,34 +38,13 @@ SLACK = 5.0
 DDP_STALL_TIMEOUT = 45.0
 
 
-class TimedLog(Log):
-    """The operator's logger, each line with when it was written (``time.monotonic``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.at: list[float] = []
-
-    def _add(self, msg: str, *args: Any, **_: Any) -> None:
-        super()._add(msg, *args)
-        self.at.append(time.monotonic())
-
-    info = warning = error = exception = debug = _add
-
-    def last(self, text: str) -> float:
-        """When the last line holding ``text`` was written."""
-        return last_at(self.lines, self.at, text)
-
-    def first(self, text: str) -> float:
-        return first_at(self.lines, self.at, text)
-
-
 @pytest.fixture
-def run_task(network: str, docker_engine: Any) -> Iterator[Callable[..., tuple[Any, TI, TimedLog]]]:
+def run_task(network: str, docker_engine: Any) -> Iterator[Callable[..., tuple[Any, TI, Log]]]:
     """``run_task(**operator_kwargs)``: run a Docker task to its end on the test network;
     returns what it raised (or returned), its TI and its log. The apps are removed after."""
     apps: list[str] = []
 
-    def run(**kwargs: Any) -> tuple[Any, TI, TimedLog]:
+    def run(**kwargs: Any) -> tuple[Any, TI, Log]:
         op = Operator(
             task_id="watch",
             cfg={"network": network},
@@ -74,7 +52,7 @@ def run_task(network: str, docker_engine: Any) -> Iterator[Callable[..., tuple[A
             deferrable=False,
             **{"straggler_after": STRAGGLER_AFTER, "stall_timeout": STALL_TIMEOUT, **kwargs},
         )
-        op.recorded = TimedLog()
+        op.recorded = Log()
         ti = TI("progress", "watch")
         try:
             outcome: Any = op.execute({"ti": ti, "task_state_store": None})  # type: ignore[arg-type]
