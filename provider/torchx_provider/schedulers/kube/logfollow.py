@@ -152,7 +152,7 @@ class ReplicaLogFollower:
         self.ended = ended
         self.clock = clock
         self.sleep = sleep
-        self.warn: list[str] = []  # instances whose end could not be read
+        self.warn: list[str] = []  # instances (or ranges of runs) whose lines could not be read
         self._caught_up: set[str] = set()  # instances whose backlog has been read
         #: instances seen started and not yet read to their end, by key: one whose pod is
         #: gone before its log was opened is said to be lost (:meth:`_vanished`)
@@ -300,8 +300,8 @@ class ReplicaLogFollower:
         first = max((n for n in known if n <= last), default=-1) + 1
         if last < first:
             return
-        self.warn.extend(f"{prefix}{n}" for n in range(first, last + 1))
         runs = f"run {first}" if first == last else f"runs {first} to {last}"
+        self.warn.append(f"{prefix}{first}-{last}")  # (one entry, however many restarts)
         self.client.notice(
             f"[{self.source.key}] {last - first + 1} earlier run(s) of its container cannot "
             "be read: they ended before this follow could read them, and the kubelet keeps "
