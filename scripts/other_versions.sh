@@ -171,7 +171,8 @@ run_entry() {
   # nor the checks of the checkout itself (its CI scripts, its packaging: marked 'checkout'),
   # the same in every environment
   # (each pytest's JUnit file beside its log: a failed run's end shows its messages whole)
-  local -a command=("$python" -m pytest -m "not checkout" --junitxml="$logs/$entry.xml")
+  local junit="--junitxml=$logs/$entry.xml"
+  local -a command=("$python" -m pytest -m "not checkout" "$junit")
   # with the lowest clients, not the real-training tiers: they call nothing of the clients
   # the other tiers do not, and take minutes of real containers
   case "$entry" in
@@ -179,8 +180,7 @@ run_entry() {
       command=(env PYTHON="$python" TORCHX_TEST_LOGS="$logs/$entry" TORCHX_TEST_LABEL="$entry"
         bash scripts/test.sh -m "not training and not checkout") ;;
     *+lowest@local | *+lowest@unit | *+lowest@docker)
-      command=("$python" -m pytest --lane local -m "not training and not checkout"
-        --junitxml="$logs/$entry.xml") ;;
+      command=("$python" -m pytest --lane local -m "not training and not checkout" "$junit") ;;
     *+lowest@cluster) command=(lowest_cluster_sessions "$python" "$entry") ;;
   esac
   if AIRFLOW_HOME="$(mktemp -d)" TORCHX_PROPERTY_EXAMPLES=300 TORCHX_OTHER_VERSION="$entry" \
